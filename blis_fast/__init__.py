@@ -1,0 +1,29 @@
+"""blis-fast: a Numba-accelerated simulator of vLLM-style LLM inference serving clusters.
+
+Python API::
+
+    import blis_fast
+    result = blis_fast.simulate(num_instances=4, rate=20, num_requests=1000)
+    result.cluster["ttft_p99_ms"]          # summary metrics (dict)
+    result.requests_table()                 # per-request pyarrow Table
+
+See README.md and docs/ for the model and its semantics.
+"""
+
+from blis_fast.config.sim import SimConfig, build_config, load_yaml
+from blis_fast.errors import BlisFastError, ConfigError, SimulationError, WorkloadError
+
+__version__ = "0.1.0"
+
+
+def simulate(config=None, workload=None, **overrides):
+    """Run one simulation; see :func:`blis_fast.simulator.simulate`."""
+    from blis_fast.simulator import simulate as _simulate
+
+    return _simulate(config, workload, **overrides)
+
+
+__all__ = [
+    "BlisFastError", "ConfigError", "SimConfig", "SimulationError", "WorkloadError",
+    "build_config", "load_yaml", "simulate", "__version__",
+]

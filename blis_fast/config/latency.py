@@ -1,0 +1,145 @@
+"""Choose and compile the step-time model of a deployment (SEMANTICS §5) and its KV budget (§6)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from blis_fast.config.coefficients import CoefficientSet, find_coefficients
+from blis_fast.config.engine import EngineConfig
+from blis_fast.config.hardware import HardwareConfig
+from blis_fast.config.model import ModelConfig
+from blis_fast.errors import ConfigError
+
+LATENCY_MODELS = ("blackbox", "roofline")
+
+
+@dataclass(frozen=True, eq=False)
+class LatencyModel:
+    """Everything the engine kernel needs to time steps and α delays."""
+
+    kind: str = field(metadata={"help": "'blackbox' (β coefficients) or 'roofline' (analytical)"})
+    alpha: np.ndarray = field(metadata={"help": "float64[3]: α0 + α1·L queueing µs, α2 µs per output token"})
+    beta: np.ndarray = field(metadata={"help": "float64[3]: β0 + β1·prefill tokens + β2·decodes, µs (blackbox)"})
+    roofline: np.ndarray = field(metadata={"help": "float64[RF_NPARAMS] roofline parameters (kernels.steptime)"})
+    total_kv_blocks: int = field(metadata={"help": "KV-cache blocks per instance"})
+    source: str = field(metadata={"help": "where coefficients and the KV budget came from (for results)"})
+
+
+def roofline_params(model: ModelConfig, hardware: HardwareConfig, tp: int) -> np.ndarray:
+    """The roofline parameter vector (layout: ``kernels.steptime.RF_*``) for ``model`` on ``hardware`` at TP ``tp``."""
+    from kernels import steptime as st  # lazy: keeps numba out of config-only imports
+
+    p = np.zeros(st.RF_NPARAMS, dtype=np.float64)
+    layers = model.num_layers
+    p[st.RF_LAYERS] = layers
+    p[st.RF_HIDDEN] = model.hidden_size
+    p[st.RF_HEADS] = model.num_heads
+    p[st.RF_HEAD_DIM] = model.head_dim
+    p[st.RF_Q_DIM] = model.q_dim
+    p[st.RF_KV_DIM] = model.kv_dim
+    p[st.RF_MLP_WIDTH_ACTIVE] = model.mlp_width_active
+    p[st.RF_KV_BYTES_PER_TOKEN] = model.kv_bytes_per_token
+    p[st.RF_ACT_BYTES_PER_TOKEN] = layers * model.hidden_size * model.dtype_bytes
+    p[st.RF_WEIGHT_BYTES] = model.layer_weight_bytes
+    p[st.RF_TP] = tp
+    p[st.RF_PEAK_FLOPS] = hardware.peak_flops
+    p[st.RF_VECTOR_PEAK_FLOPS] = 0.1 * hardware.peak_flops
+    p[st.RF_BANDWIDTH] = hardware.bandwidth_bytes_per_s
+    p[st.RF_MFU_PREFILL] = hardware.mfu_prefill
+    p[st.RF_MFU_DECODE] = hardware.mfu_decode
+    p[st.RF_LAYER_OVERHEAD_US] = layers * hardware.per_layer_overhead_us
+    p[st.RF_ALLREDUCE_US] = 2 * layers * hardware.all_reduce_latency_us if tp > 1 else 0.0
+    p[st.RF_STEP_OVERHEAD_US] = hardware.t_overhead_us
+    return p
+
+
+def derive_kv_blocks(model: ModelConfig, hardware: HardwareConfig, engine: EngineConfig) -> int:
+    """floor((GPU memory·utilisation − weights/TP) / (block_size·KV bytes per token/TP)); ConfigError if ≤ 0."""
+    tp = engine.tp
+    free = hardware.memory_bytes * engine.gpu_memory_utilization - model.weight_bytes / tp
+    per_block = engine.block_size * model.kv_bytes_per_token / tp
+    blocks = math.floor(free / per_block)
+    if blocks <= 0:
+        gib = 2.0**30
+        raise ConfigError(
+            "engine.total_kv_blocks",
+            f"model {model.name} does not fit: {model.weight_bytes / tp / gib:.1f} GiB of weights per GPU at "
+            f"TP={tp} vs {hardware.memory_bytes * engine.gpu_memory_utilization / gib:.1f} GiB usable on "
+            f"{hardware.name} (memory_gib·gpu_memory_utilization); raise tp or gpu_memory_utilization, "
+            "or set total_kv_blocks")
+    return blocks
+
+
+def _coeffs(values, flag: str) -> np.ndarray | None:
+    """Validate a user-given coefficient triple (``--alpha-coeffs`` / ``--beta-coeffs``)."""
+    if values is None:
+        return None
+    field_name = flag.removeprefix("--").replace("-", "_")
+    try:
+        seq = list(values)
+    except TypeError:
+        seq = None
+    if (seq is None or len(seq) != 3
+            or any(isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) for x in seq)
+            or not all(math.isfinite(float(x)) and float(x) >= 0 for x in seq)):
+        raise ConfigError(field_name, f"{flag} must be 3 finite numbers >= 0, got {values!r}")
+    return np.array([float(x) for x in seq], dtype=np.float64)
+
+
+def _describe(cs: CoefficientSet) -> str:
+    return f"defaults.yaml[{cs.model_id} | {cs.gpu} | TP{cs.tp} | {cs.vllm_version}]"
+
+
+def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: EngineConfig, model_id: str,
+                          latency_model: str | None = None, alpha_coeffs=None, beta_coeffs=None,
+                          vllm_version: str | None = None) -> LatencyModel:
+    """Pick blackbox or roofline, its coefficients and the KV-block budget (rules in docs/latency-models.md).
+
+    Explicit α/β win over the coefficient file; ``latency_model=None`` means blackbox if a
+    coefficient set exists for (model, GPU, TP[, version]) or β is given, else roofline.
+    """
+    alpha = _coeffs(alpha_coeffs, "--alpha-coeffs")
+    beta = _coeffs(beta_coeffs, "--beta-coeffs")
+    if latency_model is not None:
+        latency_model = str(latency_model).strip().lower()
+        if latency_model not in LATENCY_MODELS:
+            raise ConfigError("latency_model", f"must be one of {', '.join(LATENCY_MODELS)} (or unset = auto), "
+                                               f"got {latency_model!r}")
+    cs = find_coefficients(model_id, hardware.name, engine.tp, vllm_version)
+    kind = latency_model or ("blackbox" if (cs is not None or beta is not None) else "roofline")
+    sources = []
+    if kind == "blackbox":
+        if beta is None and cs is None:
+            version = f", vLLM {vllm_version}" if vllm_version else ""
+            raise ConfigError("latency_model", f"no blackbox coefficients for {model_id} on {hardware.name} "
+                                               f"TP={engine.tp}{version}; pass --alpha-coeffs and --beta-coeffs, "
+                                               "or use the roofline latency model")
+        if alpha is None and cs is None:
+            raise ConfigError("alpha_coeffs", "the blackbox model needs --alpha-coeffs as well as --beta-coeffs "
+                                              f"(no coefficient set for {model_id} on {hardware.name} TP={engine.tp})")
+        sources.append("beta: " + ("--beta-coeffs" if beta is not None else _describe(cs)))
+        sources.append("alpha: " + ("--alpha-coeffs" if alpha is not None else _describe(cs)))
+        beta = beta if beta is not None else np.array(cs.beta, dtype=np.float64)
+        alpha = alpha if alpha is not None else np.array(cs.alpha, dtype=np.float64)
+    else:
+        if beta is not None:
+            raise ConfigError("beta_coeffs", "--beta-coeffs applies only to the blackbox latency model")
+        sources.append("step time: roofline (" + hardware.name + ")")
+        sources.append("alpha: " + ("--alpha-coeffs" if alpha is not None else "zeros (roofline)"))
+        alpha = alpha if alpha is not None else np.zeros(3, dtype=np.float64)
+        beta = np.zeros(3, dtype=np.float64)
+    if engine.total_kv_blocks is not None:
+        blocks = engine.total_kv_blocks
+        sources.append("total_kv_blocks: engine config")
+    elif cs is not None:
+        blocks = cs.total_kv_blocks
+        sources.append("total_kv_blocks: " + _describe(cs))
+    else:
+        blocks = derive_kv_blocks(model, hardware, engine)
+        sources.append(f"total_kv_blocks: derived from {hardware.memory_gib:g} GiB x "
+                       f"{engine.gpu_memory_utilization:g} ({hardware.name})")
+    return LatencyModel(kind=kind, alpha=alpha, beta=beta, roofline=roofline_params(model, hardware, engine.tp),
+                        total_kv_blocks=int(blocks), source="; ".join(sources))

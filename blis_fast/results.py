@@ -1,0 +1,224 @@
+"""The result of a run: summary JSON (cluster + instances), per-request records, files.
+
+Per-request field names follow BLIS's results file (``requestID, arrived_at,
+num_prefill_tokens, num_decode_tokens, ttft_ms, itl_ms, e2e_ms, scheduling_delay_ms,
+handled_by``) plus our own (``state, preemptions, cached_prompt_tokens, ...``).  With
+``--compat blis-2026.02`` the reporting follows the reference (SEMANTICS §11): ITL samples
+of step + a2 plus one at completion, total output tokens without first tokens, only
+requests that reached an instance, sorted by arrival time.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from kernels import dtypes as D
+
+from .metrics import request_latencies, summarize_group
+
+ROUTED_STATES = (D.REQ_ROUTED, D.REQ_QUEUED, D.REQ_RUNNING, D.REQ_COMPLETED)
+
+
+class Result:
+    """Summary metrics and per-request records of one simulation run."""
+
+    def __init__(self, setup, workload, state):
+        self.setup = setup
+        self.workload = workload
+        self.state = state
+
+    # ------------------------------------------------------------------ summary
+    @property
+    def compat(self) -> bool:
+        return self.setup.compat
+
+    @cached_property
+    def instances(self) -> list[dict]:
+        """One summary object per instance that was ever active."""
+        st = self.state
+        reqs = st.reqs
+        n_itl = int(st.stats[0]["itl_records"])
+        out = []
+        for i in range(len(st.inst)):
+            if not st.inst[i]["active"] and st.inst[i]["injected"] == 0:
+                continue
+            sel = st.itl_inst[:n_itl] == i
+            out.append(summarize_group(
+                f"instance_{i}", reqs, reqs["instance"] == i, st.inst[i : i + 1],
+                st.itl_value[:n_itl][sel], st.itl_count[:n_itl][sel], self.compat,
+            ))
+        return out
+
+    @cached_property
+    def cluster(self) -> dict:
+        """The cluster-wide summary object (requests pooled over instances)."""
+        st = self.state
+        n_itl = int(st.stats[0]["itl_records"])
+        reqs = st.reqs
+        out = summarize_group("cluster", reqs, np.ones(len(reqs), bool), st.inst,
+                              st.itl_value[:n_itl], st.itl_count[:n_itl], self.compat)
+        stats = st.stats[0]
+        arrived = int(stats["injected"])
+        rejected = int(stats["rejected"])
+        out["arrived_requests"] = arrived
+        out["rejected_requests"] = rejected
+        out["still_in_flight"] = arrived - rejected - out["injected_requests"]
+        out["num_instances"] = int(st.inst["active"].sum())
+        out["engine_steps"] = int(stats["steps"])
+        out["events"] = int(stats["events"])
+        return out
+
+    def summary(self) -> dict:
+        """The JSON printed on stdout: {"cluster": {...}, "instances": [...], "run": {...}}."""
+        return {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
+
+    def run_info(self) -> dict:
+        """What produced these numbers (deterministic: no wall-clock fields)."""
+        from blis_fast import __version__
+
+        lat = self.setup.latency
+        cfg = self.setup.config
+        return {
+            "blis_fast_version": __version__,
+            "compat": cfg.simulation.compat,
+            "model": cfg.model,
+            "hardware": self.setup.hardware.name,
+            "latency_model": lat.kind,
+            "latency_source": lat.source,
+            "alpha_coeffs": [float(x) for x in lat.alpha],
+            "beta_coeffs": [float(x) for x in lat.beta],
+            "total_kv_blocks_per_instance": int(lat.total_kv_blocks),
+            "workload": _jsonable(self.workload.description),
+            "num_requests": len(self.workload),
+            "config": _jsonable(cfg.to_dict()),
+        }
+
+    # ------------------------------------------------------------------ per request
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """Per-request columns (in request order; -1/NaN-free: undefined times are -1 µs)."""
+        reqs = self.state.reqs
+        lat = request_latencies(reqs)
+        n_out = self.workload.output_len
+        done = lat["done"]
+        itl_us = np.zeros(len(reqs), np.float64)
+        if self.compat:
+            # reference: (E2E − TTFT) / max(N − 1, 1), 0 when N = 0
+            denom = np.maximum(n_out - 1, 1)
+            itl_us = np.where(done & (n_out > 0), (lat["e2e_us"] - lat["ttft_us"]) / denom, 0.0)
+        else:
+            multi = done & (reqs["generated"] > 1)
+            itl_us[multi] = reqs["itl_sum_us"][multi] / (reqs["generated"][multi] - 1)
+        return {
+            "request_index": np.arange(len(reqs), dtype=np.int64),
+            "arrival_us": reqs["arrival_us"],
+            "prompt_tokens": reqs["prompt_len"],
+            "output_tokens": n_out,
+            "instance": reqs["instance"],
+            "state": reqs["state"],
+            "ttft_us": lat["ttft_us"],
+            "e2e_us": lat["e2e_us"],
+            "itl_mean_us": itl_us,
+            "scheduling_delay_us": lat["scheduling_delay_us"],
+            "first_token_us": reqs["first_token_us"],
+            "completion_us": np.where(done, reqs["last_token_us"], -1),
+            "generated_tokens": reqs["generated"],
+            "preemptions": reqs["preemptions"],
+            "cached_prompt_tokens": reqs["cached_tokens"],
+        }
+
+    def request_records(self) -> list[dict]:
+        """BLIS-style per-request records for the results file."""
+        c = self.request_columns()
+        ids = self.workload.source_ids
+        sel = np.arange(len(c["state"]))
+        if self.compat:
+            # the reference lists requests that reached an instance (dropped ones removed),
+            # sorted by arrival time
+            sel = sel[np.isin(c["state"], ROUTED_STATES)]
+            sel = sel[np.argsort(c["arrival_us"][sel], kind="stable")]
+        else:
+            sel = sel[c["state"][sel] != D.REQ_PENDING]
+        out = []
+        for i in sel.tolist():
+            ttft, e2e, sd = int(c["ttft_us"][i]), int(c["e2e_us"][i]), int(c["scheduling_delay_us"][i])
+            rec = {
+                "requestID": f"request_{i}",
+                "arrived_at": int(c["arrival_us"][i]) / 1e6,
+                "num_prefill_tokens": int(c["prompt_tokens"][i]),
+                "num_decode_tokens": int(c["output_tokens"][i]),
+                "ttft_ms": ttft / 1000.0 if ttft >= 0 else (0.0 if self.compat else None),
+                "itl_ms": float(c["itl_mean_us"][i]) / 1000.0,
+                "e2e_ms": e2e / 1000.0 if e2e >= 0 else (0.0 if self.compat else None),
+                "scheduling_delay_ms": sd / 1000.0 if sd >= 0 else (0.0 if self.compat else None),
+                "handled_by": f"instance_{int(c['instance'][i])}" if c["instance"][i] >= 0 else None,
+                "state": D.REQUEST_STATE_NAMES[int(c["state"][i])],
+                "preemptions": int(c["preemptions"][i]),
+                "cached_prompt_tokens": int(c["cached_prompt_tokens"][i]),
+                "generated_tokens": int(c["generated_tokens"][i]),
+            }
+            if ids is not None:
+                rec["source_id"] = ids[i]
+            out.append(rec)
+        return out
+
+    def requests_table(self):
+        """Per-request table as a pyarrow Table (all requests, request order)."""
+        import pyarrow as pa
+
+        c = self.request_columns()
+        n = len(c["state"])
+        cols = {
+            "requestID": pa.array([f"request_{i}" for i in range(n)], pa.string()),
+            "handled_by": pa.array([f"instance_{i}" if i >= 0 else None for i in c["instance"].tolist()], pa.string()),
+            "state": pa.array([D.REQUEST_STATE_NAMES[s] for s in c["state"].tolist()], pa.string()),
+            "arrived_at": pa.array(c["arrival_us"] / 1e6, pa.float64()),
+            "num_prefill_tokens": pa.array(c["prompt_tokens"], pa.int64()),
+            "num_decode_tokens": pa.array(c["output_tokens"], pa.int64()),
+        }
+        for name, key in (("ttft_ms", "ttft_us"), ("e2e_ms", "e2e_us"), ("scheduling_delay_ms", "scheduling_delay_us"),
+                          ("first_token_s", "first_token_us"), ("completion_s", "completion_us")):
+            v = c[key]
+            scale = 1000.0 if name.endswith("_ms") else 1e6
+            cols[name] = pa.array(v / scale, pa.float64(), mask=v < 0)
+        cols["itl_ms"] = pa.array(c["itl_mean_us"] / 1000.0, pa.float64())
+        for name in ("generated_tokens", "preemptions", "cached_prompt_tokens"):
+            cols[name] = pa.array(c[name], pa.int64())
+        if self.workload.source_ids is not None:
+            cols["source_id"] = pa.array(self.workload.source_ids, pa.string())
+        return pa.table(cols)
+
+    # ------------------------------------------------------------------ files
+    def results_document(self) -> dict:
+        """The ``--results-path`` JSON: the cluster summary, instances, run info, requests."""
+        doc = dict(self.cluster)
+        doc["instances"] = self.instances
+        doc["run"] = self.run_info()
+        doc["requests"] = self.request_records()
+        return doc
+
+    def write_results(self, path: str | Path) -> None:
+        """Write the results JSON (byte-identical for identical inputs)."""
+        Path(path).write_text(json.dumps(self.results_document(), indent=2, allow_nan=False) + "\n")
+
+    def write_parquet(self, path: str | Path) -> None:
+        """Write the per-request table as Parquet."""
+        import pyarrow.parquet as pq
+
+        pq.write_table(self.requests_table(), str(path))
+
+
+def _jsonable(obj):
+    """Convert numpy scalars/arrays and tuples inside a description to JSON types."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

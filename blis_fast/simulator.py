@@ -1,0 +1,233 @@
+"""From a validated SimConfig and a Workload to the kernel's tables, and back.
+
+``simulate()`` is the public entry point:
+
+    resolve (model, GPU, latency model, KV blocks) -> build the workload -> allocate the
+    state tables (kernels.dtypes) -> kernels.engine.simulate_cluster -> Result
+
+Numba is imported only when a run actually starts, so the CLI's ``--help`` and config
+validation stay instant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from blis_fast.config import (
+    HardwareConfig,
+    LatencyModel,
+    ModelConfig,
+    load_hardware,
+    load_model_config,
+    resolve_latency_model,
+)
+from blis_fast.config.sim import SimConfig, build_config
+from blis_fast.errors import ConfigError, SimulationError
+from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
+from kernels import dtypes as D
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True, eq=False)
+class Setup:
+    """A SimConfig resolved against the shipped data: model facts, GPU, latency model."""
+
+    config: SimConfig
+    model: ModelConfig
+    hardware: HardwareConfig
+    latency: LatencyModel
+
+    @property
+    def compat(self) -> bool:
+        """True in blis-2026.02 compatibility mode."""
+        return self.config.simulation.compat is not None
+
+
+def resolve(config: SimConfig) -> Setup:
+    """Resolve model, hardware and latency model (ConfigError on anything unknown)."""
+    model = load_model_config(config.model)
+    hardware = load_hardware(config.hardware)
+    latency = resolve_latency_model(
+        model, hardware, config.engine, config.model,
+        latency_model=config.latency_model, alpha_coeffs=config.alpha_coeffs,
+        beta_coeffs=config.beta_coeffs, vllm_version=config.vllm_version,
+    )
+    return Setup(config, model, hardware, latency)
+
+
+def distribution_spec(config: SimConfig) -> DistributionSpec:
+    """The DistributionSpec of a non-trace workload: preset values, then explicit settings."""
+    w = config.workload
+    params = load_preset(w.type) if w.type != "distribution" else {}
+    for f in fields(DistributionSpec):
+        value = getattr(w, f.name, None)
+        if value is not None:
+            params[f.name] = value
+    params["rate"] = w.rate
+    params["num_requests"] = w.num_requests
+    params["arrival"] = w.arrival or ("constant" if config.simulation.compat else "poisson")
+    return DistributionSpec(**params).validate("workload")
+
+
+def build_workload(config: SimConfig) -> Workload:
+    """Generate or load the workload the config describes."""
+    w = config.workload
+    bs = config.engine.block_size
+    if w.type == "traces":
+        rounding = "trunc" if config.simulation.compat else "round"
+        return load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
+    return generate_distribution(distribution_spec(config), config.simulation.seed, bs)
+
+
+@dataclass(eq=False)
+class RunState:
+    """Every table the kernel reads or mutates (dtypes in kernels.dtypes)."""
+
+    sim: np.ndarray
+    reqs: np.ndarray
+    arrival_order: np.ndarray
+    keys: np.ndarray
+    req_blocks: np.ndarray
+    inst: np.ndarray
+    batch: np.ndarray
+    work: np.ndarray
+    context: np.ndarray
+    blocks: np.ndarray
+    slots: np.ndarray
+    heap: np.ndarray
+    roofline: np.ndarray
+    itl_value: np.ndarray
+    itl_count: np.ndarray
+    itl_inst: np.ndarray
+    stats: np.ndarray
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(int(x) - 1, 1).bit_length()
+
+
+def build_state(setup: Setup, workload: Workload) -> RunState:
+    """Allocate and fill the state tables for one run."""
+    cfg = setup.config
+    eng = cfg.engine
+    bs = eng.block_size
+    if workload.block_size != bs:
+        raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
+    n = len(workload)
+    lat = setup.latency
+
+    reqs = np.zeros(n, D.REQUEST_DT)
+    reqs["arrival_us"] = workload.arrival_us
+    reqs["prompt_len"] = workload.prompt_len
+    out_eff = np.maximum(workload.output_len, 1)  # N = 0 behaves as N = 1 (prefill emits one token)
+    reqs["output_len"] = out_eff
+    reqs["key_start"] = workload.key_offsets[:-1]
+    reqs["key_count"] = np.diff(workload.key_offsets)
+    # most KV a request ever holds: prompt + all outputs but the last (never fed back)
+    block_cap = (workload.prompt_len + out_eff - 1 + bs - 1) // bs
+    reqs["block_cap"] = block_cap
+    reqs["block_start"] = np.concatenate(([0], np.cumsum(block_cap)[:-1])) if n else []
+    for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
+              "first_token_us", "last_token_us"):
+        reqs[f] = -1
+
+    lo, hi = cfg.deployment.bounds()
+    n_inst = hi  # rows for the pool's upper bound; the first num_instances start active
+    kv_total = lat.total_kv_blocks
+    inst = np.zeros(n_inst, D.INSTANCE_DT)
+    inst["active"][: cfg.deployment.num_instances] = 1
+    inst["max_num_seqs"] = eng.max_num_seqs
+    inst["max_batched_tokens"] = eng.max_num_batched_tokens
+    inst["long_prefill_threshold"] = eng.long_prefill_token_threshold
+    inst["latency_kind"] = D.LAT_BLACKBOX if lat.kind == "blackbox" else D.LAT_ROOFLINE
+    for k in range(3):
+        inst[f"alpha{k}"] = lat.alpha[k]
+        inst[f"beta{k}"] = lat.beta[k]
+    inst["kv_total"] = kv_total
+    inst["kv_offset"] = np.arange(n_inst, dtype=np.int64) * kv_total
+    inst["kv_virgin_next"] = inst["kv_offset"]
+    ht_size = _next_pow2(2 * kv_total)
+    inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_size
+    inst["ht_mask"] = ht_size - 1
+    for f in ("kv_lru_head", "kv_lru_tail", "wq_head", "wq_tail"):
+        inst[f] = -1
+
+    sim = np.zeros(1, D.SIM_DT)
+    s = cfg.simulation
+    sim["horizon_us"] = INT64_MAX if s.horizon is None else s.horizon
+    sim["block_size"] = bs
+    sim["prefix_caching"] = int(eng.enable_prefix_caching)
+    sim["compat"] = int(s.compat is not None)
+    sim["check_invariants"] = int(s.check_invariants)
+    sim["admission_kind"] = D.ADMIT_ALWAYS
+    sim["routing_kind"] = D.ROUTE_ROUND_ROBIN
+    sim["admission_latency_us"] = s.admission_latency
+    sim["routing_latency_us"] = s.routing_latency
+    work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
+    sim["max_events"] = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
+
+    itl_cap = max(1024, 2 * n)
+    return RunState(
+        sim=sim,
+        reqs=reqs,
+        arrival_order=np.argsort(workload.arrival_us, kind="stable").astype(np.int64),
+        keys=np.ascontiguousarray(workload.block_keys, dtype=np.int64),
+        req_blocks=np.zeros(int(block_cap.sum()), np.int64),
+        inst=inst,
+        batch=np.zeros((n_inst, eng.max_num_seqs), np.int64),
+        work=np.zeros(eng.max_num_seqs, np.int64),
+        context=np.zeros(eng.max_num_seqs, np.int64),
+        # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
+        blocks=np.zeros(n_inst * kv_total, D.KV_BLOCK_DT),
+        slots=np.zeros(n_inst * ht_size, np.int64),
+        heap=np.zeros(n + 4 * n_inst + 64, D.EVENT_DT),
+        roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
+        itl_value=np.zeros(itl_cap, np.int64),
+        itl_count=np.zeros(itl_cap, np.int64),
+        itl_inst=np.zeros(itl_cap, np.int64),
+        stats=np.zeros(1, D.RUN_STATS_DT),
+    )
+
+
+def run_kernel(state: RunState) -> RunState:
+    """Run the engine kernel on ``state`` (mutated in place); raise SimulationError on a bad status."""
+    from kernels.engine import simulate_cluster  # numba loads here, not at import
+
+    state.itl_value, state.itl_count, state.itl_inst = simulate_cluster(
+        state.sim, state.reqs, state.arrival_order, state.keys, state.req_blocks, state.inst, state.batch,
+        state.work, state.context, state.blocks, state.slots, state.heap, state.roofline,
+        state.itl_value, state.itl_count, state.itl_inst, state.stats,
+    )
+    status = int(state.stats[0]["status"])
+    if status != D.STATUS_OK:
+        st = state.stats[0]
+        where = []
+        if st["error_instance"] >= 0:
+            where.append(f"instance_{st['error_instance']}")
+        if st["error_request"] >= 0:
+            where.append(f"request_{st['error_request']}")
+        at = f" ({', '.join(where)}, t={st['clock_us']} µs)" if where else f" (t={st['clock_us']} µs)"
+        raise SimulationError(D.STATUS_MESSAGES.get(status, f"status {status}") + at)
+    return state
+
+
+def simulate(config: SimConfig | dict | None = None, workload: Workload | None = None, **overrides):
+    """Simulate one run and return a :class:`blis_fast.results.Result`.
+
+    ``config`` is a SimConfig, a dict shaped like the YAML file, or None (defaults);
+    ``overrides`` are flat setting names as on the CLI (``num_instances=4``, ``rate=20``).
+    ``workload`` replaces the one the config describes (it must use the engine's block size).
+    """
+    from blis_fast.results import Result
+
+    if isinstance(config, SimConfig):
+        cfg = build_config(config.to_dict(), overrides) if overrides else config
+    else:
+        cfg = build_config(config or {}, overrides)
+    setup = resolve(cfg)
+    wl = workload if workload is not None else build_workload(cfg)
+    state = run_kernel(build_state(setup, wl))
+    return Result(setup, wl, state)

@@ -1,0 +1,114 @@
+"""The workload handed to the simulator: flat per-request arrays (SEMANTICS §7).
+
+Request ``i`` is named ``request_<i>`` (0-based, in array order).  Token contents are not
+kept: only the chained keys of each request's full prompt blocks, which is all the prefix
+cache needs (SEMANTICS §6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from blis_fast.errors import WorkloadError
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Per-request arrays of one workload.
+
+    arrival_us:  int64 [n], arrival time in µs, in request order (not necessarily sorted
+                 for traces).
+    prompt_len:  int64 [n], L = prompt tokens including any shared prefix, >= 1.
+    output_len:  int64 [n], N = output tokens, >= 0 (the engine treats 0 as 1).
+    block_keys:  int64, flat: chained keys of each request's full prompt blocks (never -1).
+    key_offsets: int64 [n+1]: request i's keys are block_keys[key_offsets[i]:key_offsets[i+1]]
+                 (floor(L_i / block_size) keys).
+    block_size:  tokens per KV block the keys were computed for.
+    source_ids:  the trace file's own request_id column (extra output field), else None.
+    description: what generated it (kind, parameters, seed, file), for the results JSON.
+    """
+
+    arrival_us: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    block_keys: np.ndarray
+    key_offsets: np.ndarray
+    block_size: int
+    source_ids: list[str] | None = None
+    description: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.arrival_us.shape[0])
+
+    @property
+    def request_ids(self) -> list[str]:
+        """``request_<i>`` for every request, in order."""
+        return [f"request_{i}" for i in range(len(self))]
+
+    def keys_of(self, i: int) -> np.ndarray:
+        """The prompt-block keys of request ``i`` (a view)."""
+        return self.block_keys[self.key_offsets[i] : self.key_offsets[i + 1]]
+
+    @classmethod
+    def from_tokens(
+        cls,
+        arrival_us: np.ndarray,
+        tokens: np.ndarray,
+        token_offsets: np.ndarray,
+        output_len: np.ndarray,
+        block_size: int,
+        source_ids: list[str] | None = None,
+        description: dict | None = None,
+    ) -> "Workload":
+        """Build a workload from prompt token ids: request i's prompt is
+        ``tokens[token_offsets[i]:token_offsets[i+1]]`` (int64 ids); hashes its full blocks."""
+        from kernels.prefix import hash_prompt_blocks  # numba imported lazily
+
+        if int(block_size) < 1:
+            raise WorkloadError("block_size", f"must be >= 1, got {block_size}")
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        token_offsets = np.ascontiguousarray(token_offsets, dtype=np.int64)
+        keys, key_offsets = hash_prompt_blocks(tokens, token_offsets, np.int64(block_size))
+        wl = cls(
+            arrival_us=np.ascontiguousarray(arrival_us, dtype=np.int64),
+            prompt_len=np.diff(token_offsets),
+            output_len=np.ascontiguousarray(output_len, dtype=np.int64),
+            block_keys=keys,
+            key_offsets=key_offsets,
+            block_size=int(block_size),
+            source_ids=source_ids,
+            description=dict(description or {}),
+        )
+        wl.validate()
+        return wl
+
+    def validate(self) -> None:
+        """Check shapes, dtypes and ranges; raise WorkloadError naming the first problem."""
+        n = len(self)
+        for name in ("arrival_us", "prompt_len", "output_len", "block_keys", "key_offsets"):
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1:
+                raise WorkloadError(f"workload.{name}", "must be a 1-D int64 numpy array")
+        for name in ("prompt_len", "output_len"):
+            if getattr(self, name).shape[0] != n:
+                raise WorkloadError(f"workload.{name}", f"has {getattr(self, name).shape[0]} entries, expected {n}")
+        if self.key_offsets.shape[0] != n + 1:
+            raise WorkloadError("workload.key_offsets", f"has {self.key_offsets.shape[0]} entries, expected {n + 1}")
+        if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
+            raise WorkloadError("workload.block_size", f"must be an integer >= 1, got {self.block_size!r}")
+        if n and self.arrival_us.min() < 0:
+            raise WorkloadError("workload.arrival_us", "arrival times must be >= 0 µs")
+        if n and self.prompt_len.min() < 1:
+            raise WorkloadError("workload.prompt_len", "every prompt needs >= 1 token")
+        if n and self.output_len.min() < 0:
+            raise WorkloadError("workload.output_len", "output lengths must be >= 0")
+        if self.key_offsets[0] != 0 or self.key_offsets[-1] != self.block_keys.shape[0]:
+            raise WorkloadError("workload.key_offsets", "must start at 0 and end at len(block_keys)")
+        if not np.array_equal(np.diff(self.key_offsets), self.prompt_len // self.block_size):
+            raise WorkloadError("workload.key_offsets", "request i must have floor(prompt_len[i] / block_size) keys")
+        if np.any(self.block_keys == -1):
+            raise WorkloadError("workload.block_keys", "-1 is reserved for 'no key'")
+        if self.source_ids is not None and len(self.source_ids) != n:
+            raise WorkloadError("workload.source_ids", f"has {len(self.source_ids)} entries, expected {n}")

@@ -1,0 +1,206 @@
+"""Byte-level parsing of BLIS trace CSV files (the fast path of
+``blis_fast.workload.traces``; any problem is reported by status and the caller falls
+back to a slow exact parser that names the bad row).
+
+CSV dialect: RFC 4180 like Go's encoding/csv -- fields separated by ``,``, records by
+``\\n`` or ``\\r\\n``, a field starting with ``"`` is quoted (``""`` escapes a quote, may
+contain newlines), empty lines are skipped.  Token columns are JSON lists of integers.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+QUOTE = 34
+COMMA = 44
+LF = 10
+CR = 13
+SCAN_OK = 0
+SCAN_UNTERMINATED_QUOTE = 1  # a quoted field runs to the end of the file
+SCAN_BAD_AFTER_QUOTE = 2  # a closing quote followed by something other than , or newline
+SCAN_TOO_MANY_RECORDS = 3  # more records than the caller allowed for
+U10 = np.uint64(10)
+I64_MAX_U = np.uint64(0x7FFFFFFFFFFFFFFF)
+I64_MIN_MAG = np.uint64(0x8000000000000000)
+
+
+@nb.njit(cache=True)
+def scan_csv_records(buf, n_keep, max_records):
+    """Split the uint8 file contents ``buf`` into records; returns (n_records, status,
+    starts int64[max_records, n_keep], ends, quoted uint8, n_fields int64[max_records],
+    line int64[max_records]) -- byte ranges of the first n_keep fields of each record
+    (inside the quotes for quoted fields) and the 1-based line each record starts on."""
+    starts = np.full((max_records, n_keep), -1, dtype=np.int64)
+    ends = np.full((max_records, n_keep), -1, dtype=np.int64)
+    quoted = np.zeros((max_records, n_keep), dtype=np.uint8)
+    n_fields = np.zeros(max_records, dtype=np.int64)
+    line_of = np.zeros(max_records, dtype=np.int64)
+    n = buf.shape[0]
+    i = 0
+    rec = 0
+    line = 1
+    while i < n:
+        if buf[i] == LF:  # empty line
+            line += 1
+            i += 1
+            continue
+        if buf[i] == CR and i + 1 < n and buf[i + 1] == LF:
+            line += 1
+            i += 2
+            continue
+        if rec >= max_records:
+            return rec, SCAN_TOO_MANY_RECORDS, starts, ends, quoted, n_fields, line_of
+        line_of[rec] = line
+        f = 0
+        while True:
+            if i < n and buf[i] == QUOTE:
+                i += 1
+                s = i
+                while True:
+                    if i >= n:
+                        return rec, SCAN_UNTERMINATED_QUOTE, starts, ends, quoted, n_fields, line_of
+                    c = buf[i]
+                    if c == QUOTE:
+                        if i + 1 < n and buf[i + 1] == QUOTE:
+                            i += 2
+                            continue
+                        break
+                    if c == LF:
+                        line += 1
+                    i += 1
+                e = i
+                i += 1  # past the closing quote
+                q = 1
+            else:
+                s = i
+                while i < n and buf[i] != COMMA and buf[i] != LF:
+                    i += 1
+                e = i
+                if e > s and buf[e - 1] == CR:  # CRLF line ending (or a trailing CR at EOF)
+                    e -= 1
+                q = 0
+            if f < n_keep:
+                starts[rec, f] = s
+                ends[rec, f] = e
+                quoted[rec, f] = q
+            f += 1
+            if i >= n:
+                break
+            c = buf[i]
+            if c == COMMA:
+                i += 1
+                if i >= n:  # trailing comma at EOF: one more, empty field
+                    if f < n_keep:
+                        starts[rec, f] = i
+                        ends[rec, f] = i
+                    f += 1
+                    break
+                continue
+            if c == LF:
+                i += 1
+                line += 1
+                break
+            if c == CR and i + 1 < n and buf[i + 1] == LF:
+                i += 2
+                line += 1
+                break
+            return rec, SCAN_BAD_AFTER_QUOTE, starts, ends, quoted, n_fields, line_of
+        n_fields[rec] = f
+        rec += 1
+    return rec, SCAN_OK, starts, ends, quoted, n_fields, line_of
+
+
+@nb.njit(cache=True)
+def _is_ws(c):
+    return c == 32 or c == 9 or c == LF or c == CR
+
+
+@nb.njit(cache=True)
+def _scan_int_list(buf, s, e, out, pos, write):
+    """Count (and if ``write``, store at out[pos:]) the integers of the JSON list
+    buf[s:e] (``null`` = empty); -1 if it is not a JSON list of int64 integers."""
+    i = s
+    while i < e and _is_ws(buf[i]):
+        i += 1
+    if i + 4 <= e and buf[i] == 110 and buf[i + 1] == 117 and buf[i + 2] == 108 and buf[i + 3] == 108:  # null
+        i += 4
+        while i < e and _is_ws(buf[i]):
+            i += 1
+        return 0 if i == e else -1
+    if i >= e or buf[i] != 91:  # [
+        return -1
+    i += 1
+    while i < e and _is_ws(buf[i]):
+        i += 1
+    if i < e and buf[i] == 93:  # ] -> empty list
+        i += 1
+    else:
+        cnt = 0
+        while True:
+            neg = False
+            if i < e and buf[i] == 45:  # -
+                neg = True
+                i += 1
+            if i >= e or buf[i] < 48 or buf[i] > 57:
+                return -1
+            limit = I64_MIN_MAG if neg else I64_MAX_U
+            mag = np.uint64(0)
+            if buf[i] == 48:  # JSON: no leading zeros
+                i += 1
+                if i < e and 48 <= buf[i] <= 57:
+                    return -1
+            else:
+                while i < e and 48 <= buf[i] <= 57:
+                    d = np.uint64(buf[i] - 48)
+                    if mag > (limit - d) // U10:
+                        return -1
+                    mag = mag * U10 + d
+                    i += 1
+            if write:
+                if neg:
+                    out[pos + cnt] = -np.int64(mag - np.uint64(1)) - 1 if mag > 0 else 0
+                else:
+                    out[pos + cnt] = np.int64(mag)
+            cnt += 1
+            while i < e and _is_ws(buf[i]):
+                i += 1
+            if i < e and buf[i] == COMMA:
+                i += 1
+                while i < e and _is_ws(buf[i]):
+                    i += 1
+                continue
+            if i < e and buf[i] == 93:
+                i += 1
+                break
+            return -1
+        while i < e and _is_ws(buf[i]):
+            i += 1
+        return cnt if i == e else -1
+    while i < e and _is_ws(buf[i]):
+        i += 1
+    return 0 if i == e else -1
+
+
+@nb.njit(cache=True)
+def parse_int_lists(buf, starts, ends, want_values):
+    """Parse the JSON integer lists buf[starts[r]:ends[r]]; returns (values int64 flat,
+    counts int64[m], first bad index or -1).  values is empty unless ``want_values``."""
+    m = starts.shape[0]
+    counts = np.empty(m, dtype=np.int64)
+    dummy = np.empty(0, dtype=np.int64)
+    total = 0
+    for r in range(m):
+        c = _scan_int_list(buf, starts[r], ends[r], dummy, 0, False)
+        if c < 0:
+            return dummy, counts, r
+        counts[r] = c
+        total += c
+    if not want_values:
+        return dummy, counts, -1
+    values = np.empty(total, dtype=np.int64)
+    pos = 0
+    for r in range(m):
+        _scan_int_list(buf, starts[r], ends[r], values, pos, True)
+        pos += counts[r]
+    return values, counts, -1
