@@ -182,7 +182,7 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
         context=np.zeros(eng.max_num_seqs, np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
         blocks=np.zeros(n_inst * kv_total, D.KV_BLOCK_DT),
-        slots=np.zeros(n_inst * ht_size, np.int64),
+        slots=np.zeros(2 * n_inst * ht_size, np.int64),  # (key, block + 1) pairs
         heap=np.zeros(n + 4 * n_inst + 64, D.EVENT_DT),
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
         itl_value=np.zeros(itl_cap, np.int64),

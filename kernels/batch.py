@@ -7,7 +7,7 @@ without a per-instance buffer.  The running batch of instance ``i`` is
 """
 
 import numpy as np
-from numba import njit
+from .jit import helper, kernel
 
 from .dtypes import REQ_QUEUED, REQ_RUNNING
 from .kvcache import kv_admit, kv_grow, kv_release
@@ -15,7 +15,7 @@ from .kvcache import kv_admit, kv_grow, kv_release
 # ----------------------------------------------------------------------------- wait queue
 
 
-@njit(cache=True)
+@helper
 def wq_push_back(inst, i, reqs, r):
     """Append request r to instance i's wait queue."""
     t = inst[i].wq_tail
@@ -31,7 +31,7 @@ def wq_push_back(inst, i, reqs, r):
         inst[i].wq_peak = inst[i].wq_len
 
 
-@njit(cache=True)
+@helper
 def wq_push_front(inst, i, reqs, r):
     """Put request r at the head of instance i's wait queue (preempted requests)."""
     h = inst[i].wq_head
@@ -47,7 +47,7 @@ def wq_push_front(inst, i, reqs, r):
         inst[i].wq_peak = inst[i].wq_len
 
 
-@njit(cache=True)
+@helper
 def wq_pop_front(inst, i, reqs):
     """Remove and return the head of instance i's wait queue (must be non-empty)."""
     r = inst[i].wq_head
@@ -65,7 +65,7 @@ def wq_pop_front(inst, i, reqs):
 # ----------------------------------------------------------------------------- preemption
 
 
-@njit(cache=True)
+@helper
 def preempt_last(inst, i, batch, reqs, blocks, req_blocks):
     """Preempt the last request of instance i's batch (recompute semantics, SEMANTICS §4):
     release its blocks, reset its progress, put it at the head of the wait queue.
@@ -85,7 +85,7 @@ def preempt_last(inst, i, batch, reqs, blocks, req_blocks):
 # ----------------------------------------------------------------------------- batch formation
 
 
-@njit(cache=True)
+@helper
 def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_blocks, keys, bs, prefix_caching):
     """Form instance i's batch for a step starting at ``now`` (SEMANTICS §3.2).
 
@@ -117,8 +117,9 @@ def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_bloc
                 n = budget
         else:  # decode: KV for one more token
             n = 1
-        ok = False
-        while True:
+        # fast path: a decode token that fits in the last block needs no allocation
+        ok = remaining <= 0 and c < reqs[r].blocks_held * bs
+        while not ok:
             if kv_grow(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_caching, n):
                 ok = True
                 break

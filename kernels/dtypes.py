@@ -170,9 +170,9 @@ INSTANCE_DT = np.dtype(
 KV_BLOCK_DT = np.dtype(
     [
         ("key", np.int64),  # prefix key of the full prompt block it holds, -1 = none
-        ("ref_count", np.int64),  # requests holding it; 0 = on the free (LRU) list
-        ("lru_prev", np.int64),  # free-list links, -1 = none
-        ("lru_next", np.int64),
+        ("ref_count", np.int32),  # requests holding it; 0 = on the free (LRU) list
+        ("lru_prev", np.int32),  # free-list links (block ids < 2^31), -1 = none
+        ("lru_next", np.int32),
     ],
     align=True,
 )

@@ -13,7 +13,7 @@ the loop except the ITL log, which doubles when full.
 """
 
 import numpy as np
-from numba import njit
+from .jit import helper, kernel
 
 from .batch import form_batch, wq_push_back
 from .dtypes import (
@@ -44,7 +44,7 @@ from .kvcache import kv_conserved, kv_release
 from .steptime import blackbox_step_us, output_token_delay_us, queueing_delay_us, roofline_entry, roofline_step_us
 
 
-@njit(cache=True)
+@helper
 def step_duration_us(inst, i, roofline, batch, work, context, reqs, n_prefill, n_decode):
     """Duration of the step just formed on instance i (SEMANTICS §5), in µs."""
     if inst[i].latency_kind == LAT_BLACKBOX:
@@ -77,7 +77,7 @@ def step_duration_us(inst, i, roofline, batch, work, context, reqs, n_prefill, n
     return roofline_step_us(roofline, pg, pv, pd, npre, dg, dv, dd, ndec)
 
 
-@njit(cache=True)
+@helper
 def execute_step(inst, i, now, dt, compat, batch, work, reqs, blocks, req_blocks, itl_value, itl_count, itl_inst,
                  n_itl):
     """Apply a step of duration ``dt`` that started at ``now`` (SEMANTICS §3.4-5): advance
@@ -135,7 +135,7 @@ def execute_step(inst, i, now, dt, compat, batch, work, reqs, blocks, req_blocks
     return n_itl
 
 
-@njit(cache=True)
+@kernel
 def _grow(a, n_used):
     """Return a copy of ``a`` with twice the capacity (first n_used rows kept)."""
     b = np.empty(max(2 * a.shape[0], 1024), a.dtype)
@@ -143,7 +143,7 @@ def _grow(a, n_used):
     return b
 
 
-@njit(cache=True)
+@kernel
 def simulate_cluster(sim, reqs, arrival_order, keys, req_blocks, inst, batch, work, context, blocks, slots,
                      heap, roofline, itl_value, itl_count, itl_inst, stats):
     """Run the whole simulation.  Mutates reqs, inst, batch, blocks, slots, heap, stats.

@@ -7,12 +7,12 @@ and never copy records through a temporary (STYLE §8).
 """
 
 import numpy as np
-from numba import njit
+from .jit import helper, kernel
 
 from .dtypes import N_CLUSTER_KINDS, N_INSTANCE_KINDS
 
 
-@njit(cache=True)
+@helper
 def event_priority(kind, instance):
     """Tie-break rank of an event: cluster kinds (instance < 0) first, then instance 0's
     kinds, instance 1's, ... (SEMANTICS §1)."""
@@ -21,7 +21,7 @@ def event_priority(kind, instance):
     return np.int64(N_CLUSTER_KINDS + instance * N_INSTANCE_KINDS + kind)
 
 
-@njit(cache=True)
+@helper
 def event_kind_instance(priority):
     """Inverse of event_priority: (kind, instance), instance = -1 for cluster events."""
     if priority < N_CLUSTER_KINDS:
@@ -30,7 +30,7 @@ def event_kind_instance(priority):
     return p % N_INSTANCE_KINDS, p // N_INSTANCE_KINDS
 
 
-@njit(cache=True)
+@helper
 def _less(time, prio, seq, a, b):
     """True if heap slot a orders before slot b."""
     if time[a] != time[b]:
@@ -40,7 +40,7 @@ def _less(time, prio, seq, a, b):
     return seq[a] < seq[b]
 
 
-@njit(cache=True)
+@helper
 def heap_push(time, prio, seq, req, size, t, p, s, r):
     """Insert event (t, p, s, r) into a heap of ``size`` entries; returns the new size, or
     -1 if the table is full.  Mutates the four columns."""
@@ -65,7 +65,7 @@ def heap_push(time, prio, seq, req, size, t, p, s, r):
     return size + 1
 
 
-@njit(cache=True)
+@helper
 def heap_pop(time, prio, seq, req, size):
     """Remove the minimum; returns (new_size, time, prio, seq, req).  ``size`` must be > 0."""
     t0 = time[0]

@@ -8,84 +8,101 @@ Per instance ``i`` (a row of INSTANCE_DT):
   Virgin blocks are not linked (``kv_virgin_next`` marks them), so a cluster with millions
   of blocks costs nothing to set up;
 - an open-addressing hash table (linear probing, backward-shift deletion) mapping a
-  prefix key to the block holding it, in ``slots[ht_offset : ht_offset + ht_mask + 1]``;
-  a slot stores ``block + 1`` (0 = empty) so the table can be allocated with np.zeros.
+  prefix key to the block holding it: ``ht_mask + 1`` slots from slot ``ht_offset`` of
+  ``slots``, each a (key, block + 1) pair of int64 (block 0 = empty, so the table can be
+  allocated with np.zeros and probing never touches the block table).
 
 A request's blocks are the first ``blocks_held`` entries of its slice
 ``req_blocks[block_start : block_start + block_cap]``.  Allocation is all-or-nothing.
 """
 
 import numpy as np
-from numba import njit
+from .jit import helper, kernel
 
 
 # ----------------------------------------------------------------------------- hash table
+# Slot h of instance i is the pair slots[2(off+h)] = key, slots[2(off+h)+1] = block + 1
+# (0 = empty): probing reads only this array, never the block table.
 
 
-@njit(cache=True)
+@helper
 def _home_slot(key, mask):
     """Home slot of a key (keys are already well-mixed 64-bit hashes; fold the high bits)."""
     return (key ^ (key >> 32)) & mask
 
 
-@njit(cache=True)
-def ht_find(slots, off, mask, block_key, key):
+@helper
+def ht_find(slots, off, mask, key):
     """Block holding prefix ``key`` in one instance's table, or -1."""
     h = _home_slot(key, mask)
     while True:
-        s = slots[off + h]
-        if s == 0:
+        j = 2 * (off + h)
+        b1 = slots[j + 1]
+        if b1 == 0:
             return np.int64(-1)
-        if block_key[s - 1] == key:
-            return s - 1
+        if slots[j] == key:
+            return b1 - 1
         h = (h + 1) & mask
 
 
-@njit(cache=True)
-def ht_insert(slots, off, mask, block_key, block):
-    """Insert ``block`` under its key ``block_key[block]`` (the key must be absent)."""
-    h = _home_slot(block_key[block], mask)
-    while slots[off + h] != 0:
-        h = (h + 1) & mask
-    slots[off + h] = block + 1
-
-
-@njit(cache=True)
-def ht_delete(slots, off, mask, block_key, block):
-    """Remove the entry of ``block`` (looked up by its current key); no-op if absent."""
-    h = _home_slot(block_key[block], mask)
+@helper
+def ht_insert_new(slots, off, mask, key, block):
+    """Map ``key`` to ``block`` unless the key is already present; True if inserted."""
+    h = _home_slot(key, mask)
     while True:
-        s = slots[off + h]
-        if s == 0:
+        j = 2 * (off + h)
+        if slots[j + 1] == 0:
+            slots[j] = key
+            slots[j + 1] = block + 1
+            return True
+        if slots[j] == key:
+            return False
+        h = (h + 1) & mask
+
+
+@helper
+def ht_delete(slots, off, mask, key, block):
+    """Remove the entry ``key -> block``; no-op if the key maps elsewhere or is absent."""
+    h = _home_slot(key, mask)
+    while True:
+        j = 2 * (off + h)
+        b1 = slots[j + 1]
+        if b1 == 0:
             return
-        if s == block + 1:
+        if slots[j] == key:
+            if b1 != block + 1:
+                return
             break
         h = (h + 1) & mask
     # backward-shift deletion: pull later entries of the probe run into the hole when
     # their home slot does not lie cyclically in (hole, j]
     hole = h
-    j = h
+    k = h
     while True:
-        j = (j + 1) & mask
-        s = slots[off + j]
-        if s == 0:
+        k = (k + 1) & mask
+        jk = 2 * (off + k)
+        if slots[jk + 1] == 0:
             break
-        home = _home_slot(block_key[s - 1], mask)
-        if hole <= j:
-            stays = hole < home <= j
+        home = _home_slot(slots[jk], mask)
+        if hole <= k:
+            stays = hole < home <= k
         else:
-            stays = hole < home or home <= j
+            stays = hole < home or home <= k
         if stays:
             continue
-        slots[off + hole] = s
-        hole = j
-    slots[off + hole] = 0
+        jh = 2 * (off + hole)
+        slots[jh] = slots[jk]
+        slots[jh + 1] = slots[jk + 1]
+        hole = k
+    jh = 2 * (off + hole)
+    slots[jh] = 0
+    slots[jh + 1] = 0
 
 
 # ----------------------------------------------------------------------------- free list
 
 
-@njit(cache=True)
+@helper
 def _lru_remove(inst, i, lru_prev, lru_next, b):
     """Unlink block b from instance i's free list."""
     p = lru_prev[b]
@@ -103,7 +120,7 @@ def _lru_remove(inst, i, lru_prev, lru_next, b):
     inst[i].kv_lru_len -= 1
 
 
-@njit(cache=True)
+@helper
 def _lru_append(inst, i, lru_prev, lru_next, b):
     """Link block b at the tail of instance i's free list (evicted last)."""
     t = inst[i].kv_lru_tail
@@ -117,13 +134,13 @@ def _lru_append(inst, i, lru_prev, lru_next, b):
     inst[i].kv_lru_len += 1
 
 
-@njit(cache=True)
+@helper
 def kv_free_blocks(inst, i):
     """Free blocks of instance i: never used + released."""
     return inst[i].kv_offset + inst[i].kv_total - inst[i].kv_virgin_next + inst[i].kv_lru_len
 
 
-@njit(cache=True)
+@helper
 def _take_block(inst, i, blocks, slots):
     """Take the next free block (virgin first, else the LRU head), dropping its old key."""
     v = inst[i].kv_virgin_next
@@ -137,12 +154,8 @@ def _take_block(inst, i, blocks, slots):
         b = inst[i].kv_lru_head
         _lru_remove(inst, i, blocks["lru_prev"], blocks["lru_next"], b)
         key = blocks[b].key
-        if key != -1:
-            block_key = blocks["key"]
-            off = inst[i].ht_offset
-            mask = inst[i].ht_mask
-            if ht_find(slots, off, mask, block_key, key) == b:
-                ht_delete(slots, off, mask, block_key, b)
+        if key != -1:  # evicting a cached prefix block: forget its key
+            ht_delete(slots, inst[i].ht_offset, inst[i].ht_mask, key, b)
             blocks[b].key = -1
     blocks[b].ref_count = 1
     inst[i].kv_allocated += 1
@@ -152,7 +165,7 @@ def _take_block(inst, i, blocks, slots):
 # ----------------------------------------------------------------------------- requests
 
 
-@njit(cache=True)
+@helper
 def kv_grow(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_caching, n):
     """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
 
@@ -172,7 +185,7 @@ def kv_grow(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachin
         used = inst[i].kv_allocated
         if used > inst[i].kv_peak_allocated:
             inst[i].kv_peak_allocated = used
-    if prefix_caching:
+    if prefix_caching and c < reqs[r].prompt_len:
         # full prompt blocks completed by this chunk: [c // bs, min(c + n, L) // bs)
         last = min(c + n, reqs[r].prompt_len) // bs
         if last > reqs[r].key_count:
@@ -185,14 +198,13 @@ def kv_grow(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachin
             if block_key[b] != -1:
                 continue  # a cache hit: already registered
             key = keys[reqs[r].key_start + j]
-            if ht_find(slots, off, mask, block_key, key) < 0:
+            if ht_insert_new(slots, off, mask, key, b):
                 block_key[b] = key
-                ht_insert(slots, off, mask, block_key, b)
             # else another block already caches this prefix: leave this one unkeyed
     return True
 
 
-@njit(cache=True)
+@helper
 def kv_admit(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_caching, budget, cap):
     """Admit waiting request r: attach its cached prefix blocks and allocate its first chunk.
 
@@ -213,7 +225,7 @@ def kv_admit(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachi
         max_hits = min(reqs[r].key_count, (target - 1) // bs)
         kstart = reqs[r].key_start
         while hits < max_hits:
-            b = ht_find(slots, off, mask, block_key, keys[kstart + hits])
+            b = ht_find(slots, off, mask, keys[kstart + hits])
             if b < 0:
                 break
             req_blocks[start + hits] = b  # tentative: blocks_held still 0
@@ -248,7 +260,7 @@ def kv_admit(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachi
     return n, cached
 
 
-@njit(cache=True)
+@helper
 def kv_release(inst, i, blocks, reqs, r, req_blocks):
     """Release all of request r's blocks, last to first (its tail is evicted first)."""
     start = reqs[r].block_start
@@ -264,7 +276,7 @@ def kv_release(inst, i, blocks, reqs, r, req_blocks):
     reqs[r].blocks_held = 0
 
 
-@njit(cache=True)
+@kernel
 def kv_conserved(inst, i, blocks):
     """BC-13 check by recount: blocks with ref > 0 == kv_allocated and allocated + free == total."""
     lo = inst[i].kv_offset

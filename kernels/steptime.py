@@ -15,7 +15,7 @@ batches large enough to touch every expert).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .jit import helper, kernel
 
 # ---- roofline parameter vector layout (float64) ----------------------------------------
 RF_LAYERS = 0              # ℓ, decoder layers
@@ -40,25 +40,25 @@ RF_STEP_OVERHEAD_US = 18   # TOverheadMicros, µs
 RF_NPARAMS = 19            # length of the vector
 
 
-@njit(cache=True)
+@helper
 def blackbox_step_us(beta0, beta1, beta2, n_prefill_tokens, n_decode):
     """Blackbox step time in µs: trunc(β0 + β1·P + β2·D) for P prefill tokens and D decode requests."""
     return np.int64(beta0 + beta1 * np.float64(n_prefill_tokens) + beta2 * np.float64(n_decode))
 
 
-@njit(cache=True)
+@helper
 def queueing_delay_us(alpha0, alpha1, prompt_len):
     """Arrival-to-queue delay in µs: trunc(α0 + α1·L) for a prompt of L tokens."""
     return np.int64(alpha0 + alpha1 * np.float64(prompt_len))
 
 
-@njit(cache=True)
+@helper
 def output_token_delay_us(alpha2):
     """Per-output-token processing delay in µs: trunc(α2)."""
     return np.int64(alpha2)
 
 
-@njit(cache=True)
+@helper
 def roofline_entry(params, s, t):
     """(gemm FLOPs, vector FLOPs, dynamic bytes) of one batch entry with context s and t new tokens."""
     s = np.float64(s)
@@ -79,7 +79,7 @@ def roofline_entry(params, s, t):
     return gemm, vector, dynamic
 
 
-@njit(cache=True)
+@helper
 def _phase_seconds(params, gemm, vector, dynamic, mfu):
     """max(compute, memory) seconds of one phase from its summed FLOPs and bytes."""
     tp = params[RF_TP]
@@ -88,7 +88,7 @@ def _phase_seconds(params, gemm, vector, dynamic, mfu):
     return max(compute, memory)
 
 
-@njit(cache=True)
+@helper
 def roofline_step_us(params, pre_gemm, pre_vec, pre_dyn, n_pre, dec_gemm, dec_vec, dec_dyn, n_dec):
     """Roofline step time in µs (rounded half away from zero) from per-phase sums of roofline_entry."""
     seconds = 0.0

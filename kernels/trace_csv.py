@@ -117,9 +117,9 @@ def _is_ws(c):
 
 
 @nb.njit(cache=True)
-def _scan_int_list(buf, s, e, out, pos, write):
-    """Count (and if ``write``, store at out[pos:]) the integers of the JSON list
-    buf[s:e] (``null`` = empty); -1 if it is not a JSON list of int64 integers."""
+def _count_int_list(buf, s, e):
+    """Number of integers in the JSON list buf[s:e] (``null`` = empty); -1 if it is not
+    a JSON list of int64 integers (strict JSON: optional '-', no '+', no leading zeros)."""
     i = s
     while i < e and _is_ws(buf[i]):
         i += 1
@@ -144,24 +144,19 @@ def _scan_int_list(buf, s, e, out, pos, write):
                 i += 1
             if i >= e or buf[i] < 48 or buf[i] > 57:
                 return -1
-            limit = I64_MIN_MAG if neg else I64_MAX_U
             mag = np.uint64(0)
             if buf[i] == 48:  # JSON: no leading zeros
                 i += 1
                 if i < e and 48 <= buf[i] <= 57:
                     return -1
             else:
+                j = i
                 while i < e and 48 <= buf[i] <= 57:
-                    d = np.uint64(buf[i] - 48)
-                    if mag > (limit - d) // U10:
-                        return -1
-                    mag = mag * U10 + d
+                    mag = mag * U10 + np.uint64(buf[i] - 48)
                     i += 1
-            if write:
-                if neg:
-                    out[pos + cnt] = -np.int64(mag - np.uint64(1)) - 1 if mag > 0 else 0
-                else:
-                    out[pos + cnt] = np.int64(mag)
+                # 19 digits cannot wrap a uint64; 20 or more cannot fit an int64.
+                if i - j > 19 or mag > (I64_MIN_MAG if neg else I64_MAX_U):
+                    return -1
             cnt += 1
             while i < e and _is_ws(buf[i]):
                 i += 1
@@ -183,24 +178,48 @@ def _scan_int_list(buf, s, e, out, pos, write):
 
 
 @nb.njit(cache=True)
+def _fill_int_list(buf, s, e, out, pos):
+    """Store the integers of buf[s:e] at out[pos:] (already validated by _count_int_list)."""
+    mag = np.uint64(0)
+    neg = False
+    digits = False
+    for i in range(s, e):
+        c = buf[i]
+        if 48 <= c <= 57:
+            mag = mag * U10 + np.uint64(c - 48)
+            digits = True
+        elif c == 45:
+            neg = True
+        elif digits and (c == COMMA or c == 93):
+            if neg:
+                out[pos] = -np.int64(mag - np.uint64(1)) - 1 if mag > 0 else 0
+            else:
+                out[pos] = np.int64(mag)
+            pos += 1
+            mag = np.uint64(0)
+            neg = False
+            digits = False
+
+
+@nb.njit(cache=True, parallel=True)
 def parse_int_lists(buf, starts, ends, want_values):
-    """Parse the JSON integer lists buf[starts[r]:ends[r]]; returns (values int64 flat,
-    counts int64[m], first bad index or -1).  values is empty unless ``want_values``."""
+    """Parse the JSON integer lists buf[starts[r]:ends[r]] (in parallel over lists);
+    returns (values int64 flat, counts int64[m], first bad list index or -1).  values is
+    empty unless ``want_values``."""
     m = starts.shape[0]
     counts = np.empty(m, dtype=np.int64)
     dummy = np.empty(0, dtype=np.int64)
-    total = 0
+    for r in nb.prange(m):
+        counts[r] = _count_int_list(buf, starts[r], ends[r])
     for r in range(m):
-        c = _scan_int_list(buf, starts[r], ends[r], dummy, 0, False)
-        if c < 0:
+        if counts[r] < 0:
             return dummy, counts, r
-        counts[r] = c
-        total += c
     if not want_values:
         return dummy, counts, -1
-    values = np.empty(total, dtype=np.int64)
-    pos = 0
+    offsets = np.zeros(m + 1, dtype=np.int64)
     for r in range(m):
-        _scan_int_list(buf, starts[r], ends[r], values, pos, True)
-        pos += counts[r]
+        offsets[r + 1] = offsets[r] + counts[r]
+    values = np.empty(offsets[m], dtype=np.int64)
+    for r in nb.prange(m):
+        _fill_int_list(buf, starts[r], ends[r], values, offsets[r])
     return values, counts, -1

@@ -149,7 +149,8 @@ def _prompt_keys(rng, prefix_ids, body_len, block_size):
             tokens[pos] = np.tile(prefix_ids, b - a)
             is_body[pos] = False
         tokens[is_body] = rng.integers(0, MAX_TOKEN_ID, size=int(blen.sum()), dtype=np.int64)
-        keys, _ = hash_prompt_blocks(tokens, offs, np.int64(block_size))
+        with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
+            keys, _ = hash_prompt_blocks(tokens, offs, np.int64(block_size))
         out.append(keys)
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 

@@ -11,10 +11,16 @@ because they contain commas.  BLIS ignores request_id and model, names requests
 ``request_<i>`` in file order and uses L = len(prefill_tokens), N = len(decode_tokens).
 We keep request_id as ``Workload.source_ids``.
 
-Accepted beyond what BLIS's Go reader accepts: spaces around numbers, ``+`` signs.
-Rejected although BLIS accepts it: NaN, infinite or negative arrival times, an empty
-prompt, and a first line that parses as a number (BLIS would silently drop it as the
-header, losing a request).
+Accepted beyond what BLIS's Go reader accepts: spaces around the arrival time, records
+with more columns than the header, bare quotes inside unquoted fields.  Rejected although
+BLIS accepts it: NaN, infinite or negative arrival times, an empty prompt, and a first
+line that parses as a number (BLIS would silently drop it as the header, losing a
+request).  Token lists are strict JSON like Go's json.Unmarshal into []int: integers in
+int64 range, no ``+``, no leading zeros, ``null`` read as an empty list.
+
+Two parsers: a byte-level one (kernels/trace_csv.py, ~1e8 tokens in a few seconds) and an
+exact row-by-row one (Python csv + a JSON-grammar regex) that runs whenever the fast one
+finds anything unusual, so every error names the file, the data row and the line.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -113,51 +120,42 @@ def _parse_arrivals_s(strings, name, lines) -> np.ndarray:
     return out
 
 
-def _check_list(s: str) -> bool:
-    """Slow exact check: is ``s`` a JSON list of int64 integers (or null)?"""
-    try:
-        v = json.loads(s)
-    except ValueError:
-        return False
-    if v is None:
-        return True
-    return isinstance(v, list) and all(
-        isinstance(x, int) and not isinstance(x, bool) and _I64_MIN <= x <= _I64_MAX for x in v
-    )
+_WS = "[ \t\n\r]*"  # JSON whitespace
+_INT = "-?(?:0|[1-9][0-9]*)"  # JSON integer: no '+', no leading zeros
+_LIST_RE = re.compile(f"{_WS}(?:null|\\[{_WS}(?:{_INT}{_WS}(?:,{_WS}{_INT}{_WS})*)?\\]){_WS}")
+
+
+def _fits_int64(s: str) -> bool:
+    v = json.loads(s)
+    return v is None or all(_I64_MIN <= x <= _I64_MAX for x in v)
 
 
 def _parse_lists(strings, what, name, lines):
-    """Parse JSON integer lists without per-token Python work: strip the brackets, join
-    all bodies and parse them with one np.fromstring; on any inconsistency re-check row
-    by row (json) to name the bad row.  Returns (flat int64 ids, int64 counts)."""
+    """Exact parse of JSON integer lists: each row must match the JSON grammar
+    (_LIST_RE), then all bodies are joined and parsed by one np.fromstring; a value at an
+    int64 bound (fromstring saturates) triggers an exact per-row range check.
+    Returns (flat int64 ids, int64 counts)."""
     n = len(strings)
     counts = np.empty(n, dtype=np.int64)
     bodies = []
     bad = f"{what} token ids are not a JSON list of integers"
     for i, s in enumerate(strings):
-        s = s.strip()
-        if len(s) >= 2 and s[0] == "[" and s[-1] == "]":
-            body = s[1:-1]
-        elif s == "null":  # Go's json.Unmarshal reads null as an empty slice
-            body = ""
-        else:
+        if _LIST_RE.fullmatch(s) is None:
             raise _row_error(name, i + 1, lines[i], bad)
+        s = s.strip(" \t\n\r")
+        body = s[1:-1] if s[0] == "[" else ""
         if not body or body.isspace():
             counts[i] = 0
         else:
             counts[i] = body.count(",") + 1
             bodies.append(body)
-    try:
-        ids = np.fromstring(",".join(bodies), dtype=np.int64, sep=",") if bodies else np.empty(0, np.int64)
-        ok = ids.shape[0] == counts.sum() and (ids.shape[0] == 0 or (ids.max() < _I64_MAX and ids.min() > _I64_MIN))
-    except ValueError:
-        ok = False
-    if not ok:
+    ids = np.fromstring(",".join(bodies), dtype=np.int64, sep=",") if bodies else np.empty(0, np.int64)
+    if ids.shape[0] != counts.sum():  # cannot happen after the grammar check
+        raise WorkloadError(name, f"internal error parsing {what} token ids")
+    if ids.shape[0] and (ids.max() == _I64_MAX or ids.min() == _I64_MIN):
         for i, s in enumerate(strings):
-            if not _check_list(s):
+            if not _fits_int64(s):
                 raise _row_error(name, i + 1, lines[i], bad)
-        # Every row is valid JSON: the fast path tripped on a saturated int64 bound.
-        ids = np.array([x for s in strings for x in (json.loads(s) or [])], dtype=np.int64)
     return ids, counts
 
 

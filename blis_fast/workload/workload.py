@@ -70,7 +70,8 @@ class Workload:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         token_offsets = np.ascontiguousarray(token_offsets, dtype=np.int64)
-        keys, key_offsets = hash_prompt_blocks(tokens, token_offsets, np.int64(block_size))
+        with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
+            keys, key_offsets = hash_prompt_blocks(tokens, token_offsets, np.int64(block_size))
         wl = cls(
             arrival_us=np.ascontiguousarray(arrival_us, dtype=np.int64),
             prompt_len=np.diff(token_offsets),
