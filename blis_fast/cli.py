@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> None:
             msg = exc.format_message().replace("\n", " ")
             param = getattr(exc, "param", None)
             hint = getattr(exc, "param_hint", None)
-            if param is not None and getattr(param, "opts", None):
+            if msg.startswith("Invalid value for"):
+                pass  # already names the option
+            elif param is not None and getattr(param, "opts", None):
                 msg = f"{param.opts[0]}: {msg}"
             elif hint:
                 msg = f"{hint}: {msg}"

@@ -23,7 +23,7 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
-from blis_fast.config.sim import SimConfig, build_config
+from blis_fast.config.sim import SimConfig, build_config, flag_for
 from blis_fast.errors import ConfigError, SimulationError
 from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
 from kernels import dtypes as D
@@ -69,7 +69,10 @@ def distribution_spec(config: SimConfig) -> DistributionSpec:
     params["rate"] = w.rate
     params["num_requests"] = w.num_requests
     params["arrival"] = w.arrival or ("constant" if config.simulation.compat else "poisson")
-    return DistributionSpec(**params).validate("workload")
+    try:
+        return DistributionSpec(**params).validate("workload")
+    except ConfigError as exc:  # name the flag too: the value may come from a preset or a flag
+        raise ConfigError(f"{exc.field} ({flag_for(exc.field)})", exc.message) from None
 
 
 def build_workload(config: SimConfig) -> Workload:
