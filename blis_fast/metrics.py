@@ -56,11 +56,13 @@ def request_latencies(reqs: np.ndarray) -> dict[str, np.ndarray]:
     return {"ttft_us": ttft, "e2e_us": e2e, "scheduling_delay_us": sched, "has_first": has_first, "done": done}
 
 
-def summarize_group(name: str, reqs: np.ndarray, mask: np.ndarray,
-                    inst: np.ndarray, itl_value: np.ndarray, itl_count: np.ndarray, compat: bool) -> dict:
+def summarize_group(name: str, reqs: np.ndarray, mask: np.ndarray, inst: np.ndarray, itl_value: np.ndarray,
+                    itl_count: np.ndarray, compat: bool, horizon_us: int | None = None) -> dict:
     """The summary object of a set of requests (``mask``) served by ``inst`` rows.
 
     Field names and order follow the reference's metrics object; our extra fields follow.
+    The duration is the end of the last step; in compat mode it is capped at the horizon
+    (the reference reports min(clock, horizon)).
     """
     lat = request_latencies(reqs)
     state = reqs["state"]
@@ -72,6 +74,8 @@ def summarize_group(name: str, reqs: np.ndarray, mask: np.ndarray,
     generated = reqs["generated"][mask]
     out_tokens = int(np.maximum(generated - 1, 0).sum()) if compat else int(generated.sum())
     duration_us = int(inst["last_step_end_us"].max()) if inst.size else 0
+    if compat and horizon_us is not None:
+        duration_us = min(duration_us, horizon_us)
     duration_s = duration_us / 1e6
     completed = int(done.sum())
     out: dict = {

@@ -34,7 +34,12 @@ class Result:
     # ------------------------------------------------------------------ summary
     @property
     def compat(self) -> bool:
+        """True in blis-2026.02 compatibility mode."""
         return self.setup.compat
+
+    @property
+    def _horizon(self) -> int | None:
+        return self.setup.config.simulation.horizon
 
     @cached_property
     def instances(self) -> list[dict]:
@@ -49,7 +54,7 @@ class Result:
             sel = st.itl_inst[:n_itl] == i
             out.append(summarize_group(
                 f"instance_{i}", reqs, reqs["instance"] == i, st.inst[i : i + 1],
-                st.itl_value[:n_itl][sel], st.itl_count[:n_itl][sel], self.compat,
+                st.itl_value[:n_itl][sel], st.itl_count[:n_itl][sel], self.compat, self._horizon,
             ))
         return out
 
@@ -60,7 +65,7 @@ class Result:
         n_itl = int(st.stats[0]["itl_records"])
         reqs = st.reqs
         out = summarize_group("cluster", reqs, np.ones(len(reqs), bool), st.inst,
-                              st.itl_value[:n_itl], st.itl_count[:n_itl], self.compat)
+                              st.itl_value[:n_itl], st.itl_count[:n_itl], self.compat, self._horizon)
         stats = st.stats[0]
         arrived = int(stats["injected"])
         rejected = int(stats["rejected"])

@@ -183,7 +183,8 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
     nested: dict[str, Any] = {}
     origin: dict[str, str] = {}  # path -> how the user spelled it (for messages)
     for key, value in (yaml_data or {}).items():
-        if key in _SECTIONS:
+        if key in _SECTIONS and not (key in FLAG_PATHS and not isinstance(value, dict)):
+            # (``workload: chatbot`` is the flat BLIS flag; ``workload: {...}`` the section)
             if not isinstance(value, dict):
                 raise ConfigError(key, "must be a mapping")
             names = {f.name for f in fields(_SECTIONS[key])}
