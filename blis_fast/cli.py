@@ -26,16 +26,18 @@ from blis_fast.config.sim import (
     load_yaml,
 )
 from blis_fast.errors import BlisFastError
+from blis_fast.policy import PolicyConfig, load_policy_bundle
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: long BLIS flag names are never truncated
     help="blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters.",
 )
 
 _SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "workload": WorkloadConfig,
-                    "simulation": SimulationConfig}
+                    "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
 def _help(flag: str) -> str:
@@ -95,6 +97,20 @@ def run(
     admission_latency: Annotated[Optional[int], _opt("--admission-latency")] = None,
     routing_latency: Annotated[Optional[int], _opt("--routing-latency")] = None,
     compat: Annotated[Optional[str], _opt("--compat")] = None,
+    policy_config: Annotated[Optional[Path], typer.Option("--policy-config", help="policy bundle YAML (admission, routing, priority, scheduler, preemption, observability, fitness); flags override it")] = None,
+    admission_policy: Annotated[Optional[str], _opt("--admission-policy")] = None,
+    token_bucket_capacity: Annotated[Optional[float], _opt("--token-bucket-capacity")] = None,
+    token_bucket_refill_rate: Annotated[Optional[float], _opt("--token-bucket-refill-rate")] = None,
+    routing_policy: Annotated[Optional[str], _opt("--routing-policy")] = None,
+    routing_scorers: Annotated[Optional[str], _opt("--routing-scorers")] = None,
+    priority_policy: Annotated[Optional[str], _opt("--priority-policy")] = None,
+    slo_class_weights: Annotated[Optional[str], _opt("--slo-class-weights")] = None,
+    scheduler: Annotated[Optional[str], _opt("--scheduler")] = None,
+    scheduler_weights: Annotated[Optional[str], _opt("--scheduler-weights")] = None,
+    preemption_victim: Annotated[Optional[str], _opt("--preemption-victim")] = None,
+    snapshot_refresh_interval: Annotated[Optional[int], _opt("--snapshot-refresh-interval")] = None,
+    prefix_index_capacity: Annotated[Optional[int], _opt("--prefix-index-capacity")] = None,
+    fitness_weights: Annotated[Optional[str], _opt("--fitness-weights")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
@@ -107,7 +123,9 @@ def run(
     overrides = {k: v for k, v in locals().items() if k in FLAG_PATHS and v is not None}
     if not check_invariants:
         overrides.pop("check_invariants", None)  # a YAML file may still turn it on
-    cfg = build_config(load_yaml(config) if config else {}, overrides)
+    bundle = load_policy_bundle(policy_config) if policy_config else None
+    cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
+                       policy_origin=f"--policy-config {policy_config}")
     from blis_fast.simulator import simulate
 
     result = simulate(cfg)
@@ -124,11 +142,17 @@ def bench(
     scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="timed repetitions per scenario (best is reported)")] = 3,
     startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="instead, re-measure one instance's saturation throughput and print the scenario rates at 80% load (JSON)")] = False,
 ) -> None:
     """Benchmark the standard scenarios: kernel seconds once compiled, simulated req/s and
     steps/s, plus cold-compile time and the start-up time of a cached process."""
     from blis_fast.bench import run_bench
 
+    if calibrate:
+        from blis_fast.bench import calibrate as _calibrate
+
+        typer.echo(json.dumps(_calibrate(), indent=2))
+        return
     report = run_bench(scenarios=scenarios.split(",") if scenarios else None, repeats=repeats, startup=startup)
     if json_out:
         typer.echo(json.dumps(report, indent=2))

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.dtypes import REQ_COMPLETED, REQ_DROPPED, REQ_QUEUED, REQ_RUNNING
+from kernels.dtypes import (
+    IRR_PREV_RUN_END,
+    IRR_PREV_RUN_START,
+    IRR_REQUEST,
+    IRR_VALUE,
+    REQ_COMPLETED,
+    REQ_DROPPED,
+    REQ_QUEUED,
+    REQ_RUNNING,
+    STEP_LOG_DT,
+    STEP_LOG_INSTANCE,
+)
 
 PERCENTILES = (90, 95, 99)
 
@@ -37,6 +48,48 @@ def weighted_percentile_us(values: np.ndarray, counts: np.ndarray, p: float) -> 
     v_lo = v[np.searchsorted(cum, lo, side="right")]
     v_hi = v[np.searchsorted(cum, hi, side="right")]
     return float(v_lo + (v_hi - v_lo) * (rank - lo))
+
+
+class ItlIndex:
+    """Rebuilds the ITL samples of any set of requests from the kernel's step log and
+    irregular-token log (kernels.dtypes): a request's tokens inside a run of consecutive
+    steps have the durations of those steps as samples (+ a2 in compat mode); the other
+    non-first tokens are logged one by one; compat adds one sample per completed request."""
+
+    def __init__(self, reqs: np.ndarray, inst: np.ndarray, step_log: np.ndarray, irr_log: np.ndarray, compat: bool):
+        self.reqs = reqs
+        self.compat = compat
+        self.irr = irr_log
+        self.a2 = np.trunc(inst["alpha2"]).astype(np.int64)
+        s_inst = step_log[:, STEP_LOG_INSTANCE]
+        # steps grouped by instance, in time order within each: position = "flat" index
+        self.order = np.argsort(s_inst, kind="stable")
+        self.flat = np.empty(len(step_log), np.int64)
+        self.flat[self.order] = np.arange(len(step_log))
+        inst_sorted = s_inst[self.order]
+        self.step_values = step_log[self.order, STEP_LOG_DT] + (self.a2[inst_sorted] if compat else 0)
+
+    def histogram(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values µs, counts) of all ITL samples of the requests where ``selected``."""
+        reqs = self.reqs
+        ids = np.flatnonzero(selected & (reqs["first_token_us"] >= 0))
+        irr = self.irr[np.isin(self.irr[:, IRR_REQUEST], ids)]
+        starts = np.concatenate((reqs["run_start_step"][ids], irr[:, IRR_PREV_RUN_START]))
+        ends = np.concatenate((reqs["last_token_step"][ids], irr[:, IRR_PREV_RUN_END]))
+        n = len(self.step_values)
+        diff = np.zeros(n + 1, np.int64)
+        # a run covers the steps after its first one through its last (same instance)
+        np.add.at(diff, self.flat[starts] + 1, 1)
+        np.add.at(diff, self.flat[ends] + 1, -1)
+        cover = np.cumsum(diff)[:n]
+        keep = cover > 0
+        values = [self.step_values[keep], irr[:, IRR_VALUE]]
+        counts = [cover[keep], np.ones(len(irr), np.int64)]
+        if self.compat:  # the reference's extra sample per completed request
+            done = ids[reqs["state"][ids] == REQ_COMPLETED]
+            values.append(reqs["last_step_us"][done] + self.a2[reqs["instance"][done]])
+            counts.append(np.ones(len(done), np.int64))
+        return np.concatenate(values), np.concatenate(counts)
 
 
 def _stats_ms(prefix: str, values_us: np.ndarray, out: dict) -> None:

@@ -18,7 +18,9 @@ import numpy as np
 
 from kernels import dtypes as D
 
-from .metrics import request_latencies, summarize_group
+from .anomalies import hol_blocking_instances, priority_inversions
+from .fitness import fitness
+from .metrics import ItlIndex, request_latencies, summarize_group
 
 ROUTED_STATES = (D.REQ_ROUTED, D.REQ_QUEUED, D.REQ_RUNNING, D.REQ_COMPLETED)
 
@@ -42,30 +44,34 @@ class Result:
         return self.setup.config.simulation.horizon
 
     @cached_property
+    def _itl(self) -> ItlIndex:
+        st = self.state
+        return ItlIndex(st.reqs, st.inst, st.step_log[: int(st.stats[0]["steps"])],
+                        st.irr_log[: int(st.stats[0]["irregular_records"])], self.compat)
+
+    def _used_instances(self) -> np.ndarray:
+        """Instances that were active or served something (pool rows never used are left out)."""
+        inst = self.state.inst
+        return np.flatnonzero((inst["active"] != 0) | (inst["injected"] > 0))
+
+    def _group(self, name: str, mask: np.ndarray, inst_rows: np.ndarray) -> dict:
+        reqs = self.state.reqs
+        values, counts = self._itl.histogram(mask & (reqs["state"] == D.REQ_COMPLETED))
+        return summarize_group(name, reqs, mask, self.state.inst[inst_rows], values, counts, self.compat,
+                               self._horizon)
+
+    @cached_property
     def instances(self) -> list[dict]:
         """One summary object per instance that was ever active."""
-        st = self.state
-        reqs = st.reqs
-        n_itl = int(st.stats[0]["itl_records"])
-        out = []
-        for i in range(len(st.inst)):
-            if not st.inst[i]["active"] and st.inst[i]["injected"] == 0:
-                continue
-            sel = st.itl_inst[:n_itl] == i
-            out.append(summarize_group(
-                f"instance_{i}", reqs, reqs["instance"] == i, st.inst[i : i + 1],
-                st.itl_value[:n_itl][sel], st.itl_count[:n_itl][sel], self.compat, self._horizon,
-            ))
-        return out
+        reqs = self.state.reqs
+        return [self._group(f"instance_{i}", reqs["instance"] == i, np.array([i])) for i in self._used_instances()]
 
     @cached_property
     def cluster(self) -> dict:
         """The cluster-wide summary object (requests pooled over instances)."""
         st = self.state
-        n_itl = int(st.stats[0]["itl_records"])
         reqs = st.reqs
-        out = summarize_group("cluster", reqs, np.ones(len(reqs), bool), st.inst,
-                              st.itl_value[:n_itl], st.itl_count[:n_itl], self.compat, self._horizon)
+        out = self._group("cluster", np.ones(len(reqs), bool), self._used_instances())
         stats = st.stats[0]
         arrived = int(stats["injected"])
         rejected = int(stats["rejected"])
@@ -75,11 +81,36 @@ class Result:
         out["num_instances"] = int(st.inst["active"].sum())
         out["engine_steps"] = int(stats["steps"])
         out["events"] = int(stats["events"])
+        out.update(self.anomalies())
         return out
 
+    def anomalies(self) -> dict:
+        """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
+        lat = request_latencies(self.state.reqs)
+        return {
+            "priority_inversions": priority_inversions(self.state.reqs, lat["e2e_us"], lat["done"],
+                                                       self.setup.config.policy.priority),
+            "hol_blocking_instances": hol_blocking_instances(self.state.inst),
+            "rejected_requests": int(self.state.stats[0]["rejected"]),
+        }
+
+    @cached_property
+    def fitness(self) -> dict | None:
+        """Fitness score and components (None without ``fitness_weights``)."""
+        weights = self.setup.config.policy.fitness_weights
+        if not weights:
+            return None
+        lat = request_latencies(self.state.reqs)
+        c = self.cluster
+        return fitness(weights, c["responses_per_sec"], c["tokens_per_sec"],
+                       lat["ttft_us"][lat["has_first"]], lat["e2e_us"][lat["done"]])
+
     def summary(self) -> dict:
-        """The JSON printed on stdout: {"cluster": {...}, "instances": [...], "run": {...}}."""
-        return {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
+        """The JSON printed on stdout: {"cluster", "instances", "run"} (+ "fitness")."""
+        out = {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
+        if self.fitness is not None:
+            out["fitness"] = self.fitness
+        return out
 
     def run_info(self) -> dict:
         """What produced these numbers (deterministic: no wall-clock fields)."""
@@ -200,6 +231,8 @@ class Result:
     def results_document(self) -> dict:
         """The ``--results-path`` JSON: the cluster summary, instances, run info, requests."""
         doc = dict(self.cluster)
+        if self.fitness is not None:
+            doc["fitness"] = self.fitness
         doc["instances"] = self.instances
         doc["run"] = self.run_info()
         doc["requests"] = self.request_records()

@@ -25,6 +25,7 @@ from blis_fast.config import (
 )
 from blis_fast.config.sim import SimConfig, build_config, flag_for
 from blis_fast.errors import ConfigError, SimulationError
+from blis_fast.policy import compile_policies
 from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
 from kernels import dtypes as D
 
@@ -102,14 +103,39 @@ class RunState:
     slots: np.ndarray
     heap: np.ndarray
     roofline: np.ndarray
-    itl_value: np.ndarray
-    itl_count: np.ndarray
-    itl_inst: np.ndarray
+    step_log: np.ndarray
+    irr_log: np.ndarray
+    done_buf: np.ndarray
     stats: np.ndarray
+    # --- policies (blis_fast.policy) and their state
+    adm_params: np.ndarray
+    tb_tokens: np.ndarray
+    tb_last_us: np.ndarray
+    route_weights: np.ndarray
+    prio_params: np.ndarray
+    sched_weights: np.ndarray
+    snap: np.ndarray
+    snap_refreshed: np.ndarray
+    snap_interval: np.ndarray
+    affinity: np.ndarray
+    alive: np.ndarray
+    pi_state: np.ndarray
+    pi_nodes: np.ndarray
+    pi_slots: np.ndarray
+    gmap: np.ndarray
+    sort_ids: np.ndarray
+    sort_keys: np.ndarray
+    sort_tmp_ids: np.ndarray
+    sort_tmp_keys: np.ndarray
 
 
 def _next_pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 1).bit_length()
+
+
+def _arrival_order(workload: Workload) -> np.ndarray:
+    independent = np.flatnonzero(~workload.is_dependent)
+    return independent[np.argsort(workload.arrival_us[independent], kind="stable")].astype(np.int64)
 
 
 def build_state(setup: Setup, workload: Workload) -> RunState:
@@ -133,8 +159,10 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     block_cap = (workload.prompt_len + out_eff - 1 + bs - 1) // bs
     reqs["block_cap"] = block_cap
     reqs["block_start"] = np.concatenate(([0], np.cumsum(block_cap)[:-1])) if n else []
+    for name in workload.ATTRIBUTES:
+        reqs[name] = workload.column(name)
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
-              "first_token_us", "last_token_us"):
+              "first_token_us", "last_token_us", "run_start_step", "last_token_step"):
         reqs[f] = -1
 
     lo, hi = cfg.deployment.bounds()
@@ -155,7 +183,7 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     ht_size = _next_pow2(2 * kv_total)
     inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_size
     inst["ht_mask"] = ht_size - 1
-    for f in ("kv_lru_head", "kv_lru_tail", "wq_head", "wq_tail"):
+    for f in ("kv_lru_head", "kv_lru_tail", "wq_head", "wq_tail", "prev_step"):
         inst[f] = -1
 
     sim = np.zeros(1, D.SIM_DT)
@@ -165,18 +193,44 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     sim["prefix_caching"] = int(eng.enable_prefix_caching)
     sim["compat"] = int(s.compat is not None)
     sim["check_invariants"] = int(s.check_invariants)
-    sim["admission_kind"] = D.ADMIT_ALWAYS
-    sim["routing_kind"] = D.ROUTE_ROUND_ROBIN
+    pol = compile_policies(cfg.policy)
+    sim["admission_kind"] = pol.admission_kind
+    sim["routing_kind"] = pol.routing_kind
+    sim["scheduler_kind"] = pol.scheduler_kind
+    sim["victim_kind"] = pol.victim_kind
+    sim["priority_active"] = int(pol.priority_active)
+    sim["prefix_index"] = int(pol.uses_prefix_index)
+    pi_cap = cfg.policy.prefix_index_capacity
+    pi_slots_per = _next_pow2(2 * pi_cap)
+    sim["prefix_index_capacity"] = pi_cap
+    sim["prefix_index_slots"] = pi_slots_per
     sim["admission_latency_us"] = s.admission_latency
     sim["routing_latency_us"] = s.routing_latency
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
     sim["max_events"] = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
 
     itl_cap = max(1024, 2 * n)
+    n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
+    n_words = (n_inst + 63) // 64
+    if pol.uses_prefix_index:
+        pi_nodes = np.zeros(n_inst * pi_cap, D.PREFIX_NODE_DT)
+        pi_slots = np.zeros(2 * n_inst * pi_slots_per, np.int64)
+        gmap = np.zeros((_next_pow2(2 * n_inst * pi_cap), 1 + n_words), np.int64)
+    else:  # same types, minimal sizes: the kernel signature does not depend on the policy
+        pi_nodes = np.zeros(1, D.PREFIX_NODE_DT)
+        pi_slots = np.zeros(2, np.int64)
+        gmap = np.zeros((1, 1 + n_words), np.int64)
+    gmap[:, 0] = -1  # empty rows
+    pi_state = np.zeros((n_inst, 3), np.int64)
+    pi_state[:, :2] = -1
+    n_sort = n if pol.scheduler_kind == D.SCHED_SORT else 1
+    snap_refreshed = np.full(D.N_SNAP, -1, np.int64)
     return RunState(
         sim=sim,
         reqs=reqs,
-        arrival_order=np.argsort(workload.arrival_us, kind="stable").astype(np.int64),
+        # the pre-sorted arrival stream: requests whose arrival is known up front (closed-loop
+        # followers arrive when their predecessor completes)
+        arrival_order=_arrival_order(workload),
         keys=np.ascontiguousarray(workload.block_keys, dtype=np.int64),
         req_blocks=np.zeros(int(block_cap.sum()), np.int64),
         inst=inst,
@@ -188,10 +242,29 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
         slots=np.zeros(2 * n_inst * ht_size, np.int64),  # (key, block + 1) pairs
         heap=np.zeros(n + 4 * n_inst + 64, D.EVENT_DT),
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
-        itl_value=np.zeros(itl_cap, np.int64),
-        itl_count=np.zeros(itl_cap, np.int64),
-        itl_inst=np.zeros(itl_cap, np.int64),
+        step_log=np.zeros((itl_cap, 2), np.int64),
+        irr_log=np.zeros((1024, 5), np.int64),
+        done_buf=np.zeros(eng.max_num_seqs, np.int64),
         stats=np.zeros(1, D.RUN_STATS_DT),
+        adm_params=pol.admission_params,
+        tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
+        tb_last_us=np.zeros(n_tenants, np.int64),
+        route_weights=pol.route_weights,
+        prio_params=pol.priority_params,
+        sched_weights=pol.scheduler_weights,
+        snap=np.zeros((n_inst, D.N_SNAP), np.float64),
+        snap_refreshed=snap_refreshed,
+        snap_interval=pol.snapshot_intervals,
+        affinity=np.zeros(n_inst, np.int64),
+        alive=np.zeros(n_words, np.int64),
+        pi_state=pi_state,
+        pi_nodes=pi_nodes,
+        pi_slots=pi_slots,
+        gmap=gmap,
+        sort_ids=np.zeros(n_sort, np.int64),
+        sort_keys=np.zeros(n_sort, np.float64),
+        sort_tmp_ids=np.zeros(n_sort, np.int64),
+        sort_tmp_keys=np.zeros(n_sort, np.float64),
     )
 
 
@@ -199,10 +272,14 @@ def run_kernel(state: RunState) -> RunState:
     """Run the engine kernel on ``state`` (mutated in place); raise SimulationError on a bad status."""
     from kernels.engine import simulate_cluster  # numba loads here, not at import
 
-    state.itl_value, state.itl_count, state.itl_inst = simulate_cluster(
+    state.step_log, state.irr_log = simulate_cluster(
         state.sim, state.reqs, state.arrival_order, state.keys, state.req_blocks, state.inst, state.batch,
         state.work, state.context, state.blocks, state.slots, state.heap, state.roofline,
-        state.itl_value, state.itl_count, state.itl_inst, state.stats,
+        state.step_log, state.irr_log, state.done_buf, state.stats,
+        state.adm_params, state.tb_tokens, state.tb_last_us, state.route_weights, state.prio_params,
+        state.sched_weights, state.snap, state.snap_refreshed, state.snap_interval, state.affinity, state.alive,
+        state.pi_state, state.pi_nodes, state.pi_slots, state.gmap,
+        state.sort_ids, state.sort_keys, state.sort_tmp_ids, state.sort_tmp_keys,
     )
     status = int(state.stats[0]["status"])
     if status != D.STATUS_OK:
@@ -222,10 +299,14 @@ def simulate(config: SimConfig | dict | None = None, workload: Workload | None =
 
     ``config`` is a SimConfig, a dict shaped like the YAML file, or None (defaults);
     ``overrides`` are flat setting names as on the CLI (``num_instances=4``, ``rate=20``).
-    ``workload`` replaces the one the config describes (it must use the engine's block size).
+    ``workload`` replaces the one the config describes (it must use the engine's block size);
+    a string is taken as the workload type (``workload="chatbot"``).
     """
     from blis_fast.results import Result
 
+    if isinstance(workload, str):  # the flat setting ``workload="chatbot"``, not a Workload
+        overrides["workload"] = workload
+        workload = None
     if isinstance(config, SimConfig):
         cfg = build_config(config.to_dict(), overrides) if overrides else config
     else:

@@ -9,8 +9,9 @@ without a per-instance buffer.  The running batch of instance ``i`` is
 import numpy as np
 from .jit import helper, kernel
 
-from .dtypes import REQ_QUEUED, REQ_RUNNING
+from .dtypes import REQ_QUEUED, REQ_RUNNING, VICTIM_LOWEST_PRIORITY
 from .kvcache import kv_admit, kv_grow, kv_release
+from .policies import request_priority
 
 # ----------------------------------------------------------------------------- wait queue
 
@@ -66,13 +67,35 @@ def wq_pop_front(inst, i, reqs):
 
 
 @helper
-def preempt_last(inst, i, batch, reqs, blocks, req_blocks):
-    """Preempt the last request of instance i's batch (recompute semantics, SEMANTICS §4):
-    release its blocks, reset its progress, put it at the head of the wait queue.
-    Returns the victim's id."""
-    k = inst[i].batch_len - 1
-    v = batch[i, k]
-    inst[i].batch_len = k
+def choose_victim(inst, i, batch, reqs, victim_kind, prio_params, now):
+    """Batch slot of the request to preempt: the last one, or the lowest-priority one
+    (ties -> the later slot)."""
+    last = inst[i].batch_len - 1
+    if victim_kind != VICTIM_LOWEST_PRIORITY:
+        return last
+    best = last
+    best_p = np.inf
+    for k in range(last, -1, -1):
+        r = batch[i, k]
+        p = request_priority(prio_params, reqs[r].arrival_us, reqs[r].slo_class, now)
+        if p < best_p:
+            best_p = p
+            best = k
+    return best
+
+
+@helper
+def preempt_slot(inst, i, j, batch, work, context, reqs, blocks, req_blocks):
+    """Preempt the request in batch slot j (recompute semantics, SEMANTICS §4): release its
+    blocks, reset its progress, put it at the head of the wait queue; later slots shift
+    left (with their ``work``/``context``).  Returns the victim's id."""
+    v = batch[i, j]
+    n = inst[i].batch_len
+    for k in range(j, n - 1):
+        batch[i, k] = batch[i, k + 1]
+        work[k] = work[k + 1]
+        context[k] = context[k + 1]
+    inst[i].batch_len = n - 1
     kv_release(inst, i, blocks, reqs, v, req_blocks)
     reqs[v].computed = 0
     reqs[v].state = REQ_QUEUED
@@ -86,14 +109,16 @@ def preempt_last(inst, i, batch, reqs, blocks, req_blocks):
 
 
 @helper
-def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_blocks, keys, bs, prefix_caching):
+def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_blocks, keys, bs, prefix_caching,
+               victim_kind, prio_params):
     """Form instance i's batch for a step starting at ``now`` (SEMANTICS §3.2).
 
     Pass A gives running requests their next chunk / decode token in batch order,
-    preempting from the tail when KV runs out; pass B admits from the wait-queue head
-    (strict head-of-line) unless a preemption happened.  Writes ``work[k]`` (tokens to
-    compute for batch slot k, 0 = none this step) and ``context[k]`` (tokens already in
-    KV).  Returns (prefill tokens P, decode requests D, preempted?).
+    preempting (``choose_victim``) when KV runs out -- a victim already served this step
+    gives its tokens back; pass B admits from the wait-queue head (strict head-of-line)
+    unless a preemption happened.  Writes ``work[k]`` (tokens to compute for batch slot k,
+    0 = none this step) and ``context[k]`` (tokens already in KV).  Returns (prefill
+    tokens P, decode requests D, preempted?).
     """
     budget = inst[i].max_batched_tokens
     cap = inst[i].long_prefill_threshold
@@ -123,12 +148,22 @@ def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_bloc
             if kv_grow(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_caching, n):
                 ok = True
                 break
-            victim = preempt_last(inst, i, batch, reqs, blocks, req_blocks)
+            j = choose_victim(inst, i, batch, reqs, victim_kind, prio_params, now)
+            if j < k:  # already served this step: give its tokens back
+                v = batch[i, j]
+                budget += work[j]
+                if context[j] < reqs[v].prefill_target:
+                    n_prefill -= work[j]
+                else:
+                    n_decode -= 1
+            victim = preempt_slot(inst, i, j, batch, work, context, reqs, blocks, req_blocks)
             preempted = True
             if victim == r:
                 break
+            if j < k:
+                k -= 1  # r moved one slot left
         if not ok:
-            break  # r itself was the last request and left the batch
+            continue  # r left the batch; slot k now holds the next request (if any)
         work[k] = n
         context[k] = c
         budget -= n

@@ -45,11 +45,57 @@ N_INSTANCE_KINDS = 4
 LAT_BLACKBOX = 0
 LAT_ROOFLINE = 1
 
-# Routing policy kinds (issue "control plane" adds more; the kernel branches on the kind).
-ROUTE_ROUND_ROBIN = 0
-
-# Admission policy kinds.
+# --- Control policies (SEMANTICS §8): a kind code + a float64 parameter vector each.
+# Admission kinds and their parameter layout.
 ADMIT_ALWAYS = 0
+ADMIT_REJECT_ALL = 1  # pathological
+ADMIT_TOKEN_BUCKET = 2
+AP_CAPACITY = 0  # token-bucket capacity, tokens
+AP_REFILL_PER_S = 1  # token-bucket refill rate, tokens per second
+N_ADMISSION_PARAMS = 2
+
+# Routing kinds; ``weighted`` reads the scorer weights below.
+ROUTE_ROUND_ROBIN = 0
+ROUTE_LEAST_LOADED = 1
+ROUTE_WEIGHTED = 2
+ROUTE_PREFIX_AFFINITY = 3
+ROUTE_ALWAYS_BUSIEST = 4  # pathological
+RW_QUEUE_DEPTH = 0
+RW_KV_UTILIZATION = 1
+RW_LOAD_BALANCE = 2
+RW_PREFIX_AFFINITY = 3
+N_ROUTE_WEIGHTS = 4
+
+# Priority: priority = params[AGE] * (now - arrival µs) + params[CLASS + slo_class].
+PRIO_AGE_WEIGHT = 0
+PRIO_CLASS_WEIGHTS = 1  # followed by one weight per SLO class
+
+# Instance scheduler: FCFS keeps the queue order; SORT orders by Σ w·attribute ascending,
+# ties by (arrival, id).
+SCHED_FCFS = 0
+SCHED_SORT = 1
+SW_PRIORITY = 0
+SW_ARRIVAL = 1
+SW_PROMPT_LEN = 2
+SW_OUTPUT_LEN = 3
+N_SCHED_WEIGHTS = 4
+
+# Preemption victim.
+VICTIM_LAST = 0  # the last request of the running batch (vLLM FCFS)
+VICTIM_LOWEST_PRIORITY = 1  # lowest priority, ties -> the later in the batch
+
+# Router snapshot fields (columns of the snapshot table), each with its own refresh interval.
+SNAP_QUEUE_DEPTH = 0
+SNAP_BATCH_SIZE = 1
+SNAP_KV_UTILIZATION = 2
+SNAP_FREE_BLOCKS = 3
+SNAP_CACHE_HIT_RATE = 4
+SNAP_PENDING = 5
+SNAP_IN_FLIGHT = 6
+N_SNAP = 7
+SNAPSHOT_FIELD_NAMES = (
+    "queue_depth", "batch_size", "kv_utilization", "free_kv_blocks", "cache_hit_rate", "pending", "in_flight",
+)
 
 # Kernel exit statuses (``blis_fast.engine`` turns a non-zero one into SimulationError).
 STATUS_OK = 0
@@ -59,7 +105,7 @@ STATUS_NO_INSTANCE = 3  # routing found no active instance
 STATUS_STALL = 4  # non-empty wait queue but nothing could run: would stall
 STATUS_INVARIANT_KV = 5  # allocated + free != total after a step (BC-13)
 STATUS_INVARIANT_BATCH = 6  # batch size > max_num_seqs (BC-12)
-STATUS_ITL_LOG_FULL = 7  # unused: the ITL log grows; kept for a stable numbering
+STATUS_ITL_LOG_FULL = 7  # unused: the logs grow; kept for a stable numbering
 STATUS_MAX_EVENTS = 8  # the max_events safety limit was reached
 
 STATUS_MESSAGES = {
@@ -98,6 +144,14 @@ REQUEST_DT = np.dtype(
         ("queue_prev", np.int64),  # wait-queue links (doubly linked through this table)
         ("queue_next", np.int64),
         ("priority", np.float64),  # set by the priority policy each step (higher = sooner)
+        ("tenant", np.int32),  # tenant id (token buckets are per tenant), 0 by default
+        ("slo_class", np.int32),  # SLO class id, 0 by default
+        ("priority_class", np.int32),  # workload's priority class, 0 by default
+        ("client", np.int32),  # workload client id
+        ("turn", np.int32),  # turn within its session
+        ("session", np.int64),  # session id, -1 = none
+        ("next_request", np.int64),  # request released when this one completes, -1 = none
+        ("follow_delay_us", np.int64),  # µs after this one's last token before next_request arrives
         # --- timestamps and per-request metrics (µs) ---
         ("routed_us", np.int64),  # time of the routing decision
         ("queued_us", np.int64),  # first entry into the wait queue
@@ -106,6 +160,9 @@ REQUEST_DT = np.dtype(
         ("last_token_us", np.int64),  # latest output token visible
         ("last_step_us", np.int64),  # duration of the step that produced its latest token
         ("itl_sum_us", np.int64),  # sum of its ITL samples (E2E = TTFT + itl_sum_us)
+        ("run_start_step", np.int64),  # step (global index) that began its current run of
+        #                                consecutive token steps (first token or an irregular one)
+        ("last_token_step", np.int64),  # step that emitted its latest token
         ("preemptions", np.int64),  # times it was preempted
         ("cached_tokens", np.int64),  # prompt tokens found in the prefix cache, first admission
     ],
@@ -149,6 +206,7 @@ INSTANCE_DT = np.dtype(
         # --- step clock ---
         ("step_pending", np.int32),  # 1 = a Step event is in the heap
         ("busy_until_us", np.int64),  # end of the last step started
+        ("prev_step", np.int64),  # global index of its previous step, -1 = none
         ("last_step_end_us", np.int64),  # end of the last step executed (duration metric)
         # --- counters ---
         ("steps", np.int64),
@@ -177,6 +235,16 @@ KV_BLOCK_DT = np.dtype(
     align=True,
 )
 
+# A node of the router's per-instance prefix-affinity LRU index (kernels.prefix_index).
+PREFIX_NODE_DT = np.dtype(
+    [
+        ("key", np.int64),  # prefix-block key
+        ("prev", np.int32),  # LRU links within the instance's node range, -1 = none
+        ("next", np.int32),
+    ],
+    align=True,
+)
+
 # The event heap: a binary min-heap ordered by (time_us, priority, seq).
 EVENT_DT = np.dtype(
     [
@@ -187,6 +255,22 @@ EVENT_DT = np.dtype(
     ],
     align=True,
 )
+
+# Step log: one row per engine step, in execution order (global step index = row):
+#   STEP_LOG_INSTANCE, STEP_LOG_DT (µs).
+# Irregular-ITL log: one row per output token that did NOT directly follow a token of the
+# same request in the instance's previous step (after a preemption or a step without work):
+#   IRR_REQUEST, IRR_STEP (step that emitted it), IRR_VALUE (its ITL sample, µs),
+#   IRR_PREV_RUN_START, IRR_PREV_RUN_END (steps bounding the run of consecutive token
+#   steps it ends).  ITL samples of tokens inside a run are the durations of those steps
+#   (blis_fast.metrics.itl_histogram rebuilds them for any subset of requests).
+STEP_LOG_INSTANCE = 0
+STEP_LOG_DT = 1
+IRR_REQUEST = 0
+IRR_STEP = 1
+IRR_VALUE = 2
+IRR_PREV_RUN_START = 3
+IRR_PREV_RUN_END = 4
 
 # One scalar record of run-wide settings passed to the engine kernel.
 SIM_DT = np.dtype(
@@ -199,6 +283,12 @@ SIM_DT = np.dtype(
         ("check_invariants", np.int32),  # 1 = verify BC-12/BC-13 after every step (tests)
         ("admission_kind", np.int32),  # ADMIT_*
         ("routing_kind", np.int32),  # ROUTE_*
+        ("scheduler_kind", np.int32),  # SCHED_*
+        ("victim_kind", np.int32),  # VICTIM_*
+        ("priority_active", np.int32),  # 1 = compute priorities each step (not all-zero policy)
+        ("prefix_index", np.int32),  # 1 = maintain the router's prefix-affinity index
+        ("prefix_index_capacity", np.int64),  # keys per instance in that index
+        ("prefix_index_slots", np.int64),  # hash slots per instance (power of two)
         ("admission_latency_us", np.int64),
         ("routing_latency_us", np.int64),
         ("max_events", np.int64),  # safety limit on processed events (hang guard)
@@ -216,7 +306,7 @@ RUN_STATS_DT = np.dtype(
         ("heap_peak", np.int64),  # largest event-heap size seen
         ("injected", np.int64),  # arrivals processed
         ("rejected", np.int64),
-        ("itl_records", np.int64),  # used rows of the ITL log
+        ("irregular_records", np.int64),  # used rows of the irregular-ITL log
         ("error_instance", np.int64),  # instance of a bad status, -1 if none
         ("error_request", np.int64),
     ],

@@ -19,6 +19,7 @@ import yaml
 from blis_fast.errors import ConfigError
 
 from .engine import EngineConfig
+from blis_fast.policy import PolicyConfig, parse_weights
 
 COMPAT_MODES = ("blis-2026.02",)
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")
@@ -97,6 +98,7 @@ class SimConfig:
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON)."""
@@ -148,12 +150,26 @@ FLAG_PATHS: dict[str, str] = {
     "routing_latency": "simulation.routing_latency",
     "check_invariants": "simulation.check_invariants",
     "max_events": "simulation.max_events",
+    "admission_policy": "policy.admission",
+    "token_bucket_capacity": "policy.token_bucket_capacity",
+    "token_bucket_refill_rate": "policy.token_bucket_refill_rate",
+    "routing_policy": "policy.routing",
+    "routing_scorers": "policy.routing_scorers",
+    "priority_policy": "policy.priority",
+    "slo_class_weights": "policy.slo_class_weights",
+    "scheduler": "policy.scheduler",
+    "scheduler_weights": "policy.scheduler_weights",
+    "preemption_victim": "policy.preemption_victim",
+    "snapshot_refresh_interval": "policy.snapshot_refresh_interval",
+    "snapshot_intervals": "policy.snapshot_intervals",
+    "prefix_index_capacity": "policy.prefix_index_capacity",
+    "fitness_weights": "policy.fitness_weights",
 }
 _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():
     _PATH_FLAG.setdefault(_path, _flag)
 _SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "workload": WorkloadConfig,
-             "simulation": SimulationConfig}
+             "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
 def flag_for(path: str) -> str:
@@ -178,8 +194,10 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None) -> SimConfig:
-    """Defaults <- YAML data <- CLI overrides (flat flag names; None = not given)."""
+def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,
+                 policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config") -> SimConfig:
+    """Defaults <- YAML data <- policy bundle settings <- CLI overrides (flat flag names;
+    None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.policy.load_policy_bundle)."""
     nested: dict[str, Any] = {}
     origin: dict[str, str] = {}  # path -> how the user spelled it (for messages)
     for key, value in (yaml_data or {}).items():
@@ -199,6 +217,9 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         else:
             known = sorted(set(FLAG_PATHS) | set(_SECTIONS))
             raise ConfigError(key, f"unknown key; known: {', '.join(known)}")
+    for name, value in (policy_settings or {}).items():
+        nested[f"policy.{name}"] = value
+        origin[f"policy.{name}"] = f"{policy_origin} ({name})"
     for flag, value in (overrides or {}).items():
         if value is None:
             continue
@@ -208,7 +229,12 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         origin[FLAG_PATHS[flag]] = "--" + flag.replace("_", "-")
 
     def where(path: str) -> str:
-        return origin.get(path, path)
+        if path in origin:
+            return origin[path]
+        for p, o in origin.items():  # e.g. policy.routing_scorers.queue-depth under --routing-scorers
+            if path.startswith(p + "."):
+                return o + path[len(p):]
+        return path
 
     sections = {}
     for name, cls in _SECTIONS.items():
@@ -334,6 +360,16 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(where, f"must be a string, got {value!r}")
         return str(value)
+    if base.startswith("dict[str, "):
+        weights = parse_weights(value, where)
+        if base == "dict[str, int]":
+            out_i = {}
+            for k, v in weights.items():
+                if not float(v).is_integer():
+                    raise ConfigError(f"{where}.{k}", f"must be an integer, got {v!r}")
+                out_i[k] = int(v)
+            return out_i
+        return weights
     if base == "list[float]":
         items = value
         if isinstance(value, str):

@@ -28,6 +28,17 @@ class Workload:
     block_size:  tokens per KV block the keys were computed for.
     source_ids:  the trace file's own request_id column (extra output field), else None.
     description: what generated it (kind, parameters, seed, file), for the results JSON.
+
+    Optional per-request attributes (None = all 0 / none):
+    tenant, slo_class, priority_class, client: int32 [n] ids (names in ``names``).
+    session:     int64 [n], session id (-1 = none); turn: int32 [n], turn within it.
+    next_request, follow_delay_us: int64 [n] -- closed-loop chains (multi-turn sessions,
+                 agentic tool calls): when request i completes, request next_request[i]
+                 arrives follow_delay_us[i] µs after i's last token.  A request that is
+                 some other request's next_request has arrival_us == -1 (decided at run
+                 time) and next_request[i] > i.
+    names:       {"tenant": [...], "slo_class": [...], "client": [...], ...} id -> name.
+    slo_targets: {slo class name: {"ttft_ms": .., "tpot_ms": .., "e2e_ms": ..}}.
     """
 
     arrival_us: np.ndarray
@@ -38,6 +49,37 @@ class Workload:
     block_size: int
     source_ids: list[str] | None = None
     description: dict = field(default_factory=dict)
+    tenant: np.ndarray | None = None
+    slo_class: np.ndarray | None = None
+    priority_class: np.ndarray | None = None
+    client: np.ndarray | None = None
+    session: np.ndarray | None = None
+    turn: np.ndarray | None = None
+    next_request: np.ndarray | None = None
+    follow_delay_us: np.ndarray | None = None
+    names: dict = field(default_factory=dict)
+    slo_targets: dict = field(default_factory=dict)
+
+    ATTRIBUTES = {  # optional column -> (dtype, default value)
+        "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
+        "client": (np.int32, 0), "session": (np.int64, -1), "turn": (np.int32, 0),
+        "next_request": (np.int64, -1), "follow_delay_us": (np.int64, 0),
+    }
+
+    def column(self, name: str) -> np.ndarray:
+        """An optional attribute column, filled with its default when absent."""
+        dtype, default = self.ATTRIBUTES[name]
+        a = getattr(self, name)
+        return np.full(len(self), default, dtype) if a is None else np.asarray(a, dtype)
+
+    @property
+    def is_dependent(self) -> np.ndarray:
+        """True for requests released by another request's completion (closed loop)."""
+        dep = np.zeros(len(self), bool)
+        if self.next_request is not None:
+            nxt = self.next_request[self.next_request >= 0]
+            dep[nxt] = True
+        return dep
 
     def __len__(self) -> int:
         return int(self.arrival_us.shape[0])
@@ -99,8 +141,27 @@ class Workload:
             raise WorkloadError("workload.key_offsets", f"has {self.key_offsets.shape[0]} entries, expected {n + 1}")
         if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
             raise WorkloadError("workload.block_size", f"must be an integer >= 1, got {self.block_size!r}")
-        if n and self.arrival_us.min() < 0:
+        for name, (dtype, _default) in self.ATTRIBUTES.items():
+            a = getattr(self, name)
+            if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n):
+                raise WorkloadError(f"workload.{name}", f"must be a 1-D array of {n} entries")
+        dep = np.zeros(n, bool)
+        if self.next_request is not None:
+            nxt = self.next_request
+            if n and (nxt.min() < -1 or nxt.max() >= n):
+                raise WorkloadError("workload.next_request", "entries must be -1 or a request index")
+            linked = np.flatnonzero(nxt >= 0)
+            if np.any(nxt[linked] <= linked):
+                raise WorkloadError("workload.next_request", "a chain must point forward (next_request[i] > i)")
+            if len(np.unique(nxt[linked])) != len(linked):
+                raise WorkloadError("workload.next_request", "a request can follow only one other request")
+            dep[nxt[linked]] = True
+        if self.follow_delay_us is not None and n and self.follow_delay_us.min() < 0:
+            raise WorkloadError("workload.follow_delay_us", "delays must be >= 0 µs")
+        if n and self.arrival_us[~dep].size and self.arrival_us[~dep].min() < 0:
             raise WorkloadError("workload.arrival_us", "arrival times must be >= 0 µs")
+        if np.any(self.arrival_us[dep] != -1):
+            raise WorkloadError("workload.arrival_us", "requests released by another one must have arrival_us == -1")
         if n and self.prompt_len.min() < 1:
             raise WorkloadError("workload.prompt_len", "every prompt needs >= 1 token")
         if n and self.output_len.min() < 0:

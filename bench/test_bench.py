@@ -1,0 +1,45 @@
+"""The standard scenarios of ``blis_fast.bench`` as pytest-benchmark tests.
+
+Run with ``python -m pytest bench --benchmark-only`` (the default test run skips them).
+Each round times ``run_kernel`` alone on a fresh state; ``build_state`` runs in the
+untimed setup.  The workload is generated once per scenario; one warm-up round runs first.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from blis_fast.bench import SCENARIOS, scenario_overrides
+from blis_fast.simulator import build_config, build_state, build_workload, resolve, run_kernel
+from kernels import dtypes as D
+
+ROUNDS = {"1k": 20, "10k": 10, "100k": 5}
+
+
+@pytest.fixture(scope="module", params=list(SCENARIOS))
+def scenario(request):
+    """(name, setup, workload) of one scenario, generated once."""
+    cfg = build_config({}, scenario_overrides(request.param))
+    return request.param, resolve(cfg), build_workload(cfg)
+
+
+def test_kernel(benchmark, scenario):
+    name, setup, wl = scenario
+    benchmark.group = "kernel"
+    benchmark.name = f"kernel[{name}]"
+
+    def fresh_state():
+        return (build_state(setup, wl),), {}
+
+    state = benchmark.pedantic(run_kernel, setup=fresh_state, rounds=ROUNDS.get(name, 5), warmup_rounds=1)
+
+    # correctness of the last timed round: every request completed, status OK
+    assert int(state.stats[0]["status"]) == D.STATUS_OK
+    assert int((state.reqs["state"] == D.REQ_COMPLETED).sum()) == len(wl)
+    steps, events = int(state.stats[0]["steps"]), int(state.stats[0]["events"])
+    best = benchmark.stats.stats.min
+    benchmark.extra_info.update({
+        "num_requests": len(wl), "num_instances": SCENARIOS[name]["num_instances"],
+        "steps": steps, "events": events,
+        "sim_requests_per_s": len(wl) / best, "steps_per_s": steps / best,
+    })

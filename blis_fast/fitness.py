@@ -1,0 +1,53 @@
+"""Fitness of a run: a weighted sum of normalized components (SEMANTICS §8).
+
+throughput = rps / (rps + 100); tokens_per_sec = tps / (tps + 10000); latency keys
+(p99_ttft, p50_ttft, mean_ttft, p99_e2e, p50_e2e, mean_e2e) = 1 / (1 + value_µs / 1000).
+Every component lies in (0, 1], higher is better; score = Σ weight · component.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from blis_fast.errors import ConfigError
+
+FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
+
+
+def validate_fitness_weights(weights: dict[str, float], path: str = "fitness_weights") -> None:
+    """Known keys, finite weights >= 0, at least one."""
+    if not weights:
+        raise ConfigError(path, "needs at least one key:weight")
+    for key, w in weights.items():
+        if key not in FITNESS_KEYS:
+            raise ConfigError(path, f"unknown key {key!r}; allowed: {', '.join(FITNESS_KEYS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)) or w < 0:
+            raise ConfigError(f"{path}.{key}", f"weight must be a finite number >= 0, got {w!r}")
+
+
+def _latency_component(values_us: np.ndarray, how: str) -> tuple[float, float]:
+    if values_us.size == 0:
+        return 0.0, 0.0  # nothing measured: no credit
+    v = float(np.mean(values_us)) if how == "mean" else float(np.percentile(values_us, int(how[1:])))
+    return v, 1.0 / (1.0 + v / 1000.0)
+
+
+def fitness(weights: dict[str, float], responses_per_sec: float, tokens_per_sec: float,
+            ttft_us: np.ndarray, e2e_us: np.ndarray) -> dict:
+    """{"score", "components": {key: component}, "values": {key: raw value}, "weights"}."""
+    comps: dict[str, float] = {}
+    values: dict[str, float] = {}
+    for key in weights:
+        if key == "throughput":
+            values[key] = responses_per_sec
+            comps[key] = responses_per_sec / (responses_per_sec + 100.0)
+        elif key == "tokens_per_sec":
+            values[key] = tokens_per_sec
+            comps[key] = tokens_per_sec / (tokens_per_sec + 10000.0)
+        else:
+            how, _, metric = key.partition("_")
+            values[key], comps[key] = _latency_component(ttft_us if metric == "ttft" else e2e_us, how)
+    score = float(sum(weights[k] * comps[k] for k in weights))
+    return {"score": score, "components": comps, "values": values, "weights": dict(weights)}

@@ -1,0 +1,361 @@
+"""Control policies: configuration, the policy-bundle YAML, and compilation to arrays.
+
+A policy template (``type``/``policy`` + ``params``) becomes a kind code and a float64
+vector (``kernels.dtypes`` documents each layout).  The kernel's signature never changes
+with the policy, so an evolutionary search can evaluate thousands of candidates without a
+single recompilation, and a candidate (being numbers) cannot break out of the simulation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from blis_fast.errors import ConfigError
+from kernels import dtypes as D
+
+ADMISSION_POLICIES = {"always-admit": D.ADMIT_ALWAYS, "token-bucket": D.ADMIT_TOKEN_BUCKET,
+                      "reject-all": D.ADMIT_REJECT_ALL}
+ROUTING_POLICIES = {"round-robin": D.ROUTE_ROUND_ROBIN, "least-loaded": D.ROUTE_LEAST_LOADED,
+                    "weighted": D.ROUTE_WEIGHTED, "prefix-affinity": D.ROUTE_PREFIX_AFFINITY,
+                    "always-busiest": D.ROUTE_ALWAYS_BUSIEST}
+SCORERS = {"queue-depth": D.RW_QUEUE_DEPTH, "kv-utilization": D.RW_KV_UTILIZATION,
+           "load-balance": D.RW_LOAD_BALANCE, "prefix-affinity": D.RW_PREFIX_AFFINITY}
+DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0}  # BLIS's default
+PRIORITY_AGE_WEIGHT = {"constant": 0.0, "slo-based": 1e-6, "inverted-slo": -1e-6}  # per µs of age
+# scheduler -> weights over (priority, arrival, prompt length, output length); None = keep order
+SCHEDULERS: dict[str, tuple[float, float, float, float] | None] = {
+    "fcfs": None,
+    "priority-fcfs": (-1.0, 0.0, 0.0, 0.0),
+    "sjf": (0.0, 0.0, 1.0, 0.0),
+    "reverse-priority": (1.0, 0.0, 0.0, 0.0),
+    "sort": (0.0, 0.0, 0.0, 0.0),  # custom: weights given in scheduler_weights
+}
+SORT_ATTRIBUTES = ("priority", "arrival", "prompt_len", "output_len")
+VICTIMS = {"last": D.VICTIM_LAST, "lowest-priority": D.VICTIM_LOWEST_PRIORITY}
+KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
+
+
+def _opt(default, help_text: str):
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help_text})
+    return field(default=default, metadata={"help": help_text})
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Admission, routing, priority, queue order, preemption victim and router observability."""
+
+    admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all")
+    token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0)")
+    token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0)")
+    routing: str = _opt("round-robin", "routing policy: round-robin | least-loaded | weighted | prefix-affinity | always-busiest")
+    routing_scorers: dict[str, float] | None = _opt(
+        None, "weighted routing scorers name:weight (queue-depth, kv-utilization, load-balance, prefix-affinity); "
+              "default prefix-affinity:3,queue-depth:2,kv-utilization:2")
+    priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo")
+    slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...)")
+    scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort")
+    scheduler_weights: dict[str, float] | None = _opt(
+        None, "scheduler 'sort': ascending key = Σ weight·attribute over priority, arrival, prompt_len, output_len")
+    preemption_victim: str = _opt("last", "preemption victim: last (last admitted) | lowest-priority")
+    snapshot_refresh_interval: int = _opt(0, "µs between refreshes of the router's KV fields (0 = live)")
+    snapshot_intervals: dict[str, int] | None = _opt(
+        None, "per-field refresh interval µs: queue_depth, batch_size, kv_utilization, free_kv_blocks, "
+              "cache_hit_rate, pending, in_flight (overrides snapshot_refresh_interval)")
+    prefix_index_capacity: int = _opt(10000, "prefix-block keys per instance in the router's prefix-affinity index")
+    fitness_weights: dict[str, float] | None = _opt(None, "fitness components key:weight (see docs/policies.md)")
+
+    def __post_init__(self) -> None:
+        validate_policy(self)
+
+    def scorers(self) -> dict[str, float]:
+        """The weighted router's scorers (default BLIS's)."""
+        return dict(self.routing_scorers) if self.routing_scorers is not None else dict(DEFAULT_SCORERS)
+
+
+def _check_choice(path: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(choices)}")
+
+
+def _check_number(path: str, value: Any, lo: float = 0.0, allow_equal: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(path, f"must be a number, got {value!r}")
+    x = float(value)
+    if not math.isfinite(x) or x < lo or (x == lo and not allow_equal):
+        rng = f">= {lo:g}" if allow_equal else f"> {lo:g}"
+        raise ConfigError(path, f"must be a finite number {rng}, got {value!r}")
+    return x
+
+
+def validate_policy(p: PolicyConfig) -> None:
+    """Raise ConfigError (``policy.<field>``) on the first bad value."""
+    _check_choice("policy.admission", p.admission, ADMISSION_POLICIES)
+    _check_number("policy.token_bucket_capacity", p.token_bucket_capacity)
+    _check_number("policy.token_bucket_refill_rate", p.token_bucket_refill_rate)
+    _check_choice("policy.routing", p.routing, ROUTING_POLICIES)
+    if p.routing_scorers is not None:
+        if not p.routing_scorers:
+            raise ConfigError("policy.routing_scorers", "needs at least one scorer")
+        for name, w in p.routing_scorers.items():
+            _check_choice("policy.routing_scorers", name, SCORERS)
+            _check_number(f"policy.routing_scorers.{name}", w, 0.0, allow_equal=False)
+    _check_choice("policy.priority", p.priority, PRIORITY_AGE_WEIGHT)
+    for k, w in enumerate(p.slo_class_weights or []):
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)):
+            raise ConfigError(f"policy.slo_class_weights[{k}]", f"must be a finite number, got {w!r}")
+    _check_choice("policy.scheduler", p.scheduler, SCHEDULERS)
+    if p.scheduler_weights is not None:
+        for name, w in p.scheduler_weights.items():
+            _check_choice("policy.scheduler_weights", name, SORT_ATTRIBUTES)
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)):
+                raise ConfigError(f"policy.scheduler_weights.{name}", f"must be a finite number, got {w!r}")
+    _check_choice("policy.preemption_victim", p.preemption_victim, VICTIMS)
+    if isinstance(p.snapshot_refresh_interval, bool) or not isinstance(p.snapshot_refresh_interval, int) \
+            or p.snapshot_refresh_interval < 0:
+        raise ConfigError("policy.snapshot_refresh_interval", f"must be an integer >= 0 (µs), got {p.snapshot_refresh_interval!r}")
+    for name, v in (p.snapshot_intervals or {}).items():
+        _check_choice("policy.snapshot_intervals", name, D.SNAPSHOT_FIELD_NAMES)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"policy.snapshot_intervals.{name}", f"must be an integer >= 0 (µs), got {v!r}")
+    if isinstance(p.prefix_index_capacity, bool) or not isinstance(p.prefix_index_capacity, int) \
+            or not 1 <= p.prefix_index_capacity <= 10_000_000:
+        raise ConfigError("policy.prefix_index_capacity", f"must be an integer in [1, 10000000], got {p.prefix_index_capacity!r}")
+    if p.fitness_weights is not None:
+        from blis_fast.fitness import validate_fitness_weights
+
+        validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
+
+
+# ----------------------------------------------------------------------------- name:weight lists
+
+
+def parse_weights(text: str | dict, path: str) -> dict[str, float]:
+    """``"a:1,b:2.5"`` (CLI) or a mapping (YAML) -> {name: weight}; checks the syntax only."""
+    if isinstance(text, dict):
+        items = list(text.items())
+    elif isinstance(text, str):
+        items = []
+        for part in [x.strip() for x in text.split(",") if x.strip()]:
+            name, sep, w = part.partition(":")
+            if not sep:
+                raise ConfigError(path, f"expected name:weight, got {part!r}")
+            items.append((name.strip(), w.strip()))
+    elif isinstance(text, list):  # BLIS style: [{name: ..., weight: ...}, ...]
+        items = []
+        for k, entry in enumerate(text):
+            if not isinstance(entry, dict) or set(entry) - {"name", "weight"} or "name" not in entry:
+                raise ConfigError(f"{path}[{k}]", "expected a mapping with name and weight")
+            items.append((entry["name"], entry.get("weight", 1.0)))
+    else:
+        raise ConfigError(path, f"expected name:weight pairs, got {text!r}")
+    out: dict[str, float] = {}
+    for name, w in items:
+        try:
+            x = float(w)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}.{name}", f"weight must be a number, got {w!r}") from None
+        if isinstance(w, bool) or math.isnan(x):
+            raise ConfigError(f"{path}.{name}", f"weight must be a number, got {w!r}")
+        if name in out:
+            raise ConfigError(path, f"{name!r} given twice")
+        out[str(name)] = x
+    return out
+
+
+# ----------------------------------------------------------------------------- policy bundle YAML
+
+_BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness")
+
+
+def load_policy_bundle(path: str | Path) -> dict[str, Any]:
+    """Read a policy bundle YAML into flat ``policy`` settings (``{field: value}``).
+
+    Accepted shapes, per section: ``{type|policy: NAME, params: {...}}`` and BLIS's bundle
+    (``admission.token_bucket_capacity``, ``routing.scorers: [{name, weight}]``,
+    ``scheduler: NAME``).  Unknown keys and bad values raise ConfigError with the YAML path.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--policy-config", f"file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"--policy-config {p}{where}", f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p.name}", "must be a mapping with sections " + ", ".join(_BUNDLE_SECTIONS))
+    return bundle_to_settings(data, p.name)
+
+
+def _section(data: Any, path: str, allowed: set[str]) -> tuple[str | None, dict]:
+    """(policy name, params) of one section; strict about keys."""
+    if isinstance(data, str):
+        return data, {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"must be a policy name or a mapping, got {data!r}")
+    unknown = sorted(set(data) - allowed - {"type", "policy", "params"})
+    if unknown:
+        raise ConfigError(f"{path}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(allowed | {'type', 'policy', 'params'}))}")
+    if "type" in data and "policy" in data:
+        raise ConfigError(path, "give either type or policy, not both")
+    name = data.get("type", data.get("policy"))
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"{path}.type", f"must be a string, got {name!r}")
+    params = data.get("params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}.params", "must be a mapping")
+    merged = {k: v for k, v in data.items() if k not in ("type", "policy", "params")}
+    for k, v in params.items():
+        merged[k] = v
+    return name, merged
+
+
+def _only(params: dict, path: str, allowed: set[str]) -> None:
+    for k in params:
+        if k not in allowed:
+            raise ConfigError(f"{path}.params.{k}", f"unknown parameter; allowed: {', '.join(sorted(allowed)) or 'none'}")
+
+
+def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
+    """Translate a parsed bundle into PolicyConfig fields (strict; errors name the path)."""
+    out: dict[str, Any] = {}
+    for key in data:
+        if key not in _BUNDLE_SECTIONS:
+            raise ConfigError(f"{name}: {key}", f"unknown section; allowed: {', '.join(_BUNDLE_SECTIONS)}")
+    if "admission" in data:
+        pol, prm = _section(data["admission"], "admission", {"token_bucket_capacity", "token_bucket_refill_rate"})
+        _only(prm, "admission", {"capacity", "refill_rate", "token_bucket_capacity", "token_bucket_refill_rate"})
+        if pol is not None:
+            _check_choice("admission.type", pol, ADMISSION_POLICIES)
+            out["admission"] = pol
+        for src, dst in (("capacity", "token_bucket_capacity"), ("token_bucket_capacity", "token_bucket_capacity"),
+                         ("refill_rate", "token_bucket_refill_rate"),
+                         ("token_bucket_refill_rate", "token_bucket_refill_rate")):
+            if src in prm:
+                out[dst] = _check_number(f"admission.params.{src}", prm[src])
+    if "routing" in data:
+        pol, prm = _section(data["routing"], "routing", {"scorers"})
+        _only(prm, "routing", {"scorers"})
+        if pol is not None:
+            _check_choice("routing.type", pol, ROUTING_POLICIES)
+            out["routing"] = pol
+        if "scorers" in prm:
+            weights = parse_weights(prm["scorers"], "routing.scorers")
+            for s, w in weights.items():
+                _check_choice("routing.scorers", s, SCORERS)
+                _check_number(f"routing.scorers.{s}", w, 0.0, allow_equal=False)
+            out["routing_scorers"] = weights
+    if "priority" in data:
+        pol, prm = _section(data["priority"], "priority", set())
+        _only(prm, "priority", {"slo_class_weights"})
+        if pol is not None:
+            _check_choice("priority.type", pol, PRIORITY_AGE_WEIGHT)
+            out["priority"] = pol
+        if "slo_class_weights" in prm:
+            out["slo_class_weights"] = prm["slo_class_weights"]
+    if "scheduler" in data:
+        pol, prm = _section(data["scheduler"], "scheduler", set())
+        _only(prm, "scheduler", set(SORT_ATTRIBUTES) | {"weights"})
+        if pol is not None:
+            _check_choice("scheduler.type", pol, SCHEDULERS)
+            out["scheduler"] = pol
+        weights = prm.get("weights", {k: v for k, v in prm.items() if k in SORT_ATTRIBUTES})
+        if weights:
+            out["scheduler_weights"] = parse_weights(weights, "scheduler.params")
+    if "preemption" in data:
+        pol, prm = _section(data["preemption"], "preemption", {"victim"})
+        _only(prm, "preemption", {"victim"})
+        victim = prm.get("victim", pol)
+        if victim is not None:
+            _check_choice("preemption.victim", victim, VICTIMS)
+            out["preemption_victim"] = victim
+    if "observability" in data:
+        obs = data["observability"]
+        if not isinstance(obs, dict):
+            raise ConfigError("observability", "must be a mapping")
+        for k, v in obs.items():
+            if k == "snapshot_refresh_interval":
+                out["snapshot_refresh_interval"] = v
+            elif k == "fields":
+                if not isinstance(v, dict):
+                    raise ConfigError("observability.fields", "must be a mapping field: interval_us")
+                out["snapshot_intervals"] = dict(v)
+            elif k == "prefix_index_capacity":
+                out["prefix_index_capacity"] = v
+            else:
+                raise ConfigError(f"observability.{k}", "unknown key; allowed: snapshot_refresh_interval, fields, prefix_index_capacity")
+    if "fitness" in data:
+        fit = data["fitness"]
+        if isinstance(fit, dict) and set(fit) <= {"weights"} and "weights" in fit:
+            fit = fit["weights"]
+        out["fitness_weights"] = parse_weights(fit, "fitness.weights")
+    return out
+
+
+# ----------------------------------------------------------------------------- compilation
+
+
+@dataclass(eq=False)
+class CompiledPolicies:
+    """What the kernel reads: kinds (into the SIM_DT record) and parameter vectors."""
+
+    admission_kind: int
+    routing_kind: int
+    scheduler_kind: int
+    victim_kind: int
+    priority_active: bool
+    uses_prefix_index: bool
+    admission_params: np.ndarray
+    route_weights: np.ndarray
+    priority_params: np.ndarray
+    scheduler_weights: np.ndarray
+    snapshot_intervals: np.ndarray
+
+
+def compile_policies(p: PolicyConfig) -> CompiledPolicies:
+    """PolicyConfig -> kinds and float64 vectors (layouts in kernels.dtypes)."""
+    adm = np.zeros(D.N_ADMISSION_PARAMS)
+    adm[D.AP_CAPACITY] = p.token_bucket_capacity
+    adm[D.AP_REFILL_PER_S] = p.token_bucket_refill_rate
+    rw = np.zeros(D.N_ROUTE_WEIGHTS)
+    if p.routing == "weighted":
+        for name, w in p.scorers().items():
+            rw[SCORERS[name]] = w
+    class_w = [float(x) for x in (p.slo_class_weights or [])]
+    prio = np.array([PRIORITY_AGE_WEIGHT[p.priority]] + class_w, dtype=np.float64)
+    if p.priority == "inverted-slo":
+        prio[D.PRIO_CLASS_WEIGHTS:] *= -1.0
+    base = SCHEDULERS[p.scheduler]
+    sw = np.zeros(D.N_SCHED_WEIGHTS)
+    if base is not None:
+        sw[:] = base
+    if p.scheduler_weights:
+        for name, w in p.scheduler_weights.items():
+            sw[SORT_ATTRIBUTES.index(name)] = w
+    intervals = np.zeros(D.N_SNAP, np.int64)
+    for f in KV_SNAPSHOT_FIELDS:
+        intervals[D.SNAPSHOT_FIELD_NAMES.index(f)] = p.snapshot_refresh_interval
+    for name, v in (p.snapshot_intervals or {}).items():
+        intervals[D.SNAPSHOT_FIELD_NAMES.index(name)] = v
+    uses_index = p.routing == "prefix-affinity" or (p.routing == "weighted" and rw[D.RW_PREFIX_AFFINITY] > 0)
+    return CompiledPolicies(
+        admission_kind=ADMISSION_POLICIES[p.admission],
+        routing_kind=ROUTING_POLICIES[p.routing],
+        scheduler_kind=D.SCHED_FCFS if base is None and not p.scheduler_weights else D.SCHED_SORT,
+        victim_kind=VICTIMS[p.preemption_victim],
+        priority_active=bool(np.any(prio != 0)),
+        uses_prefix_index=uses_index,
+        admission_params=adm,
+        route_weights=rw,
+        priority_params=prio,
+        scheduler_weights=sw,
+        snapshot_intervals=intervals,
+    )
