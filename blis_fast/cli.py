@@ -25,7 +25,7 @@ from blis_fast.config.sim import (
     build_config,
     load_yaml,
 )
-from blis_fast.errors import BlisFastError
+from blis_fast.errors import BlisFastError, ConfigError
 from blis_fast.policy import PolicyConfig, load_policy_bundle
 
 app = typer.Typer(
@@ -126,14 +126,35 @@ def run(
     bundle = load_policy_bundle(policy_config) if policy_config else None
     cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
                        policy_origin=f"--policy-config {policy_config}")
+    for flag, path in (("--results-path", results_path), ("--per-request-out", per_request_out)):
+        _check_writable(flag, path)  # fail before simulating, not after
     from blis_fast.simulator import simulate
 
     result = simulate(cfg)
-    if results_path:
-        result.write_results(results_path)
-    if per_request_out:
-        result.write_parquet(per_request_out)
+    try:
+        if results_path:
+            result.write_results(results_path)
+        if per_request_out:
+            result.write_parquet(per_request_out)
+    except OSError as exc:
+        raise ConfigError("--results-path" if results_path else "--per-request-out",
+                          f"cannot write: {exc.strerror or exc}") from None
     typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))
+
+
+def _check_writable(flag: str, path: Path | None) -> None:
+    """ConfigError unless ``path`` can be created (its folder exists and is writable)."""
+    import os
+
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ConfigError(flag, f"{path} is a directory")
+    if not parent.is_dir():
+        raise ConfigError(flag, f"folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(flag, f"folder {parent} is not writable")
 
 
 @app.command()

@@ -83,7 +83,7 @@ def build_workload(config: SimConfig) -> Workload:
     if w.type == "traces":
         rounding = "trunc" if config.simulation.compat else "round"
         return load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
-    return generate_distribution(distribution_spec(config), config.simulation.seed, bs)
+    return generate_distribution(distribution_spec(config), config.simulation.workload_seed, bs)
 
 
 @dataclass(eq=False)

@@ -382,8 +382,6 @@ def test_bad_input_in_process_raises_system_exit_2(capsys):
     assert err.count("\n") == 1 and err.startswith("error: --rate")
 
 
-@pytest.mark.xfail(reason="BUG: an unwritable --results-path/--per-request-out ends in a FileNotFoundError "
-                          "traceback (exit 1) instead of one error line and exit 2", strict=True)
 @pytest.mark.parametrize("flag, name", [("--results-path", "out.json"), ("--per-request-out", "x.parquet")])
 def test_unwritable_output_path_no_traceback(tmp_path, flag, name):
     p = cli("run", "--num-requests", "3", flag, tmp_path / "no" / "such" / "dir" / name)

@@ -70,11 +70,15 @@ class DeploymentConfig:
         return lo, hi
 
 
+DEFAULT_SEED = 42
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
     """The simulation key and run controls."""
 
-    seed: int = _opt(42, "workload seed: with the config it fully determines the run (>= 0)")
+    seed: int | None = _opt(None, "workload seed: with the config it fully determines the run (>= 0; default 42, "
+                                  "or the workload spec's own seed)")
     simulation_seed: int | None = _opt(None, "seed for stochastic policies (default: seed); the base model draws nothing")
     horizon: int | None = _opt(None, "simulated time limit in µs: events at t > horizon are not executed (default: none)")
     compat: str | None = _opt(None, "reporting conventions of a reference version: blis-2026.02")
@@ -82,6 +86,11 @@ class SimulationConfig:
     routing_latency: int = _opt(0, "µs from admission to the routing decision (>= 0)")
     check_invariants: bool = _opt(False, "verify KV conservation and batch limits after every step (slow; tests)")
     max_events: int | None = _opt(None, "safety limit on processed events (default: generous bound from the workload)")
+
+    @property
+    def workload_seed(self) -> int:
+        """The seed in force (explicit, else 42)."""
+        return DEFAULT_SEED if self.seed is None else self.seed
 
 
 @dataclass(frozen=True)
@@ -288,7 +297,7 @@ def validate(cfg: SimConfig) -> None:
         raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")
     if not lo <= d.num_instances <= hi:
         raise ConfigError("deployment.num_instances", f"must be in [min_instances, max_instances] = [{lo}, {hi}], got {d.num_instances}")
-    if not 0 <= s.seed <= INT64_MAX:
+    if s.seed is not None and not 0 <= s.seed <= INT64_MAX:
         raise ConfigError("simulation.seed", f"must be an integer in [0, 2^63-1], got {s.seed}")
     if s.simulation_seed is not None and not 0 <= s.simulation_seed <= INT64_MAX:
         raise ConfigError("simulation.simulation_seed", f"must be an integer in [0, 2^63-1], got {s.simulation_seed}")
