@@ -13,7 +13,7 @@ from blis_fast.bench import SCENARIOS, scenario_overrides
 from blis_fast.simulator import build_config, build_state, build_workload, resolve, run_kernel
 from kernels import dtypes as D
 
-ROUNDS = {"1k": 20, "10k": 10, "100k": 5}
+ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5}
 
 
 @pytest.fixture(scope="module", params=list(SCENARIOS))

@@ -66,7 +66,13 @@ SCENARIOS: dict[str, dict] = {
     "1k": {"num_requests": 1_000, "num_instances": 1, "rate": 68.7},
     "10k": {"num_requests": 10_000, "num_instances": 4, "rate": 274.8},
     "100k": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0},
+    # the control-plane cost: weighted routing with all four scorers (prefix-affinity keeps
+    # the router's per-instance LRU index of prefix keys) on the 100k scenario
+    "100k-weighted": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "weighted",
+                      "routing_scorers": "prefix-affinity:3,queue-depth:2,kv-utilization:2,load-balance:1"},
 }
+# scenario -> the scenario its kernel time is compared with ("x base" column)
+BASELINES = {"100k-weighted": "100k"}
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",
@@ -240,6 +246,11 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
         "scenarios": [bench_scenario(name, repeats) for name in names],
         "startup": bench_startup() if startup else None,
     }
+    best = {r["name"]: r["kernel_best_s"] for r in report["scenarios"]}
+    for r in report["scenarios"]:
+        base = BASELINES.get(r["name"])
+        if base in best and best[base] > 0:
+            r["relative_to"] = {"scenario": base, "ratio": round(r["kernel_best_s"] / best[base], 3)}
     try:
         report["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -280,10 +291,13 @@ def format_report(report: dict) -> str:
     if sc:
         out += ["", "warm kernel (compiled; best of repeats, fresh state each run)"]
         out += _table(
-            ["scenario", "requests", "inst", "rate/s", "best s", "median s", "sim req/s", "steps/s", "events", "steps"],
+            ["scenario", "requests", "inst", "rate/s", "best s", "median s", "sim req/s", "steps/s", "events", "steps",
+             "x base"],
             [[r["name"], str(r["num_requests"]), str(r["num_instances"]), f"{r['rate']:g}",
               f"{r['kernel_best_s']:.4f}", f"{r['kernel_median_s']:.4f}", _si(r["requests_per_s"]),
-              _si(r["steps_per_s"]), str(r["events"]), str(r["steps"])] for r in sc],
+              _si(r["steps_per_s"]), str(r["events"]), str(r["steps"]),
+              f"{r['relative_to']['ratio']:.2f} ({r['relative_to']['scenario']})" if r.get("relative_to") else "-"]
+             for r in sc],
         )
         out += ["", "sanity (simulated results)"]
         out += _table(
