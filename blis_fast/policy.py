@@ -329,7 +329,8 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
     if p.routing == "weighted":
         for name, w in p.scorers().items():
             rw[SCORERS[name]] = w
-    class_w = [float(x) for x in (p.slo_class_weights or [])]
+    # constant = 0 for every request: SLO-class weights apply only to the age-based templates
+    class_w = [float(x) for x in (p.slo_class_weights or [])] if p.priority != "constant" else []
     prio = np.array([PRIORITY_AGE_WEIGHT[p.priority]] + class_w, dtype=np.float64)
     if p.priority == "inverted-slo":
         prio[D.PRIO_CLASS_WEIGHTS:] *= -1.0

@@ -110,7 +110,19 @@ class Result:
         out = {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
         if self.fitness is not None:
             out["fitness"] = self.fitness
+        if self.slo is not None:
+            out["slo"] = self.slo
         return out
+
+    @cached_property
+    def slo(self) -> dict | None:
+        """SLO attainment and latencies per SLO class, tenant and client (blis_fast.slo);
+        None unless the workload defines classes, tenants or clients (workload specs)."""
+        if not (self.workload.slo_targets or self.workload.names):
+            return None
+        from .slo import slo_report
+
+        return slo_report(self)
 
     def run_info(self) -> dict:
         """What produced these numbers (deterministic: no wall-clock fields)."""
@@ -233,6 +245,8 @@ class Result:
         doc = dict(self.cluster)
         if self.fitness is not None:
             doc["fitness"] = self.fitness
+        if self.slo is not None:
+            doc["slo"] = self.slo
         doc["instances"] = self.instances
         doc["run"] = self.run_info()
         doc["requests"] = self.request_records()

@@ -80,7 +80,18 @@ def build_workload(config: SimConfig) -> Workload:
     """Generate or load the workload the config describes."""
     w = config.workload
     bs = config.engine.block_size
+    if w.spec_filepath:  # a workload spec replaces the workload type (docs/workloads.md)
+        from blis_fast.workload.generate import generate_from_spec
+        from blis_fast.workload.spec import load_spec
+
+        spec = load_spec(w.spec_filepath)
+        seed = config.simulation.seed if config.simulation.seed is not None else spec.effective_seed
+        return generate_from_spec(spec, seed, bs)
     if w.type == "traces":
+        from blis_fast.workload.trace_format import is_rich_trace, load_trace
+
+        if is_rich_trace(w.traces_filepath):
+            return load_trace(w.traces_filepath, bs)
         rounding = "trunc" if config.simulation.compat else "round"
         return load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
     return generate_distribution(distribution_spec(config), config.simulation.workload_seed, bs)
@@ -120,8 +131,9 @@ class RunState:
     affinity: np.ndarray
     alive: np.ndarray
     pi_state: np.ndarray
-    pi_nodes: np.ndarray
     pi_slots: np.ndarray
+    pi_ring: np.ndarray
+    key_shared: np.ndarray
     gmap: np.ndarray
     sort_ids: np.ndarray
     sort_keys: np.ndarray
@@ -145,6 +157,7 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     bs = eng.block_size
     if workload.block_size != bs:
         raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
+    workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     n = len(workload)
     lat = setup.latency
 
@@ -213,16 +226,20 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     n_words = (n_inst + 63) // 64
     if pol.uses_prefix_index:
-        pi_nodes = np.zeros(n_inst * pi_cap, D.PREFIX_NODE_DT)
         pi_slots = np.zeros(2 * n_inst * pi_slots_per, np.int64)
+        pi_ring = np.zeros((n_inst, 4 * pi_cap, 2), np.int64)  # touch records; compacted when full
         gmap = np.zeros((_next_pow2(2 * n_inst * pi_cap), 1 + n_words), np.int64)
+        from kernels.prefix_index import mark_shared_keys
+
+        # keys only one request carries never match: the index keeps just their LRU place
+        key_shared = mark_shared_keys(np.ascontiguousarray(workload.block_keys, dtype=np.int64))
     else:  # same types, minimal sizes: the kernel signature does not depend on the policy
-        pi_nodes = np.zeros(1, D.PREFIX_NODE_DT)
         pi_slots = np.zeros(2, np.int64)
+        pi_ring = np.zeros((n_inst, 1, 2), np.int64)
         gmap = np.zeros((1, 1 + n_words), np.int64)
+        key_shared = np.zeros(1, np.uint8)
     gmap[:, 0] = -1  # empty rows
-    pi_state = np.zeros((n_inst, 3), np.int64)
-    pi_state[:, :2] = -1
+    pi_state = np.zeros((n_inst, 4), np.int64)
     n_sort = n if pol.scheduler_kind == D.SCHED_SORT else 1
     snap_refreshed = np.full(D.N_SNAP, -1, np.int64)
     return RunState(
@@ -258,8 +275,9 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
         affinity=np.zeros(n_inst, np.int64),
         alive=np.zeros(n_words, np.int64),
         pi_state=pi_state,
-        pi_nodes=pi_nodes,
         pi_slots=pi_slots,
+        pi_ring=pi_ring,
+        key_shared=key_shared,
         gmap=gmap,
         sort_ids=np.zeros(n_sort, np.int64),
         sort_keys=np.zeros(n_sort, np.float64),
@@ -278,7 +296,7 @@ def run_kernel(state: RunState) -> RunState:
         state.step_log, state.irr_log, state.done_buf, state.stats,
         state.adm_params, state.tb_tokens, state.tb_last_us, state.route_weights, state.prio_params,
         state.sched_weights, state.snap, state.snap_refreshed, state.snap_interval, state.affinity, state.alive,
-        state.pi_state, state.pi_nodes, state.pi_slots, state.gmap,
+        state.pi_state, state.pi_slots, state.pi_ring, state.gmap, state.key_shared,
         state.sort_ids, state.sort_keys, state.sort_tmp_ids, state.sort_tmp_keys,
     )
     status = int(state.stats[0]["status"])

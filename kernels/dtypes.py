@@ -235,16 +235,6 @@ KV_BLOCK_DT = np.dtype(
     align=True,
 )
 
-# A node of the router's per-instance prefix-affinity LRU index (kernels.prefix_index).
-PREFIX_NODE_DT = np.dtype(
-    [
-        ("key", np.int64),  # prefix-block key
-        ("prev", np.int32),  # LRU links within the instance's node range, -1 = none
-        ("next", np.int32),
-    ],
-    align=True,
-)
-
 # The event heap: a binary min-heap ordered by (time_us, priority, seq).
 EVENT_DT = np.dtype(
     [

@@ -48,7 +48,7 @@ from .dtypes import (
 )
 from .heap import event_kind_instance, event_priority, heap_pop, heap_push
 from .policies import admit, choose_instance, refresh_snapshot, reorder_wait_queue, request_priority
-from .prefix_index import index_touch, leading_matches
+from .prefix_index import index_insert_unshared, index_touch, leading_matches
 from .kvcache import kv_conserved, kv_release
 from .steptime import blackbox_step_us, output_token_delay_us, queueing_delay_us, roofline_entry, roofline_step_us
 
@@ -161,7 +161,7 @@ def simulate_cluster(sim, reqs, arrival_order, keys, req_blocks, inst, batch, wo
                      heap, roofline, step_log, irr_log, done_buf, stats,
                      adm_params, tb_tokens, tb_last_us, route_weights, prio_params, sched_weights,
                      snap, snap_refreshed, snap_interval, affinity, alive,
-                     pi_state, pi_nodes, pi_slots, gmap, sort_ids, sort_keys, sort_tmp_ids, sort_tmp_keys):
+                     pi_state, pi_slots, pi_ring, gmap, key_shared, sort_ids, sort_keys, sort_tmp_ids, sort_tmp_keys):
     """Run the whole simulation.  Mutates reqs, inst, batch, blocks, slots, heap, stats and
     the policy state (token buckets, router snapshot, prefix index).
 
@@ -267,8 +267,12 @@ def simulate_cluster(sim, reqs, arrival_order, keys, req_blocks, inst, batch, wo
                                                   rr_next)
                 if target >= 0 and use_index:
                     for j in range(n_keys):
-                        index_touch(pi_state, pi_nodes, pi_slots, gmap, pi_capacity, pi_slots_per_inst, target,
-                                    keys[kstart + j])
+                        if key_shared[kstart + j]:
+                            index_touch(pi_state, pi_slots, pi_ring, gmap, pi_capacity, pi_slots_per_inst, target,
+                                        keys[kstart + j])
+                        else:
+                            index_insert_unshared(pi_state, pi_slots, pi_ring, gmap, pi_capacity, pi_slots_per_inst,
+                                                  target, keys[kstart + j])
                 if target < 0:
                     status = STATUS_NO_INSTANCE
                     err_req = r

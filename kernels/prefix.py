@@ -17,8 +17,9 @@ reinterpreted bit-for-bit as uint64, so any int64 id is accepted.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from .jit import helper, kernel
 
 # Constants are typed uint64 so numba never promotes the arithmetic to float64.
 FMIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -34,7 +35,7 @@ NO_KEY = -1  # the kernels' "no key" marker; never produced as a key
 NO_KEY_REPLACEMENT = -2
 
 
-@nb.njit(cache=True)
+@helper
 def fmix64(x):
     """splitmix64 finalizer of the uint64 ``x`` (a bijection, good avalanche)."""
     x = (x ^ (x >> S30)) * FMIX_M1
@@ -42,13 +43,13 @@ def fmix64(x):
     return x ^ (x >> S31)
 
 
-@nb.njit(cache=True)
+@helper
 def combine64(h, v):
     """Mix the uint64 value ``v`` into the uint64 state ``h``; returns the new state."""
     return fmix64(h * MUL + v)
 
 
-@nb.njit(cache=True)
+@kernel
 def hash_prompt_blocks(tokens, token_offsets, block_size):
     """Keys of every full prompt block: request i's tokens are tokens[token_offsets[i]:
     token_offsets[i+1]] (int64 ids); returns (keys int64, key_offsets int64[n+1]) with

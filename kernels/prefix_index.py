@@ -5,10 +5,8 @@ there (updated with every key of each request it routes, most recent last).  A r
 affinity for instance i = the number of its *leading* block keys present in i's index.
 
 Two structures, kept in sync:
-- per-instance LRU: a node pool (``nodes``: key, prev, next; instance i owns
-  ``[i*capacity, (i+1)*capacity)``) with a per-instance hash (key -> node) in
-  ``node_slots``; head = least recent.  Touching a key moves it to the tail; inserting
-  into a full index evicts the head.
+- per-instance LRU: a hash of (key, last-touch stamp) plus a ring of touch records (see
+  "per-instance LRU" below);
 - a cluster-wide map key -> bitmask of the instances whose index holds it
   (``gmap[row] = [key, mask word 0, mask word 1, ...]``, key -1 = empty row), so that the
   affinity of *every* instance is found with one lookup per leading key.
@@ -19,7 +17,7 @@ marks an empty slot (prefix keys are never -1).
 
 import numpy as np
 
-from .jit import helper
+from .jit import helper, kernel
 
 EMPTY = -1
 
@@ -97,49 +95,44 @@ def gmap_clear_bit(gmap, key, inst):
 
 
 # ----------------------------------------------------------------------------- per-instance LRU
+# Instance i's index: a hash of (key, stamp) pairs in slots [i*S, (i+1)*S) of ``slots``
+# (stamp 0 = empty slot) and a ring of (key, stamp) touch records in ring[i].  A touch
+# writes a fresh stamp into the key's slot and appends a record; the least recently
+# touched key is the first ring record whose stamp still matches its slot (older records
+# of re-touched keys are stale and skipped).  This is exact LRU with one hash probe per
+# touch and no linked list.  pi_state[i] = (size, ring head, ring length, stamp counter).
+
+PI_SIZE = 0
+PI_RING_HEAD = 1
+PI_RING_LEN = 2
+PI_STAMP = 3
+PHANTOM = -1  # ring-record stamp of an unshared key (see index_insert_unshared)
 
 
 @helper
-def _node_find(node_slots, off, mask, key):
-    """Node holding ``key`` in one instance's index hash, or -1 (slots hold node + 1)."""
+def _slot_find(slots, off, mask, key):
+    """Slot (relative to the instance) holding ``key``, or -1."""
     h = _home(key, mask)
     while True:
         j = 2 * (off + h)
-        n1 = node_slots[j + 1]
-        if n1 == 0:
+        if slots[j + 1] == 0:
             return np.int64(-1)
-        if node_slots[j] == key:
-            return n1 - 1
+        if slots[j] == key:
+            return h
         h = (h + 1) & mask
 
 
 @helper
-def _node_insert(node_slots, off, mask, key, node):
-    h = _home(key, mask)
-    while node_slots[2 * (off + h) + 1] != 0:
-        h = (h + 1) & mask
-    node_slots[2 * (off + h)] = key
-    node_slots[2 * (off + h) + 1] = node + 1
-
-
-@helper
-def _node_delete(node_slots, off, mask, key):
-    h = _home(key, mask)
-    while True:
-        j = 2 * (off + h)
-        if node_slots[j + 1] == 0:
-            return
-        if node_slots[j] == key:
-            break
-        h = (h + 1) & mask
+def _slot_delete(slots, off, mask, h):
+    """Backward-shift deletion of relative slot h."""
     hole = h
     k = h
     while True:
         k = (k + 1) & mask
         jk = 2 * (off + k)
-        if node_slots[jk + 1] == 0:
+        if slots[jk + 1] == 0:
             break
-        home = _home(node_slots[jk], mask)
+        home = _home(slots[jk], mask)
         if hole <= k:
             stays = hole < home <= k
         else:
@@ -147,65 +140,107 @@ def _node_delete(node_slots, off, mask, key):
         if stays:
             continue
         jh = 2 * (off + hole)
-        node_slots[jh] = node_slots[jk]
-        node_slots[jh + 1] = node_slots[jk + 1]
+        slots[jh] = slots[jk]
+        slots[jh + 1] = slots[jk + 1]
         hole = k
-    node_slots[2 * (off + hole)] = 0
-    node_slots[2 * (off + hole) + 1] = 0
+    slots[2 * (off + hole)] = 0
+    slots[2 * (off + hole) + 1] = 0
 
 
 @helper
-def _unlink(pi_state, i, nodes, n):
-    p = nodes[n].prev
-    x = nodes[n].next
-    if p >= 0:
-        nodes[p].next = x
-    else:
-        pi_state[i, 0] = x
-    if x >= 0:
-        nodes[x].prev = p
-    else:
-        pi_state[i, 1] = p
+def _evict_lru(pi_state, slots, ring, gmap, off, mask, i):
+    """Drop instance i's least recently touched key (pops stale ring records on the way)."""
+    n_ring = ring.shape[1]
+    while pi_state[i, PI_RING_LEN] > 0:
+        head = pi_state[i, PI_RING_HEAD]
+        key = ring[i, head, 0]
+        stamp = ring[i, head, 1]
+        pi_state[i, PI_RING_HEAD] = (head + 1) % n_ring
+        pi_state[i, PI_RING_LEN] -= 1
+        if stamp == PHANTOM:  # a key no other request has: it only held a place
+            pi_state[i, PI_SIZE] -= 1
+            return
+        h = _slot_find(slots, off, mask, key)
+        if h >= 0 and slots[2 * (off + h) + 1] == stamp:
+            _slot_delete(slots, off, mask, h)
+            gmap_clear_bit(gmap, key, i)
+            pi_state[i, PI_SIZE] -= 1
+            return
 
 
 @helper
-def _append(pi_state, i, nodes, n):
-    t = pi_state[i, 1]
-    nodes[n].prev = t
-    nodes[n].next = -1
-    if t >= 0:
-        nodes[t].next = n
-    else:
-        pi_state[i, 0] = n
-    pi_state[i, 1] = n
+def _compact_ring(pi_state, slots, ring, off, mask, i):
+    """Keep only the live records of instance i's ring (in order)."""
+    n_ring = ring.shape[1]
+    head = pi_state[i, PI_RING_HEAD]
+    n = pi_state[i, PI_RING_LEN]
+    kept = 0
+    for j in range(n):
+        p = (head + j) % n_ring
+        key = ring[i, p, 0]
+        stamp = ring[i, p, 1]
+        live = stamp == PHANTOM
+        if not live:
+            h = _slot_find(slots, off, mask, key)
+            live = h >= 0 and slots[2 * (off + h) + 1] == stamp
+        if live:
+            q = (head + kept) % n_ring
+            ring[i, q, 0] = key
+            ring[i, q, 1] = stamp
+            kept += 1
+    pi_state[i, PI_RING_LEN] = kept
 
 
 @helper
-def index_touch(pi_state, nodes, node_slots, gmap, capacity, slots_per_inst, i, key):
-    """Mark ``key`` as most recently routed to instance i (insert, evicting the LRU key
-    when the index is full).  ``pi_state[i] = (head, tail, size)``; instance i's hash is
-    ``slots_per_inst`` (a power of two >= 2*capacity) slots from slot i*slots_per_inst."""
+def _ring_append(pi_state, slots, ring, off, mask, i, key, stamp):
+    n_ring = ring.shape[1]
+    if pi_state[i, PI_RING_LEN] == n_ring:
+        _compact_ring(pi_state, slots, ring, off, mask, i)
+    tail = (pi_state[i, PI_RING_HEAD] + pi_state[i, PI_RING_LEN]) % n_ring
+    ring[i, tail, 0] = key
+    ring[i, tail, 1] = stamp
+    pi_state[i, PI_RING_LEN] += 1
+
+
+@helper
+def index_insert_unshared(pi_state, slots, ring, gmap, capacity, slots_per_inst, i, key):
+    """Insert a key that no other request of the workload has into instance i's index.
+
+    It can never be matched (only its own request carries it, and that request was routed
+    before the insertion), so only its place in the LRU order matters: it takes one unit
+    of capacity, evicting the least recently touched key if full, and leaves when it
+    becomes the least recent itself -- a ring record without a hash entry or map bit.
+    Exactly equivalent to index_touch for such a key, at the cost of a ring append."""
     off = i * slots_per_inst
     mask = slots_per_inst - 1
-    n = _node_find(node_slots, off, mask, key)
-    if n >= 0:
-        if pi_state[i, 1] != n:
-            _unlink(pi_state, i, nodes, n)
-            _append(pi_state, i, nodes, n)
-        return
-    if pi_state[i, 2] < capacity:
-        n = i * capacity + pi_state[i, 2]
-        pi_state[i, 2] += 1
+    if pi_state[i, PI_SIZE] >= capacity:
+        _evict_lru(pi_state, slots, ring, gmap, off, mask, i)
+    pi_state[i, PI_SIZE] += 1
+    _ring_append(pi_state, slots, ring, off, mask, i, key, PHANTOM)
+
+
+@helper
+def index_touch(pi_state, slots, ring, gmap, capacity, slots_per_inst, i, key):
+    """Mark ``key`` as most recently routed to instance i, inserting it (and evicting the
+    least recently touched key when the index holds ``capacity`` keys)."""
+    off = i * slots_per_inst
+    mask = slots_per_inst - 1
+    stamp = pi_state[i, PI_STAMP] + 1
+    pi_state[i, PI_STAMP] = stamp
+    h = _slot_find(slots, off, mask, key)
+    if h >= 0:
+        slots[2 * (off + h) + 1] = stamp
     else:
-        n = pi_state[i, 0]  # evict the least recently routed key
-        _unlink(pi_state, i, nodes, n)
-        old = nodes[n].key
-        _node_delete(node_slots, off, mask, old)
-        gmap_clear_bit(gmap, old, i)
-    nodes[n].key = key
-    _node_insert(node_slots, off, mask, key, n)
-    gmap_set_bit(gmap, key, i)
-    _append(pi_state, i, nodes, n)
+        if pi_state[i, PI_SIZE] >= capacity:
+            _evict_lru(pi_state, slots, ring, gmap, off, mask, i)
+        h = _home(key, mask)
+        while slots[2 * (off + h) + 1] != 0:
+            h = (h + 1) & mask
+        slots[2 * (off + h)] = key
+        slots[2 * (off + h) + 1] = stamp
+        pi_state[i, PI_SIZE] += 1
+        gmap_set_bit(gmap, key, i)
+    _ring_append(pi_state, slots, ring, off, mask, i, key, stamp)
 
 
 @helper
@@ -241,3 +276,30 @@ def leading_matches(gmap, keys, kstart, kcount, inst, alive, counts):
             for b in range(64):
                 if (alive[w] >> b) & 1:
                     counts[w * 64 + b] = depth
+
+
+@kernel
+def mark_shared_keys(keys):
+    """1 for every key that occurs more than once in ``keys`` (i.e. in two requests'
+    prompts), else 0.  Counting with an open-addressing table of 2^k >= 2n slots."""
+    n = keys.shape[0]
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    table_key = np.empty(size, np.int64)
+    table_count = np.zeros(size, np.int64)
+    slot_of = np.empty(n, np.int64)
+    for j in range(n):
+        k = keys[j]
+        h = _home(k, mask)
+        while table_count[h] != 0 and table_key[h] != k:
+            h = (h + 1) & mask
+        table_key[h] = k
+        table_count[h] += 1
+        slot_of[j] = h
+    out = np.zeros(n, np.uint8)
+    for j in range(n):
+        if table_count[slot_of[j]] > 1:
+            out[j] = 1
+    return out

@@ -52,7 +52,11 @@ class WorkloadConfig:
     output_tokens_stdev: float | None = _opt(None, "stdev of output tokens (preset value, else 256)")
     output_tokens_min: int | None = _opt(None, "min output tokens (preset value, else 2)")
     output_tokens_max: int | None = _opt(None, "max output tokens (preset value, else 7000)")
-    traces_filepath: str | None = _opt(None, "BLIS trace CSV to replay (type: traces)")
+    traces_filepath: str | None = _opt(None, "trace to replay (type: traces): a BLIS trace CSV or a blis-fast rich "
+                                              "trace (.parquet, or CSV starting with '# blis-fast-trace')")
+    spec_filepath: str | None = _opt(None, "workload spec YAML (clients, tenants, SLO classes, prefix groups, sessions, "
+                                           "load profile; docs/workloads.md); replaces the workload type and its "
+                                           "settings; seed from the file unless --seed is given")
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ FLAG_PATHS: dict[str, str] = {
     "max_instances": "deployment.max_instances",
     "workload": "workload.type",
     "workload_traces_filepath": "workload.traces_filepath",
+    "workload_spec": "workload.spec_filepath",
     "rate": "workload.rate",
     "num_requests": "workload.num_requests",
     "arrival": "workload.arrival",
@@ -241,7 +246,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         if path in origin:
             return origin[path]
         for p, o in origin.items():  # e.g. policy.routing_scorers.queue-depth under --routing-scorers
-            if path.startswith(p + "."):
+            if path.startswith(p + ".") or path.startswith(p + "["):
                 return o + path[len(p):]
         return path
 
@@ -286,7 +291,7 @@ def validate(cfg: SimConfig) -> None:
         raise ConfigError("workload.rate", f"must be a finite number > 0 (requests/s), got {w.rate!r}")
     if not 1 <= w.num_requests <= 100_000_000:
         raise ConfigError("workload.num_requests", f"must be an integer in [1, 100000000], got {w.num_requests!r}")
-    if w.type == "traces" and not w.traces_filepath:
+    if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
     if not 1 <= d.num_instances <= 65_536:
         raise ConfigError("deployment.num_instances", f"must be an integer in [1, 65536], got {d.num_instances}")

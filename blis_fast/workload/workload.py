@@ -145,6 +145,10 @@ class Workload:
             a = getattr(self, name)
             if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n):
                 raise WorkloadError(f"workload.{name}", f"must be a 1-D array of {n} entries")
+        for name in ("tenant", "slo_class", "priority_class", "client", "turn"):
+            a = getattr(self, name)
+            if a is not None and n and a.min() < 0:
+                raise WorkloadError(f"workload.{name}", "ids must be >= 0")
         dep = np.zeros(n, bool)
         if self.next_request is not None:
             nxt = self.next_request
@@ -153,7 +157,7 @@ class Workload:
             linked = np.flatnonzero(nxt >= 0)
             if np.any(nxt[linked] <= linked):
                 raise WorkloadError("workload.next_request", "a chain must point forward (next_request[i] > i)")
-            if len(np.unique(nxt[linked])) != len(linked):
+            if linked.size and np.bincount(nxt[linked], minlength=n).max() > 1:
                 raise WorkloadError("workload.next_request", "a request can follow only one other request")
             dep[nxt[linked]] = True
         if self.follow_delay_us is not None and n and self.follow_delay_us.min() < 0:

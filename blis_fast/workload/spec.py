@@ -1,0 +1,771 @@
+"""Workload spec files (``--workload-spec FILE``): strict YAML parsing into dataclasses.
+
+A spec describes an aggregate rate and a list of clients (ServeGen-style), each with its
+arrival process, length distributions, tenant / SLO class / priority class, optional
+shared-prefix group and multi-turn sessions, plus a load profile over time.  The full
+reference is ``docs/workloads.md``; examples live in ``configs/workloads/``.
+
+Every problem raises ``WorkloadError(field, message)`` whose field is the YAML path of the
+offending value (``clients[2].prompt_tokens.p90``); unknown keys are rejected with their
+path.  Nothing is random here: ``blis_fast.workload.generate`` draws the requests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blis_fast.errors import WorkloadError
+from blis_fast.workload import sampling as S
+
+DIST_TYPES = ("constant", "gaussian", "exponential", "uniform", "lognormal", "pareto_lognormal", "empirical")
+ARRIVAL_TYPES = ("poisson", "gamma", "weibull", "constant", "bursty", "trace")
+PROFILE_TYPES = ("constant", "step", "ramp", "diurnal", "spike", "piecewise")
+REQUEST_PROFILES = ("chat", "reasoning", "agentic")
+POPULARITY_TYPES = ("uniform", "zipf", "weights")
+DEFAULT_SEED = 42
+MAX_CV = 1000.0
+
+# Request-type presets: the fields a client inherits unless it sets them (docs/workloads.md).
+PROFILE_DEFAULTS: dict[str, dict] = {
+    "chat": {
+        "prompt_tokens": {"type": "lognormal", "p50": 256, "p90": 1024, "max": 8192},
+        "output_tokens": {"type": "lognormal", "p50": 200, "p90": 600, "max": 4096},
+    },
+    "reasoning": {  # short questions, long chains of thought
+        "prompt_tokens": {"type": "lognormal", "p50": 300, "p90": 1500, "max": 16384},
+        "output_tokens": {"type": "lognormal", "p50": 2000, "p90": 8000, "min": 16, "max": 32768},
+    },
+    "agentic": {  # a chain of calls: big tool-laden first prompt, short outputs, tool latency between
+        "prompt_tokens": {"type": "lognormal", "p50": 2000, "p90": 6000, "max": 32768},
+        "output_tokens": {"type": "lognormal", "p50": 150, "p90": 500, "max": 4096},
+        "session": {
+            "turns": {"type": "empirical", "values": [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]},
+            "think_time_s": {"type": "lognormal", "p50": 0.5, "p90": 3.0, "max": 60},
+            "user_tokens": {"type": "lognormal", "p50": 300, "p90": 2000, "max": 16384},
+            "max_prompt_tokens": 65536,
+        },
+    },
+}
+
+
+# ----------------------------------------------------------------------------- dataclasses
+
+
+@dataclass(frozen=True, eq=False)
+class Distribution:
+    """A length (tokens) or duration (seconds) distribution, clamped to [min, max].
+
+    type: constant (value) | gaussian (mean, std) | exponential (mean) | uniform (min, max)
+    | lognormal (mu, sigma after conversion) | pareto_lognormal (pareto_weight, alpha,
+    scale, mu, sigma) | empirical (values + probs = CDF points, or values + weights, or
+    values = samples from a file).
+    """
+
+    type: str
+    path: str
+    value: float = 0.0
+    mean: float = 0.0
+    std: float = 0.0
+    mu: float = 0.0
+    sigma: float = 0.0
+    pareto_weight: float = 0.0
+    alpha: float = 0.0
+    scale: float = 0.0
+    values: np.ndarray | None = None
+    probs: np.ndarray | None = None  # empirical CDF probabilities (with values)
+    weights: np.ndarray | None = None  # empirical discrete weights (with values)
+    min: float | None = None
+    max: float | None = None
+
+    def approx_mean(self) -> float:
+        """The mean before clamping (clamped to [min, max]); for sizing, not sampling."""
+        t = self.type
+        if t == "constant":
+            m = self.value
+        elif t in ("gaussian", "exponential"):
+            m = self.mean
+        elif t == "uniform":
+            m = 0.5 * (self.min + self.max)
+        elif t == "lognormal":
+            m = math.exp(self.mu + self.sigma**2 / 2)
+        elif t == "pareto_lognormal":
+            par = self.alpha * self.scale / (self.alpha - 1) if self.alpha > 1 else 10 * self.scale
+            m = self.pareto_weight * par + (1 - self.pareto_weight) * math.exp(self.mu + self.sigma**2 / 2)
+        elif self.probs is not None:
+            m = float(np.sum(np.diff(self.probs) * 0.5 * (self.values[1:] + self.values[:-1]))
+                      + self.probs[0] * self.values[0])
+        elif self.weights is not None:
+            m = float(np.sum(self.weights * self.values) / np.sum(self.weights))
+        else:
+            m = float(np.mean(self.values))
+        lo = -math.inf if self.min is None else self.min
+        hi = math.inf if self.max is None else self.max
+        return float(min(max(m, lo), hi))
+
+
+@dataclass(frozen=True, eq=False)
+class ArrivalSpec:
+    """How a client's independent requests (session starts) arrive."""
+
+    type: str  # poisson | gamma | weibull | constant | bursty | trace
+    path: str
+    cv: float = 1.0  # gamma, weibull
+    burst_size: Distribution | None = None  # bursty: requests per burst (>= 1)
+    burst_interval_s: Distribution | None = None  # bursty: between burst starts (default: from rate)
+    burst_gap_s: Distribution | None = None  # bursty: between requests of one burst (default 0)
+    times_s: np.ndarray | None = None  # trace: timestamps (s), sorted, already scaled
+    file: str | None = None  # trace: the file they came from
+
+    @property
+    def needs_rate(self) -> bool:
+        """True if the process needs the client's rate."""
+        return self.type in ("poisson", "gamma", "weibull", "constant") or (
+            self.type == "bursty" and self.burst_interval_s is None)
+
+
+@dataclass(frozen=True, eq=False)
+class LoadProfileSpec:
+    """A load profile (rate multiplier over time), built into a ``sampling.LoadProfile``."""
+
+    type: str
+    path: str
+    params: dict = field(default_factory=dict)
+
+    def build(self) -> S.LoadProfile:
+        """The profile as knots (sampling.LoadProfile)."""
+        p = self.params
+        if self.type == "constant":
+            return S.constant_profile(p["multiplier"])
+        if self.type == "step":
+            return S.step_profile(p["times"], p["multipliers"])
+        if self.type == "ramp":
+            return S.ramp_profile(p["start_s"], p["end_s"], p["from"], p["to"])
+        if self.type == "diurnal":
+            return S.diurnal_profile(p["period_s"], p["amplitude"], p["peak_s"])
+        if self.type == "spike":
+            return S.spike_profile(p["at_s"], p["duration_s"], p["multiplier"], p["base"])
+        return S.piecewise_profile(p["durations"], p["starts"], p["ends"])
+
+
+@dataclass(frozen=True, eq=False)
+class PrefixGroupSpec:
+    """A set of ``count`` shared prefixes (system prompts, documents): each prefix's length
+    is drawn once from ``length``; requests pick prefix k with probability popularity[k]."""
+
+    name: str
+    path: str
+    stream: str  # rng stream prefix of its lengths and token ids
+    count: int
+    length: Distribution
+    popularity: np.ndarray  # probabilities, sum 1
+
+
+@dataclass(frozen=True, eq=False)
+class SessionSpec:
+    """Multi-turn sessions (closed loop): turn t+1's prompt = turn t's prompt + its output +
+    user_tokens new tokens, arriving think_time_s after turn t's last token."""
+
+    path: str
+    turns: Distribution
+    think_time_s: Distribution
+    user_tokens: Distribution | None  # None: the client's prompt_tokens
+    max_prompt_tokens: int | None  # a session ends before a turn whose prompt would exceed it
+
+
+@dataclass(frozen=True, eq=False)
+class ClientSpec:
+    """One client of the spec (see docs/workloads.md for every field)."""
+
+    name: str
+    index: int
+    path: str
+    rate: float | None  # resolved independent arrivals per second (None: not rate-driven)
+    tenant: str
+    slo_class: str
+    priority_class: str
+    profile: str | None
+    arrival: ArrivalSpec
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    prefix_group: str | None  # name of the PrefixGroupSpec used, or None
+    reuse_probability: float
+    session: SessionSpec | None
+    start_s: float
+    end_s: float | None
+    load_profile: LoadProfileSpec | None  # overrides the spec's
+
+    @property
+    def stream(self) -> str:
+        """Prefix of this client's random stream names."""
+        return f"workload.client.{self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadSpec:
+    """A validated workload spec."""
+
+    seed: int | None
+    rate: float | None
+    duration_s: float | None
+    num_requests: int | None
+    load_profile: LoadProfileSpec | None
+    slo_classes: dict[str, dict[str, float | None]]
+    priority_classes: list[str]
+    prefix_groups: dict[str, PrefixGroupSpec]
+    clients: list[ClientSpec]
+    raw: dict
+    source: str | None = None
+
+    @property
+    def effective_seed(self) -> int:
+        """The spec's seed, else 42."""
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _err(path: str, msg: str) -> WorkloadError:
+    return WorkloadError(path, msg)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _mapping(value: Any, path: str, allowed: tuple[str, ...] | set[str]) -> dict:
+    if not isinstance(value, dict):
+        raise _err(path, f"must be a mapping, got {value!r}")
+    for k in value:
+        if not isinstance(k, str) or k not in allowed:
+            raise _err(_join(path, str(k)), f"unknown key; known: {', '.join(sorted(allowed))}")
+    return value
+
+
+def _number(d: dict, key: str, path: str, *, default: Any = None, required: bool = False,
+            lo: float | None = None, lo_open: bool = False, hi: float | None = None) -> float | None:
+    p = _join(path, key)
+    if key not in d or d[key] is None:
+        if required:
+            raise _err(p, "is required")
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _err(p, f"must be a number, got {v!r}")
+    v = float(v)
+    if not math.isfinite(v):
+        raise _err(p, f"must be finite, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise _err(p, f"must be {'>' if lo_open else '>='} {lo:g}, got {v:g}")
+    if hi is not None and v > hi:
+        raise _err(p, f"must be <= {hi:g}, got {v:g}")
+    return v
+
+
+def _integer(d: dict, key: str, path: str, *, default: Any = None, required: bool = False, lo: int = 0,
+             hi: int = 2**62) -> int | None:
+    p = _join(path, key)
+    if key not in d or d[key] is None:
+        if required:
+            raise _err(p, "is required")
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+        raise _err(p, f"must be an integer, got {v!r}")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise _err(p, f"must be an integer in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _string(d: dict, key: str, path: str, default: str | None = None) -> str | None:
+    if key not in d or d[key] is None:
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or str(v) == "":
+        raise _err(_join(path, key), f"must be a non-empty name, got {v!r}")
+    return str(v)
+
+
+def _numbers(value: Any, path: str, *, lo: float | None = None) -> np.ndarray:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _err(path, f"must be a non-empty list of numbers, got {value!r}")
+    out = []
+    for k, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)):
+            raise _err(f"{path}[{k}]", f"must be a finite number, got {x!r}")
+        if lo is not None and x < lo:
+            raise _err(f"{path}[{k}]", f"must be >= {lo:g}, got {x!r}")
+        out.append(float(x))
+    return np.array(out, dtype=np.float64)
+
+
+def _resolve_file(value: Any, path: str, base: Path | None) -> Path:
+    if not isinstance(value, str) or not value:
+        raise _err(path, f"must be a file path, got {value!r}")
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = base / p
+    if not p.is_file():
+        raise _err(path, f"file not found: {p}")
+    return p
+
+
+def _read_numbers_file(p: Path, path: str) -> np.ndarray:
+    """Numbers from a text file: one or more per line (comma / whitespace separated), ``#``
+    comments and a non-numeric first line (a header) skipped."""
+    vals: list[float] = []
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _err(path, f"cannot read {p}: {e}") from None
+    content_lines = 0
+    for ln, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        content_lines += 1
+        first = line.replace(",", " ").split()[0]
+        try:
+            vals.append(float(first))
+        except ValueError:
+            if content_lines == 1:
+                continue  # a header row
+            raise _err(path, f"{p} line {ln}: {first!r} is not a number") from None
+    arr = np.array(vals, dtype=np.float64)
+    if arr.size == 0:
+        raise _err(path, f"{p} holds no numbers")
+    if not np.all(np.isfinite(arr)):
+        raise _err(path, f"{p} holds non-finite numbers")
+    return arr
+
+
+# ----------------------------------------------------------------------------- distributions
+
+_LOGN_KEYS = (("mu", "sigma"), ("mean", "std"), ("p50", "p90"))
+_DIST_KEYS = {
+    "constant": ("value",),
+    "gaussian": ("mean", "std"),
+    "exponential": ("mean",),
+    "uniform": (),
+    "lognormal": ("mu", "sigma", "mean", "std", "p50", "p90"),
+    "pareto_lognormal": ("pareto_weight", "alpha", "scale", "mu", "sigma", "mean", "std", "p50", "p90"),
+    "empirical": ("cdf", "values", "weights", "file"),
+}
+
+
+def _lognormal_params(d: dict, path: str) -> tuple[float, float]:
+    given = [pair for pair in _LOGN_KEYS if any(k in d for k in pair)]
+    if len(given) != 1:
+        raise _err(path, "give exactly one lognormal parametrization: mu+sigma (log space), "
+                         "mean+std (real space) or p50+p90")
+    a, b = given[0]
+    for k in (a, b):
+        if k not in d:
+            raise _err(_join(path, k), f"is required with {a}/{b}")
+    if a == "mu":
+        mu = _number(d, "mu", path)
+        sigma = _number(d, "sigma", path, lo=0)
+        return mu, sigma
+    if a == "mean":
+        mean = _number(d, "mean", path, lo=0, lo_open=True)
+        std = _number(d, "std", path, lo=0)
+        return S.lognormal_from_mean_std(mean, std)
+    p50 = _number(d, "p50", path, lo=0, lo_open=True)
+    p90 = _number(d, "p90", path, lo=0, lo_open=True)
+    if p90 < p50:
+        raise _err(_join(path, "p90"), f"must be >= p50 ({p50:g}), got {p90:g}")
+    return S.lognormal_from_percentiles(p50, p90)
+
+
+def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path | None = None) -> Distribution:
+    """A distribution from YAML: a number (constant) or a mapping with ``type``.  ``floor``
+    is the smallest meaningful value (1 for prompts and turns, 0 otherwise): the default
+    ``min`` and a lower bound for it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = {"type": "constant", "value": value}
+    if not isinstance(value, dict):
+        raise _err(path, f"must be a number or a mapping with 'type' ({', '.join(DIST_TYPES)}), got {value!r}")
+    t = value.get("type")
+    if t not in DIST_TYPES:
+        raise _err(_join(path, "type"), f"unknown distribution {t!r}; known: {', '.join(DIST_TYPES)}")
+    d = _mapping(value, path, ("type", "min", "max") + _DIST_KEYS[t])
+    vmin = _number(d, "min", path, default=None)
+    vmax = _number(d, "max", path, default=None)
+    if vmin is not None and vmin < floor:
+        raise _err(_join(path, "min"), f"must be >= {floor:g}, got {vmin:g}")
+    vmin = floor if vmin is None else vmin
+    if vmax is not None and vmax < vmin:
+        raise _err(_join(path, "max"), f"must be >= min ({vmin:g}), got {vmax:g}")
+    kw: dict[str, Any] = {"type": t, "path": path, "min": vmin, "max": vmax}
+    if t == "constant":
+        kw["value"] = _number(d, "value", path, required=True)
+    elif t == "gaussian":
+        kw["mean"] = _number(d, "mean", path, required=True)
+        kw["std"] = _number(d, "std", path, required=True, lo=0)
+    elif t == "exponential":
+        kw["mean"] = _number(d, "mean", path, required=True, lo=0, lo_open=True)
+    elif t == "uniform":
+        if "max" not in d or d["max"] is None:
+            raise _err(_join(path, "max"), "is required for a uniform distribution (support [min, max])")
+    elif t == "lognormal":
+        kw["mu"], kw["sigma"] = _lognormal_params(d, path)
+    elif t == "pareto_lognormal":
+        kw["pareto_weight"] = _number(d, "pareto_weight", path, required=True, lo=0, hi=1)
+        kw["alpha"] = _number(d, "alpha", path, required=True, lo=0, lo_open=True)
+        kw["scale"] = _number(d, "scale", path, required=True, lo=0, lo_open=True)
+        kw["mu"], kw["sigma"] = _lognormal_params(d, path)
+    else:  # empirical
+        forms = [k for k in ("cdf", "values", "file") if k in d]
+        if len(forms) != 1:
+            raise _err(path, "an empirical distribution needs exactly one of cdf, values, file")
+        if "weights" in d and forms != ["values"]:
+            raise _err(_join(path, "weights"), "only goes with values")
+        if forms == ["cdf"]:
+            pts = d["cdf"]
+            if not isinstance(pts, list) or not pts:
+                raise _err(_join(path, "cdf"), "must be a non-empty list of [value, cumulative probability] pairs")
+            xs, ps = [], []
+            for k, pt in enumerate(pts):
+                pp = f"{path}.cdf[{k}]"
+                if not (isinstance(pt, (list, tuple)) and len(pt) == 2):
+                    raise _err(pp, f"must be a [value, cumulative probability] pair, got {pt!r}")
+                x, q = _numbers(list(pt), pp)
+                if not 0 <= q <= 1:
+                    raise _err(pp, f"cumulative probability must be in [0, 1], got {q:g}")
+                if xs and (x < xs[-1] or q < ps[-1]):
+                    raise _err(pp, "values and probabilities must be non-decreasing")
+                xs.append(x)
+                ps.append(q)
+            if abs(ps[-1] - 1.0) > 1e-9:
+                raise _err(f"{path}.cdf[{len(ps) - 1}]", f"the last cumulative probability must be 1, got {ps[-1]:g}")
+            ps[-1] = 1.0
+            kw["values"], kw["probs"] = np.array(xs), np.array(ps)
+        elif forms == ["values"]:
+            kw["values"] = _numbers(d["values"], _join(path, "values"))
+            if "weights" in d:
+                w = _numbers(d["weights"], _join(path, "weights"), lo=0)
+                if len(w) != len(kw["values"]):
+                    raise _err(_join(path, "weights"), f"needs {len(kw['values'])} entries (one per value), got {len(w)}")
+                if w.sum() <= 0:
+                    raise _err(_join(path, "weights"), "must not all be 0")
+                kw["weights"] = w
+        else:
+            fp = _resolve_file(d["file"], _join(path, "file"), base)
+            kw["values"] = _read_numbers_file(fp, _join(path, "file"))
+    return Distribution(**kw)
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def _parse_arrival(value: Any, path: str, base: Path | None) -> ArrivalSpec:
+    if value is None:
+        value = {"type": "poisson"}
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict):
+        raise _err(path, f"must be a process name or a mapping with 'type', got {value!r}")
+    t = value.get("type")
+    if t not in ARRIVAL_TYPES:
+        raise _err(_join(path, "type"), f"unknown arrival process {t!r}; known: {', '.join(ARRIVAL_TYPES)}")
+    keys = {"poisson": (), "constant": (), "gamma": ("cv",), "weibull": ("cv",),
+            "bursty": ("burst_size", "burst_interval_s", "burst_gap_s"), "trace": ("file", "time_scale")}[t]
+    d = _mapping(value, path, ("type",) + keys)
+    kw: dict[str, Any] = {"type": t, "path": path}
+    if t in ("gamma", "weibull"):
+        kw["cv"] = _number(d, "cv", path, required=True, lo=0, lo_open=True, hi=MAX_CV)
+    elif t == "bursty":
+        if "burst_size" not in d:
+            raise _err(_join(path, "burst_size"), "is required for a bursty process")
+        kw["burst_size"] = parse_distribution(d["burst_size"], _join(path, "burst_size"), floor=1, base=base)
+        if d.get("burst_interval_s") is not None:
+            kw["burst_interval_s"] = parse_distribution(d["burst_interval_s"], _join(path, "burst_interval_s"), base=base)
+        if d.get("burst_gap_s") is not None:
+            kw["burst_gap_s"] = parse_distribution(d["burst_gap_s"], _join(path, "burst_gap_s"), base=base)
+    elif t == "trace":
+        if "file" not in d:
+            raise _err(_join(path, "file"), "is required for a trace process")
+        fp = _resolve_file(d["file"], _join(path, "file"), base)
+        scale = _number(d, "time_scale", path, default=1.0, lo=0, lo_open=True)
+        times = _read_numbers_file(fp, _join(path, "file"))
+        if times.min() < 0:
+            raise _err(_join(path, "file"), f"{fp}: timestamps must be >= 0 s")
+        kw["times_s"] = np.sort(times * scale, kind="stable")
+        kw["file"] = str(fp)
+    return ArrivalSpec(**kw)
+
+
+def _parse_load_profile(value: Any, path: str) -> LoadProfileSpec:
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict):
+        raise _err(path, f"must be a mapping with 'type' ({', '.join(PROFILE_TYPES)}), got {value!r}")
+    t = value.get("type")
+    if t not in PROFILE_TYPES:
+        raise _err(_join(path, "type"), f"unknown load profile {t!r}; known: {', '.join(PROFILE_TYPES)}")
+    keys = {"constant": ("multiplier",), "step": ("steps",), "ramp": ("start_s", "end_s", "from", "to"),
+            "diurnal": ("period_s", "amplitude", "peak_s"), "spike": ("at_s", "duration_s", "multiplier", "base"),
+            "piecewise": ("segments",)}[t]
+    d = _mapping(value, path, ("type",) + keys)
+    p: dict[str, Any] = {}
+    if t == "constant":
+        p["multiplier"] = _number(d, "multiplier", path, default=1.0, lo=0)
+    elif t == "step":
+        steps = d.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise _err(_join(path, "steps"), "must be a non-empty list of {at_s, multiplier}")
+        times, mults = [], []
+        for k, st in enumerate(steps):
+            sp = f"{path}.steps[{k}]"
+            st = _mapping(st, sp, ("at_s", "multiplier"))
+            at = _number(st, "at_s", sp, required=True, lo=0)
+            if times and at <= times[-1]:
+                raise _err(_join(sp, "at_s"), f"must be > the previous step's at_s ({times[-1]:g})")
+            times.append(at)
+            mults.append(_number(st, "multiplier", sp, required=True, lo=0))
+        p["times"], p["multipliers"] = times, mults
+    elif t == "ramp":
+        p["start_s"] = _number(d, "start_s", path, default=0.0, lo=0)
+        p["end_s"] = _number(d, "end_s", path, required=True, lo=0)
+        if p["end_s"] <= p["start_s"]:
+            raise _err(_join(path, "end_s"), f"must be > start_s ({p['start_s']:g}), got {p['end_s']:g}")
+        p["from"] = _number(d, "from", path, required=True, lo=0)
+        p["to"] = _number(d, "to", path, required=True, lo=0)
+    elif t == "diurnal":
+        p["period_s"] = _number(d, "period_s", path, default=86400.0, lo=0, lo_open=True)
+        p["amplitude"] = _number(d, "amplitude", path, required=True, lo=0, hi=1)
+        p["peak_s"] = _number(d, "peak_s", path, default=p["period_s"] / 2)
+    elif t == "spike":
+        p["at_s"] = _number(d, "at_s", path, required=True, lo=0)
+        p["duration_s"] = _number(d, "duration_s", path, required=True, lo=0, lo_open=True)
+        p["multiplier"] = _number(d, "multiplier", path, required=True, lo=0)
+        p["base"] = _number(d, "base", path, default=1.0, lo=0)
+    else:
+        segs = d.get("segments")
+        if not isinstance(segs, list) or not segs:
+            raise _err(_join(path, "segments"), "must be a non-empty list of {duration_s, from, to} or {duration_s, multiplier}")
+        durs, starts, ends = [], [], []
+        for k, sg in enumerate(segs):
+            sp = f"{path}.segments[{k}]"
+            sg = _mapping(sg, sp, ("duration_s", "from", "to", "multiplier"))
+            durs.append(_number(sg, "duration_s", sp, required=True, lo=0, lo_open=True))
+            if "multiplier" in sg:
+                if "from" in sg or "to" in sg:
+                    raise _err(_join(sp, "multiplier"), "give either multiplier or from/to")
+                m = _number(sg, "multiplier", sp, required=True, lo=0)
+                starts.append(m)
+                ends.append(m)
+            else:
+                starts.append(_number(sg, "from", sp, required=True, lo=0))
+                ends.append(_number(sg, "to", sp, required=True, lo=0))
+        p["durations"], p["starts"], p["ends"] = durs, starts, ends
+    return LoadProfileSpec(t, path, p)
+
+
+def _parse_popularity(value: Any, path: str, count: int) -> np.ndarray:
+    if value is None:
+        value = "uniform"
+    if isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict):
+        raise _err(path, f"must be uniform, {{type: zipf, s}} or {{type: weights, weights}}, got {value!r}")
+    t = value.get("type")
+    if t not in POPULARITY_TYPES:
+        raise _err(_join(path, "type"), f"unknown popularity {t!r}; known: {', '.join(POPULARITY_TYPES)}")
+    d = _mapping(value, path, ("type", "s", "weights"))
+    if t == "uniform":
+        w = np.ones(count)
+    elif t == "zipf":
+        s = _number(d, "s", path, default=1.0, lo=0)
+        w = np.arange(1, count + 1, dtype=np.float64) ** -s
+    else:
+        w = _numbers(d.get("weights"), _join(path, "weights"), lo=0)
+        if len(w) != count:
+            raise _err(_join(path, "weights"), f"needs {count} entries (one per prefix), got {len(w)}")
+        if w.sum() <= 0:
+            raise _err(_join(path, "weights"), "must not all be 0")
+    return w / w.sum()
+
+
+_GROUP_KEYS = ("count", "length", "popularity")
+
+
+def _parse_group(value: Any, path: str, name: str, stream: str, base: Path | None,
+                 extra: tuple[str, ...] = ()) -> PrefixGroupSpec:
+    d = _mapping(value, path, _GROUP_KEYS + extra)
+    count = _integer(d, "count", path, default=1, lo=1, hi=1_000_000)
+    if "length" not in d:
+        raise _err(_join(path, "length"), "is required (tokens of each shared prefix)")
+    length = parse_distribution(d["length"], _join(path, "length"), floor=1, base=base)
+    return PrefixGroupSpec(name, path, stream, count, length, _parse_popularity(d.get("popularity"),
+                                                                             _join(path, "popularity"), count))
+
+
+def _parse_session(value: Any, path: str, base: Path | None, defaults: dict | None) -> SessionSpec:
+    d = _mapping({**(defaults or {}), **(value or {})}, path, ("turns", "think_time_s", "user_tokens", "max_prompt_tokens"))
+    for k in ("turns", "think_time_s"):
+        if k not in d:
+            raise _err(_join(path, k), "is required for sessions")
+    return SessionSpec(
+        path=path,
+        turns=parse_distribution(d["turns"], _join(path, "turns"), floor=1, base=base),
+        think_time_s=parse_distribution(d["think_time_s"], _join(path, "think_time_s"), base=base),
+        user_tokens=(parse_distribution(d["user_tokens"], _join(path, "user_tokens"), base=base)
+                     if d.get("user_tokens") is not None else None),
+        max_prompt_tokens=_integer(d, "max_prompt_tokens", path, default=None, lo=1),
+    )
+
+
+_CLIENT_KEYS = ("name", "rate", "rate_fraction", "tenant", "slo_class", "priority_class", "profile", "arrival",
+                "prompt_tokens", "output_tokens", "prefix", "session", "start_s", "end_s", "load_profile",
+                "description")
+_TOP_KEYS = ("seed", "rate", "duration_s", "num_requests", "load_profile", "slo_classes", "priority_classes",
+             "prefix_groups", "clients", "name", "description")
+
+
+def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> WorkloadSpec:
+    """Validate a spec given as a dict (the parsed YAML).  Relative file paths inside it are
+    resolved against ``base_dir``."""
+    base = Path(base_dir) if base_dir is not None else None
+    d = _mapping(data, "", _TOP_KEYS)
+    seed = _integer(d, "seed", "", default=None, lo=0, hi=2**63 - 1)
+    rate = _number(d, "rate", "", default=None, lo=0, lo_open=True)
+    duration = _number(d, "duration_s", "", default=None, lo=0, lo_open=True)
+    num_requests = _integer(d, "num_requests", "", default=None, lo=1, hi=100_000_000)
+    if duration is None and num_requests is None:
+        raise _err("duration_s", "give duration_s (generation window, s) and/or num_requests (total cap)")
+    profile = _parse_load_profile(d["load_profile"], "load_profile") if d.get("load_profile") is not None else None
+
+    slo_classes: dict[str, dict[str, float | None]] = {}
+    raw_slo = d.get("slo_classes") or {}
+    if not isinstance(raw_slo, dict):
+        raise _err("slo_classes", "must be a mapping {class name: {ttft_ms, tpot_ms, e2e_ms}}")
+    for name, targets in raw_slo.items():
+        sp = f"slo_classes.{name}"
+        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
+        slo_classes[str(name)] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+
+    prio = d.get("priority_classes")
+    if prio is not None:
+        if not isinstance(prio, list) or not prio:
+            raise _err("priority_classes", "must be a non-empty list of names (id = position)")
+        prio = [str(x) for x in prio]
+        if len(set(prio)) != len(prio):
+            raise _err("priority_classes", "names must be unique")
+
+    groups: dict[str, PrefixGroupSpec] = {}
+    raw_groups = d.get("prefix_groups") or {}
+    if not isinstance(raw_groups, dict):
+        raise _err("prefix_groups", "must be a mapping {group name: {count, length, popularity}}")
+    for name, g in raw_groups.items():
+        groups[str(name)] = _parse_group(g, f"prefix_groups.{name}", str(name), f"workload.prefix_group.{name}", base)
+
+    raw_clients = d.get("clients")
+    if not isinstance(raw_clients, list) or not raw_clients:
+        raise _err("clients", "must be a non-empty list of clients")
+    clients: list[ClientSpec] = []
+    fractions: list[tuple[int, float]] = []
+    names: set[str] = set()
+    for i, rc in enumerate(raw_clients):
+        cp = f"clients[{i}]"
+        c = _mapping(rc, cp, _CLIENT_KEYS)
+        name = _string(c, "name", cp, default=f"client{i}")
+        if name in names:
+            raise _err(_join(cp, "name"), f"duplicate client name {name!r}")
+        names.add(name)
+        prof = c.get("profile")
+        if prof is not None and prof not in REQUEST_PROFILES:
+            raise _err(_join(cp, "profile"), f"unknown request profile {prof!r}; known: {', '.join(REQUEST_PROFILES)}")
+        defaults = PROFILE_DEFAULTS.get(prof, {})
+        arrival = _parse_arrival(c.get("arrival"), _join(cp, "arrival"), base)
+        if c.get("rate") is not None and c.get("rate_fraction") is not None:
+            raise _err(_join(cp, "rate_fraction"), "give either rate or rate_fraction, not both")
+        crate = _number(c, "rate", cp, default=None, lo=0, lo_open=True)
+        frac = _number(c, "rate_fraction", cp, default=None, lo=0)
+        if frac is not None:
+            if rate is None:
+                raise _err("rate", f"is required: {cp}.rate_fraction is a fraction of it")
+            fractions.append((i, frac))
+        elif crate is None and arrival.needs_rate:
+            raise _err(_join(cp, "rate"), f"the {arrival.type} process needs rate (req/s) or rate_fraction")
+        lengths = {}
+        for k in ("prompt_tokens", "output_tokens"):
+            v = c.get(k, defaults.get(k))
+            if v is None:
+                raise _err(_join(cp, k), "is required (or set profile: chat | reasoning | agentic)")
+            lengths[k] = parse_distribution(v, _join(cp, k), floor=1 if k == "prompt_tokens" else 0, base=base)
+        slo = _string(c, "slo_class", cp, default="default")
+        if c.get("slo_class") is not None and slo not in slo_classes:
+            raise _err(_join(cp, "slo_class"), f"unknown SLO class {slo!r}; defined under slo_classes: "
+                                               f"{', '.join(slo_classes) or 'none'}")
+        pc = _string(c, "priority_class", cp, default=prio[0] if prio else "default")
+        if prio is not None and pc not in prio:
+            raise _err(_join(cp, "priority_class"), f"unknown priority class {pc!r}; defined: {', '.join(prio)}")
+        group, reuse = None, 0.0
+        if c.get("prefix") is not None:
+            pp = _join(cp, "prefix")
+            pr = c["prefix"]
+            if isinstance(pr, dict) and "group" in pr:
+                pr = _mapping(pr, pp, ("group", "reuse_probability"))
+                group = str(pr["group"])
+                if group not in groups:
+                    raise _err(_join(pp, "group"), f"unknown prefix group {group!r}; defined: {', '.join(groups) or 'none'}")
+            else:
+                group = f"{name}/prefix"
+                groups[group] = _parse_group(pr, pp, group, f"{'workload.client.' + name}.prefix", base,
+                                             extra=("reuse_probability",))
+            reuse = _number(pr, "reuse_probability", pp, default=1.0, lo=0, hi=1)
+        sess_val = c.get("session", None)
+        sess_def = defaults.get("session")
+        session = None
+        if sess_val is not None or sess_def is not None:
+            if sess_val is not None and not isinstance(sess_val, dict):
+                raise _err(_join(cp, "session"), f"must be a mapping, got {sess_val!r}")
+            session = _parse_session(sess_val, _join(cp, "session"), base, sess_def)
+        start = _number(c, "start_s", cp, default=0.0, lo=0)
+        end = _number(c, "end_s", cp, default=None, lo=0)
+        if end is not None and end <= start:
+            raise _err(_join(cp, "end_s"), f"must be > start_s ({start:g}), got {end:g}")
+        lp = _parse_load_profile(c["load_profile"], _join(cp, "load_profile")) if c.get("load_profile") is not None else None
+        clients.append(ClientSpec(
+            name=name, index=i, path=cp, rate=crate, tenant=_string(c, "tenant", cp, default=name),
+            slo_class=slo, priority_class=pc, profile=prof, arrival=arrival,
+            prompt_tokens=lengths["prompt_tokens"], output_tokens=lengths["output_tokens"],
+            prefix_group=group, reuse_probability=reuse, session=session, start_s=start, end_s=end,
+            load_profile=lp,
+        ))
+    if fractions:
+        total = sum(f for _, f in fractions)
+        if total <= 0:
+            raise _err("clients[*].rate_fraction", "the rate fractions sum to 0: at least one must be > 0")
+        for i, f in fractions:
+            clients[i] = replace(clients[i], rate=rate * f / total)
+    return WorkloadSpec(seed=seed, rate=rate, duration_s=duration, num_requests=num_requests, load_profile=profile,
+                        slo_classes=slo_classes, priority_classes=prio or [], prefix_groups=groups, clients=clients,
+                        raw=data, source=source)
+
+
+def load_spec(path: str | Path) -> WorkloadSpec:
+    """Read and validate a workload spec YAML file (files it names are relative to it)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError("--workload-spec", f"file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise WorkloadError(f"--workload-spec {p}{where}", f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError("--workload-spec", f"cannot read {p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise WorkloadError("--workload-spec", f"{p} must be a mapping (see docs/workloads.md)")
+    return parse_spec(data, base_dir=p.resolve().parent, source=str(p))
