@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from blis_fast.errors import ConfigError
+from blis_fast.yamlfile import read_yaml_mapping
 from kernels import dtypes as D
 
 ADMISSION_POLICIES = {"always-admit": D.ADMIT_ALWAYS, "token-bucket": D.ADMIT_TOKEN_BUCKET,
@@ -182,16 +182,7 @@ def load_policy_bundle(path: str | Path) -> dict[str, Any]:
     ``scheduler: NAME``).  Unknown keys and bad values raise ConfigError with the YAML path.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("--policy-config", f"file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"--policy-config {p}{where}", f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p.name}", "must be a mapping with sections " + ", ".join(_BUNDLE_SECTIONS))
+    data = read_yaml_mapping(p, "--policy-config")
     return bundle_to_settings(data, p.name)
 
 

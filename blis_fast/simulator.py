@@ -242,27 +242,30 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     pi_state = np.zeros((n_inst, 4), np.int64)
     n_sort = n if pol.scheduler_kind == D.SCHED_SORT else 1
     snap_refreshed = np.full(D.N_SNAP, -1, np.int64)
+    # record tables as recarrays: identical to numba (same type, same signature), and rows
+    # support attribute access when the kernels run as plain Python (NUMBA_DISABLE_JIT=1)
+    rec = np.recarray
     return RunState(
-        sim=sim,
-        reqs=reqs,
+        sim=sim.view(rec),
+        reqs=reqs.view(rec),
         # the pre-sorted arrival stream: requests whose arrival is known up front (closed-loop
         # followers arrive when their predecessor completes)
         arrival_order=_arrival_order(workload),
         keys=np.ascontiguousarray(workload.block_keys, dtype=np.int64),
         req_blocks=np.zeros(int(block_cap.sum()), np.int64),
-        inst=inst,
+        inst=inst.view(rec),
         batch=np.zeros((n_inst, eng.max_num_seqs), np.int64),
         work=np.zeros(eng.max_num_seqs, np.int64),
         context=np.zeros(eng.max_num_seqs, np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
-        blocks=np.zeros(n_inst * kv_total, D.KV_BLOCK_DT),
+        blocks=np.zeros(n_inst * kv_total, D.KV_BLOCK_DT).view(rec),
         slots=np.zeros(2 * n_inst * ht_size, np.int64),  # (key, block + 1) pairs
-        heap=np.zeros(n + 4 * n_inst + 64, D.EVENT_DT),
+        heap=np.zeros(n + 4 * n_inst + 64, D.EVENT_DT).view(rec),
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
         step_log=np.zeros((itl_cap, 2), np.int64),
         irr_log=np.zeros((1024, 5), np.int64),
         done_buf=np.zeros(eng.max_num_seqs, np.int64),
-        stats=np.zeros(1, D.RUN_STATS_DT),
+        stats=np.zeros(1, D.RUN_STATS_DT).view(rec),
         adm_params=pol.admission_params,
         tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
         tb_last_us=np.zeros(n_tenants, np.int64),

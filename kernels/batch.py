@@ -7,10 +7,10 @@ without a per-instance buffer.  The running batch of instance ``i`` is
 """
 
 import numpy as np
-from .jit import helper, kernel
+from .jit import helper
 
 from .dtypes import REQ_QUEUED, REQ_RUNNING, VICTIM_LOWEST_PRIORITY
-from .kvcache import kv_admit, kv_grow, kv_release
+from .kvcache import kv_admit, kv_forget_chunk, kv_grow, kv_release
 from .policies import request_priority
 
 # ----------------------------------------------------------------------------- wait queue
@@ -151,6 +151,8 @@ def form_batch(inst, i, now, batch, work, context, reqs, blocks, slots, req_bloc
             j = choose_victim(inst, i, batch, reqs, victim_kind, prio_params, now)
             if j < k:  # already served this step: give its tokens back
                 v = batch[i, j]
+                if prefix_caching:
+                    kv_forget_chunk(inst, i, blocks, slots, reqs, v, req_blocks, context[j], work[j], bs)
                 budget += work[j]
                 if context[j] < reqs[v].prefill_target:
                     n_prefill -= work[j]

@@ -7,7 +7,7 @@ and never copy records through a temporary (STYLE §8).
 """
 
 import numpy as np
-from .jit import helper, kernel
+from .jit import helper
 
 from .dtypes import N_CLUSTER_KINDS, N_INSTANCE_KINDS
 

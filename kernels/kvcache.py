@@ -18,85 +18,34 @@ A request's blocks are the first ``blocks_held`` entries of its slice
 
 import numpy as np
 from .jit import helper, kernel
+from .pairtable import pair_delete_at, pair_find, pair_insert_new
 
 
 # ----------------------------------------------------------------------------- hash table
-# Slot h of instance i is the pair slots[2(off+h)] = key, slots[2(off+h)+1] = block + 1
-# (0 = empty): probing reads only this array, never the block table.
-
-
-@helper
-def _home_slot(key, mask):
-    """Home slot of a key (keys are already well-mixed 64-bit hashes; fold the high bits)."""
-    return (key ^ (key >> 32)) & mask
+# Instance i's prefix table maps a key to ``block + 1`` (kernels.pairtable).
 
 
 @helper
 def ht_find(slots, off, mask, key):
     """Block holding prefix ``key`` in one instance's table, or -1."""
-    h = _home_slot(key, mask)
-    while True:
-        j = 2 * (off + h)
-        b1 = slots[j + 1]
-        if b1 == 0:
-            return np.int64(-1)
-        if slots[j] == key:
-            return b1 - 1
-        h = (h + 1) & mask
+    h = pair_find(slots, off, mask, key)
+    if h < 0:
+        return np.int64(-1)
+    return slots[2 * (off + h) + 1] - 1
 
 
 @helper
 def ht_insert_new(slots, off, mask, key, block):
     """Map ``key`` to ``block`` unless the key is already present; True if inserted."""
-    h = _home_slot(key, mask)
-    while True:
-        j = 2 * (off + h)
-        if slots[j + 1] == 0:
-            slots[j] = key
-            slots[j + 1] = block + 1
-            return True
-        if slots[j] == key:
-            return False
-        h = (h + 1) & mask
+    return pair_insert_new(slots, off, mask, key, block + 1)
 
 
 @helper
 def ht_delete(slots, off, mask, key, block):
     """Remove the entry ``key -> block``; no-op if the key maps elsewhere or is absent."""
-    h = _home_slot(key, mask)
-    while True:
-        j = 2 * (off + h)
-        b1 = slots[j + 1]
-        if b1 == 0:
-            return
-        if slots[j] == key:
-            if b1 != block + 1:
-                return
-            break
-        h = (h + 1) & mask
-    # backward-shift deletion: pull later entries of the probe run into the hole when
-    # their home slot does not lie cyclically in (hole, j]
-    hole = h
-    k = h
-    while True:
-        k = (k + 1) & mask
-        jk = 2 * (off + k)
-        if slots[jk + 1] == 0:
-            break
-        home = _home_slot(slots[jk], mask)
-        if hole <= k:
-            stays = hole < home <= k
-        else:
-            stays = hole < home or home <= k
-        if stays:
-            continue
-        jh = 2 * (off + hole)
-        slots[jh] = slots[jk]
-        slots[jh + 1] = slots[jk + 1]
-        hole = k
-    jh = 2 * (off + hole)
-    slots[jh] = 0
-    slots[jh + 1] = 0
+    h = pair_find(slots, off, mask, key)
+    if h >= 0 and slots[2 * (off + h) + 1] == block + 1:
+        pair_delete_at(slots, off, mask, h)
 
 
 # ----------------------------------------------------------------------------- free list
@@ -215,7 +164,6 @@ def kv_admit(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachi
     """
     target = reqs[r].prefill_target
     start = reqs[r].block_start
-    block_key = blocks["key"]
     block_ref = blocks["ref_count"]
     hits = 0
     hits_free = 0
@@ -258,6 +206,22 @@ def kv_admit(inst, i, blocks, slots, reqs, r, req_blocks, keys, bs, prefix_cachi
     if used > inst[i].kv_peak_allocated:
         inst[i].kv_peak_allocated = used
     return n, cached
+
+
+@helper
+def kv_forget_chunk(inst, i, blocks, slots, reqs, r, req_blocks, c, n, bs):
+    """Unregister the prefix keys request r registered for the chunk [c, c + n) of this
+    step, before a preemption frees those blocks un-computed (a victim chosen after it was
+    served).  Without this, a later request could count never-computed KV as cached."""
+    last = min(c + n, reqs[r].prompt_len) // bs
+    if last > reqs[r].key_count:
+        last = reqs[r].key_count
+    for j in range(c // bs, min(last, reqs[r].blocks_held)):
+        b = req_blocks[reqs[r].block_start + j]
+        key = blocks[b].key
+        if key != -1:
+            ht_delete(slots, inst[i].ht_offset, inst[i].ht_mask, key, b)
+            blocks[b].key = -1
 
 
 @helper

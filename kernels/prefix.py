@@ -50,29 +50,38 @@ def combine64(h, v):
 
 
 @kernel
-def hash_prompt_blocks(tokens, token_offsets, block_size):
-    """Keys of every full prompt block: request i's tokens are tokens[token_offsets[i]:
-    token_offsets[i+1]] (int64 ids); returns (keys int64, key_offsets int64[n+1]) with
-    floor(L_i / block_size) chained keys for request i, none equal to -1."""
+def hash_chain_states(tokens, token_offsets, block_size):
+    """Raw chain states (uint64 viewed as int64, no -1 remapping) of every full block of
+    each token sequence i = tokens[token_offsets[i]:token_offsets[i+1]]; returns
+    (states int64, state_offsets int64[n+1]).  Remapping -1 -> -2 gives hash_prompt_blocks."""
     n = token_offsets.shape[0] - 1
-    key_offsets = np.empty(n + 1, dtype=np.int64)
-    key_offsets[0] = 0
+    offs = np.empty(n + 1, dtype=np.int64)
+    offs[0] = 0
     for i in range(n):
-        n_tok = token_offsets[i + 1] - token_offsets[i]
-        key_offsets[i + 1] = key_offsets[i] + n_tok // block_size
-    keys = np.empty(key_offsets[n], dtype=np.int64)
+        offs[i + 1] = offs[i] + (token_offsets[i + 1] - token_offsets[i]) // block_size
+    states = np.empty(offs[n], dtype=np.uint64)
     utok = tokens.view(np.uint64)
     for i in range(n):
         start = token_offsets[i]
         prev = CHAIN_SEED
-        for k in range(key_offsets[i + 1] - key_offsets[i]):
+        for k in range(offs[i + 1] - offs[i]):
             bh = BLOCK_SEED
             base = start + k * block_size
             for j in range(block_size):
                 bh = combine64(bh, utok[base + j])
             prev = combine64(prev ^ CHAIN_SALT, bh)
-            key = np.int64(prev)
-            if key == NO_KEY:
-                key = NO_KEY_REPLACEMENT
-            keys[key_offsets[i] + k] = key
+            states[offs[i] + k] = prev
+    return states.view(np.int64), offs
+
+
+
+@kernel
+def hash_prompt_blocks(tokens, token_offsets, block_size):
+    """Keys of every full prompt block: request i's tokens are tokens[token_offsets[i]:
+    token_offsets[i+1]] (int64 ids); returns (keys int64, key_offsets int64[n+1]) with
+    floor(L_i / block_size) chained keys for request i, none equal to -1."""
+    keys, key_offsets = hash_chain_states(tokens, token_offsets, block_size)
+    for k in range(keys.shape[0]):
+        if keys[k] == NO_KEY:
+            keys[k] = NO_KEY_REPLACEMENT
     return keys, key_offsets

@@ -18,6 +18,7 @@ marks an empty slot (prefix keys are never -1).
 import numpy as np
 
 from .jit import helper, kernel
+from .pairtable import pair_delete_at, pair_find, pair_insert_new
 
 EMPTY = -1
 
@@ -110,44 +111,6 @@ PHANTOM = -1  # ring-record stamp of an unshared key (see index_insert_unshared)
 
 
 @helper
-def _slot_find(slots, off, mask, key):
-    """Slot (relative to the instance) holding ``key``, or -1."""
-    h = _home(key, mask)
-    while True:
-        j = 2 * (off + h)
-        if slots[j + 1] == 0:
-            return np.int64(-1)
-        if slots[j] == key:
-            return h
-        h = (h + 1) & mask
-
-
-@helper
-def _slot_delete(slots, off, mask, h):
-    """Backward-shift deletion of relative slot h."""
-    hole = h
-    k = h
-    while True:
-        k = (k + 1) & mask
-        jk = 2 * (off + k)
-        if slots[jk + 1] == 0:
-            break
-        home = _home(slots[jk], mask)
-        if hole <= k:
-            stays = hole < home <= k
-        else:
-            stays = hole < home or home <= k
-        if stays:
-            continue
-        jh = 2 * (off + hole)
-        slots[jh] = slots[jk]
-        slots[jh + 1] = slots[jk + 1]
-        hole = k
-    slots[2 * (off + hole)] = 0
-    slots[2 * (off + hole) + 1] = 0
-
-
-@helper
 def _evict_lru(pi_state, slots, ring, gmap, off, mask, i):
     """Drop instance i's least recently touched key (pops stale ring records on the way)."""
     n_ring = ring.shape[1]
@@ -160,9 +123,9 @@ def _evict_lru(pi_state, slots, ring, gmap, off, mask, i):
         if stamp == PHANTOM:  # a key no other request has: it only held a place
             pi_state[i, PI_SIZE] -= 1
             return
-        h = _slot_find(slots, off, mask, key)
+        h = pair_find(slots, off, mask, key)
         if h >= 0 and slots[2 * (off + h) + 1] == stamp:
-            _slot_delete(slots, off, mask, h)
+            pair_delete_at(slots, off, mask, h)
             gmap_clear_bit(gmap, key, i)
             pi_state[i, PI_SIZE] -= 1
             return
@@ -181,7 +144,7 @@ def _compact_ring(pi_state, slots, ring, off, mask, i):
         stamp = ring[i, p, 1]
         live = stamp == PHANTOM
         if not live:
-            h = _slot_find(slots, off, mask, key)
+            h = pair_find(slots, off, mask, key)
             live = h >= 0 and slots[2 * (off + h) + 1] == stamp
         if live:
             q = (head + kept) % n_ring
@@ -227,17 +190,13 @@ def index_touch(pi_state, slots, ring, gmap, capacity, slots_per_inst, i, key):
     mask = slots_per_inst - 1
     stamp = pi_state[i, PI_STAMP] + 1
     pi_state[i, PI_STAMP] = stamp
-    h = _slot_find(slots, off, mask, key)
+    h = pair_find(slots, off, mask, key)
     if h >= 0:
         slots[2 * (off + h) + 1] = stamp
     else:
         if pi_state[i, PI_SIZE] >= capacity:
             _evict_lru(pi_state, slots, ring, gmap, off, mask, i)
-        h = _home(key, mask)
-        while slots[2 * (off + h) + 1] != 0:
-            h = (h + 1) & mask
-        slots[2 * (off + h)] = key
-        slots[2 * (off + h) + 1] = stamp
+        pair_insert_new(slots, off, mask, key, stamp)
         pi_state[i, PI_SIZE] += 1
         gmap_set_bit(gmap, key, i)
     _ring_append(pi_state, slots, ring, off, mask, i, key, stamp)

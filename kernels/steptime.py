@@ -15,7 +15,7 @@ batches large enough to touch every expert).
 from __future__ import annotations
 
 import numpy as np
-from .jit import helper, kernel
+from .jit import helper
 
 # ---- roofline parameter vector layout (float64) ----------------------------------------
 RF_LAYERS = 0              # ℓ, decoder layers

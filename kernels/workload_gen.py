@@ -30,36 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.jit import kernel
-from kernels.prefix import BLOCK_SEED, CHAIN_SALT, CHAIN_SEED, MUL, NO_KEY, NO_KEY_REPLACEMENT, combine64
+from kernels.prefix import CHAIN_SALT, CHAIN_SEED, MUL, NO_KEY, NO_KEY_REPLACEMENT, combine64
 
 FRESH_SEED = np.uint64(0x082EFA98EC4E6C89)  # more pi digits: arbitrary fixed seed of fresh block hashes
 
-__all__ = ["FRESH_SEED", "chain_prompt_keys", "hash_chain_states"]
-
-
-@kernel
-def hash_chain_states(tokens, token_offsets, block_size):
-    """Raw chain states (uint64 viewed as int64, no -1 remapping) of every full block of
-    each token sequence i = tokens[token_offsets[i]:token_offsets[i+1]]; returns
-    (states int64, state_offsets int64[n+1]).  Remapping -1 -> -2 gives hash_prompt_blocks."""
-    n = token_offsets.shape[0] - 1
-    offs = np.empty(n + 1, dtype=np.int64)
-    offs[0] = 0
-    for i in range(n):
-        offs[i + 1] = offs[i] + (token_offsets[i + 1] - token_offsets[i]) // block_size
-    states = np.empty(offs[n], dtype=np.uint64)
-    utok = tokens.view(np.uint64)
-    for i in range(n):
-        start = token_offsets[i]
-        prev = CHAIN_SEED
-        for k in range(offs[i + 1] - offs[i]):
-            bh = BLOCK_SEED
-            base = start + k * block_size
-            for j in range(block_size):
-                bh = combine64(bh, utok[base + j])
-            prev = combine64(prev ^ CHAIN_SALT, bh)
-            states[offs[i] + k] = prev
-    return states.view(np.int64), offs
+__all__ = ["FRESH_SEED", "chain_prompt_keys"]
 
 
 @kernel

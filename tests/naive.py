@@ -261,7 +261,6 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
             break
         now = step_at
         step_at = None
-        wq_at_start = len(wq)
 
         # --- batch formation (SEMANTICS §3.2)
         budget = max_batched_tokens
@@ -360,7 +359,6 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
         batch = survivors
         busy_until = end
         stats["last_step_end_us"] = end
-        _ = wq_at_start
         if batch or wq:
             step_at = end
 

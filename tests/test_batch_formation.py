@@ -269,13 +269,11 @@ def random_case(seed):
     outputs = [int(x) for x in rng.integers(0, 12, n)]
     step = int(rng.choice([1, 250, 2000]))
     arrivals = [int(x) * step for x in rng.integers(0, 10, n)]  # unsorted, with ties
-    caps = [-(-(len(p) + max(o, 1) - 1) // bs) for p, o in zip(prompts, outputs)]
+    caps = [-(-(len(p) + max(o, 1) - 1) // bs) for p, o in zip(prompts, outputs, strict=True)]
     lo = max(1, min(caps) if rng.random() < 0.2 else max(caps) // 2 + 1)
     total = int(rng.integers(lo, max(caps) + 6))
     alpha = [float(rng.choice([0, 37.5, 300])), float(rng.choice([0, 0.5, 2.25])), float(rng.choice([0, 9.9, 100]))]
     beta = [float(rng.choice([0, 500, 1000.7])), float(rng.choice([0, 3.3, 10])), float(rng.choice([0, 5, 50.5]))]
-    if sum(beta) == 0:
-        beta[0] = 1.0
     cfg = dict(
         block_size=bs, total_kv_blocks=total, max_num_seqs=int(rng.integers(1, 6)),
         max_batched_tokens=int(rng.integers(1, 80)),
@@ -318,11 +316,8 @@ def compare_with_naive(prompts, outputs, arrivals, cfg):
 @pytest.mark.parametrize("block", range(10))
 def test_kernel_matches_naive_instance_on_random_workloads(block):
     """200 random scenarios (20 per test id) compared request by request and counter by counter."""
-    preempted = 0
     for seed in range(20 * block, 20 * block + 20):
-        want = compare_with_naive(*random_case(seed))
-        preempted += want["instance"]["preemptions"] > 0
-    assert preempted >= 0
+        compare_with_naive(*random_case(seed))
 
 
 def test_random_scenarios_exercise_preemption_drops_hits_and_horizon():
@@ -330,8 +325,7 @@ def test_random_scenarios_exercise_preemption_drops_hits_and_horizon():
     seen = dict(preempt=0, dropped=0, hits=0, horizon_cut=0, chunked=0)
     for seed in range(200):
         prompts, outputs, arrivals, cfg = random_case(seed)
-        keys_cfg = dict(cfg)
-        res, wl = run_kernel_case(prompts, outputs, arrivals, keys_cfg)
+        res, _ = run_kernel_case(prompts, outputs, arrivals, cfg)
         inst = res.state.inst[0]
         seen["preempt"] += int(inst["preemptions"]) > 0
         seen["dropped"] += int(inst["dropped"]) > 0

@@ -64,3 +64,24 @@ def test_schema_is_pinned():
 def test_event_kind_order_is_the_tie_break_order():
     assert D.EV_CLUSTER_ARRIVAL < D.EV_ADMISSION_DECISION < D.EV_ROUTING_DECISION < D.N_CLUSTER_KINDS
     assert D.EV_QUEUED < D.EV_STEP < D.N_INSTANCE_KINDS
+
+
+def test_stale_kernel_cache_is_dropped(tmp_path, monkeypatch):
+    """Editing any kernel source must invalidate every cached kernel (numba only checks a
+    function's own file; the engine compiles all helpers into itself)."""
+    import kernels as K
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    cached = tmp_path / "work" / "kernels" / "engine.simulate_cluster-1.py311.nbi"
+    other = tmp_path / "elsewhere" / "other.f-1.py311.nbi"
+    for p in (cached, other):
+        p.parent.mkdir(parents=True)
+        p.write_text("x")
+    (tmp_path / K._STAMP).write_text("an old digest")
+    K._drop_stale_cache()
+    assert not cached.exists() and other.exists()
+    assert (tmp_path / K._STAMP).read_text() == K._sources_digest()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text("x")
+    K._drop_stale_cache()  # digest unchanged: the cache is kept
+    assert cached.exists()

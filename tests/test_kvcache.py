@@ -43,7 +43,7 @@ class KernelKV:
         reqs = np.zeros(n, D.REQUEST_DT)
         lens = [p[0] for p in prompts]
         key_counts = [len(p[1]) for p in prompts]
-        assert all(kc == L // bs for L, kc in zip(lens, key_counts))
+        assert all(kc == L // bs for L, kc in zip(lens, key_counts, strict=True))
         caps = [-(-int(m) // bs) for m in max_tokens]
         reqs["prompt_len"] = lens
         reqs["key_count"] = key_counts
@@ -185,15 +185,16 @@ def _random_prompts(rng, bs, n_req, scheme):
     return prompts, max_tokens
 
 
-@pytest.mark.parametrize("mode", ["random", "collide", "few"])
-@pytest.mark.parametrize("seed", range(12))
-def test_random_operations_match_naive(mode, seed):
+def _drive_random(mode, seed, check=True):
+    """Random admit / grow / release sequence on kernel and naive caches, compared after
+    every operation.  Returns how often each interesting path ran."""
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8]))
     n_req = int(rng.integers(2, 10))
     scheme = KeyScheme(mode, seed)
     prompts, max_tokens = _random_prompts(rng, bs, n_req, scheme)
-    total = int(rng.integers(max(-(-m // bs) for m in max_tokens), 3 * sum(-(-m // bs) for m in max_tokens) // 2 + 2))
+    caps = [-(-m // bs) for m in max_tokens]
+    total = int(rng.integers(max(caps), 3 * sum(caps) // 2 + 2))
     tiny_ht = mode != "random"  # colliding keys in the smallest legal table: long probe runs, wrap-around
     ht_size = _next_pow2(total + 1) if tiny_ht else None
     pc = bool(rng.random() < 0.85)
@@ -203,26 +204,28 @@ def test_random_operations_match_naive(mode, seed):
     all_keys = sorted({key for _, ks in prompts for key in ks})
     computed = [0] * n_req
     holding = [False] * n_req
-    n_fail = n_hit = 0
+    seen = dict(admit_fail=0, grow_fail=0, hit=0, hit_free=0, evicted_key=0)
     for _ in range(400):
         r = int(rng.integers(0, n_req))
         L, keys = prompts[r]
+        cached_before = set(nv.cache)
         if not holding[r]:
-            target = L + int(rng.integers(0, max_tokens[r] - L + 1))  # L + generated
-            target = min(target, max_tokens[r])
+            target = min(L + int(rng.integers(0, max_tokens[r] - L + 1)), max_tokens[r])  # L + generated
             budget = int(rng.integers(1, 40))
             cap = 0 if rng.random() < 0.5 else int(rng.integers(1, 20))
+            free_before = set(nv.free)
             got = k.admit(r, target, budget, cap)
             want = nv.admit(r, keys, target, budget, cap)
             assert got == want
             if got is not None:
                 n, cached = got
-                n_hit += cached > 0
+                seen["hit"] += cached > 0
+                seen["hit_free"] += any(b in free_before for b in nv.blocks_of(r)[: cached // bs])
                 computed[r] = cached + n  # the engine executes the chunk
                 k.set_computed(r, computed[r])
                 holding[r] = True
             else:
-                n_fail += 1
+                seen["admit_fail"] += 1
         elif rng.random() < 0.6 and computed[r] < max_tokens[r]:
             n = int(rng.integers(1, min(max_tokens[r] - computed[r], 20) + 1))
             ok = k.grow(r, n)
@@ -231,15 +234,40 @@ def test_random_operations_match_naive(mode, seed):
                 computed[r] += n
                 k.set_computed(r, computed[r])
             else:
-                n_fail += 1
+                seen["grow_fail"] += 1
         else:
             k.release(r)
             nv.release(r)
             holding[r] = False
             computed[r] = 0
             k.set_computed(r, 0)
-        assert_same(k, nv, all_keys, n_req)
-    assert n_fail + n_hit >= 0  # (kept for debugging: how often each path ran)
+        seen["evicted_key"] += len(cached_before - set(nv.cache))
+        if check:
+            assert_same(k, nv, all_keys, n_req)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["random", "collide", "few"])
+@pytest.mark.parametrize("seed", range(12))
+def test_random_operations_match_naive(mode, seed):
+    _drive_random(mode, seed)
+
+
+def test_random_operations_cover_every_path():
+    total = {}
+    for mode in ("random", "collide", "few"):
+        for seed in range(12):
+            for key, v in _drive_random(mode, seed, check=False).items():
+                total[key] = total.get(key, 0) + v
+    assert all(v >= 20 for v in total.values()), total
+
+
+def test_kv_conserved_detects_a_miscount():
+    k, _ = _kv(4, [(12, A_KEYS)], [12])
+    k.admit(0, 12, 100, 0)
+    assert kv_conserved(k.inst, k.i, k.blocks)
+    k.inst[k.i]["kv_allocated"] -= 1
+    assert not kv_conserved(k.inst, k.i, k.blocks)
 
 
 # ----------------------------------------------------------------------------- targeted cases

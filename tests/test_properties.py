@@ -44,7 +44,7 @@ def scenarios(draw):
     outputs = [int(x) for x in rng.choice([0, 1, 1, 2, 3, 5, 8, 13], n)]
     spacing = draw(st.sampled_from([0, 1, 300, 3000]))
     arrivals = [int(x) * spacing for x in rng.integers(0, 12, n)]
-    caps = [-(-(len(p) + max(o, 1) - 1) // bs) for p, o in zip(prompts, outputs)]
+    caps = [-(-(len(p) + max(o, 1) - 1) // bs) for p, o in zip(prompts, outputs, strict=True)]
     total = draw(st.integers(max(1, max(caps) // 2), max(caps) + 8))
     alpha = draw(st.tuples(st.sampled_from([0.0, 50.0, 333.3]), st.sampled_from([0.0, 0.5, 1.75]),
                            st.sampled_from([0.0, 10.0, 99.9])))
@@ -198,7 +198,7 @@ def test_each_instance_matches_naive_engine(sc):
         for f in ("routed_us", "queued_us", "first_scheduled_us", "first_token_us", "last_token_us", "generated",
                   "preemptions", "cached_tokens", "itl_sum_us"):
             assert [int(reqs[r][f]) for r in mine] == want[f], (i, f)
-        routed = [r for r, s in zip(mine, want["state"]) if s not in ("pending", "admitting")]
+        routed = [r for r, s in zip(mine, want["state"], strict=True) if s not in ("pending", "admitting")]
         assert all(int(reqs[r]["instance"]) == i for r in routed)
         row = res.state.inst[i]
         for f in ("steps", "preemptions", "injected", "dropped", "prefill_tokens", "decode_tokens",

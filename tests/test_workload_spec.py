@@ -15,7 +15,7 @@ from blis_fast.errors import WorkloadError
 from blis_fast.workload import MAX_TOKEN_ID, generate_requests, load_spec, parse_spec
 from blis_fast.workload.sampling import Z90, lognormal_from_mean_std, lognormal_from_percentiles
 from kernels.prefix import hash_prompt_blocks
-from kernels.workload_gen import hash_chain_states
+from kernels.prefix import hash_chain_states
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "configs" / "workloads").glob("*.yaml"))

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from blis_fast.errors import ConfigError
+from blis_fast.yamlfile import read_yaml_mapping
 
 from .engine import EngineConfig
 from blis_fast.policy import PolicyConfig, parse_weights
@@ -193,19 +192,8 @@ def flag_for(path: str) -> str:
 
 
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML config file into a dict (ConfigError on a missing or malformed file)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("--config", f"file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"--config {p}{where}", f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {p}", "must be a mapping of settings")
-    return data
+    """Read a run-config YAML file (``--config``) into a dict."""
+    return read_yaml_mapping(path, "--config")
 
 
 def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,

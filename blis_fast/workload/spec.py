@@ -753,19 +753,8 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
 
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Read and validate a workload spec YAML file (files it names are relative to it)."""
-    import yaml
+    from blis_fast.yamlfile import read_yaml_mapping
 
     p = Path(path)
-    if not p.is_file():
-        raise WorkloadError("--workload-spec", f"file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise WorkloadError(f"--workload-spec {p}{where}", f"malformed YAML: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError("--workload-spec", f"cannot read {p}: {exc}") from None
-    if not isinstance(data, dict):
-        raise WorkloadError("--workload-spec", f"{p} must be a mapping (see docs/workloads.md)")
+    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
     return parse_spec(data, base_dir=p.resolve().parent, source=str(p))
