@@ -214,9 +214,7 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     sim["priority_active"] = int(pol.priority_active)
     sim["prefix_index"] = int(pol.uses_prefix_index)
     pi_cap = cfg.policy.prefix_index_capacity
-    pi_slots_per = _next_pow2(2 * pi_cap)
     sim["prefix_index_capacity"] = pi_cap
-    sim["prefix_index_slots"] = pi_slots_per
     sim["admission_latency_us"] = s.admission_latency
     sim["routing_latency_us"] = s.routing_latency
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
@@ -225,21 +223,24 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     itl_cap = max(1024, 2 * n)
     n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     n_words = (n_inst + 63) // 64
+    pi_slots_per = 1
     if pol.uses_prefix_index:
-        pi_slots = np.zeros(2 * n_inst * pi_slots_per, np.int64)
-        pi_ring = np.zeros((n_inst, 4 * pi_cap, 2), np.int64)  # touch records; compacted when full
-        gmap = np.zeros((_next_pow2(2 * n_inst * pi_cap), 1 + n_words), np.int64)
         from kernels.prefix_index import mark_shared_keys
 
-        # keys only one request carries never match: the index keeps just their LRU place
-        key_shared = mark_shared_keys(np.ascontiguousarray(workload.block_keys, dtype=np.int64))
+        # keys only one request carries never match: the index keeps just their LRU place,
+        # so its hash tables need room for the shared keys only
+        key_shared, n_shared = mark_shared_keys(np.ascontiguousarray(workload.block_keys, dtype=np.int64))
+        pi_slots_per = _next_pow2(2 * max(1, min(pi_cap, n_shared)))
+        pi_slots = np.zeros(2 * n_inst * pi_slots_per, np.int64)
+        pi_ring = np.zeros((n_inst, 2 * pi_cap, 2), np.int64)  # touch records; compacted when full
+        gmap = np.zeros((_next_pow2(2 * max(1, min(n_inst * pi_cap, n_shared))), 1 + n_words), np.int64)
     else:  # same types, minimal sizes: the kernel signature does not depend on the policy
         pi_slots = np.zeros(2, np.int64)
         pi_ring = np.zeros((n_inst, 1, 2), np.int64)
         gmap = np.zeros((1, 1 + n_words), np.int64)
         key_shared = np.zeros(1, np.uint8)
-    gmap[:, 0] = -1  # empty rows
     pi_state = np.zeros((n_inst, 4), np.int64)
+    sim["prefix_index_slots"] = pi_slots_per
     n_sort = n if pol.scheduler_kind == D.SCHED_SORT else 1
     snap_refreshed = np.full(D.N_SNAP, -1, np.int64)
     # record tables as recarrays: identical to numba (same type, same signature), and rows

@@ -20,8 +20,6 @@ import numpy as np
 from .jit import helper, kernel
 from .pairtable import pair_delete_at, pair_find, pair_insert_new
 
-EMPTY = -1
-
 
 @helper
 def _home(key, mask):
@@ -29,6 +27,17 @@ def _home(key, mask):
 
 
 # ----------------------------------------------------------------------------- cluster map
+# gmap[row] = [key, mask word 0, mask word 1, ...]; a row whose mask words are all zero is
+# empty (rows are removed as soon as no instance holds their key), so np.zeros is an empty
+# map and nothing needs initializing.
+
+
+@helper
+def _row_used(gmap, h):
+    for w in range(1, gmap.shape[1]):
+        if gmap[h, w] != 0:
+            return True
+    return False
 
 
 @helper
@@ -36,13 +45,11 @@ def gmap_find(gmap, key):
     """Row of ``key`` in the cluster map, or -1."""
     mask = gmap.shape[0] - 1
     h = _home(key, mask)
-    while True:
-        k = gmap[h, 0]
-        if k == EMPTY:
-            return np.int64(-1)
-        if k == key:
+    while _row_used(gmap, h):
+        if gmap[h, 0] == key:
             return h
         h = (h + 1) & mask
+    return np.int64(-1)
 
 
 @helper
@@ -50,16 +57,9 @@ def gmap_set_bit(gmap, key, inst):
     """Record that instance ``inst``'s index holds ``key``."""
     mask = gmap.shape[0] - 1
     h = _home(key, mask)
-    while True:
-        k = gmap[h, 0]
-        if k == EMPTY:
-            gmap[h, 0] = key
-            for w in range(1, gmap.shape[1]):
-                gmap[h, w] = 0
-            break
-        if k == key:
-            break
+    while _row_used(gmap, h) and gmap[h, 0] != key:
         h = (h + 1) & mask
+    gmap[h, 0] = key
     gmap[h, 1 + inst // 64] |= np.int64(1) << (inst % 64)
 
 
@@ -71,18 +71,16 @@ def gmap_clear_bit(gmap, key, inst):
     if h < 0:
         return
     gmap[h, 1 + inst // 64] &= ~(np.int64(1) << (inst % 64))
-    for w in range(1, gmap.shape[1]):
-        if gmap[h, w] != 0:
-            return
-    # backward-shift deletion of row h
+    if _row_used(gmap, h):
+        return
+    # backward-shift deletion of the now empty row h
     hole = h
     j = h
     while True:
         j = (j + 1) & mask
-        k = gmap[j, 0]
-        if k == EMPTY:
+        if not _row_used(gmap, j):
             break
-        home = _home(k, mask)
+        home = _home(gmap[j, 0], mask)
         if hole <= j:
             stays = hole < home <= j
         else:
@@ -92,7 +90,8 @@ def gmap_clear_bit(gmap, key, inst):
         for w in range(gmap.shape[1]):
             gmap[hole, w] = gmap[j, w]
         hole = j
-    gmap[hole, 0] = EMPTY
+    for w in range(gmap.shape[1]):
+        gmap[hole, w] = 0
 
 
 # ----------------------------------------------------------------------------- per-instance LRU
@@ -107,7 +106,7 @@ PI_SIZE = 0
 PI_RING_HEAD = 1
 PI_RING_LEN = 2
 PI_STAMP = 3
-PHANTOM = -1  # ring-record stamp of an unshared key (see index_insert_unshared)
+PHANTOM = -1  # ring-record stamp of a run of unshared keys; the key field holds the run length
 
 
 @helper
@@ -120,7 +119,11 @@ def _evict_lru(pi_state, slots, ring, gmap, off, mask, i):
         stamp = ring[i, head, 1]
         pi_state[i, PI_RING_HEAD] = (head + 1) % n_ring
         pi_state[i, PI_RING_LEN] -= 1
-        if stamp == PHANTOM:  # a key no other request has: it only held a place
+        if stamp == PHANTOM:  # a run of keys no other request has: they only held places
+            if key > 1:  # evict one of the run, keep the rest at the head
+                ring[i, head, 0] = key - 1
+                pi_state[i, PI_RING_HEAD] = head
+                pi_state[i, PI_RING_LEN] += 1
             pi_state[i, PI_SIZE] -= 1
             return
         h = pair_find(slots, off, mask, key)
@@ -172,14 +175,21 @@ def index_insert_unshared(pi_state, slots, ring, gmap, capacity, slots_per_inst,
     It can never be matched (only its own request carries it, and that request was routed
     before the insertion), so only its place in the LRU order matters: it takes one unit
     of capacity, evicting the least recently touched key if full, and leaves when it
-    becomes the least recent itself -- a ring record without a hash entry or map bit.
-    Exactly equivalent to index_touch for such a key, at the cost of a ring append."""
+    becomes the least recent itself.  Consecutive place-holders are one ring record
+    (count, PHANTOM), without hash entries or map bits.  Exactly equivalent to index_touch
+    for such keys, at the cost of a counter increment."""
     off = i * slots_per_inst
     mask = slots_per_inst - 1
     if pi_state[i, PI_SIZE] >= capacity:
         _evict_lru(pi_state, slots, ring, gmap, off, mask, i)
     pi_state[i, PI_SIZE] += 1
-    _ring_append(pi_state, slots, ring, off, mask, i, key, PHANTOM)
+    n = pi_state[i, PI_RING_LEN]
+    if n > 0:  # consecutive place-holders share one ring record: (count, PHANTOM)
+        tail = (pi_state[i, PI_RING_HEAD] + n - 1) % ring.shape[1]
+        if ring[i, tail, 1] == PHANTOM:
+            ring[i, tail, 0] += 1
+            return
+    _ring_append(pi_state, slots, ring, off, mask, i, np.int64(1), PHANTOM)
 
 
 @helper
@@ -239,8 +249,9 @@ def leading_matches(gmap, keys, kstart, kcount, inst, alive, counts):
 
 @kernel
 def mark_shared_keys(keys):
-    """1 for every key that occurs more than once in ``keys`` (i.e. in two requests'
-    prompts), else 0.  Counting with an open-addressing table of 2^k >= 2n slots."""
+    """(flags, distinct): flags[j] = 1 if keys[j] occurs more than once in ``keys`` (in two
+    requests' prompts), else 0; distinct = how many different keys are shared.  Counting
+    with an open-addressing table of 2^k >= 2n slots."""
     n = keys.shape[0]
     size = 1
     while size < 2 * n:
@@ -261,4 +272,8 @@ def mark_shared_keys(keys):
     for j in range(n):
         if table_count[slot_of[j]] > 1:
             out[j] = 1
-    return out
+    n_distinct = 0
+    for h in range(size):
+        if table_count[h] > 1:
+            n_distinct += 1
+    return out, n_distinct

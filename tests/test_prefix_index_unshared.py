@@ -11,11 +11,16 @@ from blis_fast.workload import Workload
 from kernels.prefix_index import mark_shared_keys
 
 
-def _run(cfg, wl, all_shared):
+def _run(cfg, wl, all_shared, monkeypatch=None):
     setup = resolve(cfg)
-    state = build_state(setup, wl)
-    if all_shared:
-        state.key_shared = np.ones_like(state.key_shared)
+    if all_shared:  # every key inserted for real (and the tables sized for that)
+        import kernels.prefix_index as PI
+
+        with monkeypatch.context() as m:
+            m.setattr(PI, "mark_shared_keys", lambda keys: (np.ones(len(keys), np.uint8), len(keys)))
+            state = build_state(setup, wl)
+    else:
+        state = build_state(setup, wl)
     run_kernel(state)
     return state
 
@@ -34,12 +39,12 @@ def _prefix_groups_workload(n=400, groups=6, prefix=96, body=40, seed=3):
 
 @pytest.mark.parametrize("capacity", [4, 9, 40, 10_000])
 @pytest.mark.parametrize("routing", ["weighted", "prefix-affinity"])
-def test_unshared_keys_route_like_real_keys(capacity, routing):
+def test_unshared_keys_route_like_real_keys(capacity, routing, monkeypatch):
     wl = _prefix_groups_workload()
     cfg = build_config({}, {"num_instances": 4, "routing_policy": routing, "prefix_index_capacity": capacity,
                             "routing_scorers": "prefix-affinity:3,queue-depth:1"})
     fast = _run(cfg, wl, all_shared=False)
-    real = _run(cfg, wl, all_shared=True)
+    real = _run(cfg, wl, all_shared=True, monkeypatch=monkeypatch)
     assert np.array_equal(fast.reqs["instance"], real.reqs["instance"])
     assert np.array_equal(fast.reqs["first_token_us"], real.reqs["first_token_us"])
     assert np.array_equal(fast.pi_state[:, 0], real.pi_state[:, 0])  # same index sizes
@@ -47,8 +52,10 @@ def test_unshared_keys_route_like_real_keys(capacity, routing):
 
 def test_mark_shared_keys():
     keys = np.array([5, 7, 5, 9, -3, 7, 11, -3], np.int64)
-    assert mark_shared_keys(keys).tolist() == [1, 1, 1, 0, 1, 1, 0, 1]
-    assert mark_shared_keys(np.zeros(0, np.int64)).tolist() == []
+    flags, n_distinct = mark_shared_keys(keys)
+    assert flags.tolist() == [1, 1, 1, 0, 1, 1, 0, 1] and n_distinct == 3  # 5, 7, -3
+    flags, n_distinct = mark_shared_keys(np.zeros(0, np.int64))
+    assert flags.tolist() == [] and n_distinct == 0
 
 
 def test_unshared_flags_follow_the_workload():
