@@ -371,3 +371,16 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
     stats["kv_allocated_end"] = kv.allocated()
     out["instance"] = stats
     return out
+
+
+# The reference's output fields, in its order (SEMANTICS §9; BLIS's metrics object and
+# per-request records): our summaries and results files must start with them.
+SUMMARY_HEAD = [
+    "instance_id", "completed_requests", "still_queued", "still_running", "injected_requests",
+    "total_input_tokens", "total_output_tokens", "vllm_estimated_duration_s", "responses_per_sec",
+    "tokens_per_sec", "e2e_mean_ms", "e2e_p90_ms", "e2e_p95_ms", "e2e_p99_ms", "ttft_mean_ms",
+    "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "itl_mean_ms", "itl_p90_ms", "itl_p95_ms", "itl_p99_ms",
+    "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable",
+]
+REQUEST_FIELDS = ["requestID", "arrived_at", "num_prefill_tokens", "num_decode_tokens", "ttft_ms", "itl_ms",
+                  "e2e_ms", "scheduling_delay_ms", "handled_by"]

@@ -15,20 +15,12 @@ import pytest
 
 from blis_fast.cli import main
 from blis_fast.workload import write_blis_trace
+from naive import REQUEST_FIELDS, SUMMARY_HEAD
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = "blis-2026.02"
 LLAMA = "meta-llama/llama-3.1-8b-instruct"
 
-SUMMARY_HEAD = [
-    "instance_id", "completed_requests", "still_queued", "still_running", "injected_requests",
-    "total_input_tokens", "total_output_tokens", "vllm_estimated_duration_s", "responses_per_sec",
-    "tokens_per_sec", "e2e_mean_ms", "e2e_p90_ms", "e2e_p95_ms", "e2e_p99_ms", "ttft_mean_ms",
-    "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "itl_mean_ms", "itl_p90_ms", "itl_p95_ms", "itl_p99_ms",
-    "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable",
-]
-REQUEST_FIELDS = ["requestID", "arrived_at", "num_prefill_tokens", "num_decode_tokens", "ttft_ms", "itl_ms",
-                  "e2e_ms", "scheduling_delay_ms", "handled_by"]
 
 
 def cli(*args, cwd=None, env=None):

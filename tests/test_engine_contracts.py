@@ -19,18 +19,12 @@ import yaml
 import blis_fast
 from blis_fast import ConfigError
 from blis_fast.workload import Workload, write_blis_trace
+from naive import SUMMARY_HEAD
 from kernels import dtypes as D
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = "blis-2026.02"
 
-SUMMARY_HEAD = [
-    "instance_id", "completed_requests", "still_queued", "still_running", "injected_requests",
-    "total_input_tokens", "total_output_tokens", "vllm_estimated_duration_s", "responses_per_sec",
-    "tokens_per_sec", "e2e_mean_ms", "e2e_p90_ms", "e2e_p95_ms", "e2e_p99_ms", "ttft_mean_ms",
-    "ttft_p90_ms", "ttft_p95_ms", "ttft_p99_ms", "itl_mean_ms", "itl_p90_ms", "itl_p95_ms", "itl_p99_ms",
-    "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable",
-]
 
 # A loaded 3-instance run: shared prefix (cache hits), KV pressure (preemptions), batch cap,
 # zero-length outputs, alpha overheads; the kernel verifies BC-12/BC-13 after every step.

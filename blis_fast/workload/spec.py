@@ -25,6 +25,11 @@ from blis_fast.workload import sampling as S
 DIST_TYPES = ("constant", "gaussian", "exponential", "uniform", "lognormal", "pareto_lognormal", "empirical")
 ARRIVAL_TYPES = ("poisson", "gamma", "weibull", "constant", "bursty", "trace")
 PROFILE_TYPES = ("constant", "step", "ramp", "diurnal", "spike", "piecewise")
+_ARRIVAL_KEYS = {"poisson": (), "gamma": ("cv",), "weibull": ("cv",), "constant": (),
+                 "bursty": ("burst_size", "burst_interval_s", "burst_gap_s"), "trace": ("file", "time_scale")}
+_PROFILE_KEYS = {"constant": ("multiplier",), "step": ("steps",), "ramp": ("start_s", "end_s", "from", "to"),
+                 "diurnal": ("period_s", "amplitude", "peak_s"), "spike": ("at_s", "duration_s", "multiplier", "base"),
+                 "piecewise": ("segments",)}
 REQUEST_PROFILES = ("chat", "reasoning", "agentic")
 POPULARITY_TYPES = ("uniform", "zipf", "weights")
 DEFAULT_SEED = 42
@@ -383,18 +388,30 @@ def _lognormal_params(d: dict, path: str) -> tuple[float, float]:
     return S.lognormal_from_percentiles(p50, p90)
 
 
+def _typed_mapping(value: Any, path: str, keys_by_type: dict[str, tuple[str, ...]], what: str,
+                   extra: tuple[str, ...] = (), bare_name: bool = True, alternative: str = "") -> tuple[str, dict]:
+    """(type, checked mapping) of a ``{type: NAME, ...}`` spec entry (or a bare NAME when
+    ``bare_name``); the allowed keys are ``type`` + ``extra`` + the type's own."""
+    if bare_name and isinstance(value, str):
+        value = {"type": value}
+    if not isinstance(value, dict):
+        also = alternative or (f"a {what} name" if bare_name else "")
+        raise _err(path, f"must be {also + ' or ' if also else ''}a mapping with 'type' "
+                         f"({', '.join(keys_by_type)}), got {value!r}")
+    t = value.get("type")
+    if t not in keys_by_type:
+        raise _err(_join(path, "type"), f"unknown {what} {t!r}; known: {', '.join(keys_by_type)}")
+    return t, _mapping(value, path, ("type",) + extra + keys_by_type[t])
+
+
 def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path | None = None) -> Distribution:
     """A distribution from YAML: a number (constant) or a mapping with ``type``.  ``floor``
     is the smallest meaningful value (1 for prompts and turns, 0 otherwise): the default
     ``min`` and a lower bound for it."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = {"type": "constant", "value": value}
-    if not isinstance(value, dict):
-        raise _err(path, f"must be a number or a mapping with 'type' ({', '.join(DIST_TYPES)}), got {value!r}")
-    t = value.get("type")
-    if t not in DIST_TYPES:
-        raise _err(_join(path, "type"), f"unknown distribution {t!r}; known: {', '.join(DIST_TYPES)}")
-    d = _mapping(value, path, ("type", "min", "max") + _DIST_KEYS[t])
+    t, d = _typed_mapping(value, path, _DIST_KEYS, "distribution", extra=("min", "max"), bare_name=False,
+                          alternative="a number")
     vmin = _number(d, "min", path, default=None)
     vmax = _number(d, "max", path, default=None)
     if vmin is not None and vmin < floor:
@@ -465,18 +482,7 @@ def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path 
 
 
 def _parse_arrival(value: Any, path: str, base: Path | None) -> ArrivalSpec:
-    if value is None:
-        value = {"type": "poisson"}
-    if isinstance(value, str):
-        value = {"type": value}
-    if not isinstance(value, dict):
-        raise _err(path, f"must be a process name or a mapping with 'type', got {value!r}")
-    t = value.get("type")
-    if t not in ARRIVAL_TYPES:
-        raise _err(_join(path, "type"), f"unknown arrival process {t!r}; known: {', '.join(ARRIVAL_TYPES)}")
-    keys = {"poisson": (), "constant": (), "gamma": ("cv",), "weibull": ("cv",),
-            "bursty": ("burst_size", "burst_interval_s", "burst_gap_s"), "trace": ("file", "time_scale")}[t]
-    d = _mapping(value, path, ("type",) + keys)
+    t, d = _typed_mapping("poisson" if value is None else value, path, _ARRIVAL_KEYS, "arrival process")
     kw: dict[str, Any] = {"type": t, "path": path}
     if t in ("gamma", "weibull"):
         kw["cv"] = _number(d, "cv", path, required=True, lo=0, lo_open=True, hi=MAX_CV)
@@ -502,17 +508,7 @@ def _parse_arrival(value: Any, path: str, base: Path | None) -> ArrivalSpec:
 
 
 def _parse_load_profile(value: Any, path: str) -> LoadProfileSpec:
-    if isinstance(value, str):
-        value = {"type": value}
-    if not isinstance(value, dict):
-        raise _err(path, f"must be a mapping with 'type' ({', '.join(PROFILE_TYPES)}), got {value!r}")
-    t = value.get("type")
-    if t not in PROFILE_TYPES:
-        raise _err(_join(path, "type"), f"unknown load profile {t!r}; known: {', '.join(PROFILE_TYPES)}")
-    keys = {"constant": ("multiplier",), "step": ("steps",), "ramp": ("start_s", "end_s", "from", "to"),
-            "diurnal": ("period_s", "amplitude", "peak_s"), "spike": ("at_s", "duration_s", "multiplier", "base"),
-            "piecewise": ("segments",)}[t]
-    d = _mapping(value, path, ("type",) + keys)
+    t, d = _typed_mapping(value, path, _PROFILE_KEYS, "load profile")
     p: dict[str, Any] = {}
     if t == "constant":
         p["multiplier"] = _number(d, "multiplier", path, default=1.0, lo=0)
