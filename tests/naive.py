@@ -384,3 +384,21 @@ SUMMARY_HEAD = [
 ]
 REQUEST_FIELDS = ["requestID", "arrived_at", "num_prefill_tokens", "num_decode_tokens", "ttft_ms", "itl_ms",
                   "e2e_ms", "scheduling_delay_ms", "handled_by"]
+
+
+def random_prompts(rng, n, bs, n_families, vocab, max_suffix, p_family):
+    """n prompts (token-id lists) with natural prefix sharing, for randomized tests: a
+    shared prefix family (tiny vocabulary) + suffix, exact repeats (whole-prompt cache
+    hits) and block-aligned lengths (where the last-token rule matters)."""
+    families = [[int(t) for t in rng.integers(0, vocab, int(rng.integers(0, 3 * bs + 1)))] for _ in range(n_families)]
+    prompts = []
+    for _ in range(n):
+        if prompts and rng.random() < 0.2:  # an exact repeat: a whole-prompt cache hit
+            prompts.append(list(prompts[int(rng.integers(0, len(prompts)))]))
+            continue
+        fam = families[int(rng.integers(0, n_families))] if rng.random() < p_family else []
+        p = fam + [int(t) for t in rng.integers(0, vocab, int(rng.integers(0 if fam else 1, max_suffix)))]
+        if len(p) > bs and rng.random() < 0.3:  # whole blocks only
+            p = p[: len(p) // bs * bs]
+        prompts.append(p)
+    return prompts

@@ -13,7 +13,7 @@ import pytest
 import blis_fast
 from blis_fast.workload.workload import Workload
 from kernels import dtypes as D
-from naive import naive_simulate_instance
+from naive import naive_simulate_instance, random_prompts
 
 COMPAT = "blis-2026.02"
 BETA = [1000, 10, 5]
@@ -255,17 +255,7 @@ def random_case(seed):
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8]))
     n = int(rng.integers(1, 13))
-    families = [[int(t) for t in rng.integers(0, 3, int(rng.integers(0, 3 * bs + 1)))] for _ in range(2)]
-    prompts = []
-    for _ in range(n):
-        if prompts and rng.random() < 0.2:  # an exact repeat: a whole-prompt cache hit
-            prompts.append(list(prompts[int(rng.integers(0, len(prompts)))]))
-            continue
-        fam = families[int(rng.integers(0, 2))] if rng.random() < 0.7 else []
-        p = fam + [int(t) for t in rng.integers(0, 3, int(rng.integers(0 if fam else 1, 30)))]
-        if len(p) > bs and rng.random() < 0.3:  # whole blocks only: the last-token rule matters
-            p = p[: len(p) // bs * bs]
-        prompts.append(p)
+    prompts = random_prompts(rng, n, bs, n_families=2, vocab=3, max_suffix=30, p_family=0.7)
     outputs = [int(x) for x in rng.integers(0, 12, n)]
     step = int(rng.choice([1, 250, 2000]))
     arrivals = [int(x) * step for x in rng.integers(0, 10, n)]  # unsorted, with ties

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import blis_fast
 from blis_fast.workload.workload import Workload
 from kernels import dtypes as D
-from naive import naive_simulate_instance
+from naive import naive_simulate_instance, random_prompts
 
 COMPAT = "blis-2026.02"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -29,18 +29,7 @@ def scenarios(draw):
     bs = draw(st.sampled_from([1, 2, 4, 8, 16]))
     n = draw(st.integers(1, 24))
     rng = np.random.default_rng(seed)
-    # prompts: a shared prefix family (tiny vocabulary: natural sharing) + suffix
-    families = [[int(t) for t in rng.integers(0, 4, int(rng.integers(0, 3 * bs + 1)))] for _ in range(3)]
-    prompts = []
-    for _ in range(n):
-        if prompts and rng.random() < 0.2:  # an exact repeat: a whole-prompt cache hit
-            prompts.append(list(prompts[int(rng.integers(0, len(prompts)))]))
-            continue
-        fam = families[int(rng.integers(0, 3))] if rng.random() < 0.6 else []
-        p = fam + [int(t) for t in rng.integers(0, 4, int(rng.integers(0 if fam else 1, 40)))]
-        if len(p) > bs and rng.random() < 0.3:  # whole blocks only
-            p = p[: len(p) // bs * bs]
-        prompts.append(p)
+    prompts = random_prompts(rng, n, bs, n_families=3, vocab=4, max_suffix=40, p_family=0.6)
     outputs = [int(x) for x in rng.choice([0, 1, 1, 2, 3, 5, 8, 13], n)]
     spacing = draw(st.sampled_from([0, 1, 300, 3000]))
     arrivals = [int(x) * spacing for x in rng.integers(0, 12, n)]
