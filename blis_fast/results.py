@@ -182,6 +182,7 @@ class Result:
         """BLIS-style per-request records for the results file."""
         c = self.request_columns()
         ids = self.workload.source_ids
+        labels = self.request_labels()
         sel = np.arange(len(c["state"]))
         if self.compat:
             # the reference lists requests that reached an instance (dropped ones removed),
@@ -210,7 +211,28 @@ class Result:
             }
             if ids is not None:
                 rec["source_id"] = ids[i]
+            for key, values in labels.items():
+                rec[key] = values[i]
             out.append(rec)
+        return out
+
+    def request_labels(self) -> dict[str, list]:
+        """Per-request workload labels for workload-spec runs (BLIS's ``slo_class`` and
+        ``tenant_id``, plus ``client``, ``priority_class``, ``session``, ``turn``); empty
+        for workloads without them."""
+        wl = self.workload
+        if not wl.names:
+            return {}
+        reqs = self.state.reqs
+        out: dict[str, list] = {}
+        for col, key in (("slo_class", "slo_class"), ("tenant", "tenant_id"), ("client", "client"),
+                         ("priority_class", "priority_class")):
+            names = wl.names.get(col)
+            if names:
+                out[key] = [names[k] for k in reqs[col].tolist()]
+        if wl.session is not None:
+            out["session"] = reqs["session"].tolist()
+            out["turn"] = reqs["turn"].tolist()
         return out
 
     def requests_table(self):
@@ -237,6 +259,8 @@ class Result:
             cols[name] = pa.array(c[name], pa.int64())
         if self.workload.source_ids is not None:
             cols["source_id"] = pa.array(self.workload.source_ids, pa.string())
+        for key, values in self.request_labels().items():
+            cols[key] = pa.array(values, pa.int64() if key in ("session", "turn") else pa.string())
         return pa.table(cols)
 
     # ------------------------------------------------------------------ files
