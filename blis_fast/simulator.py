@@ -181,6 +181,10 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     lo, hi = cfg.deployment.bounds()
     n_inst = hi  # rows for the pool's upper bound; the first num_instances start active
     kv_total = lat.total_kv_blocks
+    if n_inst * kv_total >= 2**31:  # block ids are int32 in the KV block table
+        raise ConfigError("deployment.max_instances",
+                          f"{n_inst} instances x {kv_total} KV blocks exceeds 2^31 blocks; lower the instance count "
+                          "or engine.total_kv_blocks")
     inst = np.zeros(n_inst, D.INSTANCE_DT)
     inst["active"][: cfg.deployment.num_instances] = 1
     inst["max_num_seqs"] = eng.max_num_seqs
@@ -193,7 +197,9 @@ def build_state(setup: Setup, workload: Workload) -> RunState:
     inst["kv_total"] = kv_total
     inst["kv_offset"] = np.arange(n_inst, dtype=np.int64) * kv_total
     inst["kv_virgin_next"] = inst["kv_offset"]
-    ht_size = _next_pow2(2 * kv_total)
+    # an instance's prefix table holds at most one key per block, and never more keys than
+    # the workload has: sizing by the smaller keeps huge KV caches from costing memory
+    ht_size = _next_pow2(2 * max(1, min(kv_total, len(workload.block_keys))))
     inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_size
     inst["ht_mask"] = ht_size - 1
     for f in ("kv_lru_head", "kv_lru_tail", "wq_head", "wq_tail", "prev_step"):
