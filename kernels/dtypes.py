@@ -126,21 +126,29 @@ STATUS_MESSAGES = {
 
 REQUEST_DT = np.dtype(
     [
+        # --- per-token hot state first: the two cache lines every step touches ---
+        ("computed", np.int64),  # tokens whose KV is computed (cached tokens count)
+        ("prefill_target", np.int64),  # tokens to prefill at this admission: L + generated
+        ("blocks_held", np.int64),  # KV blocks currently held (a prefix of its slice)
+        ("generated", np.int64),  # output tokens emitted so far
+        ("output_len", np.int64),  # N (0 in the workload is stored as 1: prefill emits one token)
+        ("first_token_us", np.int64),  # first output token visible (step end + a2), µs
+        ("last_token_us", np.int64),  # latest output token visible, µs
+        ("last_token_step", np.int64),  # step (global index) that emitted its latest token
+        ("last_step_us", np.int64),  # duration of the step that produced its latest token, µs
+        ("itl_sum_us", np.int64),  # sum of its ITL samples, µs (E2E = TTFT + itl_sum_us)
+        ("run_start_step", np.int64),  # step that began its current run of consecutive token
+        #                                steps (its first token or an irregular one)
+        ("block_start", np.int64),  # first index of its slice of the request-blocks array
         # --- inputs (filled by blis_fast from the workload) ---
         ("arrival_us", np.int64),  # µs, arrival at the cluster
         ("prompt_len", np.int64),  # L, tokens incl. shared prefix
-        ("output_len", np.int64),  # N (0 in the workload is stored as 1: prefill emits one token)
         ("key_start", np.int64),  # first index of its prefix-block keys in the keys array
         ("key_count", np.int64),  # number of keys = floor(L / block_size)
-        ("block_start", np.int64),  # first index of its slice of the request-blocks array
-        ("block_cap", np.int64),  # length of that slice = ceil((L + N - 1) / block_size)
+        ("block_cap", np.int64),  # length of its block slice = ceil((L + N - 1) / block_size)
         # --- state ---
         ("state", np.int32),  # REQ_*
         ("instance", np.int32),  # instance it was routed to, -1 before routing
-        ("blocks_held", np.int64),  # KV blocks currently held (a prefix of its slice)
-        ("computed", np.int64),  # tokens whose KV is computed (cached tokens count)
-        ("prefill_target", np.int64),  # tokens to prefill at this admission: L + generated
-        ("generated", np.int64),  # output tokens emitted so far
         ("queue_prev", np.int64),  # wait-queue links (doubly linked through this table)
         ("queue_next", np.int64),
         ("priority", np.float64),  # set by the priority policy each step (higher = sooner)
@@ -156,13 +164,6 @@ REQUEST_DT = np.dtype(
         ("routed_us", np.int64),  # time of the routing decision
         ("queued_us", np.int64),  # first entry into the wait queue
         ("first_scheduled_us", np.int64),  # start of the step that first admitted it
-        ("first_token_us", np.int64),  # first output token visible (step end + a2)
-        ("last_token_us", np.int64),  # latest output token visible
-        ("last_step_us", np.int64),  # duration of the step that produced its latest token
-        ("itl_sum_us", np.int64),  # sum of its ITL samples (E2E = TTFT + itl_sum_us)
-        ("run_start_step", np.int64),  # step (global index) that began its current run of
-        #                                consecutive token steps (first token or an irregular one)
-        ("last_token_step", np.int64),  # step that emitted its latest token
         ("preemptions", np.int64),  # times it was preempted
         ("cached_tokens", np.int64),  # prompt tokens found in the prefix cache, first admission
     ],
