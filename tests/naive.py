@@ -402,3 +402,44 @@ def random_prompts(rng, n, bs, n_families, vocab, max_suffix, p_family):
             p = p[: len(p) // bs * bs]
         prompts.append(p)
     return prompts
+
+
+# ----------------------------------------------------------------------------- test helpers
+
+
+def prompts_workload(arrivals, prompts, outputs, bs=16, **attrs):
+    """A Workload from explicit prompt token lists; ``attrs`` (tenant=, slo_class=, ...) are
+    int32 columns."""
+    import dataclasses
+
+    import numpy as np
+
+    from blis_fast.workload import Workload
+
+    toks = [np.asarray(p, np.int64) for p in prompts]
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in toks])]).astype(np.int64)
+    wl = Workload.from_tokens(np.asarray(arrivals, np.int64), np.concatenate(toks), offsets,
+                              np.asarray(outputs, np.int64), bs)
+    if attrs:
+        wl = dataclasses.replace(wl, **{k: np.asarray(v, np.int32) for k, v in attrs.items()})
+    return wl
+
+
+def lengths_workload(arrivals, lens, outputs, bs=16, seed=99, **attrs):
+    """A Workload of distinct random prompts with the given lengths."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return prompts_workload(arrivals, [rng.integers(0, 128_000, int(n)) for n in lens], outputs, bs, **attrs)
+
+
+def engine_overrides(cfg, compat="blis-2026.02"):
+    """The flat simulate() settings of a naive_simulate_instance configuration dict."""
+    return dict(
+        block_size_in_tokens=cfg["block_size"], total_kv_blocks=cfg["total_kv_blocks"],
+        max_num_running_reqs=cfg["max_num_seqs"], max_num_scheduled_tokens=cfg["max_batched_tokens"],
+        long_prefill_token_threshold=cfg["long_prefill_threshold"], alpha_coeffs=cfg["alpha"],
+        beta_coeffs=cfg["beta"], enable_prefix_caching=cfg["prefix_caching"], horizon=cfg["horizon"],
+        compat=compat if cfg["compat"] else None, admission_latency=cfg["admission_latency"],
+        routing_latency=cfg["routing_latency"], check_invariants=True,
+    )

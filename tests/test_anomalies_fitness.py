@@ -19,6 +19,7 @@ import blis_fast
 from blis_fast.anomalies import hol_blocking_instances, priority_inversions
 from blis_fast.fitness import FITNESS_KEYS, fitness
 from blis_fast.workload import Workload
+from naive import lengths_workload
 from kernels import dtypes as D
 from kernels.anomalies import count_inversion_pairs
 
@@ -27,14 +28,7 @@ BASE = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=1
 
 
 def lens_workload(arrivals, lens, outputs, seed=99, **attrs) -> Workload:
-    rng = np.random.default_rng(seed)
-    prompts = [rng.integers(0, 128_000, int(n)) for n in lens]
-    offsets = np.r_[0, np.cumsum([len(p) for p in prompts])].astype(np.int64)
-    wl = Workload.from_tokens(np.asarray(arrivals, np.int64), np.concatenate(prompts), offsets,
-                              np.asarray(outputs, np.int64), BS)
-    if attrs:
-        wl = dataclasses.replace(wl, **{k: np.asarray(v, np.int32) for k, v in attrs.items()})
-    return wl
+    return lengths_workload(arrivals, lens, outputs, BS, seed, **attrs)
 
 
 def sim(wl, **kw):

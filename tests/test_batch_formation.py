@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 import blis_fast
-from blis_fast.workload.workload import Workload
 from kernels import dtypes as D
-from naive import naive_simulate_instance, random_prompts
+from naive import engine_overrides, naive_simulate_instance, prompts_workload, random_prompts
 
 COMPAT = "blis-2026.02"
 BETA = [1000, 10, 5]
@@ -22,14 +21,10 @@ ZERO = [0, 0, 0]
 
 def make_workload(prompts, outputs, arrivals=None, bs=16):
     """prompts[i]: a token list, or an int L (L tokens unique to request i)."""
-    toks = []
-    for i, p in enumerate(prompts):
-        if isinstance(p, (int, np.integer)):
-            p = list(range(1_000_000 * (i + 1), 1_000_000 * (i + 1) + int(p)))
-        toks.append(np.asarray(p, dtype=np.int64))
-    offsets = np.concatenate([[0], np.cumsum([len(t) for t in toks])]).astype(np.int64)
-    arrivals = np.zeros(len(toks), np.int64) if arrivals is None else np.asarray(arrivals, np.int64)
-    return Workload.from_tokens(arrivals, np.concatenate(toks), offsets, np.asarray(outputs, np.int64), bs)
+    toks = [list(range(1_000_000 * (i + 1), 1_000_000 * (i + 1) + int(p))) if isinstance(p, (int, np.integer))
+            else p for i, p in enumerate(prompts)]
+    arrivals = np.zeros(len(toks), np.int64) if arrivals is None else arrivals
+    return prompts_workload(arrivals, toks, outputs, bs)
 
 
 def run(prompts, outputs, arrivals=None, *, bs=16, alpha=ZERO, beta=BETA, **overrides):
@@ -278,15 +273,7 @@ def random_case(seed):
 
 def run_kernel_case(prompts, outputs, arrivals, cfg):
     wl = make_workload(prompts, outputs, arrivals, cfg["block_size"])
-    return blis_fast.simulate(
-        workload=wl, num_instances=1, block_size_in_tokens=cfg["block_size"],
-        total_kv_blocks=cfg["total_kv_blocks"], max_num_running_reqs=cfg["max_num_seqs"],
-        max_num_scheduled_tokens=cfg["max_batched_tokens"],
-        long_prefill_token_threshold=cfg["long_prefill_threshold"], alpha_coeffs=cfg["alpha"],
-        beta_coeffs=cfg["beta"], enable_prefix_caching=cfg["prefix_caching"], horizon=cfg["horizon"],
-        compat=COMPAT if cfg["compat"] else None, admission_latency=cfg["admission_latency"],
-        routing_latency=cfg["routing_latency"], check_invariants=True,
-    ), wl
+    return blis_fast.simulate(workload=wl, num_instances=1, **engine_overrides(cfg, COMPAT)), wl
 
 
 def compare_with_naive(prompts, outputs, arrivals, cfg):

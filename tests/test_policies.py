@@ -15,6 +15,7 @@ import pytest
 
 import blis_fast
 from blis_fast.workload import Workload
+from naive import lengths_workload, prompts_workload
 from kernels import dtypes as D
 
 BS = 16
@@ -23,19 +24,12 @@ BASE = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=1
 
 def make_workload(arrivals, prompts, outputs, **attrs) -> Workload:
     """Workload from explicit prompt token lists; ``attrs`` (tenant=, slo_class=) are int32 columns."""
-    prompts = [np.asarray(p, np.int64) for p in prompts]
-    offsets = np.r_[0, np.cumsum([len(p) for p in prompts])].astype(np.int64)
-    wl = Workload.from_tokens(np.asarray(arrivals, np.int64), np.concatenate(prompts), offsets,
-                              np.asarray(outputs, np.int64), BS)
-    if attrs:
-        wl = dataclasses.replace(wl, **{k: np.asarray(v, np.int32) for k, v in attrs.items()})
-    return wl
+    return prompts_workload(arrivals, prompts, outputs, BS, **attrs)
 
 
 def lens_workload(arrivals, lens, outputs, seed=99, **attrs) -> Workload:
     """Workload of distinct random prompts with the given lengths."""
-    rng = np.random.default_rng(seed)
-    return make_workload(arrivals, [rng.integers(0, 128_000, int(n)) for n in lens], outputs, **attrs)
+    return lengths_workload(arrivals, lens, outputs, BS, seed, **attrs)
 
 
 def sim(wl, **kw):

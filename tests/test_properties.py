@@ -15,9 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blis_fast
-from blis_fast.workload.workload import Workload
 from kernels import dtypes as D
-from naive import naive_simulate_instance, random_prompts
+from naive import engine_overrides, naive_simulate_instance, prompts_workload, random_prompts
 
 COMPAT = "blis-2026.02"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -57,23 +56,9 @@ def scenarios(draw):
     return prompts, outputs, arrivals, cfg
 
 
-def workload_of(prompts, outputs, arrivals, bs):
-    toks = np.array([t for p in prompts for t in p], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in prompts])]).astype(np.int64)
-    return Workload.from_tokens(np.asarray(arrivals, np.int64), toks, offsets, np.asarray(outputs, np.int64), bs)
-
-
 def simulate(prompts, outputs, arrivals, cfg):
-    wl = workload_of(prompts, outputs, arrivals, cfg["block_size"])
-    res = blis_fast.simulate(
-        workload=wl, num_instances=cfg["num_instances"], block_size_in_tokens=cfg["block_size"],
-        total_kv_blocks=cfg["total_kv_blocks"], max_num_running_reqs=cfg["max_num_seqs"],
-        max_num_scheduled_tokens=cfg["max_batched_tokens"],
-        long_prefill_token_threshold=cfg["long_prefill_threshold"], alpha_coeffs=cfg["alpha"],
-        beta_coeffs=cfg["beta"], enable_prefix_caching=cfg["prefix_caching"], horizon=cfg["horizon"],
-        compat=COMPAT if cfg["compat"] else None, admission_latency=cfg["admission_latency"],
-        routing_latency=cfg["routing_latency"], check_invariants=True,
-    )
+    wl = prompts_workload(arrivals, prompts, outputs, cfg["block_size"])
+    res = blis_fast.simulate(workload=wl, num_instances=cfg["num_instances"], **engine_overrides(cfg, COMPAT))
     return res, wl
 
 
