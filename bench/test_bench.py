@@ -1,7 +1,8 @@
-"""The standard scenarios of ``blis_fast.bench`` as pytest-benchmark tests.
+"""The standard scenarios of ``blis_fast.experiments.bench`` as pytest-benchmark tests.
 
-Run with ``python -m pytest bench --benchmark-only`` (the default test run skips them).
-Each round times ``run_kernel`` alone on a fresh state; ``build_state`` runs in the
+Run with ``python -m pytest bench --benchmark-only`` (the default test run skips them; the
+100k-request scenarios are marked slow).
+Each round times ``run_to_end`` alone on a fresh state; ``build_state`` runs in the
 untimed setup.  The workload is generated once per scenario; one warm-up round runs first.
 """
 
@@ -9,14 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from blis_fast.bench import SCENARIOS, scenario_overrides
-from blis_fast.simulator import build_config, build_state, build_workload, resolve, run_kernel
-from kernels import dtypes as D
+from blis_fast.config.sim import build_config
+from blis_fast.experiments.bench import SCENARIOS, scenario_overrides
+from blis_fast.run import build_state, build_workload, resolve, run_to_end
+from kernels.schema import RequestState, Status
 
 ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5}
 
 
-@pytest.fixture(scope="module", params=list(SCENARIOS))
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=pytest.mark.slow) if row["num_requests"] >= 100_000 else name
+    for name, row in SCENARIOS.items()
+])
 def scenario(request):
     """(name, setup, workload) of one scenario, generated once."""
     cfg = build_config({}, scenario_overrides(request.param))
@@ -31,12 +36,12 @@ def test_kernel(benchmark, scenario):
     def fresh_state():
         return (build_state(setup, wl),), {}
 
-    state = benchmark.pedantic(run_kernel, setup=fresh_state, rounds=ROUNDS.get(name, 5), warmup_rounds=1)
+    state = benchmark.pedantic(run_to_end, setup=fresh_state, rounds=ROUNDS.get(name, 5), warmup_rounds=1)
 
     # correctness of the last timed round: every request completed, status OK
-    assert int(state.stats[0]["status"]) == D.STATUS_OK
-    assert int((state.reqs["state"] == D.REQ_COMPLETED).sum()) == len(wl)
-    steps, events = int(state.stats[0]["steps"]), int(state.stats[0]["events"])
+    assert int(state.loop[0]["status"]) == Status.OK
+    assert int((state.reqs["state"] == RequestState.COMPLETED).sum()) == len(wl)
+    steps, events = int(state.loop[0]["steps"]), int(state.loop[0]["events"])
     best = benchmark.stats.stats.min
     benchmark.extra_info.update({
         "num_requests": len(wl), "num_instances": SCENARIOS[name]["num_instances"],

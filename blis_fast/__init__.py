@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 
 
 def simulate(config=None, workload=None, **overrides):
-    """Run one simulation; see :func:`blis_fast.simulator.simulate`."""
-    from blis_fast.simulator import simulate as _simulate
+    """Run one simulation; see :func:`blis_fast.run.api.simulate`."""
+    from blis_fast.run.api import simulate as _simulate
 
     return _simulate(config, workload, **overrides)
 

@@ -1,16 +1,21 @@
 """How kernels are compiled: two decorators, one place to change them.
 
-``kernel``  -- ``njit(cache=True)``: entry points and anything that allocates.
-``helper``  -- ``njit(cache=True, _nrt=False)``: allocation-free helpers called per step,
-per token or per KV block.  Numba otherwise wraps every call in atomic reference-count
-increments/decrements of each array argument (``NRT_incref``/``NRT_decref``); on the
-100K x 16 benchmark those atomics took ~60% of the kernel time (4.1 s -> 0.8 s without
-them).  A helper cannot allocate (numba refuses to compile it if it tries), which is
-exactly the rule for the hot loop anyway.  ``_nrt`` is a long-standing but underscored
-numba option: if a numba release drops it, change it here only.
+``kernel``  -- ``njit(cache=True)``: entry points called from Python, and anything that
+allocates.
+``helper``  -- allocation-free functions called only from other kernels (per event, per
+step, per token or per KV block):
+  * ``_nrt=False``: numba otherwise wraps every call in atomic reference-count updates
+    of each array argument; on the 100K x 16 benchmark those took ~60% of the kernel time.
+    A helper cannot allocate (numba refuses to compile it if it tries), which is the
+    rule for the hot loop anyway.
+  * ``no_cpython_wrapper`` / ``no_cfunc_wrapper``: a helper is never called from Python,
+    and the wrappers (which unbox every array of the State record) cost ~0.25 s of
+    compile time per helper.  Tests reach helpers through kernel entry points.
+``_nrt`` and the wrapper flags are long-standing but underscored or internal numba
+options: if a numba release drops one, change it here only.
 """
 
 from numba import njit
 
 kernel = njit(cache=True)
-helper = njit(cache=True, _nrt=False)
+helper = njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

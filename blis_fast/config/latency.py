@@ -23,36 +23,36 @@ class LatencyModel:
     kind: str = field(metadata={"help": "'blackbox' (β coefficients) or 'roofline' (analytical)"})
     alpha: np.ndarray = field(metadata={"help": "float64[3]: α0 + α1·L queueing µs, α2 µs per output token"})
     beta: np.ndarray = field(metadata={"help": "float64[3]: β0 + β1·prefill tokens + β2·decodes, µs (blackbox)"})
-    roofline: np.ndarray = field(metadata={"help": "float64[RF_NPARAMS] roofline parameters (kernels.steptime)"})
+    roofline: np.ndarray = field(metadata={"help": "float64[N_ROOFLINE] roofline parameters (kernels.schema.Roofline)"})
     total_kv_blocks: int = field(metadata={"help": "KV-cache blocks per instance"})
     source: str = field(metadata={"help": "where coefficients and the KV budget came from (for results)"})
 
 
 def roofline_params(model: ModelConfig, hardware: HardwareConfig, tp: int) -> np.ndarray:
-    """The roofline parameter vector (layout: ``kernels.steptime.RF_*``) for ``model`` on ``hardware`` at TP ``tp``."""
-    from kernels import steptime as st  # lazy: keeps numba out of config-only imports
+    """The roofline parameter vector (layout: ``kernels.schema.Roofline``) for ``model`` on ``hardware`` at TP ``tp``."""
+    from kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
 
-    p = np.zeros(st.RF_NPARAMS, dtype=np.float64)
+    p = np.zeros(N_ROOFLINE, dtype=np.float64)
     layers = model.num_layers
-    p[st.RF_LAYERS] = layers
-    p[st.RF_HIDDEN] = model.hidden_size
-    p[st.RF_HEADS] = model.num_heads
-    p[st.RF_HEAD_DIM] = model.head_dim
-    p[st.RF_Q_DIM] = model.q_dim
-    p[st.RF_KV_DIM] = model.kv_dim
-    p[st.RF_MLP_WIDTH_ACTIVE] = model.mlp_width_active
-    p[st.RF_KV_BYTES_PER_TOKEN] = model.kv_bytes_per_token
-    p[st.RF_ACT_BYTES_PER_TOKEN] = layers * model.hidden_size * model.dtype_bytes
-    p[st.RF_WEIGHT_BYTES] = model.layer_weight_bytes
-    p[st.RF_TP] = tp
-    p[st.RF_PEAK_FLOPS] = hardware.peak_flops
-    p[st.RF_VECTOR_PEAK_FLOPS] = 0.1 * hardware.peak_flops
-    p[st.RF_BANDWIDTH] = hardware.bandwidth_bytes_per_s
-    p[st.RF_MFU_PREFILL] = hardware.mfu_prefill
-    p[st.RF_MFU_DECODE] = hardware.mfu_decode
-    p[st.RF_LAYER_OVERHEAD_US] = layers * hardware.per_layer_overhead_us
-    p[st.RF_ALLREDUCE_US] = 2 * layers * hardware.all_reduce_latency_us if tp > 1 else 0.0
-    p[st.RF_STEP_OVERHEAD_US] = hardware.t_overhead_us
+    p[R.LAYERS] = layers
+    p[R.HIDDEN] = model.hidden_size
+    p[R.HEADS] = model.num_heads
+    p[R.HEAD_DIM] = model.head_dim
+    p[R.Q_DIM] = model.q_dim
+    p[R.KV_DIM] = model.kv_dim
+    p[R.MLP_WIDTH_ACTIVE] = model.mlp_width_active
+    p[R.KV_BYTES_PER_TOKEN] = model.kv_bytes_per_token
+    p[R.ACT_BYTES_PER_TOKEN] = layers * model.hidden_size * model.dtype_bytes
+    p[R.WEIGHT_BYTES] = model.layer_weight_bytes
+    p[R.TP] = tp
+    p[R.PEAK_FLOPS] = hardware.peak_flops
+    p[R.VECTOR_PEAK_FLOPS] = 0.1 * hardware.peak_flops
+    p[R.BANDWIDTH] = hardware.bandwidth_bytes_per_s
+    p[R.MFU_PREFILL] = hardware.mfu_prefill
+    p[R.MFU_DECODE] = hardware.mfu_decode
+    p[R.LAYER_OVERHEAD_US] = layers * hardware.per_layer_overhead_us
+    p[R.ALLREDUCE_US] = 2 * layers * hardware.all_reduce_latency_us if tp > 1 else 0.0
+    p[R.STEP_OVERHEAD_US] = hardware.t_overhead_us
     return p
 
 

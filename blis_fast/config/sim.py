@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from blis_fast.errors import ConfigError
-from blis_fast.yamlfile import read_yaml_mapping
+from blis_fast.config.yamlfile import read_yaml_mapping
 
 from .engine import EngineConfig
-from blis_fast.policy import PolicyConfig, parse_weights
+from blis_fast.config.policy import PolicyConfig, parse_weights
 
 COMPAT_MODES = ("blis-2026.02",)
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")

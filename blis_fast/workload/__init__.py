@@ -1,4 +1,12 @@
-"""Workloads: synthetic distributions and presets, BLIS trace files (SEMANTICS §7)."""
+"""Workloads: what arrives at the cluster, as arrays (``workload.Workload``).
+
+    distribution.py   BLIS's ``distribution`` workload and presets
+    spec.py           multi-client workload specs (YAML) -> WorkloadSpec
+    sampling.py       length distributions, arrival processes, load profiles
+    generate.py       WorkloadSpec -> Requests -> Workload
+    formats/          BLIS trace CSV, rich traces (YAML header + CSV/Parquet)
+    stats.py          workload summaries
+"""
 
 from blis_fast.workload.distribution import (
     MAX_TOKEN_ID,
@@ -15,8 +23,9 @@ from blis_fast.workload.distribution import (
 )
 from blis_fast.workload.generate import Requests, generate_from_spec, generate_requests
 from blis_fast.workload.spec import WorkloadSpec, load_spec, parse_spec
-from blis_fast.workload.trace_format import is_rich_trace, load_trace, read_trace, workload_stats, write_trace
-from blis_fast.workload.traces import TRACE_HEADER, load_blis_trace, write_blis_trace
+from blis_fast.workload.formats.blis_csv import TRACE_HEADER, load_blis_trace, write_blis_trace
+from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace, read_trace, write_trace
+from blis_fast.workload.stats import workload_stats
 from blis_fast.workload.workload import Workload
 
 __all__ = [

@@ -128,7 +128,7 @@ def sample_arrivals(spec: DistributionSpec, seed: int) -> np.ndarray:
 def _prompt_keys(rng, prefix_ids, body_len, block_size):
     """Draw the prompt token ids (shared prefix + uniform body) chunk by chunk and hash
     their full blocks; returns the flat int64 keys."""
-    from kernels.prefix import hash_prompt_blocks  # numba imported lazily
+    from kernels.workload.keys import hash_prompt_blocks  # numba imported lazily
 
     p = prefix_ids.shape[0]
     n = body_len.shape[0]

@@ -251,8 +251,7 @@ class Requests:
         why the keys equal those of the real token sequences where content is shared).
         ``validate=False`` skips ``Workload.validate`` (for tables valid by construction:
         its checks cost ~0.7 s per million requests)."""
-        from kernels.prefix import hash_chain_states  # numba lazily
-        from kernels.workload_gen import chain_prompt_keys
+        from kernels.workload.keys import chain_prompt_keys, hash_chain_states  # numba lazily
 
         bs = int(block_size)
         if bs < 1:

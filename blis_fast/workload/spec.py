@@ -749,7 +749,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
 
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Read and validate a workload spec YAML file (files it names are relative to it)."""
-    from blis_fast.yamlfile import read_yaml_mapping
+    from blis_fast.config.yamlfile import read_yaml_mapping
 
     p = Path(path)
     data = read_yaml_mapping(p, "--workload-spec", WorkloadError)

@@ -106,7 +106,7 @@ class Workload:
     ) -> "Workload":
         """Build a workload from prompt token ids: request i's prompt is
         ``tokens[token_offsets[i]:token_offsets[i+1]]`` (int64 ids); hashes its full blocks."""
-        from kernels.prefix import hash_prompt_blocks  # numba imported lazily
+        from kernels.workload.keys import hash_prompt_blocks  # numba imported lazily
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")

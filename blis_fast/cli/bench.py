@@ -1,0 +1,41 @@
+"""``blis-fast bench``: the standard benchmark scenarios (blis_fast.experiments.bench)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from blis_fast.cli.app import app
+
+
+@app.command()
+def bench(
+    json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of a table")] = False,
+    scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="timed repetitions per scenario (best is reported)")] = 3,
+    startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="instead, re-measure one instance's saturation throughput and print the scenario rates at 80% load (JSON)")] = False,
+) -> None:
+    """Benchmark the standard scenarios: kernel seconds once compiled, simulated req/s and
+    steps/s, plus cold-compile time and the start-up time of a cached process."""
+    from blis_fast.experiments.bench import run_bench
+
+    if calibrate:
+        from blis_fast.experiments.bench import calibrate as _calibrate
+
+        typer.echo(json.dumps(_calibrate(), indent=2))
+        return
+    report = run_bench(scenarios=scenarios.split(",") if scenarios else None, repeats=repeats, startup=startup)
+    if json_out:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(report_table(report))
+
+
+def report_table(report: dict) -> str:
+    """Human-readable bench report."""
+    from blis_fast.experiments.bench import format_report
+
+    return format_report(report)

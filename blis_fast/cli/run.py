@@ -1,0 +1,104 @@
+"""``blis-fast run``: simulate one cluster and print the summary JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from blis_fast.cli.app import app, check_writable, field_help
+from blis_fast.cli.app import option as _opt
+from blis_fast.config.policy import load_policy_bundle
+from blis_fast.config.sim import FLAG_PATHS, build_config, load_yaml
+from blis_fast.errors import ConfigError
+
+
+@app.command()
+def run(
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML file with any of the settings below (flags override it)")] = None,
+    model: Annotated[Optional[str], _opt("--model")] = None,
+    hardware: Annotated[Optional[str], _opt("--hardware")] = None,
+    tp: Annotated[Optional[int], _opt("--tp")] = None,
+    pp: Annotated[Optional[int], _opt("--pp")] = None,
+    dp: Annotated[Optional[int], _opt("--dp")] = None,
+    vllm_version: Annotated[Optional[str], _opt("--vllm-version")] = None,
+    latency_model: Annotated[Optional[str], _opt("--latency-model")] = None,
+    alpha_coeffs: Annotated[Optional[str], _opt("--alpha-coeffs")] = None,
+    beta_coeffs: Annotated[Optional[str], _opt("--beta-coeffs")] = None,
+    seed: Annotated[Optional[int], _opt("--seed")] = None,
+    simulation_seed: Annotated[Optional[int], _opt("--simulation-seed")] = None,
+    horizon: Annotated[Optional[int], _opt("--horizon")] = None,
+    workload: Annotated[Optional[str], _opt("--workload")] = None,
+    workload_traces_filepath: Annotated[Optional[str], _opt("--workload-traces-filepath")] = None,
+    workload_spec: Annotated[Optional[str], _opt("--workload-spec")] = None,
+    rate: Annotated[Optional[float], _opt("--rate")] = None,
+    num_requests: Annotated[Optional[int], _opt("--num-requests")] = None,
+    arrival: Annotated[Optional[str], _opt("--arrival")] = None,
+    prefix_tokens: Annotated[Optional[int], _opt("--prefix-tokens")] = None,
+    prompt_tokens: Annotated[Optional[float], _opt("--prompt-tokens")] = None,
+    prompt_tokens_stdev: Annotated[Optional[float], _opt("--prompt-tokens-stdev")] = None,
+    prompt_tokens_min: Annotated[Optional[int], _opt("--prompt-tokens-min")] = None,
+    prompt_tokens_max: Annotated[Optional[int], _opt("--prompt-tokens-max")] = None,
+    output_tokens: Annotated[Optional[float], _opt("--output-tokens")] = None,
+    output_tokens_stdev: Annotated[Optional[float], _opt("--output-tokens-stdev")] = None,
+    output_tokens_min: Annotated[Optional[int], _opt("--output-tokens-min")] = None,
+    output_tokens_max: Annotated[Optional[int], _opt("--output-tokens-max")] = None,
+    num_instances: Annotated[Optional[int], _opt("--num-instances")] = None,
+    min_instances: Annotated[Optional[int], _opt("--min-instances")] = None,
+    max_instances: Annotated[Optional[int], _opt("--max-instances")] = None,
+    total_kv_blocks: Annotated[Optional[int], _opt("--total-kv-blocks")] = None,
+    block_size_in_tokens: Annotated[Optional[int], _opt("--block-size-in-tokens")] = None,
+    max_num_running_reqs: Annotated[Optional[int], _opt("--max-num-running-reqs", "--max-num-seqs")] = None,
+    max_num_scheduled_tokens: Annotated[Optional[int], _opt("--max-num-scheduled-tokens", "--max-num-batched-tokens")] = None,
+    long_prefill_token_threshold: Annotated[Optional[int], _opt("--long-prefill-token-threshold")] = None,
+    gpu_memory_utilization: Annotated[Optional[float], _opt("--gpu-memory-utilization")] = None,
+    enable_prefix_caching: Annotated[Optional[bool], typer.Option("--enable-prefix-caching/--disable-prefix-caching", help=field_help("enable_prefix_caching"), show_default=False)] = None,
+    admission_latency: Annotated[Optional[int], _opt("--admission-latency")] = None,
+    routing_latency: Annotated[Optional[int], _opt("--routing-latency")] = None,
+    compat: Annotated[Optional[str], _opt("--compat")] = None,
+    policy_config: Annotated[Optional[Path], typer.Option("--policy-config", help="policy bundle YAML (admission, routing, priority, scheduler, preemption, observability, fitness); flags override it")] = None,
+    admission_policy: Annotated[Optional[str], _opt("--admission-policy")] = None,
+    token_bucket_capacity: Annotated[Optional[float], _opt("--token-bucket-capacity")] = None,
+    token_bucket_refill_rate: Annotated[Optional[float], _opt("--token-bucket-refill-rate")] = None,
+    routing_policy: Annotated[Optional[str], _opt("--routing-policy")] = None,
+    routing_scorers: Annotated[Optional[str], _opt("--routing-scorers")] = None,
+    priority_policy: Annotated[Optional[str], _opt("--priority-policy")] = None,
+    slo_class_weights: Annotated[Optional[str], _opt("--slo-class-weights")] = None,
+    scheduler: Annotated[Optional[str], _opt("--scheduler")] = None,
+    scheduler_weights: Annotated[Optional[str], _opt("--scheduler-weights")] = None,
+    preemption_victim: Annotated[Optional[str], _opt("--preemption-victim")] = None,
+    snapshot_refresh_interval: Annotated[Optional[int], _opt("--snapshot-refresh-interval")] = None,
+    snapshot_intervals: Annotated[Optional[str], _opt("--snapshot-intervals")] = None,
+    prefix_index_capacity: Annotated[Optional[int], _opt("--prefix-index-capacity")] = None,
+    fitness_weights: Annotated[Optional[str], _opt("--fitness-weights")] = None,
+    results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
+    per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
+    check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
+) -> None:
+    """Simulate a cluster and print the summary JSON (cluster + per instance) on stdout.
+
+    With no options: llama-3.1-8b-instruct on one H100 (TP1, fitted coefficients),
+    100 requests of the BLIS default distribution at 1 request/s.
+    """
+    overrides = {k: v for k, v in locals().items() if k in FLAG_PATHS and v is not None}
+    if not check_invariants:
+        overrides.pop("check_invariants", None)  # a YAML file may still turn it on
+    bundle = load_policy_bundle(policy_config) if policy_config else None
+    cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
+                       policy_origin=f"--policy-config {policy_config}")
+    for flag, path in (("--results-path", results_path), ("--per-request-out", per_request_out)):
+        check_writable(flag, path)  # fail before simulating, not after
+    from blis_fast.run.api import simulate
+
+    result = simulate(cfg)
+    try:
+        if results_path:
+            result.write_results(results_path)
+        if per_request_out:
+            result.write_parquet(per_request_out)
+    except OSError as exc:
+        raise ConfigError("--results-path" if results_path else "--per-request-out",
+                          f"cannot write: {exc.strerror or exc}") from None
+    typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))

@@ -1,0 +1,1 @@
+"""Studies above single runs: the benchmark scenarios (``bench``)."""

@@ -1,0 +1,78 @@
+"""Compile a policy configuration into a candidate the kernels read: one kind code and one
+float64 parameter row per policy slot (layouts in ``kernels.schema``).
+
+The kernels' signatures never change with the policy, so an evolutionary search can
+evaluate thousands of candidates without a single recompilation, and a candidate (being
+numbers) cannot break out of the simulation.  ``run.tables.build_state`` binds a compiled
+candidate to a run's tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from blis_fast.config.policy import (ADMISSION_POLICIES, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT, ROUTING_POLICIES,
+                                     SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.errors import ConfigError
+from kernels import schema as S
+
+@dataclass(eq=False)
+class CompiledPolicies:
+    """A policy candidate as the kernels read it: one kind per slot and one parameter row
+    per slot (layouts in ``kernels.schema``: PolicySlot, AdmissionParam, RouteWeight,
+    PriorityParam, SchedWeight, SnapField)."""
+
+    kinds: np.ndarray  # int64[N_POLICY_SLOTS]
+    params: np.ndarray  # float64[N_POLICY_SLOTS, POLICY_WIDTH]
+    uses_prefix_index: bool  # the router must keep its prefix-affinity index
+
+    @property
+    def scheduler_kind(self) -> int:
+        return int(self.kinds[S.PolicySlot.SCHEDULER])
+
+
+MAX_INTERVAL_US = 2**53
+
+
+def compile_policies(p: PolicyConfig) -> CompiledPolicies:
+    """PolicyConfig -> (kinds, parameter matrix)."""
+    slot = S.PolicySlot
+    kinds = np.zeros(S.N_POLICY_SLOTS, np.int64)
+    params = np.zeros((S.N_POLICY_SLOTS, S.POLICY_WIDTH), np.float64)
+    kinds[slot.ADMISSION] = ADMISSION_POLICIES[p.admission]
+    params[slot.ADMISSION, S.AdmissionParam.CAPACITY] = p.token_bucket_capacity
+    params[slot.ADMISSION, S.AdmissionParam.REFILL_PER_S] = p.token_bucket_refill_rate
+    kinds[slot.ROUTING] = ROUTING_POLICIES[p.routing]
+    if p.routing == "weighted":
+        for name, w in p.scorers().items():
+            params[slot.ROUTING, SCORERS[name]] = w
+    # constant = 0 for every request: SLO-class weights apply only to the age-based templates
+    class_w = [float(x) for x in (p.slo_class_weights or [])] if p.priority != "constant" else []
+    if 1 + len(class_w) > S.POLICY_WIDTH:
+        raise ConfigError("policy.slo_class_weights", f"at most {S.POLICY_WIDTH - 1} weights, got {len(class_w)}")
+    prio = np.array([PRIORITY_AGE_WEIGHT[p.priority]] + class_w, dtype=np.float64)
+    if p.priority == "inverted-slo":
+        prio[S.PriorityParam.CLASS_WEIGHTS:] *= -1.0
+    params[slot.PRIORITY, : len(prio)] = prio
+    kinds[slot.PRIORITY] = S.PriorityKind.AGE_AND_CLASS if np.any(prio != 0) else S.PriorityKind.CONSTANT
+    base = SCHEDULERS[p.scheduler]
+    sw = np.zeros(S.N_SCHED_WEIGHTS)
+    if base is not None:
+        sw[:] = base
+    if p.scheduler_weights:
+        for name, w in p.scheduler_weights.items():
+            sw[SORT_ATTRIBUTES.index(name)] = w
+    params[slot.SCHEDULER, : len(sw)] = sw
+    kinds[slot.SCHEDULER] = S.SchedulerKind.FCFS if base is None and not p.scheduler_weights else S.SchedulerKind.SORT
+    kinds[slot.VICTIM] = VICTIMS[p.preemption_victim]
+    for f in KV_SNAPSHOT_FIELDS:
+        params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(f)] = p.snapshot_refresh_interval
+    for name, v in (p.snapshot_intervals or {}).items():
+        params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(name)] = v
+    if params[slot.SNAPSHOT].max() > MAX_INTERVAL_US:  # intervals travel as float64: keep them exact
+        raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
+    uses_index = p.routing == "prefix-affinity" or (p.routing == "weighted"
+                                                    and params[slot.ROUTING, S.RouteWeight.PREFIX_AFFINITY] > 0)
+    return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index)

@@ -1,0 +1,41 @@
+"""Anomaly counters (SEMANTICS §8): priority inversions, HOL blocking, rejections."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, priority_policy: str) -> int:
+    """Pairs (i arrived before j, same instance and SLO class, both completed) with
+    E2E_i > 2·E2E_j.  Defined as 0 under the constant priority policy (no priorities to
+    invert)."""
+    if priority_policy == "constant":
+        return 0
+    from kernels.structs.sort import count_dominated_pairs
+
+    idx = np.flatnonzero(done)
+    if idx.size < 2:
+        return 0
+    # group by (instance, slo class); within a group order by (arrival, id)
+    order = np.lexsort((idx, reqs["arrival_us"][idx], reqs["slo_class"][idx], reqs["instance"][idx]))
+    idx = idx[order]
+    inst = reqs["instance"][idx]
+    cls = reqs["slo_class"][idx]
+    starts = np.flatnonzero(np.r_[True, (inst[1:] != inst[:-1]) | (cls[1:] != cls[:-1]), True])
+    total = 0
+    for a, b in zip(starts[:-1], starts[1:]):
+        if b - a >= 2:
+            total += int(count_dominated_pairs(e2e_us[idx[a:b]].astype(np.float64), 2.0))
+    return total
+
+
+def hol_blocking_instances(inst: np.ndarray) -> int:
+    """With >= 2 instances: instances whose mean wait-queue length per step exceeds twice
+    the mean over instances."""
+    used = inst[(inst["active"] != 0) | (inst["injected"] > 0)]
+    if len(used) < 2:
+        return 0
+    steps = used["steps"].astype(np.float64)
+    mean_q = np.divide(used["sum_wq_len"], steps, out=np.zeros(len(used)), where=steps > 0)
+    overall = mean_q.mean()
+    return int(np.count_nonzero(mean_q > 2.0 * overall)) if overall > 0 else 0

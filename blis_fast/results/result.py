@@ -1,0 +1,300 @@
+"""The result of a run: summary JSON (cluster + instances), per-request records, files.
+
+Per-request field names follow BLIS's results file (``requestID, arrived_at,
+num_prefill_tokens, num_decode_tokens, ttft_ms, itl_ms, e2e_ms, scheduling_delay_ms,
+handled_by``) plus our own (``state, preemptions, cached_prompt_tokens, ...``).  With
+``--compat blis-2026.02`` the reporting follows the reference (SEMANTICS §11): ITL samples
+of step + a2 plus one at completion, total output tokens without first tokens, only
+requests that reached an instance, sorted by arrival time.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from kernels.schema import REQUEST_STATE_NAMES, RequestState
+
+from .anomalies import hol_blocking_instances, priority_inversions
+from .fitness import fitness
+from .metrics import ItlIndex, request_latencies, summarize_group
+
+ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
+
+
+class Result:
+    """Summary metrics and per-request records of one simulation run."""
+
+    def __init__(self, setup, workload, state):
+        self.setup = setup
+        self.workload = workload
+        self.state = state
+
+    # ------------------------------------------------------------------ summary
+    @property
+    def compat(self) -> bool:
+        """True in blis-2026.02 compatibility mode."""
+        return self.setup.compat
+
+    @property
+    def _horizon(self) -> int | None:
+        return self.setup.config.simulation.horizon
+
+    @cached_property
+    def _itl(self) -> ItlIndex:
+        st = self.state
+        return ItlIndex(st.reqs, st.inst, st.step_log[: int(st.loop[0]["steps"])],
+                        st.irr_log[: int(st.loop[0]["irregular_records"])], self.compat)
+
+    def _used_instances(self) -> np.ndarray:
+        """Instances that were active or served something (pool rows never used are left out)."""
+        inst = self.state.inst
+        return np.flatnonzero((inst["active"] != 0) | (inst["injected"] > 0))
+
+    def _group(self, name: str, mask: np.ndarray, inst_rows: np.ndarray) -> dict:
+        reqs = self.state.reqs
+        values, counts = self._itl.histogram(mask & (reqs["state"] == RequestState.COMPLETED))
+        return summarize_group(name, reqs, mask, self.state.inst[inst_rows], values, counts, self.compat,
+                               self._horizon)
+
+    @cached_property
+    def instances(self) -> list[dict]:
+        """One summary object per instance that was ever active."""
+        reqs = self.state.reqs
+        return [self._group(f"instance_{i}", reqs["instance"] == i, np.array([i])) for i in self._used_instances()]
+
+    @cached_property
+    def cluster(self) -> dict:
+        """The cluster-wide summary object (requests pooled over instances)."""
+        st = self.state
+        reqs = st.reqs
+        out = self._group("cluster", np.ones(len(reqs), bool), self._used_instances())
+        stats = st.loop[0]
+        arrived = int(stats["injected"])
+        rejected = int(stats["rejected"])
+        out["arrived_requests"] = arrived
+        out["rejected_requests"] = rejected
+        out["still_in_flight"] = arrived - rejected - out["injected_requests"]
+        out["num_instances"] = int(st.inst["active"].sum())
+        out["engine_steps"] = int(stats["steps"])
+        out["events"] = int(stats["events"])
+        out.update(self.anomalies())
+        return out
+
+    def anomalies(self) -> dict:
+        """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
+        lat = request_latencies(self.state.reqs)
+        return {
+            "priority_inversions": priority_inversions(self.state.reqs, lat["e2e_us"], lat["done"],
+                                                       self.setup.config.policy.priority),
+            "hol_blocking_instances": hol_blocking_instances(self.state.inst),
+            "rejected_requests": int(self.state.loop[0]["rejected"]),
+        }
+
+    @cached_property
+    def fitness(self) -> dict | None:
+        """Fitness score and components (None without ``fitness_weights``)."""
+        weights = self.setup.config.policy.fitness_weights
+        if not weights:
+            return None
+        lat = request_latencies(self.state.reqs)
+        c = self.cluster
+        return fitness(weights, c["responses_per_sec"], c["tokens_per_sec"],
+                       lat["ttft_us"][lat["has_first"]], lat["e2e_us"][lat["done"]])
+
+    def summary(self) -> dict:
+        """The JSON printed on stdout: {"cluster", "instances", "run"} (+ "fitness")."""
+        out = {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
+        if self.fitness is not None:
+            out["fitness"] = self.fitness
+        if self.slo is not None:
+            out["slo"] = self.slo
+        return out
+
+    @cached_property
+    def slo(self) -> dict | None:
+        """SLO attainment and latencies per SLO class, tenant and client (blis_fast.slo);
+        None unless the workload defines classes, tenants or clients (workload specs)."""
+        if not (self.workload.slo_targets or self.workload.names):
+            return None
+        from .slo import slo_report
+
+        return slo_report(self)
+
+    def run_info(self) -> dict:
+        """What produced these numbers (deterministic: no wall-clock fields)."""
+        from blis_fast import __version__
+
+        lat = self.setup.latency
+        cfg = self.setup.config
+        return {
+            "blis_fast_version": __version__,
+            "compat": cfg.simulation.compat,
+            "model": cfg.model,
+            "hardware": self.setup.hardware.name,
+            "latency_model": lat.kind,
+            "latency_source": lat.source,
+            "alpha_coeffs": [float(x) for x in lat.alpha],
+            "beta_coeffs": [float(x) for x in lat.beta],
+            "total_kv_blocks_per_instance": int(lat.total_kv_blocks),
+            "workload": _jsonable(self.workload.description),
+            "num_requests": len(self.workload),
+            "config": _jsonable(cfg.to_dict()),
+        }
+
+    # ------------------------------------------------------------------ per request
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """Per-request columns (in request order; -1/NaN-free: undefined times are -1 µs)."""
+        reqs = self.state.reqs
+        lat = request_latencies(reqs)
+        n_out = self.workload.output_len
+        done = lat["done"]
+        itl_us = np.zeros(len(reqs), np.float64)
+        if self.compat:
+            # reference: (E2E − TTFT) / max(N − 1, 1), 0 when N = 0
+            denom = np.maximum(n_out - 1, 1)
+            itl_us = np.where(done & (n_out > 0), (lat["e2e_us"] - lat["ttft_us"]) / denom, 0.0)
+        else:
+            multi = done & (reqs["generated"] > 1)
+            itl_us[multi] = reqs["itl_sum_us"][multi] / (reqs["generated"][multi] - 1)
+        return {
+            "request_index": np.arange(len(reqs), dtype=np.int64),
+            "arrival_us": reqs["arrival_us"],
+            "prompt_tokens": reqs["prompt_len"],
+            "output_tokens": n_out,
+            "instance": reqs["instance"],
+            "state": reqs["state"],
+            "ttft_us": lat["ttft_us"],
+            "e2e_us": lat["e2e_us"],
+            "itl_mean_us": itl_us,
+            "scheduling_delay_us": lat["scheduling_delay_us"],
+            "first_token_us": reqs["first_token_us"],
+            "completion_us": np.where(done, reqs["last_token_us"], -1),
+            "generated_tokens": reqs["generated"],
+            "preemptions": reqs["preemptions"],
+            "cached_prompt_tokens": reqs["cached_tokens"],
+        }
+
+    def request_records(self) -> list[dict]:
+        """BLIS-style per-request records for the results file."""
+        c = self.request_columns()
+        ids = self.workload.source_ids
+        labels = self.request_labels()
+        sel = np.arange(len(c["state"]))
+        if self.compat:
+            # the reference lists requests that reached an instance (dropped ones removed),
+            # sorted by arrival time
+            sel = sel[np.isin(c["state"], ROUTED_STATES)]
+            sel = sel[np.argsort(c["arrival_us"][sel], kind="stable")]
+        else:
+            sel = sel[c["state"][sel] != RequestState.PENDING]
+        out = []
+        for i in sel.tolist():
+            ttft, e2e, sd = int(c["ttft_us"][i]), int(c["e2e_us"][i]), int(c["scheduling_delay_us"][i])
+            rec = {
+                "requestID": f"request_{i}",
+                "arrived_at": int(c["arrival_us"][i]) / 1e6,
+                "num_prefill_tokens": int(c["prompt_tokens"][i]),
+                "num_decode_tokens": int(c["output_tokens"][i]),
+                "ttft_ms": ttft / 1000.0 if ttft >= 0 else (0.0 if self.compat else None),
+                "itl_ms": float(c["itl_mean_us"][i]) / 1000.0,
+                "e2e_ms": e2e / 1000.0 if e2e >= 0 else (0.0 if self.compat else None),
+                "scheduling_delay_ms": sd / 1000.0 if sd >= 0 else (0.0 if self.compat else None),
+                "handled_by": f"instance_{int(c['instance'][i])}" if c["instance"][i] >= 0 else None,
+                "state": REQUEST_STATE_NAMES[int(c["state"][i])],
+                "preemptions": int(c["preemptions"][i]),
+                "cached_prompt_tokens": int(c["cached_prompt_tokens"][i]),
+                "generated_tokens": int(c["generated_tokens"][i]),
+            }
+            if ids is not None:
+                rec["source_id"] = ids[i]
+            for key, values in labels.items():
+                rec[key] = values[i]
+            out.append(rec)
+        return out
+
+    def request_labels(self) -> dict[str, list]:
+        """Per-request workload labels for workload-spec runs (BLIS's ``slo_class`` and
+        ``tenant_id``, plus ``client``, ``priority_class``, ``session``, ``turn``); empty
+        for workloads without them."""
+        wl = self.workload
+        if not wl.names:
+            return {}
+        reqs = self.state.reqs
+        out: dict[str, list] = {}
+        for col, key in (("slo_class", "slo_class"), ("tenant", "tenant_id"), ("client", "client"),
+                         ("priority_class", "priority_class")):
+            names = wl.names.get(col)
+            if names:
+                out[key] = [names[k] for k in reqs[col].tolist()]
+        if wl.session is not None:
+            out["session"] = reqs["session"].tolist()
+            out["turn"] = reqs["turn"].tolist()
+        return out
+
+    def requests_table(self):
+        """Per-request table as a pyarrow Table (all requests, request order)."""
+        import pyarrow as pa
+
+        c = self.request_columns()
+        n = len(c["state"])
+        cols = {
+            "requestID": pa.array([f"request_{i}" for i in range(n)], pa.string()),
+            "handled_by": pa.array([f"instance_{i}" if i >= 0 else None for i in c["instance"].tolist()], pa.string()),
+            "state": pa.array([REQUEST_STATE_NAMES[s] for s in c["state"].tolist()], pa.string()),
+            "arrived_at": pa.array(c["arrival_us"] / 1e6, pa.float64()),
+            "num_prefill_tokens": pa.array(c["prompt_tokens"], pa.int64()),
+            "num_decode_tokens": pa.array(c["output_tokens"], pa.int64()),
+        }
+        for name, key in (("ttft_ms", "ttft_us"), ("e2e_ms", "e2e_us"), ("scheduling_delay_ms", "scheduling_delay_us"),
+                          ("first_token_s", "first_token_us"), ("completion_s", "completion_us")):
+            v = c[key]
+            scale = 1000.0 if name.endswith("_ms") else 1e6
+            cols[name] = pa.array(v / scale, pa.float64(), mask=v < 0)
+        cols["itl_ms"] = pa.array(c["itl_mean_us"] / 1000.0, pa.float64())
+        for name in ("generated_tokens", "preemptions", "cached_prompt_tokens"):
+            cols[name] = pa.array(c[name], pa.int64())
+        if self.workload.source_ids is not None:
+            cols["source_id"] = pa.array(self.workload.source_ids, pa.string())
+        for key, values in self.request_labels().items():
+            cols[key] = pa.array(values, pa.int64() if key in ("session", "turn") else pa.string())
+        return pa.table(cols)
+
+    # ------------------------------------------------------------------ files
+    def results_document(self) -> dict:
+        """The ``--results-path`` JSON: the cluster summary, instances, run info, requests."""
+        doc = dict(self.cluster)
+        if self.fitness is not None:
+            doc["fitness"] = self.fitness
+        if self.slo is not None:
+            doc["slo"] = self.slo
+        doc["instances"] = self.instances
+        doc["run"] = self.run_info()
+        doc["requests"] = self.request_records()
+        return doc
+
+    def write_results(self, path: str | Path) -> None:
+        """Write the results JSON (byte-identical for identical inputs)."""
+        Path(path).write_text(json.dumps(self.results_document(), indent=2, allow_nan=False) + "\n")
+
+    def write_parquet(self, path: str | Path) -> None:
+        """Write the per-request table as Parquet."""
+        import pyarrow.parquet as pq
+
+        pq.write_table(self.requests_table(), str(path))
+
+
+def _jsonable(obj):
+    """Convert numpy scalars/arrays and tuples inside a description to JSON types."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

@@ -1,0 +1,83 @@
+"""Drive the resumable event loop (kernels.engine.loop.run_events) to the end of a run.
+
+The loop returns whenever the logs need room (Status.LOG_FULL: we grow them and call
+again) or the simulated clock passes the pause time (Status.PAUSED: a progress callback
+runs and we call again).  Any other status but OK is an error."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from blis_fast.errors import SimulationError
+from kernels.schema import State, Status
+
+STATUS_MESSAGES = {
+    Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
+    Status.CLOCK_BACKWARDS: "an event was scheduled before the current clock",
+    Status.NO_INSTANCE: "a request could not be routed: no active instance",
+    Status.STALL: "an instance has waiting requests but could not form a batch (would stall)",
+    Status.INVARIANT_KV: "KV block conservation violated (allocated + free != total)",
+    Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
+    Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
+}
+
+
+def _grown(log: np.ndarray, used: int, need: int) -> np.ndarray:
+    rows = max(2 * log.shape[0], need, 1024)
+    out = np.zeros(rows, log.dtype)
+    out[:used] = log[:used]
+    return out
+
+
+def grow_logs(state: State) -> State:
+    """A State whose step and irregular-ITL logs have room for at least one more step of
+    any instance (the used rows are kept)."""
+    lp = state.loop[0]
+    steps, irr = int(lp["steps"]), int(lp["irregular_records"])
+    seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
+    step_log, irr_log = state.step_log, state.irr_log
+    if steps + 1 > step_log.shape[0]:
+        step_log = _grown(step_log, steps, steps + 1)
+    if irr + seqs > irr_log.shape[0]:
+        irr_log = _grown(irr_log, irr, irr + seqs)
+    return state._replace(step_log=step_log, irr_log=irr_log)
+
+
+def run_to_end(state: State, progress: Callable[[int], None] | None = None, pause_every_us: int | None = None) -> State:
+    """Run the loop until the simulation ends; returns the final State (the logs may have
+    been replaced by larger ones).  With ``pause_every_us``, the loop stops every that
+    many simulated µs and ``progress(clock_us)`` is called.  Raises SimulationError on an
+    error status."""
+    from kernels.engine.loop import run_events  # numba loads here, not at import
+
+    settings = state.settings
+    if pause_every_us:
+        settings["pause_at_us"] = pause_every_us
+    while True:
+        run_events(state)
+        status = int(state.loop[0]["status"])
+        if status == Status.OK:
+            return state
+        if status == Status.LOG_FULL:
+            state = grow_logs(state)
+        elif status == Status.PAUSED:
+            if progress is not None:
+                progress(int(settings[0]["pause_at_us"]))
+            settings["pause_at_us"] = int(settings[0]["pause_at_us"]) + int(pause_every_us)
+        else:
+            raise SimulationError(describe_error(state))
+
+
+def describe_error(state: State) -> str:
+    """One line: what went wrong, where and when."""
+    lp = state.loop[0]
+    status = int(lp["status"])
+    where = []
+    if lp["error_instance"] >= 0:
+        where.append(f"instance_{lp['error_instance']}")
+    if lp["error_request"] >= 0:
+        where.append(f"request_{lp['error_request']}")
+    at = f" ({', '.join(where)}, t={lp['clock_us']} µs)" if where else f" (t={lp['clock_us']} µs)"
+    return STATUS_MESSAGES.get(status, f"status {status}") + at

@@ -1,0 +1,196 @@
+"""Allocate and fill the kernel's State for one run: one allocator per table family (the
+tests build states from the same functions).  Dtypes and layouts: ``kernels.schema``.
+
+Everything is sized here, once; the event loop allocates nothing.  The only tables that
+grow are the logs, between calls of the loop (``runner.grow_logs``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast.errors import ConfigError
+from kernels import schema as S
+
+INT64_MAX = np.iinfo(np.int64).max
+MIN_LOG_ROWS = 1024
+
+
+def next_pow2(x: int) -> int:
+    """The smallest power of two >= max(x, 2)."""
+    return 1 << max(int(x) - 1, 1).bit_length()
+
+
+def request_table(workload, block_size: int) -> np.ndarray:
+    """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions; all
+    times and links -1."""
+    n = len(workload)
+    reqs = np.zeros(n, S.REQUEST_DT)
+    reqs["arrival_us"] = workload.arrival_us
+    reqs["prompt_len"] = workload.prompt_len
+    out_eff = np.maximum(workload.output_len, 1)  # N = 0 behaves as N = 1 (prefill emits one token)
+    reqs["output_len"] = out_eff
+    reqs["key_start"] = workload.key_offsets[:-1]
+    reqs["key_count"] = np.diff(workload.key_offsets)
+    # most KV a request ever holds: prompt + all outputs but the last (never fed back)
+    block_cap = (workload.prompt_len + out_eff - 1 + block_size - 1) // block_size
+    reqs["block_cap"] = block_cap
+    reqs["block_start"] = np.concatenate(([0], np.cumsum(block_cap)[:-1])) if n else []
+    for name in workload.ATTRIBUTES:
+        reqs[name] = workload.column(name)
+    for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
+              "first_token_us", "last_token_us", "run_start_step", "last_token_step"):
+        reqs[f] = -1
+    return reqs
+
+
+def arrival_order(workload) -> np.ndarray:
+    """Requests whose arrival is known up front (closed-loop followers arrive when their
+    predecessor completes), stably sorted by arrival time."""
+    independent = np.flatnonzero(~workload.is_dependent)
+    return independent[np.argsort(workload.arrival_us[independent], kind="stable")].astype(np.int64)
+
+
+def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) -> np.ndarray:
+    """INSTANCE_DT rows: identical instances (the first ``n_active`` active), each owning
+    ``latency.total_kv_blocks`` blocks and ``ht_rows`` prefix-table rows."""
+    inst = np.zeros(n_inst, S.INSTANCE_DT)
+    inst["active"][:n_active] = 1
+    inst["max_num_seqs"] = engine.max_num_seqs
+    inst["max_batched_tokens"] = engine.max_num_batched_tokens
+    inst["long_prefill_threshold"] = engine.long_prefill_token_threshold
+    inst["latency_kind"] = S.LatencyKind.BLACKBOX if latency.kind == "blackbox" else S.LatencyKind.ROOFLINE
+    for k in range(3):
+        inst[f"alpha{k}"] = latency.alpha[k]
+        inst[f"beta{k}"] = latency.beta[k]
+    kv_total = latency.total_kv_blocks
+    inst["kv_total"] = kv_total
+    inst["kv_offset"] = np.arange(n_inst, dtype=np.int64) * kv_total
+    inst["kv_virgin_next"] = inst["kv_offset"]
+    inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_rows
+    inst["ht_mask"] = ht_rows - 1
+    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
+        inst[f] = -1
+    return inst
+
+
+def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int) -> np.ndarray:
+    """The SETTINGS_DT record of a run."""
+    s = config.simulation
+    rec = np.zeros(1, S.SETTINGS_DT)
+    rec["horizon_us"] = INT64_MAX if s.horizon is None else s.horizon
+    rec["pause_at_us"] = INT64_MAX
+    rec["block_size"] = block_size
+    rec["prefix_caching"] = int(config.engine.enable_prefix_caching)
+    rec["compat"] = int(s.compat is not None)
+    rec["check_invariants"] = int(s.check_invariants)
+    rec["prefix_index"] = int(uses_prefix_index)
+    rec["prefix_index_capacity"] = config.policy.prefix_index_capacity
+    rec["prefix_index_slots"] = index_rows
+    rec["admission_latency_us"] = s.admission_latency
+    rec["routing_latency_us"] = s.routing_latency
+    rec["max_events"] = max_events
+    return rec
+
+
+def loop_record() -> np.ndarray:
+    """A fresh LOOP_DT record: clock 0, empty heap, no event processed."""
+    rec = np.zeros(1, S.LOOP_DT)
+    rec["error_instance"] = -1
+    rec["error_request"] = -1
+    return rec
+
+
+def prefix_index_tables(keys: np.ndarray, n_inst: int, capacity: int, enabled: bool):
+    """(key_shared uint8 per key, pi_state, pi_table, pi_ring, gmap, rows per instance) of
+    the router's prefix-affinity index; minimal tables when the policy does not use it."""
+    n_words = (n_inst + 63) // 64
+    pi_state = np.zeros((n_inst, 4), np.int64)
+    if not enabled:  # same types, minimal sizes: the kernel signature never changes
+        return (np.zeros(1, np.uint8), pi_state, np.zeros((2, 2), np.int64), np.zeros((n_inst, 1, 2), np.int64),
+                np.zeros((2, 1 + n_words), np.int64), 1)
+    from kernels.structs.keycount import SHARED, flag_keys
+
+    # keys only one request carries never match: the index keeps just their LRU place, so
+    # its hash tables need room for the shared keys only
+    key_shared, n_shared = flag_keys(keys, SHARED)
+    rows = next_pow2(2 * max(1, min(capacity, n_shared)))
+    return (key_shared, pi_state, np.zeros((n_inst * rows, 2), np.int64),
+            np.zeros((n_inst, 2 * capacity, 2), np.int64),  # touch records; compacted when full
+            np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
+
+
+def build_state(setup, workload, policy=None) -> S.State:
+    """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
+    config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's."""
+    from blis_fast.policy import compile_policies
+
+    cfg = setup.config
+    eng = cfg.engine
+    bs = eng.block_size
+    if workload.block_size != bs:
+        raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
+    workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
+    pol = policy if policy is not None else compile_policies(cfg.policy)
+    n = len(workload)
+    lat = setup.latency
+    _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
+    kv_total = lat.total_kv_blocks
+    if n_inst * kv_total >= 2**31:  # block ids are int32 in the KV block table
+        raise ConfigError("deployment.max_instances",
+                          f"{n_inst} instances x {kv_total} KV blocks exceeds 2^31 blocks; lower the instance count "
+                          "or engine.total_kv_blocks")
+    reqs = request_table(workload, bs)
+    keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
+    # an instance's prefix table holds at most one key per block, and never more keys than
+    # the workload has: sizing by the smaller keeps huge KV caches from costing memory
+    ht_rows = next_pow2(2 * max(1, min(kv_total, len(keys))))
+    inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
+    key_shared, pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
+        keys, n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
+    out_eff = reqs["output_len"]
+    work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
+    s = cfg.simulation
+    max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
+    n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
+    n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
+    seqs = eng.max_num_seqs
+    return S.State(
+        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events),
+        loop=loop_record(),
+        reqs=reqs,
+        arrival_order=arrival_order(workload),
+        keys=keys,
+        key_shared=key_shared,
+        req_blocks=np.zeros(int(reqs["block_cap"].sum()), np.int64),
+        inst=inst,
+        batch=np.zeros((n_inst, seqs), np.int64),
+        work=np.zeros(seqs, np.int64),
+        context=np.zeros(seqs, np.int64),
+        done=np.zeros(seqs, np.int64),
+        # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
+        blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),
+        kv_table=np.zeros((n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
+        heap=np.zeros(n + 4 * n_inst + 64, S.EVENT_DT),
+        step_log=np.zeros(max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
+        irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
+        roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
+        policy_kind=np.ascontiguousarray(pol.kinds, dtype=np.int64),
+        policy_param=np.ascontiguousarray(pol.params, dtype=np.float64),
+        tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
+        tb_last_us=np.zeros(n_tenants, np.int64),
+        snap=np.zeros((n_inst, S.N_SNAP), np.float64),
+        snap_refreshed=np.full(S.N_SNAP, -1, np.int64),
+        affinity=np.zeros(n_inst, np.int64),
+        alive=np.zeros((n_inst + 63) // 64, np.int64),
+        pi_state=pi_state,
+        pi_table=pi_table,
+        pi_ring=pi_ring,
+        gmap=gmap,
+        sort_ids=np.zeros(n_sort, np.int64),
+        sort_k1=np.zeros(n_sort, np.float64),
+        sort_k2=np.zeros(n_sort, np.int64),
+        tmp_ids=np.zeros(n_sort, np.int64),
+        tmp_k1=np.zeros(n_sort, np.float64),
+        tmp_k2=np.zeros(n_sort, np.int64),
+    )

@@ -1,0 +1,374 @@
+"""The rich trace format: a YAML header + a per-request data table (CSV or Parquet).
+
+A trace written by ``blis-fast workload generate`` (``write_trace``) holds
+
+- a **header** (YAML): ``format: blis-fast-trace``, ``version``, the ``seed`` and the
+  ``workload`` spec it was generated from, optionally the ``server`` (engine) config it
+  was recorded with, the id -> name lists (``names``), the SLO targets per class and the
+  token ids of every shared prefix (``prefixes``: name, length, base64 little-endian ints);
+- a **data table**, one row per request in request order, with the columns
+
+  =================  ======  ==========================================================
+  arrival_us         int64   arrival time, µs (-1: a closed-loop follower, see below);
+                             a table may give ``arrival_s`` (float seconds) instead
+  client, tenant,    string  names (ids follow the header's ``names`` lists, then order
+  slo_class,                 of first appearance)
+  priority_class
+  session, turn      int     session id (-1 none) and turn within it (0-based)
+  prompt_tokens      int     L, including any shared prefix (>= 1)
+  output_tokens      int     N (>= 0)
+  prefix_id          int     shared prefix the session's first prompt starts with
+                             (-1 none; index into the header's ``prefixes``)
+  prefix_tokens      int     its length (informational; must match the prefix)
+  content_seed       int64   seed of the request's non-shared prompt blocks
+  next_request       int     closed loop: row released when this one completes (-1)
+  follow_delay_us    int     µs after this row's last token before next_request arrives
+  prompt_token_ids   list    optional: explicit token ids; then keys are hashed from them
+  =================  ======  ==========================================================
+
+  Only arrival, prompt_tokens and output_tokens are required when reading; the rest
+  default to client "trace", tenant = client, class "default", no session / prefix /
+  closed loop, content_seed derived from the row number.
+
+Prompt-block keys are not stored: they are rebuilt for the engine's block size when the
+trace is read (``Requests.to_workload``), from the prefixes' token ids, the session
+structure (a turn extends the previous turn of its session) and the content seeds --
+exactly the keys of the generated workload.
+
+CSV layout: the header as ``# ``-prefixed lines (first line ``# blis-fast-trace``), then
+a CSV table with a header row.  Parquet: the header YAML in the file's key-value metadata
+under ``blis_fast.header``.  Both are written deterministically (same requests, same
+bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import numpy as np
+
+from blis_fast.errors import WorkloadError
+from blis_fast.workload.generate import Requests
+from blis_fast.workload.workload import Workload
+
+MAGIC = "# blis-fast-trace"
+META_KEY = b"blis_fast.header"
+FORMATS = ("csv", "parquet")
+NAME_COLUMNS = ("client", "tenant", "slo_class", "priority_class")
+# data column -> Requests column
+INT_COLUMNS = {
+    "session": "session", "turn": "turn", "prompt_tokens": "prompt_len", "output_tokens": "output_len",
+    "prefix_id": "prefix_id", "prefix_tokens": "prefix_len", "content_seed": "content_seed",
+    "next_request": "next_request", "follow_delay_us": "follow_delay_us",
+}
+ORDER = ("arrival_us",) + NAME_COLUMNS + tuple(INT_COLUMNS)
+
+
+def _encode_tokens(t: np.ndarray) -> dict:
+    t = np.asarray(t, np.int64)
+    small = t.size == 0 or (t.min() >= -(2**31) and t.max() < 2**31)
+    raw = t.astype("<i4" if small else "<i8").tobytes()
+    return {"dtype": "int32" if small else "int64", "tokens": base64.b64encode(raw).decode("ascii")}
+
+
+def _decode_tokens(entry: dict, where: str) -> np.ndarray:
+    try:
+        raw = base64.b64decode(entry["tokens"], validate=True)
+        dt = {"int32": "<i4", "int64": "<i8"}[entry.get("dtype", "int32")]
+        return np.frombuffer(raw, dtype=dt).astype(np.int64)
+    except Exception as e:  # noqa: BLE001 -- any malformed entry is the file's fault
+        raise WorkloadError(where, f"malformed prefix tokens: {e}") from None
+
+
+def trace_header(req: Requests, server: dict | None = None) -> dict:
+    """The YAML header dict of ``req``."""
+    h = {k: v for k, v in req.header.items() if k != "description"}
+    h.setdefault("format", "blis-fast-trace")
+    h.setdefault("version", 1)
+    if server is not None:
+        h["server"] = server
+    h["names"] = {k: list(v) for k, v in req.names.items() if k != "prefix"}
+    h["slo_targets"] = req.slo_targets
+    names = req.names.get("prefix") or [f"prefix[{k}]" for k in range(len(req.prefix_tokens))]
+    h["prefixes"] = [{"name": nm, "length": int(len(t)), **_encode_tokens(t)} for nm, t in zip(names, req.prefix_tokens)]
+    return h
+
+
+def _table(req: Requests):
+    import pyarrow as pa
+
+    cols = {"arrival_us": pa.array(req["arrival_us"], pa.int64())}
+    for k in NAME_COLUMNS:
+        names = np.asarray(req.names[k], dtype=object)
+        cols[k] = pa.array(names[req[k]] if len(req) else [], pa.string())
+    for k, src in INT_COLUMNS.items():
+        cols[k] = pa.array(req[src], pa.int64() if req.COLUMNS[src] == np.int64 else pa.int32())
+    return pa.table(cols)
+
+
+def _yaml_dump(obj) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=1_000_000)
+
+
+def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server: dict | None = None) -> Path:
+    """Write ``req`` as a rich trace; fmt csv | parquet (default: from the extension,
+    ``.parquet``/``.pq`` -> parquet, else csv)."""
+    p = Path(path)
+    fmt = fmt or ("parquet" if p.suffix.lower() in (".parquet", ".pq") else "csv")
+    if fmt not in FORMATS:
+        raise WorkloadError("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    header = _yaml_dump(trace_header(req, server))
+    table = _table(req)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        table = table.replace_schema_metadata({META_KEY: header.encode("utf-8")})
+        pq.write_table(table, p, compression="zstd")
+        return p
+    import pyarrow.csv as pcsv
+
+    buf = io.BytesIO()
+    pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=True, quoting_style="needed"))
+    with open(p, "wb") as f:
+        f.write((MAGIC + "\n").encode("utf-8"))
+        for line in header.splitlines():
+            f.write(("# " + line + "\n").encode("utf-8"))
+        f.write(buf.getvalue())
+    return p
+
+
+def is_rich_trace(path: str | Path) -> bool:
+    """True for a Parquet file or a CSV starting with the ``# blis-fast-trace`` line."""
+    p = Path(path)
+    if p.suffix.lower() in (".parquet", ".pq"):
+        return True
+    try:
+        with open(p, "rb") as f:
+            return f.read(len(MAGIC)).decode("utf-8", "replace") == MAGIC
+    except OSError:
+        return False
+
+
+def _read_parquet(p: Path):
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(p)
+    except Exception as e:  # noqa: BLE001 -- pyarrow raises many types for a bad file
+        raise WorkloadError(str(p), f"unreadable Parquet file: {e}") from None
+    meta = table.schema.metadata or {}
+    return table, meta.get(META_KEY, b"").decode("utf-8")
+
+
+def _read_csv(p: Path):
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    data = p.read_bytes()
+    header_lines, pos = [], 0
+    while data.startswith(b"#", pos):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end + 1
+        line = data[pos:end].decode("utf-8", "replace").rstrip("\r\n")
+        if pos > 0 or not line.startswith(MAGIC):
+            header_lines.append(line[2:] if line.startswith("# ") else line[1:])
+        pos = end
+    types = {k: pa.string() for k in NAME_COLUMNS}
+    types["prompt_token_ids"] = pa.string()
+    try:
+        table = pcsv.read_csv(io.BytesIO(data[pos:]), convert_options=pcsv.ConvertOptions(column_types=types))
+    except Exception as e:  # noqa: BLE001
+        raise WorkloadError(str(p), f"malformed CSV table: {e}") from None
+    return table, "\n".join(header_lines)
+
+
+def _int_column(table, name: str, where: str, default: int, n: int, lo: int | None = None) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(n, default, np.int64)
+    col = table.column(name)
+    if col.null_count:
+        raise WorkloadError(f"{where} column {name}", f"has {col.null_count} empty values")
+    try:
+        a = col.to_numpy()
+    except Exception as e:  # noqa: BLE001
+        raise WorkloadError(f"{where} column {name}", f"unreadable: {e}") from None
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or not np.all(a == np.trunc(a)):
+            bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.trunc(a)))[0])
+            raise WorkloadError(f"{where} row {bad + 1} column {name}", f"must be an integer, got {a[bad]!r}")
+    elif a.dtype.kind not in "iu":
+        raise WorkloadError(f"{where} column {name}", f"must hold integers, got {col.type}")
+    a = a.astype(np.int64)
+    if lo is not None and n and a.min() < lo:
+        bad = int(np.flatnonzero(a < lo)[0])
+        raise WorkloadError(f"{where} row {bad + 1} column {name}", f"must be >= {lo}, got {a[bad]}")
+    return a
+
+
+def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.ndarray | None]:
+    """Read a rich trace: (Requests, header dict, explicit prompt token ids flat or None,
+    their offsets or None).  Raises WorkloadError naming the file, row and column."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(str(p), "trace file not found")
+    where = p.name
+    table, header_text = _read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else _read_csv(p)
+    try:
+        header = yaml.safe_load(header_text) if header_text.strip() else {}
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"{where} header", f"malformed YAML: {e}") from None
+    if not isinstance(header, dict):
+        raise WorkloadError(f"{where} header", "must be a YAML mapping")
+    n = table.num_rows
+    if n == 0:
+        raise WorkloadError(where, "no requests in the data table")
+    cols: dict[str, np.ndarray] = {}
+    if "arrival_us" in table.column_names:
+        cols["arrival_us"] = _int_column(table, "arrival_us", where, -1, n, lo=-1)
+    elif "arrival_s" in table.column_names:
+        s = table.column("arrival_s").to_numpy(zero_copy_only=False).astype(np.float64)
+        if not np.all(np.isfinite(s)):
+            raise WorkloadError(f"{where} column arrival_s", "must hold finite seconds (-1 for followers)")
+        from blis_fast.workload.distribution import round_half_away
+
+        cols["arrival_us"] = np.where(s < 0, -1, round_half_away(s * 1e6)).astype(np.int64)
+    else:
+        raise WorkloadError(where, "needs an arrival_us (µs) or arrival_s (seconds) column")
+    for c in ("prompt_tokens", "output_tokens"):
+        if c not in table.column_names and not (c == "prompt_tokens" and "prompt_token_ids" in table.column_names):
+            raise WorkloadError(where, f"needs a {c} column")
+    hnames = header.get("names") or {}
+    names: dict[str, list[str]] = {}
+    for k in NAME_COLUMNS:
+        if k in table.column_names:
+            vals = np.asarray(table.column(k).to_pylist(), dtype=object)
+            if any(v is None for v in vals):
+                raise WorkloadError(f"{where} column {k}", "has empty names")
+        else:
+            vals = np.full(n, "trace" if k in ("client", "tenant") else "default", dtype=object)
+            if k == "tenant" and "client" in table.column_names:
+                vals = np.asarray(table.column("client").to_pylist(), dtype=object)
+        known = [str(x) for x in (hnames.get(k) or [])]
+        uniq, first_idx, inv = np.unique(vals.astype(str), return_index=True, return_inverse=True)
+        by_first = [str(uniq[j]) for j in np.argsort(first_idx, kind="stable")]
+        lst = known + [x for x in by_first if x not in known]
+        pos = {nm: i for i, nm in enumerate(lst)}
+        cols[k] = np.array([pos[str(u)] for u in uniq], np.int32)[inv]
+        names[k] = lst
+    defaults = {"session": -1, "turn": 0, "prefix_id": -1, "prefix_tokens": 0, "next_request": -1,
+                "follow_delay_us": 0}
+    lows = {"session": -1, "turn": 0, "prompt_tokens": 1, "output_tokens": 0, "prefix_id": -1, "prefix_tokens": 0,
+            "next_request": -1, "follow_delay_us": 0}
+    for c, dst in INT_COLUMNS.items():
+        if c == "content_seed":
+            continue
+        if c == "prompt_tokens" and c not in table.column_names:
+            continue
+        cols[dst] = _int_column(table, c, where, defaults.get(c, 0), n, lo=lows.get(c))
+    if "content_seed" in table.column_names:
+        cols["content_seed"] = _int_column(table, "content_seed", where, 0, n)
+    else:  # one distinct seed per row (splitmix64 of the row number)
+        x = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        with np.errstate(over="ignore"):
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            x = x ^ (x >> np.uint64(31))
+        cols["content_seed"] = x.view(np.int64)
+    tokens = token_offsets = None
+    if "prompt_token_ids" in table.column_names:
+        tokens, token_offsets = _token_lists(table.column("prompt_token_ids"), where)
+        lens = np.diff(token_offsets)
+        if lens.min() < 1:
+            bad = int(np.flatnonzero(lens < 1)[0])
+            raise WorkloadError(f"{where} row {bad + 1} column prompt_token_ids", "needs >= 1 token")
+        if "prompt_len" in cols and not np.array_equal(cols["prompt_len"], lens):
+            bad = int(np.flatnonzero(cols["prompt_len"] != lens)[0])
+            raise WorkloadError(f"{where} row {bad + 1} column prompt_tokens",
+                                f"is {cols['prompt_len'][bad]} but prompt_token_ids has {lens[bad]} ids")
+        cols["prompt_len"] = lens
+    prefixes = []
+    for k, e in enumerate(header.get("prefixes") or []):
+        if not isinstance(e, dict) or "tokens" not in e:
+            raise WorkloadError(f"{where} header prefixes[{k}]", "needs tokens (base64)")
+        prefixes.append(_decode_tokens(e, f"{where} header prefixes[{k}]"))
+    pid = cols["prefix_id"]
+    if n and pid.max() >= len(prefixes):
+        bad = int(np.flatnonzero(pid >= len(prefixes))[0])
+        raise WorkloadError(f"{where} row {bad + 1} column prefix_id",
+                            f"{pid[bad]} is not a prefix of the header ({len(prefixes)} defined)")
+    plens = np.array([len(t) for t in prefixes] + [0], np.int64)[pid]  # -1 -> the trailing 0
+    if "prefix_tokens" in table.column_names and not np.array_equal(cols["prefix_len"], plens):
+        bad = int(np.flatnonzero(cols["prefix_len"] != plens)[0])
+        raise WorkloadError(f"{where} row {bad + 1} column prefix_tokens",
+                            f"is {cols['prefix_len'][bad]} but prefix {pid[bad]} has {plens[bad]} tokens")
+    cols["prefix_len"] = plens
+    if np.any(plens > cols["prompt_len"]):
+        bad = int(np.flatnonzero(plens > cols["prompt_len"])[0])
+        raise WorkloadError(f"{where} row {bad + 1} column prompt_tokens", "is shorter than its shared prefix")
+    names["prefix"] = [str(e.get("name", f"prefix[{k}]")) for k, e in enumerate(header.get("prefixes") or [])]
+    cols = {k: np.ascontiguousarray(cols[k], dtype=Requests.COLUMNS[k]) for k in Requests.COLUMNS}
+    _check_sessions(cols, where)
+    desc = {"kind": "trace", "path": str(p), "format": "blis-fast-trace"}
+    if header.get("seed") is not None:
+        desc["seed"] = header["seed"]
+    hdr = {**header, "description": desc}
+    req = Requests(cols, names, dict(header.get("slo_targets") or {}), prefixes, hdr)
+    return req, header, tokens, token_offsets
+
+
+def _token_lists(col, where: str):
+    import pyarrow as pa
+
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        chunks = col.combine_chunks()
+        offs = np.asarray(chunks.offsets, dtype=np.int64)
+        vals = np.asarray(chunks.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+        return vals[offs[0]:offs[-1]], offs - offs[0]
+    from blis_fast.workload.formats.blis_csv import _parse_lists
+
+    strings = [s if s is not None else "[]" for s in col.to_pylist()]
+    ids, counts = _parse_lists(strings, "prompt", where, list(range(2, len(strings) + 2)))
+    offs = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offs[1:])
+    return ids, offs
+
+
+def _check_sessions(cols: dict, where: str) -> None:
+    sess, turn = cols["session"], cols["turn"]
+    idx = np.flatnonzero(sess >= 0)
+    if idx.size:
+        o = idx[np.lexsort((turn[idx], sess[idx]))]
+        dup = (sess[o[1:]] == sess[o[:-1]]) & (turn[o[1:]] == turn[o[:-1]])
+        if dup.any():
+            bad = int(max(o[1:][dup][0], o[:-1][dup][0]))
+            raise WorkloadError(f"{where} row {bad + 1} column turn", f"session {sess[bad]} has turn {turn[bad]} twice")
+    nxt = cols["next_request"]
+    n = len(nxt)
+    if n and nxt.max() >= n:
+        bad = int(np.flatnonzero(nxt >= n)[0])
+        raise WorkloadError(f"{where} row {bad + 1} column next_request", f"{nxt[bad]} is not a row index (< {n})")
+
+
+def load_trace(path: str | Path, block_size: int) -> Workload:
+    """A rich trace as a Workload for ``block_size`` (replayed by ``--workload traces``)."""
+    req, _header, tokens, token_offsets = read_trace(path)
+    desc = req.header.get("description", {})
+    if tokens is None:
+        return req.to_workload(block_size, description=desc)
+    from dataclasses import replace
+
+    base = Workload.from_tokens(req["arrival_us"], tokens, token_offsets, req["output_len"], block_size,
+                                description=desc)
+    c = req.columns
+    wl = replace(base, tenant=c["tenant"], slo_class=c["slo_class"], priority_class=c["priority_class"],
+                 client=c["client"], session=c["session"], turn=c["turn"], next_request=c["next_request"],
+                 follow_delay_us=c["follow_delay_us"], names={k: list(v) for k, v in req.names.items()},
+                 slo_targets=dict(req.slo_targets))
+    wl.validate()
+    return wl

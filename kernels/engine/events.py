@@ -1,0 +1,44 @@
+"""Event priorities and ``push_event``, the one way to schedule an event.
+
+At equal times cluster events run before instance events and a lower instance index
+before a higher one; within those bands the kind order of ``schema.ClusterEvent`` and
+``schema.InstanceEvent`` decides; the insertion sequence breaks the remaining ties
+(docs/semantics.md §1).  All of that is one int64 priority per event.
+"""
+
+import numpy as np
+
+from ..jit import helper
+from ..schema import N_CLUSTER_KINDS, N_INSTANCE_KINDS, Status
+from ..structs.heap import heap_push
+
+
+@helper
+def event_priority(kind, instance):
+    """Tie-break rank of an event: cluster kinds (instance < 0) first, then instance 0's
+    kinds, instance 1's, ..."""
+    if instance < 0:
+        return np.int64(kind)
+    return np.int64(N_CLUSTER_KINDS + instance * N_INSTANCE_KINDS + kind)
+
+
+@helper
+def event_kind_instance(priority):
+    """Inverse of event_priority: (kind, instance), instance = -1 for cluster events."""
+    if priority < N_CLUSTER_KINDS:
+        return priority, np.int64(-1)
+    p = priority - N_CLUSTER_KINDS
+    return p % N_INSTANCE_KINDS, p // N_INSTANCE_KINDS
+
+
+@helper
+def push_event(st, t, priority, request):
+    """Schedule an event at time t (µs) with the next sequence number.  A full heap sets
+    Status.HEAP_FULL in the loop record (the loop stops after the current handler)."""
+    lp = st.loop
+    size = heap_push(st.heap, lp[0]["heap_size"], t, priority, lp[0]["seq"], request)
+    lp[0]["seq"] += 1
+    if size < 0:
+        lp[0]["status"] = Status.HEAP_FULL
+    else:
+        lp[0]["heap_size"] = size

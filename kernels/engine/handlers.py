@@ -1,0 +1,111 @@
+"""Handlers of the cluster events and of Queued (docs/semantics.md §1, §8):
+
+    ClusterArrival ─► AdmissionDecision ─► RoutingDecision ─► Queued(instance) ─► Step(instance)
+
+Each takes the State, the event's request (and instance) and the time; each schedules
+the next event of the request's life with ``push_event``.  The Step handler is in
+``step.py``.
+"""
+
+from ..jit import helper
+from ..latency.steptime import queueing_delay_us
+from ..policies.admission import admit
+from ..policies.prefix_index import index_insert_unshared, index_touch, leading_matches
+from ..policies.routing import choose_instance, refresh_snapshot
+from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, Status
+from ..structs.dlist import dl_push_back
+from .events import event_priority, push_event
+
+
+@helper
+def on_arrival(st, r, t):
+    """Request r reaches the cluster: the admission decision follows after its latency."""
+    st.loop[0]["injected"] += 1
+    st.reqs[r]["state"] = RequestState.ADMITTING
+    push_event(st, t + st.settings[0]["admission_latency_us"], event_priority(ClusterEvent.ADMISSION, -1), r)
+
+
+@helper
+def on_admission(st, r, t):
+    """Admit (the routing decision follows after its latency) or reject request r."""
+    reqs = st.reqs
+    if not admit(st.policy_kind[PolicySlot.ADMISSION], st.policy_param[PolicySlot.ADMISSION], st.tb_tokens,
+                 st.tb_last_us, reqs[r]["tenant"], reqs[r]["prompt_len"], t):
+        reqs[r]["state"] = RequestState.REJECTED
+        st.loop[0]["rejected"] += 1
+        return
+    push_event(st, t + st.settings[0]["routing_latency_us"], event_priority(ClusterEvent.ROUTING, -1), r)
+
+
+@helper
+def on_routing(st, r, t):
+    """Route request r: refresh the router's snapshot, choose an instance, record the
+    request's prefix keys in the router's index; Queued follows after α0 + α1·L."""
+    reqs = st.reqs
+    inst = st.inst
+    s = st.settings
+    refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t)
+    kstart = reqs[r]["key_start"]
+    n_keys = reqs[r]["key_count"]
+    use_index = s[0]["prefix_index"] != 0
+    if use_index:
+        leading_matches(st, kstart, n_keys)
+    lp = st.loop
+    target, cursor = choose_instance(st.policy_kind[PolicySlot.ROUTING], st.policy_param[PolicySlot.ROUTING], inst,
+                                     st.snap, st.affinity, n_keys, lp[0]["rr_cursor"])
+    lp[0]["rr_cursor"] = cursor
+    if target >= 0 and use_index:
+        capacity = s[0]["prefix_index_capacity"]
+        rows = s[0]["prefix_index_slots"]
+        for j in range(n_keys):
+            if st.key_shared[kstart + j]:
+                index_touch(st, capacity, rows, target, st.keys[kstart + j])
+            else:
+                index_insert_unshared(st, capacity, rows, target)
+    if target < 0:
+        lp[0]["status"] = Status.NO_INSTANCE
+        lp[0]["error_request"] = r
+        return
+    reqs[r]["instance"] = target
+    reqs[r]["routed_us"] = t
+    reqs[r]["state"] = RequestState.ROUTED
+    inst[target]["routed_pending"] += 1
+    q = queueing_delay_us(inst[target]["alpha0"], inst[target]["alpha1"], reqs[r]["prompt_len"])
+    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, target), r)
+
+
+@helper
+def on_queued(st, i, r, t):
+    """Request r enters instance i's wait queue (or is dropped if it can never fit); an
+    idle instance gets a Step at max(t, end of its last step) -- at t in compat mode."""
+    reqs = st.reqs
+    inst = st.inst
+    inst[i]["routed_pending"] -= 1
+    inst[i]["injected"] += 1
+    if reqs[r]["block_cap"] > inst[i]["kv_total"]:
+        reqs[r]["state"] = RequestState.DROPPED  # could never fit: not cycled forever
+        inst[i]["dropped"] += 1
+        return
+    reqs[r]["state"] = RequestState.QUEUED
+    reqs[r]["queued_us"] = t
+    dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i, r)
+    if inst[i]["wq_len"] > inst[i]["wq_peak"]:
+        inst[i]["wq_peak"] = inst[i]["wq_len"]
+    if inst[i]["step_pending"] == 0:
+        start = t
+        if st.settings[0]["compat"] == 0 and inst[i]["busy_until_us"] > t:
+            start = inst[i]["busy_until_us"]  # the instance is still running a step
+        push_event(st, start, event_priority(InstanceEvent.STEP, i), -1)
+        inst[i]["step_pending"] = 1
+
+
+@helper
+def release_follower(st, r):
+    """Closed loop: when request r completes, the request it releases (the next turn or
+    tool call) arrives follow_delay_us after r's last token."""
+    reqs = st.reqs
+    nxt = reqs[r]["next_request"]
+    if nxt >= 0:
+        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
+        reqs[nxt]["arrival_us"] = ta
+        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, -1), nxt)

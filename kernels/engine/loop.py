@@ -1,0 +1,97 @@
+"""The event loop: merge the pre-sorted arrival stream with the event heap and hand each
+event to its handler, until a stop condition (docs/semantics.md §1).
+
+Arrivals whose time is known up front never sit in the heap (their order is known), so
+the heap holds at most one control event per in-flight request, closed-loop followers
+and one Step per instance.  A stream arrival wins a tie with a heap event (ClusterArrival
+has the lowest priority).
+
+The loop keeps nothing in local variables across events: every piece of state is in the
+``State`` arrays, so a run that returned (Status.LOG_FULL, Status.PAUSED) continues
+exactly where it stopped when called again.
+"""
+
+import numpy as np
+
+from ..jit import kernel
+from ..schema import ClusterEvent, InstanceEvent, Status
+from ..structs.heap import heap_pop
+from .events import event_kind_instance
+from .handlers import on_admission, on_arrival, on_queued, on_routing
+from .step import on_step
+from .trace import log_room
+
+
+@kernel
+def run_events(st):
+    """Process events in (time, priority, seq) order.  Sets ``st.loop[0]["status"]``:
+    OK when no event is left or the next lies beyond the horizon; LOG_FULL before a step
+    the logs have no room for; PAUSED before an event beyond ``settings.pause_at_us``;
+    otherwise an error status (with error_instance / error_request)."""
+    lp = st.loop
+    horizon = st.settings[0]["horizon_us"]
+    pause_at = st.settings[0]["pause_at_us"]
+    max_events = st.settings[0]["max_events"]
+    order = st.arrival_order
+    arrival = st.reqs["arrival_us"]
+    h_time = st.heap["time_us"]
+    h_prio = st.heap["priority"]
+    lp[0]["status"] = Status.OK
+    while True:
+        size = lp[0]["heap_size"]
+        if size > lp[0]["heap_peak"]:
+            lp[0]["heap_peak"] = size
+        # ---- the next event: the arrival stream or the heap, whichever orders first
+        ap = lp[0]["next_arrival"]
+        r = np.int64(-1)
+        t = np.int64(0)
+        from_stream = False
+        if ap < order.shape[0]:
+            r = order[ap]
+            t = arrival[r]
+            from_stream = size == 0 or t <= h_time[0]
+        if from_stream:
+            kind = np.int64(ClusterEvent.ARRIVAL)
+            ev_inst = np.int64(-1)
+        elif size > 0:
+            t = h_time[0]
+            kind, ev_inst = event_kind_instance(h_prio[0])
+        else:
+            break
+        if t > horizon:
+            break
+        if t > pause_at:
+            lp[0]["status"] = Status.PAUSED
+            break
+        if ev_inst >= 0 and kind == InstanceEvent.STEP and not log_room(st, ev_inst):
+            lp[0]["status"] = Status.LOG_FULL
+            break
+        # ---- consume it
+        if from_stream:
+            lp[0]["next_arrival"] = ap + 1
+        else:
+            size, t, _p, _s, r = heap_pop(st.heap, size)
+            lp[0]["heap_size"] = size
+        if t < lp[0]["clock_us"]:
+            lp[0]["status"] = Status.CLOCK_BACKWARDS
+            lp[0]["error_request"] = r
+            break
+        lp[0]["clock_us"] = t
+        lp[0]["events"] += 1
+        if lp[0]["events"] > max_events:
+            lp[0]["status"] = Status.MAX_EVENTS
+            break
+        # ---- dispatch
+        if ev_inst < 0:
+            if kind == ClusterEvent.ARRIVAL:
+                on_arrival(st, r, t)
+            elif kind == ClusterEvent.ADMISSION:
+                on_admission(st, r, t)
+            else:
+                on_routing(st, r, t)
+        elif kind == InstanceEvent.QUEUED:
+            on_queued(st, ev_inst, r, t)
+        else:
+            on_step(st, ev_inst, t)
+        if lp[0]["status"] != Status.OK:
+            break

@@ -1,0 +1,1 @@
+"""The paged KV cache with prefix caching (docs/semantics.md §6), one per instance."""

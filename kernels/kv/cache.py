@@ -1,0 +1,242 @@
+"""Paged KV cache with prefix caching (docs/semantics.md §6), one per instance, over the
+State's flat tables.
+
+Per instance i (a row of the instance table):
+- blocks [kv_offset, kv_offset + kv_total) of the block table;
+- a free list in LRU order: never-used ("virgin") blocks first, in index order, then the
+  released blocks in release order (structs/dlist.py through the block table).
+  Allocation takes from the head, release appends to the tail, and a freed block keeps
+  its prefix key (that *is* the cache) until it is reused.  Virgin blocks are not linked
+  (``kv_virgin_next`` marks them), so millions of blocks cost nothing to set up;
+- a prefix table (structs/hashtable.py rows of (key, block + 1)) in rows
+  [ht_offset, ht_offset + ht_mask] of ``kv_table``.
+
+Request r's blocks are the first ``blocks_held`` entries of its slice
+``req_blocks[block_start : block_start + block_cap]``.  Allocation is all-or-nothing.
+"""
+
+import numpy as np
+
+from ..jit import helper, kernel
+from ..schema import Key
+from ..structs.dlist import dl_push_back, dl_remove
+from ..structs.hashtable import table_delete_at, table_find, table_probe
+
+# ----------------------------------------------------------------------------- prefix table
+
+
+@helper
+def prefix_lookup(st, i, key):
+    """Block of instance i holding prefix ``key``, or -1."""
+    off = st.inst[i]["ht_offset"]
+    h = table_find(st.kv_table, off, st.inst[i]["ht_mask"], key)
+    if h < 0:
+        return np.int64(-1)
+    return st.kv_table[off + h, 1] - 1
+
+
+@helper
+def prefix_register(st, i, key, block):
+    """Map ``key`` to ``block`` unless the key is already present; True if inserted."""
+    off = st.inst[i]["ht_offset"]
+    h, found = table_probe(st.kv_table, off, st.inst[i]["ht_mask"], key)
+    if found:
+        return False
+    st.kv_table[off + h, 0] = key
+    st.kv_table[off + h, 1] = block + 1
+    return True
+
+
+@helper
+def prefix_forget(st, i, key, block):
+    """Remove the entry ``key -> block``; no-op if the key maps elsewhere or is absent."""
+    off = st.inst[i]["ht_offset"]
+    mask = st.inst[i]["ht_mask"]
+    h = table_find(st.kv_table, off, mask, key)
+    if h >= 0 and st.kv_table[off + h, 1] == block + 1:
+        table_delete_at(st.kv_table, off, mask, h)
+
+
+# ----------------------------------------------------------------------------- blocks
+
+
+@helper
+def kv_free_blocks(inst, i):
+    """Free blocks of instance i: never used + released."""
+    return inst[i]["kv_offset"] + inst[i]["kv_total"] - inst[i]["kv_virgin_next"] + inst[i]["free_len"]
+
+
+@helper
+def _unlink_free(st, i, b):
+    inst = st.inst
+    dl_remove(st.blocks["lru_prev"], st.blocks["lru_next"], inst["free_head"], inst["free_tail"], inst["free_len"],
+              i, b)
+
+
+@helper
+def _take_block(st, i):
+    """Take the next free block (virgin first, else the LRU head), dropping its old key."""
+    inst = st.inst
+    blocks = st.blocks
+    v = inst[i]["kv_virgin_next"]
+    if v < inst[i]["kv_offset"] + inst[i]["kv_total"]:
+        inst[i]["kv_virgin_next"] = v + 1
+        b = v
+        blocks[b]["key"] = Key.NONE  # the table is allocated with zeros (lazily mapped pages)
+        blocks[b]["lru_prev"] = -1
+        blocks[b]["lru_next"] = -1
+    else:
+        b = inst[i]["free_head"]
+        _unlink_free(st, i, b)
+        key = blocks[b]["key"]
+        if key != Key.NONE:  # evicting a cached prefix block: forget its key
+            prefix_forget(st, i, key, b)
+            blocks[b]["key"] = Key.NONE
+    blocks[b]["ref_count"] = 1
+    inst[i]["kv_allocated"] += 1
+    return b
+
+
+@helper
+def _note_peak(inst, i):
+    if inst[i]["kv_allocated"] > inst[i]["kv_peak_allocated"]:
+        inst[i]["kv_peak_allocated"] = inst[i]["kv_allocated"]
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+@helper
+def kv_grow(st, i, r, n):
+    """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
+
+    Registers the prefix keys of prompt blocks that become full.  Returns True on success;
+    on failure nothing changes.
+    """
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    c = reqs[r]["computed"]
+    held = reqs[r]["blocks_held"]
+    need = (c + n + bs - 1) // bs - held
+    if need > 0:
+        if need > kv_free_blocks(st.inst, i):
+            return False
+        start = reqs[r]["block_start"]
+        for k in range(need):
+            st.req_blocks[start + held + k] = _take_block(st, i)
+        reqs[r]["blocks_held"] = held + need
+        _note_peak(st.inst, i)
+    prompt_len = reqs[r]["prompt_len"]
+    if st.settings[0]["prefix_caching"] != 0 and c < prompt_len:
+        # full prompt blocks completed by this chunk: [c // bs, min(c + n, L) // bs)
+        last = min(min(c + n, prompt_len) // bs, reqs[r]["key_count"])
+        block_key = st.blocks["key"]
+        for j in range(c // bs, last):
+            b = st.req_blocks[reqs[r]["block_start"] + j]
+            if block_key[b] != Key.NONE:
+                continue  # a cache hit: already registered
+            key = st.keys[reqs[r]["key_start"] + j]
+            if prefix_register(st, i, key, b):
+                block_key[b] = key
+            # else another block already caches this prefix: leave this one unkeyed
+    return True
+
+
+@helper
+def kv_admit(st, i, r, budget, cap):
+    """Admit waiting request r: attach its cached prefix blocks and allocate its first chunk.
+
+    The chunk is the rest of ``prefill_target`` after the cache hits (at most
+    floor((target - 1) / bs) blocks are reused, so the last token is always computed),
+    capped by ``cap`` (long-prefill threshold, 0 = none) and ``budget``.  All-or-nothing:
+    returns (n tokens to compute, cached tokens), or (-1, 0) if the blocks are not free.
+    """
+    reqs = st.reqs
+    inst = st.inst
+    bs = st.settings[0]["block_size"]
+    target = reqs[r]["prefill_target"]
+    start = reqs[r]["block_start"]
+    block_ref = st.blocks["ref_count"]
+    hits = 0
+    hits_free = 0
+    if st.settings[0]["prefix_caching"] != 0:
+        max_hits = min(reqs[r]["key_count"], (target - 1) // bs)
+        kstart = reqs[r]["key_start"]
+        while hits < max_hits:
+            b = prefix_lookup(st, i, st.keys[kstart + hits])
+            if b < 0:
+                break
+            st.req_blocks[start + hits] = b  # tentative: blocks_held still 0
+            if block_ref[b] == 0:
+                hits_free += 1
+            hits += 1
+    cached = hits * bs
+    n = target - cached
+    if cap > 0 and n > cap:
+        n = cap
+    if n > budget:
+        n = budget
+    need = (cached + n + bs - 1) // bs - hits
+    if need > kv_free_blocks(inst, i) - hits_free:
+        return np.int64(-1), np.int64(0)
+    for k in range(hits):
+        b = st.req_blocks[start + k]
+        if block_ref[b] == 0:
+            _unlink_free(st, i, b)
+            inst[i]["kv_allocated"] += 1
+        block_ref[b] += 1
+    reqs[r]["blocks_held"] = hits
+    reqs[r]["computed"] = cached
+    if not kv_grow(st, i, r, n):  # cannot happen: availability was checked above
+        return np.int64(-1), np.int64(0)
+    _note_peak(inst, i)
+    return n, cached
+
+
+@helper
+def kv_forget_chunk(st, i, r, c, n):
+    """Unregister the prefix keys request r registered for the chunk [c, c + n) of this
+    step, before a preemption frees those blocks un-computed (a victim chosen after it was
+    served).  Without this, a later request could count never-computed KV as cached."""
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    last = min(min(c + n, reqs[r]["prompt_len"]) // bs, reqs[r]["key_count"])
+    block_key = st.blocks["key"]
+    for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
+        b = st.req_blocks[reqs[r]["block_start"] + j]
+        key = block_key[b]
+        if key != Key.NONE:
+            prefix_forget(st, i, key, b)
+            block_key[b] = Key.NONE
+
+
+@helper
+def kv_release(st, i, r):
+    """Release all of request r's blocks, last to first (its tail is evicted first)."""
+    reqs = st.reqs
+    inst = st.inst
+    start = reqs[r]["block_start"]
+    block_ref = st.blocks["ref_count"]
+    prev = st.blocks["lru_prev"]
+    nxt = st.blocks["lru_next"]
+    for j in range(reqs[r]["blocks_held"] - 1, -1, -1):
+        b = st.req_blocks[start + j]
+        block_ref[b] -= 1
+        if block_ref[b] == 0:
+            dl_push_back(prev, nxt, inst["free_head"], inst["free_tail"], inst["free_len"], i, b)
+            inst[i]["kv_allocated"] -= 1
+    reqs[r]["blocks_held"] = 0
+
+
+@kernel
+def kv_conserved(st, i):
+    """Block conservation by recount: blocks with ref > 0 == kv_allocated, and allocated +
+    free == total."""
+    inst = st.inst
+    lo = inst[i]["kv_offset"]
+    used = 0
+    ref = st.blocks["ref_count"]
+    for b in range(lo, lo + inst[i]["kv_total"]):
+        if ref[b] > 0:
+            used += 1
+    return used == inst[i]["kv_allocated"] and used + kv_free_blocks(inst, i) == inst[i]["kv_total"]

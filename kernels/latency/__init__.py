@@ -1,0 +1,1 @@
+"""Step-time models (docs/latency-models.md): blackbox coefficients and the roofline."""

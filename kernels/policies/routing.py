@@ -1,0 +1,112 @@
+"""Routing: the router's snapshot of the instances and the routing decision."""
+
+import numpy as np
+
+from ..jit import helper
+from ..kv.cache import kv_free_blocks
+from ..schema import N_SNAP, RouteWeight, RoutingKind, SnapField
+
+
+@helper
+def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
+    """Bring each snapshot field up to date if its refresh interval has elapsed (interval 0
+    = always live).  snap[i, f] holds field f of instance i as the router sees it."""
+    for f in range(N_SNAP):
+        iv = np.int64(interval_us[f])
+        if iv > 0 and refreshed_us[f] >= 0 and now - refreshed_us[f] < iv:
+            continue
+        refreshed_us[f] = now
+        for i in range(inst.shape[0]):
+            if f == SnapField.QUEUE_DEPTH:
+                v = np.float64(inst[i]["wq_len"])
+            elif f == SnapField.BATCH_SIZE:
+                v = np.float64(inst[i]["batch_len"])
+            elif f == SnapField.KV_UTILIZATION:
+                v = inst[i]["kv_allocated"] / inst[i]["kv_total"]
+            elif f == SnapField.FREE_BLOCKS:
+                v = np.float64(kv_free_blocks(inst, i))
+            elif f == SnapField.CACHE_HIT_RATE:
+                q = inst[i]["prefix_query_tokens"]
+                v = inst[i]["prefix_hit_tokens"] / q if q > 0 else 0.0
+            elif f == SnapField.PENDING:
+                v = np.float64(inst[i]["routed_pending"])
+            else:  # SnapField.IN_FLIGHT
+                v = np.float64(inst[i]["routed_pending"] + inst[i]["wq_len"] + inst[i]["batch_len"])
+            snap[i, f] = v
+
+
+@helper
+def _load(snap, i):
+    """Effective load the router sees: queue depth + batch size + pending."""
+    return snap[i, SnapField.QUEUE_DEPTH] + snap[i, SnapField.BATCH_SIZE] + snap[i, SnapField.PENDING]
+
+
+@helper
+def _clamp01(x):
+    if x < 0.0:
+        return 0.0
+    if x > 1.0:
+        return 1.0
+    return x
+
+
+@helper
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
+    """The routing decision: (instance, new round-robin cursor); -1 if none is active.
+
+    round-robin; least-loaded (min effective load); always-busiest (max); weighted
+    (argmax Σ w·clamp01(scorer), weights normalized: queue-depth (max−load)/(max−min),
+    kv-utilization 1 − util, load-balance 1/(1+load), prefix-affinity matched leading
+    blocks / request blocks); prefix-affinity (most matched blocks, else least-loaded).
+    Ties go to the lowest index.
+    """
+    n_inst = inst.shape[0]
+    active = inst["active"]
+    if kind == RoutingKind.ROUND_ROBIN:
+        for _ in range(n_inst):
+            cand = rr_next
+            rr_next = (rr_next + 1) % n_inst
+            if active[cand] != 0:
+                return cand, rr_next
+        return np.int64(-1), rr_next
+    if kind == RoutingKind.PREFIX_AFFINITY:
+        best = np.int64(-1)
+        for i in range(n_inst):
+            if active[i] != 0 and affinity[i] > 0 and (best < 0 or affinity[i] > affinity[best]):
+                best = i
+        if best >= 0:
+            return best, rr_next
+        kind = RoutingKind.LEAST_LOADED
+    lo = np.inf
+    hi = -np.inf
+    for i in range(n_inst):
+        if active[i] != 0:
+            x = _load(snap, i)
+            lo = min(lo, x)
+            hi = max(hi, x)
+    best = np.int64(-1)
+    best_score = -np.inf
+    total_w = (weights[RouteWeight.QUEUE_DEPTH] + weights[RouteWeight.KV_UTILIZATION]
+               + weights[RouteWeight.LOAD_BALANCE] + weights[RouteWeight.PREFIX_AFFINITY])
+    for i in range(n_inst):
+        if active[i] == 0:
+            continue
+        load = _load(snap, i)
+        if kind == RoutingKind.LEAST_LOADED:
+            score = -load
+        elif kind == RoutingKind.ALWAYS_BUSIEST:
+            score = load
+        else:  # RoutingKind.WEIGHTED
+            qd = (hi - load) / (hi - lo) if hi > lo else 1.0
+            kv = 1.0 - snap[i, SnapField.KV_UTILIZATION]
+            lb = 1.0 / (1.0 + load)
+            pa = affinity[i] / n_keys if n_keys > 0 else 0.0
+            score = (weights[RouteWeight.QUEUE_DEPTH] * _clamp01(qd) + weights[RouteWeight.KV_UTILIZATION] * _clamp01(kv)
+                     + weights[RouteWeight.LOAD_BALANCE] * _clamp01(lb)
+                     + weights[RouteWeight.PREFIX_AFFINITY] * _clamp01(pa))
+            if total_w > 0:
+                score /= total_w
+        if score > best_score:
+            best_score = score
+            best = i
+    return best, rr_next

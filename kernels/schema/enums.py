@@ -1,0 +1,277 @@
+"""Integer enums of the kernels, as NamedTuple groups (numba folds an attribute of a
+global NamedTuple instance to a compile-time constant), and the column layouts of the
+policy parameter matrix and the roofline parameter vector.
+
+Where a numeric order carries meaning it is stated: event kinds sort in that order at
+equal times; request states are not ordered.
+"""
+
+from typing import NamedTuple
+
+
+class _RequestState(NamedTuple):
+    PENDING: int = 0  # not arrived yet
+    ADMITTING: int = 1  # arrived at the cluster; admission/routing decisions pending
+    ROUTED: int = 2  # routed to an instance; queueing overhead (alpha) running
+    QUEUED: int = 3  # in the instance's wait queue (also after a preemption)
+    RUNNING: int = 4  # in the instance's running batch
+    COMPLETED: int = 5  # produced its last output token
+    REJECTED: int = 6  # refused by the admission policy
+    DROPPED: int = 7  # needs more KV blocks than the instance has ("dropped_unservable")
+
+
+RequestState = _RequestState()
+REQUEST_STATE_NAMES = (
+    "pending", "admitting", "routed", "queued", "running", "completed", "rejected", "dropped_unservable",
+)
+
+
+class _ClusterEvent(NamedTuple):
+    """Cluster-level event kinds; the numeric order is the tie-break order at equal time."""
+
+    ARRIVAL: int = 0
+    ADMISSION: int = 1
+    ROUTING: int = 2
+
+
+class _InstanceEvent(NamedTuple):
+    """Instance-level event kinds; at equal time Queued runs before Step."""
+
+    QUEUED: int = 0
+    STEP: int = 1
+
+
+ClusterEvent = _ClusterEvent()
+InstanceEvent = _InstanceEvent()
+# Event priority bands (engine/events.py): cluster kinds take [0, N_CLUSTER_KINDS), then
+# each instance a band of N_INSTANCE_KINDS, instance 0 first.  Room is left for later kinds.
+N_CLUSTER_KINDS = 16
+N_INSTANCE_KINDS = 4
+
+
+class _Status(NamedTuple):
+    """Why the event loop returned.  OK, LOG_FULL and PAUSED are not errors: after
+    LOG_FULL the caller grows the logs and calls again, after PAUSED it moves the pause
+    time and calls again (the loop state lives in arrays, so the run simply continues)."""
+
+    OK: int = 0  # finished: no more events, or the next one lies beyond the horizon
+    HEAP_FULL: int = 1  # the event heap overflowed (an internal sizing error)
+    CLOCK_BACKWARDS: int = 2  # an event's time < the clock
+    NO_INSTANCE: int = 3  # routing found no active instance
+    STALL: int = 4  # waiting requests but no batch could be formed
+    INVARIANT_KV: int = 5  # allocated + free != total after a step
+    INVARIANT_BATCH: int = 6  # batch size > max_num_seqs
+    LOG_FULL: int = 7  # the step or irregular-ITL log needs room before the next step
+    MAX_EVENTS: int = 8  # the max_events safety limit was reached
+    PAUSED: int = 9  # the next event lies beyond settings.pause_at_us
+
+
+Status = _Status()
+
+
+class _LatencyKind(NamedTuple):
+    BLACKBOX: int = 0  # step time = trunc(β0 + β1·P + β2·D)
+    ROOFLINE: int = 1  # analytical, from the model config and the GPU
+
+
+LatencyKind = _LatencyKind()
+
+# ----------------------------------------------------------------------------- policies
+# A policy candidate is data: one kind per slot (``policy_kind[slot]``) and one row of
+# parameters per slot (``policy_param[slot, :POLICY_WIDTH]``), laid out as below.
+
+
+class _PolicySlot(NamedTuple):
+    ADMISSION: int = 0
+    ROUTING: int = 1
+    PRIORITY: int = 2
+    SCHEDULER: int = 3
+    VICTIM: int = 4
+    SNAPSHOT: int = 5  # the router snapshot's refresh interval per field, µs
+
+
+PolicySlot = _PolicySlot()
+N_POLICY_SLOTS = 6
+POLICY_WIDTH = 64  # parameters per slot (priority: 1 age weight + up to 63 SLO-class weights)
+
+
+class _AdmissionKind(NamedTuple):
+    ALWAYS: int = 0
+    REJECT_ALL: int = 1  # pathological
+    TOKEN_BUCKET: int = 2  # per tenant
+
+
+class _AdmissionParam(NamedTuple):
+    CAPACITY: int = 0  # token-bucket capacity, tokens
+    REFILL_PER_S: int = 1  # token-bucket refill rate, tokens per second
+
+
+class _RoutingKind(NamedTuple):
+    ROUND_ROBIN: int = 0
+    LEAST_LOADED: int = 1
+    WEIGHTED: int = 2  # argmax of the weighted scorers (RouteWeight columns)
+    PREFIX_AFFINITY: int = 3
+    ALWAYS_BUSIEST: int = 4  # pathological
+
+
+class _RouteWeight(NamedTuple):
+    QUEUE_DEPTH: int = 0
+    KV_UTILIZATION: int = 1
+    LOAD_BALANCE: int = 2
+    PREFIX_AFFINITY: int = 3
+
+
+N_ROUTE_WEIGHTS = 4
+
+
+class _PriorityKind(NamedTuple):
+    CONSTANT: int = 0  # every request has priority 0: nothing to compute
+    AGE_AND_CLASS: int = 1  # PriorityParam below
+
+
+class _PriorityParam(NamedTuple):
+    """priority = AGE_WEIGHT · (now − arrival µs) + weight of the request's SLO class."""
+
+    AGE_WEIGHT: int = 0
+    CLASS_WEIGHTS: int = 1  # first of one column per SLO class (class 0, 1, ...)
+
+
+class _SchedulerKind(NamedTuple):
+    FCFS: int = 0  # keep the queue order
+    SORT: int = 1  # stable sort by Σ SchedWeight · attribute ascending, ties by (arrival, id)
+
+
+class _SchedWeight(NamedTuple):
+    PRIORITY: int = 0
+    ARRIVAL: int = 1
+    PROMPT_LEN: int = 2
+    OUTPUT_LEN: int = 3
+
+
+N_SCHED_WEIGHTS = 4
+
+
+class _VictimKind(NamedTuple):
+    LAST: int = 0  # the last request of the running batch (vLLM)
+    LOWEST_PRIORITY: int = 1  # lowest priority, ties -> the later in the batch
+
+
+class _SnapField(NamedTuple):
+    """Router snapshot fields: columns of ``snap`` and of the SNAPSHOT policy row."""
+
+    QUEUE_DEPTH: int = 0
+    BATCH_SIZE: int = 1
+    KV_UTILIZATION: int = 2
+    FREE_BLOCKS: int = 3
+    CACHE_HIT_RATE: int = 4
+    PENDING: int = 5
+    IN_FLIGHT: int = 6
+
+
+AdmissionKind = _AdmissionKind()
+AdmissionParam = _AdmissionParam()
+RoutingKind = _RoutingKind()
+RouteWeight = _RouteWeight()
+PriorityKind = _PriorityKind()
+PriorityParam = _PriorityParam()
+SchedulerKind = _SchedulerKind()
+SchedWeight = _SchedWeight()
+VictimKind = _VictimKind()
+SnapField = _SnapField()
+N_SNAP = 7
+SNAPSHOT_FIELD_NAMES = (
+    "queue_depth", "batch_size", "kv_utilization", "free_kv_blocks", "cache_hit_rate", "pending", "in_flight",
+)
+
+# ----------------------------------------------------------------------------- small tables
+
+
+class _ListHeader(NamedTuple):
+    """Columns of a doubly linked list's header row (structs/dlist.py)."""
+
+    HEAD: int = 0
+    TAIL: int = 1
+    LEN: int = 2
+
+
+class _InstanceList(NamedTuple):
+    """The linked lists each instance owns: rows of ``lists[i]``."""
+
+    WAIT_QUEUE: int = 0  # requests, linked through the request table
+    FREE_BLOCKS: int = 1  # released KV blocks in LRU order, linked through the block table
+
+
+ListHeader = _ListHeader()
+InstanceList = _InstanceList()
+N_INSTANCE_LISTS = 2
+
+
+class _IndexState(NamedTuple):
+    """Columns of ``pi_state[i]``: instance i's router prefix index (policies/prefix_index.py)."""
+
+    SIZE: int = 0  # keys held (place-holders included)
+    RING_HEAD: int = 1
+    RING_LEN: int = 2
+    STAMP: int = 3  # last touch stamp handed out
+
+
+IndexState = _IndexState()
+PHANTOM = -1  # ring-record stamp of a run of place-holder keys (the key column holds the run length)
+
+
+class _Key(NamedTuple):
+    """Prefix-block keys are int64 hashes; -1 is reserved."""
+
+    NONE: int = -1  # "no key" in every key column
+    REPLACEMENT: int = -2  # what a hash equal to -1 is stored as
+
+
+Key = _Key()
+
+
+class _Roofline(NamedTuple):
+    """Layout of the roofline parameter vector (float64), built by blis_fast.config.latency."""
+
+    LAYERS: int = 0  # ℓ, decoder layers
+    HIDDEN: int = 1  # d, model width
+    HEADS: int = 2  # h, query heads
+    HEAD_DIM: int = 3  # d_head
+    Q_DIM: int = 4  # h·d_head (== d unless the config sets head_dim)
+    KV_DIM: int = 5  # d_kv = h_kv·d_head
+    MLP_WIDTH_ACTIVE: int = 6  # d_ff (dense) or k·d_expert + d_shared (MoE): MLP width per token
+    KV_BYTES_PER_TOKEN: int = 7  # 2·ℓ·h_kv·d_head·b, bytes of K+V per token (all layers)
+    ACT_BYTES_PER_TOKEN: int = 8  # ℓ·d·b, activation bytes per new token
+    WEIGHT_BYTES: int = 9  # W = ℓ·b·(d(d_q + 2d_kv) + d_q·d + 3·d·d_ff_all), bytes (all experts)
+    TP: int = 10  # tensor parallelism
+    PEAK_FLOPS: int = 11  # TFlopsPeak·1e12, FLOP/s
+    VECTOR_PEAK_FLOPS: int = 12  # 0.1·peak, FLOP/s
+    BANDWIDTH: int = 13  # BwPeakTBs·1e12·BwEffConstant, bytes/s
+    MFU_PREFILL: int = 14  # MFU of the prefill phase
+    MFU_DECODE: int = 15  # MFU of the decode phase
+    LAYER_OVERHEAD_US: int = 16  # ℓ·perLayerOverhead, µs
+    ALLREDUCE_US: int = 17  # 2ℓ·allReduceLatency if TP > 1 else 0, µs
+    STEP_OVERHEAD_US: int = 18  # TOverheadMicros, µs
+
+
+Roofline = _Roofline()
+N_ROOFLINE = 19
+
+
+class _ScanStatus(NamedTuple):
+    """Result of the byte-level trace CSV scanner (workload/trace_csv.py)."""
+
+    OK: int = 0
+    UNTERMINATED_QUOTE: int = 1  # a quoted field runs to the end of the file
+    BAD_AFTER_QUOTE: int = 2  # a closing quote followed by something other than , or newline
+    TOO_MANY_RECORDS: int = 3  # more records than the caller allowed for
+
+
+ScanStatus = _ScanStatus()
+
+__all__ = [
+    "AdmissionKind", "AdmissionParam", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key",
+    "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
+    "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
+    "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",
+    "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedWeight", "SchedulerKind", "SnapField", "Status", "VictimKind",
+]

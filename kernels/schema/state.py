@@ -1,0 +1,64 @@
+"""``State``: every array of one run, as one record the event loop and its handlers take.
+
+The whole run lives in these arrays -- tables, the event heap, the loop record, logs,
+policy parameters and scratch space -- so a run can stop at any event boundary and go on
+later, or be copied (``State(*[a.copy() for a in state])``) and continued differently.
+``blis_fast.run.tables.build_state`` allocates it; the field types never depend on the
+configuration, so the kernels compile once.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class State(NamedTuple):
+    # --- run settings and the loop's own state
+    settings: np.ndarray  # SETTINGS_DT[1]
+    loop: np.ndarray  # LOOP_DT[1]
+    # --- requests and the workload's prefix keys
+    reqs: np.ndarray  # REQUEST_DT[n]
+    arrival_order: np.ndarray  # int64: requests whose arrival is known up front, by (arrival, id)
+    keys: np.ndarray  # int64: prompt-block keys; request r's are [key_start, key_start + key_count)
+    key_shared: np.ndarray  # uint8 per key: 1 if another request's prompt has it too
+    req_blocks: np.ndarray  # int64: KV block ids; request r's slice is [block_start, block_start + block_cap)
+    # --- instances: batches and their per-step scratch
+    inst: np.ndarray  # INSTANCE_DT[n_inst]
+    batch: np.ndarray  # int64[n_inst, max_num_seqs]: running requests in batch order
+    work: np.ndarray  # int64[max_num_seqs]: tokens each batch slot computes this step (0 = none)
+    context: np.ndarray  # int64[max_num_seqs]: tokens already in KV for each batch slot
+    done: np.ndarray  # int64[max_num_seqs]: requests completed by this step
+    # --- KV cache
+    blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
+    kv_table: np.ndarray  # int64[rows, 2]: prefix key -> block + 1, one slice of rows per instance
+    # --- events and logs
+    heap: np.ndarray  # EVENT_DT
+    step_log: np.ndarray  # STEP_DT (grows between calls: Status.LOG_FULL)
+    irr_log: np.ndarray  # IRR_DT (grows likewise)
+    # --- latency model
+    roofline: np.ndarray  # float64[N_ROOFLINE]
+    # --- the policy candidate (kinds + parameter matrix) and its state
+    policy_kind: np.ndarray  # int64[N_POLICY_SLOTS]
+    policy_param: np.ndarray  # float64[N_POLICY_SLOTS, POLICY_WIDTH]
+    tb_tokens: np.ndarray  # float64[n_tenants]: token-bucket levels
+    tb_last_us: np.ndarray  # int64[n_tenants]: last refill time
+    snap: np.ndarray  # float64[n_inst, N_SNAP]: the router's view of each instance
+    snap_refreshed: np.ndarray  # int64[N_SNAP]: last refresh time per field, -1 = never
+    affinity: np.ndarray  # int64[n_inst] scratch: matched leading prefix blocks per instance
+    alive: np.ndarray  # int64[ceil(n_inst / 64)] scratch: instance bit mask
+    pi_state: np.ndarray  # int64[n_inst, 4]: router prefix index header per instance (IndexState)
+    pi_table: np.ndarray  # int64[rows, 2]: (key, stamp) rows, one slice per instance
+    pi_ring: np.ndarray  # int64[n_inst, ring, 2]: LRU touch records (key, stamp)
+    gmap: np.ndarray  # int64[rows, 1 + words]: key -> bit mask of instances whose index holds it
+    # --- scheduler sort scratch (structs/sort.py)
+    sort_ids: np.ndarray  # int64[n or 1]
+    sort_k1: np.ndarray  # float64
+    sort_k2: np.ndarray  # int64
+    tmp_ids: np.ndarray  # int64
+    tmp_k1: np.ndarray  # float64
+    tmp_k2: np.ndarray  # int64
+
+
+def copy_state(state: State) -> State:
+    """A deep copy: continuing it never touches ``state``."""
+    return State(*[np.copy(a) for a in state])

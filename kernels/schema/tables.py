@@ -1,0 +1,197 @@
+"""Every table's dtype.  Tables are numpy structured arrays (``align=True``) allocated once
+per run by ``blis_fast.run.tables`` and mutated in place by the kernels, which read and
+write them by record and field (``reqs[r]["computed"]``) so they run unchanged with the
+JIT off (attribute access would not: a row of a plain ndarray is a numpy.void).
+
+Units: times are int64 microseconds ("ticks"), counts int64, rates/scores float64.  Ids
+are row indices: request r is row r of the request table (the workload's order, named
+``request_<r>``), instance i row i of the instance table, KV block b row b of the block
+table (instance i owns rows [kv_offset, kv_offset + kv_total)).  -1 means "none" in every
+id and time field.
+"""
+
+import numpy as np
+
+REQUEST_DT = np.dtype(
+    [
+        # --- per-token hot state first: the fields every step touches ---
+        ("computed", np.int64),  # tokens whose KV is computed (cached tokens count)
+        ("prefill_target", np.int64),  # tokens to prefill at this admission: L + generated
+        ("blocks_held", np.int64),  # KV blocks currently held (a prefix of its slice)
+        ("generated", np.int64),  # output tokens emitted so far
+        ("output_len", np.int64),  # N (0 in the workload is stored as 1: prefill emits one token)
+        ("first_token_us", np.int64),  # first output token visible (step end + a2), µs
+        ("last_token_us", np.int64),  # latest output token visible, µs
+        ("last_token_step", np.int64),  # step (global index) that emitted its latest token
+        ("last_step_us", np.int64),  # duration of the step that produced its latest token, µs
+        ("itl_sum_us", np.int64),  # sum of its ITL samples, µs (E2E = TTFT + itl_sum_us)
+        ("run_start_step", np.int64),  # step that began its current run of consecutive token
+        #                                steps (its first token or an irregular one)
+        ("block_start", np.int64),  # first index of its slice of the request-blocks array
+        # --- inputs (filled from the workload) ---
+        ("arrival_us", np.int64),  # µs, arrival at the cluster
+        ("prompt_len", np.int64),  # L, tokens incl. shared prefix
+        ("key_start", np.int64),  # first index of its prefix-block keys in the keys array
+        ("key_count", np.int64),  # number of keys = floor(L / block_size)
+        ("block_cap", np.int64),  # length of its block slice = ceil((L + N - 1) / block_size)
+        # --- state ---
+        ("state", np.int32),  # RequestState
+        ("instance", np.int32),  # instance it was routed to, -1 before routing
+        ("queue_prev", np.int64),  # wait-queue links (structs/dlist.py through this table)
+        ("queue_next", np.int64),
+        ("priority", np.float64),  # set by the priority policy each step (higher = sooner)
+        ("tenant", np.int32),  # tenant id (token buckets are per tenant), 0 by default
+        ("slo_class", np.int32),  # SLO class id, 0 by default
+        ("priority_class", np.int32),  # workload's priority class, 0 by default
+        ("client", np.int32),  # workload client id
+        ("turn", np.int32),  # turn within its session
+        ("session", np.int64),  # session id, -1 = none
+        ("next_request", np.int64),  # request released when this one completes, -1 = none
+        ("follow_delay_us", np.int64),  # µs after this one's last token before next_request arrives
+        # --- timestamps and per-request metrics (µs) ---
+        ("routed_us", np.int64),  # time of the routing decision
+        ("queued_us", np.int64),  # first entry into the wait queue
+        ("first_scheduled_us", np.int64),  # start of the step that first admitted it
+        ("preemptions", np.int64),  # times it was preempted
+        ("cached_tokens", np.int64),  # prompt tokens found in the prefix cache, first admission
+    ],
+    align=True,
+)
+
+INSTANCE_DT = np.dtype(
+    [
+        # --- configuration (per instance so typed pools can differ) ---
+        ("active", np.int32),  # 1 = accepts routed requests
+        ("pool", np.int32),  # pool / role id (0 = the only pool today)
+        ("max_num_seqs", np.int64),  # batch-size limit
+        ("max_batched_tokens", np.int64),  # token budget per step
+        ("long_prefill_threshold", np.int64),  # per-request prefill cap per step, 0 = off
+        ("latency_kind", np.int32),  # LatencyKind
+        ("alpha0", np.float64),  # µs, queueing overhead = trunc(alpha0 + alpha1 * L)
+        ("alpha1", np.float64),  # µs per prompt token
+        ("alpha2", np.float64),  # µs added to every output token's visible time
+        ("beta0", np.float64),  # µs per step (blackbox)
+        ("beta1", np.float64),  # µs per prefill token (blackbox)
+        ("beta2", np.float64),  # µs per decode request (blackbox)
+        # --- KV cache: blocks [kv_offset, kv_offset + kv_total) of the block table ---
+        ("kv_offset", np.int64),
+        ("kv_total", np.int64),  # blocks
+        ("kv_virgin_next", np.int64),  # never-used blocks are [kv_virgin_next, kv_offset + kv_total)
+        ("free_head", np.int64),  # free list of used-then-released blocks, LRU first (dlist)
+        ("free_tail", np.int64),
+        ("free_len", np.int64),
+        ("kv_allocated", np.int64),  # blocks with ref_count > 0
+        ("kv_peak_allocated", np.int64),
+        ("ht_offset", np.int64),  # this instance's rows of the prefix hash table
+        ("ht_mask", np.int64),  # number of those rows - 1 (a power of two)
+        # --- wait queue (dlist through the request table) and batch ---
+        ("wq_head", np.int64),
+        ("wq_tail", np.int64),
+        ("wq_len", np.int64),
+        ("wq_peak", np.int64),
+        ("batch_len", np.int64),  # running requests: batch[i, :batch_len]
+        ("batch_peak", np.int64),
+        ("routed_pending", np.int64),  # routed here, queueing overhead not yet elapsed
+        # --- step clock ---
+        ("step_pending", np.int32),  # 1 = a Step event is in the heap
+        ("busy_until_us", np.int64),  # end of the last step started
+        ("prev_step", np.int64),  # global index of its previous step, -1 = none
+        ("last_step_end_us", np.int64),  # end of the last step executed (duration metric)
+        # --- counters ---
+        ("steps", np.int64),
+        ("busy_us", np.int64),  # sum of step durations
+        ("sum_wq_len", np.int64),  # sum over steps of the wait-queue length at step start
+        ("sum_batch_len", np.int64),  # sum over steps of the batch size
+        ("prefill_tokens", np.int64),  # prefill tokens computed (cache hits excluded)
+        ("decode_tokens", np.int64),  # decode tokens computed
+        ("prefix_query_tokens", np.int64),  # prompt tokens looked up at admissions
+        ("prefix_hit_tokens", np.int64),  # of which found in the prefix cache
+        ("preemptions", np.int64),
+        ("injected", np.int64),  # requests routed here
+        ("completed", np.int64),
+        ("dropped", np.int64),  # dropped_unservable
+    ],
+    align=True,
+)
+
+KV_BLOCK_DT = np.dtype(
+    [
+        ("key", np.int64),  # prefix key of the full block it holds, Key.NONE = none
+        ("ref_count", np.int32),  # requests holding it; 0 = free
+        ("lru_prev", np.int32),  # free-list links (block ids < 2^31), -1 = none
+        ("lru_next", np.int32),
+    ],
+    align=True,
+)
+
+# The event heap (structs/heap.py): a binary min-heap ordered by (time_us, priority, seq).
+EVENT_DT = np.dtype(
+    [
+        ("time_us", np.int64),
+        ("priority", np.int64),  # engine/events.py: encodes the kind and the instance
+        ("seq", np.int64),  # insertion counter: the last tie-break (FIFO)
+        ("request", np.int64),  # payload: request id, -1 for instance-level events
+    ],
+    align=True,
+)
+
+# The step log: one row per engine step in execution order (row = global step index).
+STEP_DT = np.dtype([("instance", np.int64), ("dt_us", np.int64)], align=True)
+
+# The irregular-ITL log: one row per output token that did NOT directly follow a token of
+# the same request in the instance's previous step (after a preemption or a step without
+# work).  ITL samples of tokens inside a run of consecutive steps are those steps'
+# durations, rebuilt from the step log (blis_fast.results.metrics.ItlIndex).
+IRR_DT = np.dtype(
+    [
+        ("request", np.int64),
+        ("step", np.int64),  # step that emitted the token
+        ("value_us", np.int64),  # its ITL sample
+        ("prev_run_start", np.int64),  # steps bounding the run of consecutive token steps it ends
+        ("prev_run_end", np.int64),
+    ],
+    align=True,
+)
+
+# Run-wide settings (one record).
+SETTINGS_DT = np.dtype(
+    [
+        ("horizon_us", np.int64),  # events with time > horizon are not executed (the run ends)
+        ("pause_at_us", np.int64),  # return PAUSED before an event with time > pause_at (resumable)
+        ("block_size", np.int64),  # tokens per KV block
+        ("prefix_caching", np.int32),  # 1 = look up / register prefix keys
+        ("compat", np.int32),  # 1 = blis-2026.02 conventions: idle instance steps at its Queued
+        #                        time (overlap); ITL sample = step + a2, plus one at completion
+        ("check_invariants", np.int32),  # 1 = verify batch and KV conservation after every step
+        ("prefix_index", np.int32),  # 1 = maintain the router's prefix-affinity index
+        ("prefix_index_capacity", np.int64),  # keys per instance in that index
+        ("prefix_index_slots", np.int64),  # hash rows per instance (power of two)
+        ("admission_latency_us", np.int64),
+        ("routing_latency_us", np.int64),
+        ("max_events", np.int64),  # safety limit on processed events (hang guard)
+    ],
+    align=True,
+)
+
+# The event loop's own state (one record): everything it needs to stop and continue.
+LOOP_DT = np.dtype(
+    [
+        ("status", np.int64),  # Status of the last return
+        ("clock_us", np.int64),  # time of the last event processed
+        ("seq", np.int64),  # next event sequence number
+        ("heap_size", np.int64),
+        ("next_arrival", np.int64),  # position in the pre-sorted arrival stream
+        ("rr_cursor", np.int64),  # round-robin routing cursor
+        ("events", np.int64),  # events processed
+        ("steps", np.int64),  # engine steps over all instances (rows of the step log)
+        ("irregular_records", np.int64),  # rows of the irregular-ITL log
+        ("heap_peak", np.int64),  # largest event-heap size seen
+        ("injected", np.int64),  # arrivals processed
+        ("rejected", np.int64),
+        ("error_instance", np.int64),  # where a bad status happened, -1 if none
+        ("error_request", np.int64),
+    ],
+    align=True,
+)
+
+__all__ = ["EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

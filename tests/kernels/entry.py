@@ -1,0 +1,352 @@
+"""Compiled entry points to the kernels' helpers, for the unit tests.
+
+A ``kernels.jit.helper`` has no CPython wrapper: with the JIT on it cannot be called from
+Python.  Each function here is a small ``@njit`` wrapper that calls one helper (or a short,
+fixed sequence of helpers) and returns its results; with ``NUMBA_DISABLE_JIT=1`` it is
+plain Python calling plain Python.  The wrappers add no logic of their own beyond what a
+kernel caller does (e.g. probe a row, then write it).
+
+The wrappers are cached by numba, but numba revalidates a cached function only against its
+own source file, and each wrapper compiles the helpers it calls into itself.  So, like
+``kernels.cache``, on import we compare a digest of the kernel sources (and this file) with
+a stamp next to this module's cache and drop this module's cache files when it differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from kernels import cache as _kcache
+from kernels.engine.events import event_kind_instance as _event_kind_instance
+from kernels.engine.events import event_priority as _event_priority
+from kernels.engine.events import push_event as _push_event
+from kernels.kv import cache as _kv
+from kernels.latency import steptime as _lat
+from kernels.policies import prefix_index as _pi
+from kernels.policies.admission import admit as _admit
+from kernels.policies.priority import request_priority as _request_priority
+from kernels.policies.priority import update_wait_queue_priorities as _update_prios
+from kernels.policies.routing import choose_instance as _choose_instance
+from kernels.policies.routing import refresh_snapshot as _refresh_snapshot
+from kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
+from kernels.policies.victim import choose_victim as _choose_victim
+from kernels.structs import dlist as _dl
+from kernels.structs import hashtable as _ht
+from kernels.structs import heap as _heap
+from kernels.structs import mix as _mix
+from kernels.structs import sort as _sort
+
+# ----------------------------------------------------------------------------- stale cache
+
+_HERE = Path(__file__).resolve()
+_STAMP = "blis_fast_test_entry.digest"
+
+
+def _cache_dir() -> Path:
+    """Where numba caches the functions of this module (see kernels/cache.py)."""
+    d = _HERE.parent
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if not root:
+        return d / "__pycache__"
+    sub = os.path.abspath(d)
+    return Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}"
+
+
+def _drop_stale() -> None:
+    digest = hashlib.sha256((_kcache.sources_digest() + hashlib.sha256(_HERE.read_bytes()).hexdigest()).encode())
+    digest = digest.hexdigest()
+    d = _cache_dir()
+    stamp = d / _STAMP
+    try:
+        if stamp.is_file() and stamp.read_text() == digest:
+            return
+        for p in d.glob(f"{_HERE.stem}.*.nb[ic]") if d.is_dir() else []:
+            p.unlink(missing_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:
+        pass
+
+
+_drop_stale()
+
+entry = njit(cache=True)
+
+# ----------------------------------------------------------------------------- structs: heap
+
+
+@entry
+def heap_push(heap, size, t, p, s, r):
+    return _heap.heap_push(heap, size, t, p, s, r)
+
+
+@entry
+def heap_pop(heap, size):
+    return _heap.heap_pop(heap, size)
+
+
+@entry
+def event_before(ta, pa, sa, tb, pb, sb):
+    return _heap.event_before(ta, pa, sa, tb, pb, sb)
+
+
+# ----------------------------------------------------------------------------- structs: dlist
+
+
+@entry
+def dl_push_back(prev, nxt, head, tail, length, o, e):
+    _dl.dl_push_back(prev, nxt, head, tail, length, o, e)
+
+
+@entry
+def dl_push_front(prev, nxt, head, tail, length, o, e):
+    _dl.dl_push_front(prev, nxt, head, tail, length, o, e)
+
+
+@entry
+def dl_remove(prev, nxt, head, tail, length, o, e):
+    _dl.dl_remove(prev, nxt, head, tail, length, o, e)
+
+
+@entry
+def dl_pop_front(prev, nxt, head, tail, length, o):
+    return _dl.dl_pop_front(prev, nxt, head, tail, length, o)
+
+
+@entry
+def dl_relink(prev, nxt, head, tail, o, order, n):
+    _dl.dl_relink(prev, nxt, head, tail, o, order, n)
+
+
+# ----------------------------------------------------------------------------- structs: hashtable
+
+
+@entry
+def table_home(key, mask):
+    return _ht.table_home(key, mask)
+
+
+@entry
+def table_find(rows, off, mask, key):
+    return _ht.table_find(rows, off, mask, key)
+
+
+@entry
+def table_find_many(rows, off, mask, keys):
+    """table_find of each of ``keys``."""
+    out = np.empty(keys.shape[0], np.int64)
+    for k in range(keys.shape[0]):
+        out[k] = _ht.table_find(rows, off, mask, keys[k])
+    return out
+
+
+@entry
+def table_probe(rows, off, mask, key):
+    return _ht.table_probe(rows, off, mask, key)
+
+
+@entry
+def table_put(rows, off, mask, key, values):
+    """Probe for ``key`` and write (key, values...) into its row; returns (row, found)."""
+    h, found = _ht.table_probe(rows, off, mask, key)
+    rows[off + h, 0] = key
+    for w in range(values.shape[0]):
+        rows[off + h, 1 + w] = values[w]
+    return h, found
+
+
+@entry
+def table_delete(rows, off, mask, key):
+    """Find ``key`` and delete its row; True if it was present."""
+    h = _ht.table_find(rows, off, mask, key)
+    if h < 0:
+        return False
+    _ht.table_delete_at(rows, off, mask, h)
+    return True
+
+
+# ----------------------------------------------------------------------------- structs: sort, mix
+
+
+@entry
+def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor):
+    return _sort.merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor)
+
+
+@entry
+def fmix64(x):
+    return _mix.fmix64(x)
+
+
+@entry
+def combine64(h, v):
+    return _mix.combine64(h, v)
+
+
+# ----------------------------------------------------------------------------- engine: events
+
+
+@entry
+def event_priority(kind, instance):
+    return _event_priority(kind, instance)
+
+
+@entry
+def event_kind_instance(priority):
+    return _event_kind_instance(priority)
+
+
+@entry
+def push_event(st, t, priority, request):
+    _push_event(st, t, priority, request)
+
+
+# ----------------------------------------------------------------------------- kv cache
+
+
+@entry
+def prefix_lookup(st, i, key):
+    return _kv.prefix_lookup(st, i, key)
+
+
+@entry
+def prefix_lookup_many(st, i, keys):
+    """prefix_lookup of each of ``keys``."""
+    out = np.empty(keys.shape[0], np.int64)
+    for k in range(keys.shape[0]):
+        out[k] = _kv.prefix_lookup(st, i, keys[k])
+    return out
+
+
+@entry
+def prefix_register(st, i, key, block):
+    return _kv.prefix_register(st, i, key, block)
+
+
+@entry
+def prefix_forget(st, i, key, block):
+    _kv.prefix_forget(st, i, key, block)
+
+
+@entry
+def kv_free_blocks(inst, i):
+    return _kv.kv_free_blocks(inst, i)
+
+
+@entry
+def kv_grow(st, i, r, n):
+    return _kv.kv_grow(st, i, r, n)
+
+
+@entry
+def kv_admit(st, i, r, budget, cap):
+    return _kv.kv_admit(st, i, r, budget, cap)
+
+
+@entry
+def kv_forget_chunk(st, i, r, c, n):
+    _kv.kv_forget_chunk(st, i, r, c, n)
+
+
+@entry
+def kv_release(st, i, r):
+    _kv.kv_release(st, i, r)
+
+
+# ----------------------------------------------------------------------------- latency
+
+
+@entry
+def blackbox_step_us(beta0, beta1, beta2, n_prefill_tokens, n_decode):
+    return _lat.blackbox_step_us(beta0, beta1, beta2, n_prefill_tokens, n_decode)
+
+
+@entry
+def queueing_delay_us(alpha0, alpha1, prompt_len):
+    return _lat.queueing_delay_us(alpha0, alpha1, prompt_len)
+
+
+@entry
+def output_token_delay_us(alpha2):
+    return _lat.output_token_delay_us(alpha2)
+
+
+@entry
+def roofline_entry(params, s, t):
+    return _lat.roofline_entry(params, s, t)
+
+
+@entry
+def roofline_step_us(params, pre_gemm, pre_vec, pre_dyn, n_pre, dec_gemm, dec_vec, dec_dyn, n_dec):
+    return _lat.roofline_step_us(params, pre_gemm, pre_vec, pre_dyn, n_pre, dec_gemm, dec_vec, dec_dyn, n_dec)
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+@entry
+def admit(kind, params, tb_tokens, tb_last_us, tenant, cost, now):
+    return _admit(kind, params, tb_tokens, tb_last_us, tenant, cost, now)
+
+
+@entry
+def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
+    _refresh_snapshot(inst, snap, refreshed_us, interval_us, now)
+
+
+@entry
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
+    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next)
+
+
+@entry
+def request_priority(params, arrival_us, slo_class, now):
+    return _request_priority(params, arrival_us, slo_class, now)
+
+
+@entry
+def update_wait_queue_priorities(st, i, params, now):
+    _update_prios(st, i, params, now)
+
+
+@entry
+def reorder_wait_queue(st, i, weights):
+    _reorder_wait_queue(st, i, weights)
+
+
+@entry
+def choose_victim(st, i, kind, prio_params, now):
+    return _choose_victim(st, i, kind, prio_params, now)
+
+
+# ----------------------------------------------------------------------------- router prefix index
+
+
+@entry
+def index_touch(st, capacity, rows_per_inst, i, key):
+    _pi.index_touch(st, capacity, rows_per_inst, i, key)
+
+
+@entry
+def index_insert_unshared(st, capacity, rows_per_inst, i):
+    _pi.index_insert_unshared(st, capacity, rows_per_inst, i)
+
+
+@entry
+def leading_matches(st, kstart, kcount):
+    _pi.leading_matches(st, kstart, kcount)
+
+
+@entry
+def gmap_set_bit(gmap, key, i):
+    _pi._gmap_set_bit(gmap, key, i)
+
+
+@entry
+def gmap_clear_bit(gmap, key, i):
+    _pi._gmap_clear_bit(gmap, key, i)

@@ -1,0 +1,219 @@
+"""Exact microseconds (SEMANTICS §2, §7): the worked single-request cases (shipped and
+hand-picked coefficients), event ordering at equal times, admission/routing latencies, and
+horizon semantics (an event at t == H runs, one after it does not)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import blis_fast
+from builders import (
+    COMPAT,
+    HAND_STEPS,
+    LLAMA,
+    ROOT,
+    assert_no_nan,
+    lengths_workload,
+    sim,
+    single,
+    trunc,
+)
+from kernels.schema import RequestState
+
+
+def llama_h100_tp1_coeffs():
+    """The first llama-3.1-8b-instruct / H100 / TP1 coefficient set of configs/defaults.yaml."""
+    data = yaml.safe_load((ROOT / "configs" / "defaults.yaml").read_text())
+    for m in data["models"]:
+        if m["id"] == LLAMA and m["GPU"] == "H100" and m["tensor_parallelism"] == 1:
+            return m["alpha_coeffs"], m["beta_coeffs"]
+    raise AssertionError("no llama-3.1-8b H100 TP1 coefficients in configs/defaults.yaml")
+
+
+# ============================================================================ worked single request
+
+
+@pytest.mark.parametrize("L", [1, 15, 16, 17, 500, 2048])
+@pytest.mark.parametrize("N", [1, 2, 37])
+def test_single_request_real_llama_coefficients(L, N):
+    alpha, beta = llama_h100_tp1_coeffs()
+    arrival = 1_234_567
+    wl = lengths_workload([arrival], [L], [N])
+    r = sim(wl, model=LLAMA, hardware="H100", tp=1)
+    # the run really used the shipped coefficient set
+    assert r.run_info()["alpha_coeffs"] == pytest.approx(alpha, rel=0, abs=0)
+    assert r.run_info()["beta_coeffs"] == pytest.approx(beta, rel=0, abs=0)
+    q = trunc(alpha[0] + alpha[1] * float(L))
+    step = trunc(beta[0] + beta[1] * float(L) + beta[2] * 0.0)
+    a2 = trunc(alpha[2])
+    dec = trunc(beta[0] + beta[1] * 0.0 + beta[2] * 1.0)
+    req = r.state.reqs[0]
+    assert req["queued_us"] == arrival + q
+    assert req["first_scheduled_us"] == arrival + q
+    assert req["first_token_us"] - arrival == q + step + a2
+    assert req["state"] == RequestState.COMPLETED and req["generated"] == N
+    e2e = q + step + a2 + (N - 1) * dec
+    rec = r.request_records()[0]
+    assert rec["ttft_ms"] == (q + step + a2) / 1000.0
+    assert rec["e2e_ms"] == e2e / 1000.0
+    assert rec["scheduling_delay_ms"] == q / 1000.0
+    assert rec["itl_ms"] == (dec / 1000.0 if N > 1 else 0.0)
+    c = r.cluster
+    assert c["ttft_mean_ms"] == c["ttft_p99_ms"] == (q + step + a2) / 1000.0
+    assert c["e2e_mean_ms"] == c["e2e_p90_ms"] == e2e / 1000.0
+    assert c["vllm_estimated_duration_s"] == (arrival + q + step + (N - 1) * dec) / 1e6
+    assert c["total_output_tokens"] == N and c["total_input_tokens"] == L
+    assert req["cached_tokens"] == 0
+    assert c["engine_steps"] == N
+
+
+@pytest.mark.parametrize("alpha, beta", [
+    ([100.7, 0.5, 50.9], [1000.9, 3.3, 7.7]),
+    ([0.0, 0.0, 0.0], [1.0, 0.0, 0.0]),
+    ([999.99, 1.999, 0.999], [12345.678, 0.001, 0.999]),
+])
+@pytest.mark.parametrize("L, N", [(200, 5), (33, 1), (2048, 12)])
+def test_single_request_hand_picked_coefficients(alpha, beta, L, N):
+    arrival = 5000
+    r = single(L, N, alpha, beta, arrival=arrival)
+    q = trunc(alpha[0] + alpha[1] * L)
+    step = trunc(beta[0] + beta[1] * L)
+    a2 = trunc(alpha[2])
+    dec = trunc(beta[0] + beta[2] * 1.0)
+    ttft = q + step + a2
+    e2e = ttft + (N - 1) * dec
+    req = r.state.reqs[0]
+    assert req["first_token_us"] - arrival == ttft
+    assert req["last_token_us"] - arrival == e2e
+    assert req["itl_sum_us"] == (N - 1) * dec
+    c = r.cluster
+    assert c["ttft_mean_ms"] == ttft / 1000.0
+    assert c["e2e_mean_ms"] == e2e / 1000.0
+    if N > 1:
+        assert c["itl_mean_ms"] == c["itl_p99_ms"] == dec / 1000.0
+    else:
+        assert c["itl_mean_ms"] == 0.0
+
+
+def test_single_request_worked_numbers():
+    """The hand computation, spelled out: α = (100.7, 0.5, 50.9), β = (1000.9, 3.3, 7.7), L = 200, N = 5."""
+    r = single(200, 5, [100.7, 0.5, 50.9], [1000.9, 3.3, 7.7])
+    rec = r.request_records()[0]
+    # q = trunc(200.7) = 200; prefill step = trunc(1660.9) = 1660; a2 = 50; decode = trunc(1008.6) = 1008
+    assert rec["ttft_ms"] == 1.910
+    assert rec["e2e_ms"] == 5.942  # 1910 + 4·1008
+    assert rec["itl_ms"] == 1.008
+    assert rec["scheduling_delay_ms"] == 0.2
+
+
+def test_zero_output_tokens_behaves_as_one():
+    wl = lengths_workload([0, 0], [100, 100], [0, 1])
+    r = sim(wl, **HAND_STEPS, num_instances=2)
+    a, b = r.state.reqs
+    assert a["state"] == b["state"] == RequestState.COMPLETED
+    assert a["first_token_us"] == b["first_token_us"] == 2000
+    assert a["generated"] == b["generated"] == 1
+
+
+# ============================================================================ event ordering
+
+
+def test_same_microsecond_burst_forms_one_step_chain():
+    """5 requests queued at the same µs: one batch, one step chain (the reference's time-only
+    heap created duplicate chains)."""
+    wl = lengths_workload([1000] * 5, [100] * 5, [3] * 5)
+    r = sim(wl, **HAND_STEPS)
+    reqs = r.state.reqs
+    assert r.cluster["engine_steps"] == 3
+    assert (reqs["first_token_us"] == 1000 + 6000).all()  # 1000 + 10·500
+    assert (reqs["last_token_us"] == 1000 + 6000 + 2 * 1025).all()
+    assert (reqs["first_scheduled_us"] == 1000).all()
+    assert r.cluster["vllm_estimated_duration_s"] == (1000 + 8050) / 1e6
+    assert r.cluster["batch_size_peak"] == 5
+
+
+def test_arrival_at_step_end_joins_that_step():
+    """Cluster events run before instance events at equal times, and Queued before Step:
+    a request arriving exactly when a step ends is in the next step."""
+    wl = lengths_workload([0, 2000], [100, 50], [5, 1])
+    r = sim(wl, **HAND_STEPS)
+    a, b = r.state.reqs
+    assert a["first_token_us"] == 2000
+    assert b["first_scheduled_us"] == 2000  # scheduling delay 0
+    assert b["first_token_us"] == 2000 + 1000 + 10 * 50 + 5 * 1
+    assert r.request_records()[1]["scheduling_delay_ms"] == 0.0
+
+
+def test_queued_while_busy_waits_for_step_end_normal_vs_compat():
+    """Normal mode: a request queued at an idle-but-busy instance starts at the end of the last
+    step.  Compat: at its Queued time (the reference's overlap)."""
+    wl = lengths_workload([0, 500], [100, 100], [1, 1])
+    normal = sim(wl, **HAND_STEPS)
+    compat = sim(wl, compat=COMPAT, **HAND_STEPS)
+    b = normal.state.reqs[1]
+    assert b["first_scheduled_us"] == 2000 and b["first_token_us"] == 4000
+    assert normal.cluster["vllm_estimated_duration_s"] == 0.004
+    assert normal.cluster["busy_fraction"] <= 1.0
+    b = compat.state.reqs[1]
+    assert b["first_scheduled_us"] == 500 and b["first_token_us"] == 2500
+    assert compat.cluster["vllm_estimated_duration_s"] == 0.0025
+
+
+def test_routing_and_admission_latency_shift_times():
+    wl = lengths_workload([1000], [64], [3])
+    base = sim(wl, alpha_coeffs=[7, 0, 0], beta_coeffs=[1000, 10, 5])
+    lat = sim(wl, alpha_coeffs=[7, 0, 0], beta_coeffs=[1000, 10, 5], admission_latency=300, routing_latency=200)
+    b, l = base.state.reqs[0], lat.state.reqs[0]
+    assert b["routed_us"] == 1000 and l["routed_us"] == 1500
+    assert l["queued_us"] == 1507
+    assert l["first_token_us"] - b["first_token_us"] == 500
+    assert lat.request_records()[0]["ttft_ms"] - base.request_records()[0]["ttft_ms"] == pytest.approx(0.5)
+
+
+# ============================================================================ horizon
+
+
+def test_horizon_arrival_at_horizon_executes_after_does_not():
+    H = 1_000_000
+    wl = lengths_workload([0, H, H + 1], [100, 100, 100], [2, 2, 2])
+    r = sim(wl, alpha_coeffs=[10, 0, 0], beta_coeffs=[1000, 10, 5], horizon=H)
+    s = r.state.reqs["state"].tolist()
+    assert s[0] == RequestState.COMPLETED
+    assert s[1] == RequestState.ROUTED  # arrival, admission, routing at H ran; Queued at H+10 did not
+    assert r.state.reqs[1]["routed_us"] == H
+    assert s[2] == RequestState.PENDING
+    assert r.state.loop[0]["clock_us"] == H
+    assert r.cluster["arrived_requests"] == 2
+    assert r.cluster["still_in_flight"] == 1
+    assert r.cluster["injected_requests"] == 1
+    ids = [rec["requestID"] for rec in r.request_records()]
+    assert "request_2" not in ids
+
+
+def test_horizon_zero_alpha_request_at_horizon_reaches_instance():
+    H = 1_000_000
+    wl = lengths_workload([0, H, H + 1], [100, 100, 100], [2, 2, 2])
+    r = sim(wl, **HAND_STEPS, horizon=H)
+    reqs = r.state.reqs
+    assert reqs[1]["queued_us"] == H and reqs[1]["first_scheduled_us"] == H
+    assert reqs[2]["state"] == RequestState.PENDING and reqs[2]["instance"] == -1
+
+
+@pytest.mark.parametrize("H, steps", [(3004, 2), (3005, 3), (3006, 3), (0, 1), (1999, 1), (2000, 2)])
+def test_horizon_step_exactly_at_horizon_executes(H, steps):
+    """Steps start at 0, 2000, 3005, 4010, ...: a Step at t == H runs, one at t > H does not."""
+    wl = lengths_workload([0], [100], [10])
+    r = sim(wl, **HAND_STEPS, horizon=H)
+    assert r.cluster["engine_steps"] == steps
+    assert r.state.loop[0]["clock_us"] <= H
+
+
+def test_horizon_zero_no_nan_empty_stats():
+    r = blis_fast.simulate(num_requests=20, rate=5, num_instances=2, horizon=0, total_kv_blocks=100,
+                           **HAND_STEPS)
+    assert r.cluster["completed_requests"] == 0
+    for k in ("e2e_mean_ms", "ttft_p99_ms", "itl_mean_ms", "responses_per_sec", "tokens_per_sec"):
+        assert r.cluster[k] == 0.0
+    assert_no_nan(r.summary())
+    assert_no_nan(r.results_document())
