@@ -32,6 +32,7 @@ def request_table(workload, block_size: int) -> np.ndarray:
     reqs["output_len"] = out_eff
     reqs["key_start"] = workload.key_offsets[:-1]
     reqs["key_count"] = np.diff(workload.key_offsets)
+    reqs["prompt_key_count"] = np.minimum(workload.prompt_len // block_size, reqs["key_count"])
     # most KV a request ever holds: prompt + all outputs but the last (never fed back)
     block_cap = (workload.prompt_len + out_eff - 1 + block_size - 1) // block_size
     reqs["block_cap"] = block_cap
@@ -39,7 +40,7 @@ def request_table(workload, block_size: int) -> np.ndarray:
     for name in workload.ATTRIBUTES:
         reqs[name] = workload.column(name)
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
-              "first_token_us", "last_token_us", "run_start_step", "last_token_step"):
+              "first_token_us", "last_token_us", "run_start_step", "last_token_step", "cal_next"):
         reqs[f] = -1
     return reqs
 
@@ -74,7 +75,15 @@ def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) ->
     return inst
 
 
-def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int) -> np.ndarray:
+def calendar_size(block_size: int) -> int:
+    """Buckets of each instance's calendar: a decode request's next event is at most
+    block_size steps ahead, so next_pow2(block_size + 1) buckets never need an idle
+    wake-up (capped: a larger block size only adds a wake-up every 255 steps)."""
+    return next_pow2(min(block_size, 255) + 1)
+
+
+def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int,
+                    event_skipping: bool = True) -> np.ndarray:
     """The SETTINGS_DT record of a run."""
     s = config.simulation
     rec = np.zeros(1, S.SETTINGS_DT)
@@ -90,6 +99,8 @@ def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows
     rec["admission_latency_us"] = s.admission_latency
     rec["routing_latency_us"] = s.routing_latency
     rec["max_events"] = max_events
+    rec["event_skipping"] = int(event_skipping)
+    rec["calendar_size"] = calendar_size(block_size)
     return rec
 
 
@@ -101,9 +112,17 @@ def loop_record() -> np.ndarray:
     return rec
 
 
-def prefix_index_tables(keys: np.ndarray, n_inst: int, capacity: int, enabled: bool):
+def prompt_key_mask(reqs: np.ndarray, n_keys: int) -> np.ndarray:
+    """True for the keys of full prompt blocks (the rest are blocks filled by outputs)."""
+    counts = reqs["key_count"]
+    within = np.arange(n_keys, dtype=np.int64) - np.repeat(reqs["key_start"], counts)
+    return within < np.repeat(reqs["prompt_key_count"], counts)
+
+
+def prefix_index_tables(keys: np.ndarray, prompt_mask: np.ndarray, n_inst: int, capacity: int, enabled: bool):
     """(key_shared uint8 per key, pi_state, pi_table, pi_ring, gmap, rows per instance) of
-    the router's prefix-affinity index; minimal tables when the policy does not use it."""
+    the router's prefix-affinity index; minimal tables when the policy does not use it.
+    The router indexes prompt keys only, so "shared" means: in more than one prompt."""
     n_words = (n_inst + 63) // 64
     pi_state = np.zeros((n_inst, 4), np.int64)
     if not enabled:  # same types, minimal sizes: the kernel signature never changes
@@ -113,16 +132,19 @@ def prefix_index_tables(keys: np.ndarray, n_inst: int, capacity: int, enabled: b
 
     # keys only one request carries never match: the index keeps just their LRU place, so
     # its hash tables need room for the shared keys only
-    key_shared, n_shared = flag_keys(keys, SHARED)
+    key_shared = np.zeros(len(keys), np.uint8)
+    key_shared[prompt_mask], n_shared = flag_keys(np.ascontiguousarray(keys[prompt_mask]), SHARED)
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
     return (key_shared, pi_state, np.zeros((n_inst * rows, 2), np.int64),
             np.zeros((n_inst, 2 * capacity, 2), np.int64),  # touch records; compacted when full
             np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
 
 
-def build_state(setup, workload, policy=None) -> S.State:
+def build_state(setup, workload, policy=None, *, event_skipping: bool = True) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
-    config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's."""
+    config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
+    ``event_skipping=False`` visits every running request every step (the reference path
+    the tests compare the event-skipping engine with; the results are identical)."""
     from blis_fast.policy import compile_policies
 
     cfg = setup.config
@@ -147,7 +169,7 @@ def build_state(setup, workload, policy=None) -> S.State:
     ht_rows = next_pow2(2 * max(1, min(kv_total, len(keys))))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
     key_shared, pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
-        keys, n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
+        keys, prompt_key_mask(reqs, len(keys)), n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
     out_eff = reqs["output_len"]
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
     s = cfg.simulation
@@ -156,7 +178,7 @@ def build_state(setup, workload, policy=None) -> S.State:
     n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
     seqs = eng.max_num_seqs
     return S.State(
-        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events),
+        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events, event_skipping),
         loop=loop_record(),
         reqs=reqs,
         arrival_order=arrival_order(workload),
@@ -165,9 +187,13 @@ def build_state(setup, workload, policy=None) -> S.State:
         req_blocks=np.zeros(int(reqs["block_cap"].sum()), np.int64),
         inst=inst,
         batch=np.zeros((n_inst, seqs), np.int64),
+        batch_seq=np.zeros((n_inst, seqs), np.int64),
         work=np.zeros(seqs, np.int64),
         context=np.zeros(seqs, np.int64),
+        explicit=np.zeros(seqs, np.int64),
+        due=np.zeros(seqs, np.int64),
         done=np.zeros(seqs, np.int64),
+        calendar=np.full((n_inst, calendar_size(bs)), -1, np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
         blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),
         kv_table=np.zeros((n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows

@@ -39,14 +39,15 @@ def on_admission(st, r, t):
 
 @helper
 def on_routing(st, r, t):
-    """Route request r: refresh the router's snapshot, choose an instance, record the
-    request's prefix keys in the router's index; Queued follows after α0 + α1·L."""
+    """Route request r: refresh the router's snapshot, choose an instance, record the keys
+    of the request's full prompt blocks in the router's index (the router sees only the
+    prompt); Queued follows after α0 + α1·L."""
     reqs = st.reqs
     inst = st.inst
     s = st.settings
     refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t)
     kstart = reqs[r]["key_start"]
-    n_keys = reqs[r]["key_count"]
+    n_keys = reqs[r]["prompt_key_count"]
     use_index = s[0]["prefix_index"] != 0
     if use_index:
         leading_matches(st, kstart, n_keys)

@@ -16,6 +16,7 @@ import numpy as np
 from ..jit import kernel
 from ..schema import ClusterEvent, InstanceEvent, Status
 from ..structs.heap import heap_pop
+from .calendar import sync_riders
 from .events import event_kind_instance
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
@@ -27,7 +28,8 @@ def run_events(st):
     """Process events in (time, priority, seq) order.  Sets ``st.loop[0]["status"]``:
     OK when no event is left or the next lies beyond the horizon; LOG_FULL before a step
     the logs have no room for; PAUSED before an event beyond ``settings.pause_at_us``;
-    otherwise an error status (with error_instance / error_request)."""
+    otherwise an error status (with error_instance / error_request).  On return every
+    running request's fields are up to date (riders synced, engine/calendar.py)."""
     lp = st.loop
     horizon = st.settings[0]["horizon_us"]
     pause_at = st.settings[0]["pause_at_us"]
@@ -95,3 +97,5 @@ def run_events(st):
             on_step(st, ev_inst, t)
         if lp[0]["status"] != Status.OK:
             break
+    for i in range(st.inst.shape[0]):
+        sync_riders(st, i)

@@ -2,20 +2,32 @@
 batch formation (running requests first, then admissions from the wait-queue head),
 the step time, and its execution (tokens, completions, KV release).
 
-The running batch of instance i is ``batch[i, :batch_len]`` in admission order;
-``work[k]`` and ``context[k]`` hold what batch slot k computes this step.
+The running batch of instance i is ``batch[i, :batch_len]`` in admission order.  A step
+visits its *explicit* entries one by one -- ``explicit[e]`` computes ``work[e]`` tokens
+on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
+
+- the event-skipping step (``form_batch_riding``): the explicit entries are the requests
+  the calendar (engine/calendar.py) holds for this step -- prefill chunks, tokens that
+  need a visit -- plus the admissions; every other running request is a decode request
+  that simply gains one token, counted in aggregate.  It applies when the step cannot
+  run out of token budget or KV blocks, so that the order of visits cannot matter;
+- otherwise the step visits every running request (``form_batch_all``: the reference
+  path, with preemption), after bringing the riders up to date.  ``settings.
+  event_skipping = 0`` takes this path every step; both give identical results.
 """
 
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import kv_admit, kv_conserved, kv_forget_chunk, kv_grow, kv_release
-from ..latency.steptime import blackbox_step_us, output_token_delay_us, roofline_entry, roofline_step_us
+from ..kv.cache import kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks, kv_grow, kv_release
+from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
+                                roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
 from ..schema import InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_front
+from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
 from .handlers import release_follower
 from .trace import log_irregular_token, log_step
@@ -35,6 +47,7 @@ def preempt_slot(st, i, j):
     n = inst[i]["batch_len"]
     for k in range(j, n - 1):
         st.batch[i, k] = st.batch[i, k + 1]
+        st.batch_seq[i, k] = st.batch_seq[i, k + 1]
         st.work[k] = st.work[k + 1]
         st.context[k] = st.context[k + 1]
     inst[i]["batch_len"] = n - 1
@@ -49,19 +62,89 @@ def preempt_slot(st, i, j):
     return v
 
 
+@helper
+def batch_remove(st, i, r):
+    """Remove request r from instance i's batch, keeping the order: its slot is found by
+    binary search of its admission number (the batch is sorted by it), so no other
+    request's record is read."""
+    seq = st.reqs[r]["admit_seq"]
+    n = st.inst[i]["batch_len"]
+    lo = 0
+    hi = n - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if st.batch_seq[i, mid] < seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(lo, n - 1):
+        st.batch[i, k] = st.batch[i, k + 1]
+        st.batch_seq[i, k] = st.batch_seq[i, k + 1]
+    st.inst[i]["batch_len"] = n - 1
+
+
 # ----------------------------------------------------------------------------- batch formation
 
 
 @helper
-def form_batch(st, i, now):
-    """Form instance i's batch for a step starting at ``now`` (§3.2).
+def decode_fills_block(st, r, c):
+    """True if request r's token at KV position c completes a block whose key must be
+    registered (so its allocation call cannot be skipped)."""
+    if st.settings[0]["prefix_caching"] == 0:
+        return False
+    bs = st.settings[0]["block_size"]
+    return (c + 1) % bs == 0 and (c + 1) // bs <= st.reqs[r]["key_count"]
+
+
+@helper
+def admit_waiting(st, i, now, budget, cap, m):
+    """Pass B (§3.2): admit from the head of instance i's wait queue (strict head-of-line)
+    while the batch has room and budget is left; each admission is appended to the batch
+    and as explicit entry m, m+1, ...  Returns (budget left, prefill tokens, entries)."""
+    inst = st.inst
+    reqs = st.reqs
+    n_prefill = np.int64(0)
+    while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
+        r = inst[i]["wq_head"]
+        target = reqs[r]["prompt_len"] + reqs[r]["generated"]
+        reqs[r]["prefill_target"] = target
+        n, cached = kv_admit(st, i, r, budget, cap)
+        if n < 0:
+            break  # head-of-line: no skipping
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
+        k = inst[i]["batch_len"]
+        st.batch[i, k] = r
+        st.batch_seq[i, k] = inst[i]["admit_counter"]
+        inst[i]["batch_len"] = k + 1
+        reqs[r]["admit_seq"] = inst[i]["admit_counter"]
+        inst[i]["admit_counter"] += 1
+        st.explicit[m] = r
+        st.work[m] = n
+        st.context[m] = cached
+        m += 1
+        reqs[r]["state"] = RequestState.RUNNING
+        if reqs[r]["first_scheduled_us"] < 0:
+            reqs[r]["first_scheduled_us"] = now
+            reqs[r]["cached_tokens"] = cached
+        inst[i]["prefix_query_tokens"] += target
+        inst[i]["prefix_hit_tokens"] += cached
+        budget -= n
+        n_prefill += n
+    if inst[i]["batch_len"] > inst[i]["batch_peak"]:
+        inst[i]["batch_peak"] = inst[i]["batch_len"]
+    return budget, n_prefill, m
+
+
+@helper
+def form_batch_all(st, i, now):
+    """Form instance i's batch visiting every running request (§3.2).
 
     Pass A gives running requests their next chunk / decode token in batch order,
     preempting (policies/victim.py) when KV runs out -- a victim already served this step
-    gives its tokens back; pass B admits from the wait-queue head (strict head-of-line)
-    unless a preemption happened.  Writes work[k] (tokens batch slot k computes, 0 = none)
-    and context[k] (tokens already in KV).  Returns (prefill tokens P, decode requests D).
-    """
+    gives its tokens back; pass B admits from the wait-queue head unless a preemption
+    happened.  Every batch slot becomes an explicit entry (work 0 = no work this step).
+    Returns (prefill tokens P, decode requests D, Σ context of the decode entries,
+    explicit entries)."""
     inst = st.inst
     reqs = st.reqs
     batch = st.batch
@@ -75,6 +158,7 @@ def form_batch(st, i, now):
     cap = inst[i]["long_prefill_threshold"]
     n_prefill = np.int64(0)
     n_decode = np.int64(0)
+    decode_ctx = np.int64(0)
     preempted = False
 
     # Pass A: running requests.
@@ -93,8 +177,8 @@ def form_batch(st, i, now):
                 n = budget
         else:  # decode: KV for one more token
             n = 1
-        # fast path: a decode token that fits in the last block needs no allocation
-        ok = remaining <= 0 and c < reqs[r]["blocks_held"] * bs
+        # a decode token that fits in the last block and fills no keyed block needs no call
+        ok = remaining <= 0 and c < reqs[r]["blocks_held"] * bs and not decode_fills_block(st, r, c)
         while not ok:
             if kv_grow(st, i, r, n):
                 ok = True
@@ -109,6 +193,7 @@ def form_batch(st, i, now):
                     n_prefill -= work[j]
                 else:
                     n_decode -= 1
+                    decode_ctx -= context[j]
             victim = preempt_slot(st, i, j)
             preempted = True
             if victim == r:
@@ -124,44 +209,99 @@ def form_batch(st, i, now):
             n_prefill += n
         else:
             n_decode += 1
+            decode_ctx += c
         k += 1
-    for j in range(k, inst[i]["batch_len"]):
+    m = inst[i]["batch_len"]
+    for j in range(m):
+        st.explicit[j] = batch[i, j]
+    for j in range(k, m):
         work[j] = 0
 
     # Pass B: admissions from the head of the wait queue.
     if not preempted:
-        while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
-            r = inst[i]["wq_head"]
-            target = reqs[r]["prompt_len"] + reqs[r]["generated"]
-            reqs[r]["prefill_target"] = target
-            n, cached = kv_admit(st, i, r, budget, cap)
-            if n < 0:
-                break  # head-of-line: no skipping
-            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
-            k = inst[i]["batch_len"]
-            batch[i, k] = r
-            inst[i]["batch_len"] = k + 1
-            work[k] = n
-            context[k] = cached
-            reqs[r]["state"] = RequestState.RUNNING
-            if reqs[r]["first_scheduled_us"] < 0:
-                reqs[r]["first_scheduled_us"] = now
-                reqs[r]["cached_tokens"] = cached
-            inst[i]["prefix_query_tokens"] += target
-            inst[i]["prefix_hit_tokens"] += cached
-            budget -= n
-            n_prefill += n
-    if inst[i]["batch_len"] > inst[i]["batch_peak"]:
+        budget, admitted, m = admit_waiting(st, i, now, budget, cap, m)
+        n_prefill += admitted
+    elif inst[i]["batch_len"] > inst[i]["batch_peak"]:
         inst[i]["batch_peak"] = inst[i]["batch_len"]
-    return n_prefill, n_decode
+    return n_prefill, n_decode, decode_ctx, m
+
+
+@helper
+def form_batch_riding(st, i, now, s, n_due):
+    """Form instance i's batch of local step s from its calendar (engine/calendar.py): the
+    ``n_due`` requests taken out for this step (in batch order) plus the riders.
+
+    Applies only when the step can neither run out of token budget nor out of KV blocks
+    in pass A -- then every running request gets its full work whatever the order, no
+    preemption happens, and visiting the riders would change nothing.  Returns (applied,
+    P, D of the explicit entries, Σ their decode context, explicit entries); when not
+    applied nothing has changed."""
+    inst = st.inst
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    budget = inst[i]["max_batched_tokens"]
+    cap = inst[i]["long_prefill_threshold"]
+    demand = inst[i]["ride_count"]  # one token per rider
+    need = np.int64(0)
+    for d in range(n_due):
+        r = st.due[d]
+        c = reqs[r]["computed"]
+        n = reqs[r]["prefill_target"] - c
+        if n > 0:
+            if cap > 0 and n > cap:
+                n = cap
+        else:
+            n = 1
+        demand += n
+        need += (c + n + bs - 1) // bs - reqs[r]["blocks_held"]
+    if demand > budget or need > kv_free_blocks(inst, i):
+        return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+
+    n_prefill = np.int64(0)
+    n_decode = np.int64(0)
+    decode_ctx = np.int64(0)
+    m = 0
+    prev_step = inst[i]["prev_step"]
+    for d in range(n_due):
+        r = st.due[d]
+        c = reqs[r]["computed"]
+        n = reqs[r]["prefill_target"] - c
+        if n > 0:  # prefill chunk
+            if cap > 0 and n > cap:
+                n = cap
+            kv_grow(st, i, r, n)  # cannot fail: checked above
+            st.explicit[m] = r
+            st.work[m] = n
+            st.context[m] = c
+            m += 1
+            n_prefill += n
+            continue
+        kv_grow(st, i, r, 1)  # a new block and/or a filled block's key
+        g = reqs[r]["generated"]
+        if g + 1 >= reqs[r]["output_len"] or reqs[r]["last_token_step"] != prev_step:
+            # its last token, or a token that does not follow its previous one: visit it
+            st.explicit[m] = r
+            st.work[m] = 1
+            st.context[m] = c
+            m += 1
+            n_decode += 1
+            decode_ctx += c
+        else:  # rides on: back into the calendar at its next event
+            due = s + 1 + steps_to_next_event(st, r, c + 1, g + 1, reqs[r]["blocks_held"])
+            calendar_insert(st, i, r, due)
+    budget -= demand
+    budget, admitted, m = admit_waiting(st, i, now, budget, cap, m)
+    return True, n_prefill + admitted, n_decode, decode_ctx, m
 
 
 # ----------------------------------------------------------------------------- step time
 
 
 @helper
-def step_duration_us(st, i, n_prefill, n_decode):
-    """Duration of the step just formed on instance i (§5), in µs."""
+def step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m):
+    """Duration of the step just formed on instance i (§5), in µs: P prefill tokens, D
+    decode requests whose contexts sum to decode_ctx; the roofline model also reads the
+    explicit entries' prefill chunks (in batch order)."""
     inst = st.inst
     if inst[i]["latency_kind"] == LatencyKind.BLACKBOX:
         return blackbox_step_us(inst[i]["beta0"], inst[i]["beta1"], inst[i]["beta2"], n_prefill, n_decode)
@@ -170,44 +310,35 @@ def step_duration_us(st, i, n_prefill, n_decode):
     pv = 0.0
     pd = 0.0
     npre = 0
-    dg = 0.0
-    dv = 0.0
-    dd = 0.0
-    ndec = 0
-    for k in range(inst[i]["batch_len"]):
-        n = st.work[k]
-        if n == 0:
-            continue
-        r = st.batch[i, k]
-        s = st.context[k]
+    for e in range(m):
+        n = st.work[e]
+        s = st.context[e]
+        if n == 0 or s >= reqs[st.explicit[e]]["prefill_target"]:
+            continue  # no work, or a decode entry (summed below)
         g, v, d = roofline_entry(st.roofline, s, n)
-        if s < reqs[r]["prefill_target"]:  # context below the prefill target: a prefill chunk
-            pg += g
-            pv += v
-            pd += d
-            npre += 1
-        else:
-            dg += g
-            dv += v
-            dd += d
-            ndec += 1
-    return roofline_step_us(st.roofline, pg, pv, pd, npre, dg, dv, dd, ndec)
+        pg += g
+        pv += v
+        pd += d
+        npre += 1
+    dg, dv, dd = roofline_decode_sums(st.roofline, n_decode, decode_ctx)
+    return roofline_step_us(st.roofline, pg, pv, pd, npre, dg, dv, dd, n_decode)
 
 
 # ----------------------------------------------------------------------------- execution
 
 
 @helper
-def execute_step(st, i, now, dt, step_idx):
-    """Apply step ``step_idx`` of duration ``dt`` that started at ``now`` (§3.4-5): advance
-    prefill chunks, emit tokens at step end + a2, complete requests and free their KV.
+def execute_step(st, i, now, dt, step_idx, m):
+    """Apply step ``step_idx`` of duration ``dt`` that started at ``now`` to the explicit
+    entries (§3.4-5): advance prefill chunks, emit tokens at step end + a2, complete
+    requests and free their KV.  (Riders gain their token implicitly.)
 
     ITL bookkeeping: a token emitted right after the request's token of the instance's
     previous step extends its current run (its sample is this step's duration, rebuilt
     from the step log later); any other non-first token goes to the irregular log with
     its sample.  Samples are token-time gaps, or in compat mode the reference's step + a2
-    (plus one more at completion).  Completed requests are listed in ``done``.  Returns
-    the number completed."""
+    (plus one more at completion).  Completed requests are listed in ``done`` and leave
+    the batch.  Returns the number completed."""
     inst = st.inst
     reqs = st.reqs
     compat = st.settings[0]["compat"] != 0
@@ -215,42 +346,62 @@ def execute_step(st, i, now, dt, step_idx):
     a2 = output_token_delay_us(inst[i]["alpha2"])
     token_us = end + a2
     prev_step = inst[i]["prev_step"]
-    write = 0
     n_done = 0
-    for k in range(inst[i]["batch_len"]):
-        r = st.batch[i, k]
-        n = st.work[k]
-        if n > 0:
-            reqs[r]["computed"] += n
-            if reqs[r]["computed"] >= reqs[r]["prefill_target"]:
-                # prefill finished (first or recomputed) or a decode: one new output token
-                if reqs[r]["first_token_us"] < 0:
-                    reqs[r]["first_token_us"] = token_us
-                    reqs[r]["run_start_step"] = step_idx
-                else:
-                    sample = dt + a2 if compat else token_us - reqs[r]["last_token_us"]
-                    reqs[r]["itl_sum_us"] += sample
-                    if reqs[r]["last_token_step"] != prev_step:  # not a continuation: log it
-                        log_irregular_token(st, r, step_idx, sample)
-                        reqs[r]["run_start_step"] = step_idx
-                reqs[r]["last_token_us"] = token_us
-                reqs[r]["last_token_step"] = step_idx
-                reqs[r]["last_step_us"] = dt
-                reqs[r]["generated"] += 1
-                if reqs[r]["generated"] >= reqs[r]["output_len"]:
-                    if compat:  # the reference's extra sample at completion
-                        reqs[r]["itl_sum_us"] += dt + a2
-                    kv_release(st, i, r)
-                    reqs[r]["state"] = RequestState.COMPLETED
-                    inst[i]["completed"] += 1
-                    st.done[n_done] = r
-                    n_done += 1
-                    continue
-        st.batch[i, write] = r
-        write += 1
-    inst[i]["batch_len"] = write
+    for e in range(m):
+        r = st.explicit[e]
+        n = st.work[e]
+        if n == 0:
+            continue
+        reqs[r]["computed"] += n
+        if reqs[r]["computed"] < reqs[r]["prefill_target"]:
+            continue  # a prefill chunk that does not finish the prompt
+        # prefill finished (first or recomputed) or a decode: one new output token
+        if reqs[r]["first_token_us"] < 0:
+            reqs[r]["first_token_us"] = token_us
+            reqs[r]["run_start_step"] = step_idx
+        else:
+            sample = dt + a2 if compat else token_us - reqs[r]["last_token_us"]
+            reqs[r]["itl_sum_us"] += sample
+            if reqs[r]["last_token_step"] != prev_step:  # not a continuation: log it
+                log_irregular_token(st, r, step_idx, sample)
+                reqs[r]["run_start_step"] = step_idx
+        reqs[r]["last_token_us"] = token_us
+        reqs[r]["last_token_step"] = step_idx
+        reqs[r]["last_step_us"] = dt
+        reqs[r]["generated"] += 1
+        if reqs[r]["generated"] >= reqs[r]["output_len"]:
+            if compat:  # the reference's extra sample at completion
+                reqs[r]["itl_sum_us"] += dt + a2
+            kv_release(st, i, r)
+            reqs[r]["state"] = RequestState.COMPLETED
+            inst[i]["completed"] += 1
+            st.done[n_done] = r
+            n_done += 1
+    for d in range(n_done):
+        batch_remove(st, i, st.done[d])
     inst[i]["prev_step"] = step_idx
     return n_done
+
+
+@helper
+def reschedule_explicit(st, i, s, m, step_idx):
+    """After local step s: the explicit entries still running are exact again as of step
+    s + 1; with event skipping, each goes back into the calendar -- at s + 1 if it is
+    still in prefill or got no token this step, else at its next event."""
+    reqs = st.reqs
+    riding = st.settings[0]["event_skipping"] != 0
+    for e in range(m):
+        r = st.explicit[e]
+        if reqs[r]["state"] != RequestState.RUNNING:
+            continue
+        reqs[r]["sync_step"] = s + 1
+        if not riding:
+            continue
+        c = reqs[r]["computed"]
+        due = s + 1
+        if c >= reqs[r]["prefill_target"] and reqs[r]["last_token_step"] == step_idx:
+            due += steps_to_next_event(st, r, c, reqs[r]["generated"], reqs[r]["blocks_held"])
+        calendar_insert(st, i, r, due)
 
 
 # ----------------------------------------------------------------------------- the handler
@@ -269,26 +420,40 @@ def on_step(st, i, t):
         update_wait_queue_priorities(st, i, prio_params, t)
     if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.SORT:
         reorder_wait_queue(st, i, st.policy_param[PolicySlot.SCHEDULER])
-    n_prefill, n_decode = form_batch(st, i, t)
+    s = inst[i]["steps"]  # this step's local index
+    riding = False
+    if st.settings[0]["event_skipping"] != 0:
+        n_due = calendar_take_due(st, i, s)
+        riding, n_prefill, n_decode, decode_ctx, m = form_batch_riding(st, i, t, s, n_due)
+        if not riding:
+            calendar_clear(st, i, s)
+    if not riding:
+        n_prefill, n_decode, decode_ctx, m = form_batch_all(st, i, t)
+        lp[0]["steps_visiting_all"] += 1
     if inst[i]["batch_len"] == 0:
         if inst[i]["wq_len"] > 0:
             lp[0]["status"] = Status.STALL
             lp[0]["error_instance"] = i
         return  # an empty batch never steps
-    dt = step_duration_us(st, i, n_prefill, n_decode)
+    n_decode += inst[i]["ride_count"]  # riders: one decode token each
+    decode_ctx += inst[i]["ride_ctx"]
+    dt = step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m)
     step_idx = log_step(st, i, dt)
-    inst[i]["steps"] += 1
+    inst[i]["steps"] = s + 1
     inst[i]["busy_us"] += dt
     inst[i]["sum_wq_len"] += wq_at_start
     inst[i]["sum_batch_len"] += inst[i]["batch_len"]
     inst[i]["prefill_tokens"] += n_prefill
     inst[i]["decode_tokens"] += n_decode
-    n_done = execute_step(st, i, t, dt, step_idx)
+    n_done = execute_step(st, i, t, dt, step_idx, m)
+    inst[i]["ride_ctx"] += inst[i]["ride_count"]  # each rider's token is now in KV
+    reschedule_explicit(st, i, s, m, step_idx)
     for d in range(n_done):
         release_follower(st, st.done[d])
     end = t + dt
     inst[i]["busy_until_us"] = end
     inst[i]["last_step_end_us"] = end
+    inst[i]["last_dt_us"] = dt
     if st.settings[0]["check_invariants"] != 0:
         if not kv_conserved(st, i):
             lp[0]["status"] = Status.INVARIANT_KV
@@ -301,4 +466,3 @@ def on_step(st, i, t):
     if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0:
         push_event(st, end, event_priority(InstanceEvent.STEP, i), -1)
         inst[i]["step_pending"] = 1
-

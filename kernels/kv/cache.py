@@ -110,8 +110,9 @@ def _note_peak(inst, i):
 def kv_grow(st, i, r, n):
     """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
 
-    Registers the prefix keys of prompt blocks that become full.  Returns True on success;
-    on failure nothing changes.
+    Registers the key of every block these tokens fill -- prompt blocks and blocks filled
+    by generated tokens alike (docs/semantics.md §6) -- when the allocation is made, as
+    the reference does.  Returns True on success; on failure nothing changes.
     """
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
@@ -126,10 +127,9 @@ def kv_grow(st, i, r, n):
             st.req_blocks[start + held + k] = _take_block(st, i)
         reqs[r]["blocks_held"] = held + need
         _note_peak(st.inst, i)
-    prompt_len = reqs[r]["prompt_len"]
-    if st.settings[0]["prefix_caching"] != 0 and c < prompt_len:
-        # full prompt blocks completed by this chunk: [c // bs, min(c + n, L) // bs)
-        last = min(min(c + n, prompt_len) // bs, reqs[r]["key_count"])
+    if st.settings[0]["prefix_caching"] != 0:
+        # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
+        last = min((c + n) // bs, reqs[r]["key_count"])
         block_key = st.blocks["key"]
         for j in range(c // bs, last):
             b = st.req_blocks[reqs[r]["block_start"] + j]
@@ -195,12 +195,13 @@ def kv_admit(st, i, r, budget, cap):
 
 @helper
 def kv_forget_chunk(st, i, r, c, n):
-    """Unregister the prefix keys request r registered for the chunk [c, c + n) of this
-    step, before a preemption frees those blocks un-computed (a victim chosen after it was
-    served).  Without this, a later request could count never-computed KV as cached."""
+    """Unregister the keys request r registered for the tokens [c, c + n) of this step
+    (a prefill chunk or a decode token), before a preemption frees those blocks
+    un-computed (a victim chosen after it was served).  Without this, a later request
+    could count never-computed KV as cached."""
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
-    last = min(min(c + n, reqs[r]["prompt_len"]) // bs, reqs[r]["key_count"])
+    last = min((c + n) // bs, reqs[r]["key_count"])
     block_key = st.blocks["key"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
         b = st.req_blocks[reqs[r]["block_start"] + j]

@@ -2,9 +2,11 @@
 
 Blackbox: β/α coefficients passed as scalars (they live in the instance table).  Roofline: a float64 parameter vector
 built by ``blis_fast.config.latency.roofline_params``; its layout is
-``schema.Roofline``.  The engine loop calls :func:`roofline_entry` once per batch entry,
-sums the three quantities per phase (prefill entries, decode entries) and then calls
-:func:`roofline_step_us`.  Neither allocates.
+``schema.Roofline``.  The engine calls :func:`roofline_entry` once per prefill entry and
+sums the three quantities in batch order; the decode entries' sums come from their count
+and total context (:func:`roofline_decode_sums`: the same quantities, exact in integers,
+so no visit per decode request is needed); then :func:`roofline_step_us`.  Nothing here
+allocates.
 
 MoE: ``Roofline.MLP_WIDTH_ACTIVE`` is experts_per_token·expert width + shared width, so FLOPs
 count only the experts a token is routed to; ``Roofline.WEIGHT_BYTES`` holds every expert, so
@@ -54,6 +56,26 @@ def roofline_entry(params, s, t):
                      + 4.0 * h * t * c * d_head + 2.0 * t * 3.0 * d * d_ff)
     vector = layers * (5.0 * h * t * c + 2.0 * t * d)
     dynamic = params[Roofline.KV_BYTES_PER_TOKEN] * (s + t) + params[Roofline.ACT_BYTES_PER_TOKEN] * t
+    return gemm, vector, dynamic
+
+
+@helper
+def roofline_decode_sums(params, n_dec, ctx_sum):
+    """(gemm FLOPs, vector FLOPs, dynamic bytes) of ``n_dec`` decode entries (one new token
+    each) whose contexts add up to ``ctx_sum``: Σ roofline_entry(s, 1), from two integers."""
+    n = np.float64(n_dec)
+    cs = np.float64(ctx_sum)
+    layers = params[Roofline.LAYERS]
+    d = params[Roofline.HIDDEN]
+    h = params[Roofline.HEADS]
+    d_head = params[Roofline.HEAD_DIM]
+    d_q = params[Roofline.Q_DIM]
+    d_kv = params[Roofline.KV_DIM]
+    d_ff = params[Roofline.MLP_WIDTH_ACTIVE]
+    gemm = layers * (n * (2.0 * (d * d_q + 2.0 * d * d_kv) + 2.0 * d_q * d + 2.0 * 3.0 * d * d_ff)
+                     + 4.0 * h * d_head * cs)
+    vector = layers * (5.0 * h * cs + 2.0 * d * n)
+    dynamic = params[Roofline.KV_BYTES_PER_TOKEN] * (cs + n) + params[Roofline.ACT_BYTES_PER_TOKEN] * n
     return gemm, vector, dynamic
 
 

@@ -25,9 +25,13 @@ class State(NamedTuple):
     # --- instances: batches and their per-step scratch
     inst: np.ndarray  # INSTANCE_DT[n_inst]
     batch: np.ndarray  # int64[n_inst, max_num_seqs]: running requests in batch order
-    work: np.ndarray  # int64[max_num_seqs]: tokens each batch slot computes this step (0 = none)
-    context: np.ndarray  # int64[max_num_seqs]: tokens already in KV for each batch slot
+    batch_seq: np.ndarray  # int64[n_inst, max_num_seqs]: their admission numbers (ascending)
+    work: np.ndarray  # int64[max_num_seqs]: tokens each batch slot / explicit entry computes this step
+    context: np.ndarray  # int64[max_num_seqs]: tokens already in KV for each batch slot / explicit entry
+    explicit: np.ndarray  # int64[max_num_seqs]: the step's explicit entries (requests visited one by one)
+    due: np.ndarray  # int64[max_num_seqs]: requests taken from the calendar this step
     done: np.ndarray  # int64[max_num_seqs]: requests completed by this step
+    calendar: np.ndarray  # int64[n_inst, calendar_size]: bucket heads (engine/calendar.py), -1 = empty
     # --- KV cache
     blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
     kv_table: np.ndarray  # int64[rows, 2]: prefix key -> block + 1, one slice of rows per instance

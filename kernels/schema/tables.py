@@ -28,11 +28,18 @@ REQUEST_DT = np.dtype(
         ("run_start_step", np.int64),  # step that began its current run of consecutive token
         #                                steps (its first token or an irregular one)
         ("block_start", np.int64),  # first index of its slice of the request-blocks array
+        # --- event skipping (engine/calendar.py): a running decode request "rides" between
+        # its events; the fields above are exact as of the start of its instance's local
+        # step ``sync_step`` and advance by one token per step after it ---
+        ("sync_step", np.int64),  # local step (instance steps counter) the fields above are exact at
+        ("cal_next", np.int64),  # next request in its calendar bucket, -1 = end
+        ("admit_seq", np.int64),  # order of admission on its instance: the batch is sorted by it
         # --- inputs (filled from the workload) ---
         ("arrival_us", np.int64),  # µs, arrival at the cluster
         ("prompt_len", np.int64),  # L, tokens incl. shared prefix
-        ("key_start", np.int64),  # first index of its prefix-block keys in the keys array
-        ("key_count", np.int64),  # number of keys = floor(L / block_size)
+        ("key_start", np.int64),  # first index of its block keys in the keys array
+        ("key_count", np.int64),  # keys of the full blocks of prompt + outputs: floor((L + N) / block_size)
+        ("prompt_key_count", np.int64),  # of which prompt blocks: floor(L / block_size)
         ("block_cap", np.int64),  # length of its block slice = ceil((L + N - 1) / block_size)
         # --- state ---
         ("state", np.int32),  # RequestState
@@ -97,6 +104,11 @@ INSTANCE_DT = np.dtype(
         ("busy_until_us", np.int64),  # end of the last step started
         ("prev_step", np.int64),  # global index of its previous step, -1 = none
         ("last_step_end_us", np.int64),  # end of the last step executed (duration metric)
+        ("last_dt_us", np.int64),  # duration of the last step executed
+        ("admit_counter", np.int64),  # admissions so far (the next admit_seq)
+        # --- event skipping: the calendar's riding requests (engine/calendar.py) ---
+        ("ride_count", np.int64),  # requests in the calendar
+        ("ride_ctx", np.int64),  # Σ of their KV tokens (computed) at the start of the next step
         # --- counters ---
         ("steps", np.int64),
         ("busy_us", np.int64),  # sum of step durations
@@ -169,6 +181,9 @@ SETTINGS_DT = np.dtype(
         ("admission_latency_us", np.int64),
         ("routing_latency_us", np.int64),
         ("max_events", np.int64),  # safety limit on processed events (hang guard)
+        ("event_skipping", np.int32),  # 1 = decode requests ride between their events (engine/calendar.py);
+        #                                0 = every running request is visited every step (the reference path)
+        ("calendar_size", np.int64),  # buckets of each instance's calendar (a power of two)
     ],
     align=True,
 )
@@ -184,6 +199,7 @@ LOOP_DT = np.dtype(
         ("rr_cursor", np.int64),  # round-robin routing cursor
         ("events", np.int64),  # events processed
         ("steps", np.int64),  # engine steps over all instances (rows of the step log)
+        ("steps_visiting_all", np.int64),  # of which visited every running request (no event skipping)
         ("irregular_records", np.int64),  # rows of the irregular-ITL log
         ("heap_peak", np.int64),  # largest event-heap size seen
         ("injected", np.int64),  # arrivals processed

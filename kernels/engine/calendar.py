@@ -1,0 +1,137 @@
+"""Event skipping: running decode requests "ride" between their events.
+
+In the common engine step almost nothing happens to most running requests: a decode
+request that neither needs a new KV block, nor fills one, nor finishes only gains one
+token, exactly like every other such request.  So instead of visiting every running
+request every step, each instance keeps a *calendar*: a ring of ``calendar_size``
+buckets indexed by the instance's local step number, each a singly linked list (through
+``reqs["cal_next"]``) of the requests that need attention at that step:
+
+- a decode request's next *event*: the step that allocates a new KV block (its KV
+  tokens reach a block boundary), the step that fills a block (its key is registered,
+  docs/semantics.md §6), or the step that emits its last token;
+- a request that must be visited one by one at the next step: one still in prefill, or
+  one whose next token does not directly follow its previous one (after a step in which
+  the token budget left it without work).
+
+A riding request's per-token fields (computed, generated, last token time and step,
+ITL sum) are exact as of the start of local step ``sync_step``; in each later step it
+gains one token.  ``materialize`` brings them up to date in O(1) from the instance's
+step clock, because every step a riding request takes part in is consecutive and gives
+it exactly one token (the engine falls back to visiting everybody otherwise, see
+engine/step.py).  ``ride_count`` and ``ride_ctx`` (Σ of the riders' KV tokens) give the
+step's decode count and, for the roofline model, its total decode context without a
+visit.
+"""
+
+import numpy as np
+
+from ..jit import helper
+from ..latency.steptime import output_token_delay_us
+
+
+@helper
+def materialize(st, i, r, s):
+    """Bring riding request r of instance i up to date at the start of local step s: it
+    gained one token in each of its instance's steps sync_step .. s-1."""
+    reqs = st.reqs
+    k = s - reqs[r]["sync_step"]
+    if k <= 0:
+        return
+    inst = st.inst
+    a2 = output_token_delay_us(inst[i]["alpha2"])
+    token_us = inst[i]["last_step_end_us"] + a2
+    sample_sum = token_us - reqs[r]["last_token_us"]  # telescoping: Σ of the gaps
+    if st.settings[0]["compat"] != 0:  # the reference's samples are step + a2 each
+        sample_sum += k * a2
+    reqs[r]["itl_sum_us"] += sample_sum
+    reqs[r]["computed"] += k
+    reqs[r]["generated"] += k
+    reqs[r]["last_token_us"] = token_us
+    reqs[r]["last_token_step"] = inst[i]["prev_step"]
+    reqs[r]["last_step_us"] = inst[i]["last_dt_us"]
+    reqs[r]["sync_step"] = s
+
+
+@helper
+def steps_to_next_event(st, r, c, g, held):
+    """Steps from now until decode request r (KV tokens c, g tokens emitted, ``held``
+    blocks, as of the start of a step) needs a visit: 0 = this step."""
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
+    d_alloc = held * bs - c  # the step whose token needs a new block
+    if d_alloc < d:
+        d = d_alloc
+    if st.settings[0]["prefix_caching"] != 0:
+        j = c // bs  # the block its next tokens fill
+        if j < reqs[r]["key_count"]:
+            d_fill = bs - 1 - (c - j * bs)  # the step whose token completes block j
+            if d_fill < d:
+                d = d_fill
+    limit = st.settings[0]["calendar_size"] - 1
+    if d > limit:
+        d = limit  # a wake-up with nothing to do, to stay inside the ring
+    return d
+
+
+@helper
+def calendar_insert(st, i, r, due):
+    """Put request r into instance i's bucket of local step ``due``."""
+    size = st.settings[0]["calendar_size"]
+    b = due & (size - 1)
+    st.reqs[r]["cal_next"] = st.calendar[i, b]
+    st.calendar[i, b] = r
+    st.inst[i]["ride_count"] += 1
+    st.inst[i]["ride_ctx"] += st.reqs[r]["computed"]
+
+
+@helper
+def calendar_take_due(st, i, s):
+    """Take the requests of local step s out of instance i's calendar, bring them up to
+    date and list them in ``st.due`` in batch order (admission order); returns how many."""
+    reqs = st.reqs
+    inst = st.inst
+    size = st.settings[0]["calendar_size"]
+    b = s & (size - 1)
+    r = st.calendar[i, b]
+    st.calendar[i, b] = -1
+    n = 0
+    while r >= 0:
+        nxt = reqs[r]["cal_next"]
+        # ride_ctx holds its KV tokens as of the start of this step (advanced every step)
+        inst[i]["ride_count"] -= 1
+        materialize(st, i, r, s)
+        inst[i]["ride_ctx"] -= reqs[r]["computed"]
+        # insertion sort by admission order (a bucket holds a few requests)
+        seq = reqs[r]["admit_seq"]
+        k = n
+        while k > 0 and reqs[st.due[k - 1]]["admit_seq"] > seq:
+            st.due[k] = st.due[k - 1]
+            k -= 1
+        st.due[k] = r
+        n += 1
+        r = nxt
+    return n
+
+
+@helper
+def calendar_clear(st, i, s):
+    """Empty instance i's calendar, bringing every running request up to date at the start
+    of local step s (before a step that visits all of them)."""
+    inst = st.inst
+    for k in range(inst[i]["batch_len"]):
+        materialize(st, i, st.batch[i, k], s)
+    for b in range(st.settings[0]["calendar_size"]):
+        st.calendar[i, b] = -1
+    inst[i]["ride_count"] = 0
+    inst[i]["ride_ctx"] = 0
+
+
+@helper
+def sync_riders(st, i):
+    """Bring every running request of instance i up to date after its last executed step
+    (before anyone reads the tables); the calendar stays valid."""
+    s = st.inst[i]["steps"]
+    for k in range(st.inst[i]["batch_len"]):
+        materialize(st, i, st.batch[i, k], s)
