@@ -1,4 +1,4 @@
-"""Per-subsystem random generators (SEMANTICS §10, BC-10).
+"""Per-subsystem random generators (docs/semantics.md §10: streams independent per subsystem).
 
 seed(subsystem) = SeedSequence([master_seed, stable_hash(name)]): each subsystem's stream
 depends only on the master seed and its own name, never on which other subsystems drew

@@ -43,7 +43,7 @@ LLAMA_8B_HF = {
 WORKLOAD_EXAMPLES = sorted((ROOT / "configs" / "workloads").glob("*.yaml"))
 assert WORKLOAD_EXAMPLES, "no example workload specs under configs/workloads"
 
-# The reference's output fields, in its order (SEMANTICS §9; BLIS's metrics object and
+# The reference's output fields, in its order (docs/semantics.md §9; BLIS's metrics object and
 # per-request records): our summaries and results files must start with them.
 SUMMARY_HEAD = [
     "instance_id", "completed_requests", "still_queued", "still_running", "injected_requests",
@@ -64,7 +64,8 @@ HAND_STEPS = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5])
 BASE = dict(HAND_STEPS, total_kv_blocks=1000, check_invariants=True)
 
 # A loaded 3-instance run: shared prefix (cache hits), KV pressure (preemptions), batch cap,
-# zero-length outputs, alpha overheads; the kernel verifies BC-12/BC-13 after every step.
+# zero-length outputs, alpha overheads; the kernel verifies batch size <= max_num_seqs and
+# allocated + free KV blocks = total after every step.
 LOADED = dict(
     num_requests=300, rate=40, num_instances=3, total_kv_blocks=80,
     prompt_tokens=300, prompt_tokens_stdev=200, prompt_tokens_min=1, prompt_tokens_max=1500,

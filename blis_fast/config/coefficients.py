@@ -1,4 +1,4 @@
-"""BLIS blackbox coefficient sets and deployment defaults from ``configs/defaults.yaml`` (SEMANTICS §5).
+"""BLIS blackbox coefficient sets and deployment defaults from ``configs/defaults.yaml`` (docs/semantics.md §5).
 
 A coefficient set is keyed by (model id, GPU, TP, vLLM version); lookups return the
 *first* exact match in file order.  Model ids compare case-insensitively, and a request

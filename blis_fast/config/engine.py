@@ -1,4 +1,4 @@
-"""vLLM engine settings of one simulated deployment (SEMANTICS §3, §6)."""
+"""vLLM engine settings of one simulated deployment (docs/semantics.md §3, §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU specifications from ``configs/hardware_config.json`` (SEMANTICS §5) and GPU name aliases.
+"""GPU specifications from ``configs/hardware_config.json`` (docs/semantics.md §5) and GPU name aliases.
 
 The BLIS hardware file and the BLIS coefficient file spell the A100 differently
 (``A100-SXM`` vs ``A100-80``); :func:`canonical_gpu` maps every accepted spelling to the

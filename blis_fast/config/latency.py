@@ -1,4 +1,4 @@
-"""Choose and compile the step-time model of a deployment (SEMANTICS §5) and its KV budget (§6)."""
+"""Choose and compile the step-time model of a deployment (docs/semantics.md §5) and its KV budget (§6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model architecture from a HuggingFace ``config.json`` (SEMANTICS §5, §6).
+"""Model architecture from a HuggingFace ``config.json`` (docs/semantics.md §5, §6).
 
 Only what the step-time and KV-cache models need: layer/head/MLP sizes, the bytes per
 parameter, and the mixture-of-experts (MoE) shape.  Parameter counts cover embeddings,
@@ -15,7 +15,7 @@ from pathlib import Path
 from blis_fast.errors import ConfigError
 from blis_fast.paths import configs_dir
 
-# torch_dtype -> bytes per parameter (SEMANTICS §5).
+# torch_dtype -> bytes per parameter (docs/semantics.md §5).
 _DTYPE_BYTES = {
     "float32": 4, "fp32": 4,
     "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,

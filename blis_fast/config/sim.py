@@ -36,7 +36,7 @@ def _opt(default, help_text: str, **extra):
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """What requests arrive (SEMANTICS §7).  Defaults are BLIS's ``distribution`` defaults."""
+    """What requests arrive (docs/semantics.md §7).  Defaults are BLIS's ``distribution`` defaults."""
 
     type: str = _opt("distribution", "distribution | chatbot | contentgen | summarization | multidoc | traces")
     rate: float = _opt(1.0, "arrival rate, requests per second (> 0)")
@@ -199,7 +199,7 @@ def load_yaml(path: str | Path) -> dict:
 def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,
                  policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config") -> SimConfig:
     """Defaults <- YAML data <- policy bundle settings <- CLI overrides (flat flag names;
-    None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.policy.load_policy_bundle)."""
+    None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.config.policy.load_policy_bundle)."""
     nested: dict[str, Any] = {}
     origin: dict[str, str] = {}  # path -> how the user spelled it (for messages)
     for key, value in (yaml_data or {}).items():

@@ -1,11 +1,12 @@
 """The standard benchmark scenarios and ``blis-fast bench``.
 
-Three figures, measured separately (STYLE §12):
+Three figures, measured separately (each is a cost a user sees, and they differ by orders
+of magnitude):
 
-* **warm throughput** -- seconds of ``run_kernel`` once compiled, per scenario: the
+* **warm throughput** -- seconds of ``run.run_to_end`` once compiled, per scenario: the
   workload is generated once (untimed), one untimed warm-up run is checked for
   correctness (every request completed, status OK), then ``repeats`` timed runs each on a
-  fresh state (``build_state`` is untimed; ``run_kernel`` mutates the state).  Best and
+  fresh state (``build_state`` is untimed; ``run_to_end`` mutates the state).  Best and
   median kernel seconds, simulated requests/s and engine steps/s (both from the best).
 * **cold compile** -- wall time of ``blis-fast run --num-requests 100`` in a fresh process
   with an empty ``NUMBA_CACHE_DIR`` (every kernel compiles).

@@ -1,4 +1,4 @@
-"""Anomaly counters (SEMANTICS §8): priority inversions, HOL blocking, rejections."""
+"""Anomaly counters (docs/semantics.md §8): priority inversions, HOL blocking, rejections."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fitness of a run: a weighted sum of normalized components (SEMANTICS §8).
+"""Fitness of a run: a weighted sum of normalized components (docs/semantics.md §8).
 
 throughput = rps / (rps + 100); tokens_per_sec = tps / (tps + 10000); latency keys
 (p99_ttft, p50_ttft, mean_ttft, p99_e2e, p50_e2e, mean_e2e) = 1 / (1 + value_µs / 1000).

@@ -1,4 +1,4 @@
-"""Summary metrics from the kernel's output tables (SEMANTICS §9, §11).
+"""Summary metrics from the kernel's output tables (docs/semantics.md §9, §11).
 
 All inputs are µs integers; means and percentiles are computed over µs values and
 reported in ms.  Percentile = linear interpolation at rank (p/100)·(n−1) (numpy's

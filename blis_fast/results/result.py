@@ -3,7 +3,7 @@
 Per-request field names follow BLIS's results file (``requestID, arrived_at,
 num_prefill_tokens, num_decode_tokens, ttft_ms, itl_ms, e2e_ms, scheduling_delay_ms,
 handled_by``) plus our own (``state, preemptions, cached_prompt_tokens, ...``).  With
-``--compat blis-2026.02`` the reporting follows the reference (SEMANTICS §11): ITL samples
+``--compat blis-2026.02`` the reporting follows the reference (docs/semantics.md §11): ITL samples
 of step + a2 plus one at completion, total output tokens without first tokens, only
 requests that reached an instance, sorted by arrival time.
 """
@@ -116,7 +116,7 @@ class Result:
 
     @cached_property
     def slo(self) -> dict | None:
-        """SLO attainment and latencies per SLO class, tenant and client (blis_fast.slo);
+        """SLO attainment and latencies per SLO class, tenant and client (blis_fast.results.slo);
         None unless the workload defines classes, tenants or clients (workload specs)."""
         if not (self.workload.slo_targets or self.workload.names):
             return None

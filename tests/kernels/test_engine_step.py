@@ -1,5 +1,5 @@
 """The engine step (kernels/engine/step.py: batch formation, chunked prefill, preemption,
-admission) through ``blis_fast.simulate`` (SEMANTICS §1-4), with tiny configs whose step
+admission) through ``blis_fast.simulate`` (docs/semantics.md §1-4), with tiny configs whose step
 times are easy to compute by hand, plus a comparison with tests/naive/engine.py's
 ``naive_simulate_instance`` on random small workloads.
 
@@ -131,7 +131,7 @@ def test_queued_at_step_end_joins_that_step_and_busy_instance_waits():
     assert col(res, "first_scheduled_us") == [0, 1100]
     assert col(res, "first_token_us") == [1100, 1100 + 1105]
     # request 1 arrives at 500 while the instance is busy until 1100 with an empty batch
-    # afterwards: the next step starts at 1100, not 500 (SEMANTICS §1 fix) ...
+    # afterwards: the next step starts at 1100, not 500 (docs/semantics.md §1 fix) ...
     res = run([10, 10], [1, 1], [0, 500])
     assert col(res, "first_scheduled_us") == [0, 1100]
     # ... except in compat mode, which reproduces the reference's overlapping step

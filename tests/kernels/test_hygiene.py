@@ -1,6 +1,7 @@
-"""Decorator and import hygiene of kernels/ (STYLE.md §3-4), over every module of every
-subpackage: every function is compiled with caching, no kernel imports the Python layer
-(``blis_fast``) -- not even inside a function --, relative imports stay inside the
+"""Decorator and import hygiene of kernels/, over every module of every subpackage: every
+function is compiled with caching (so a second process loads machine code instead of
+compiling), no kernel imports the Python layer (``blis_fast``, which imports the kernels)
+-- not even inside a function --, relative imports stay inside the
 package, the schema pins its dtypes; and editing any kernel source drops the whole
 package's compiled cache."""
 

@@ -1,4 +1,4 @@
-"""The kernels run as plain Python too (NUMBA_DISABLE_JIT=1, STYLE §9): the same small
+"""The kernels run as plain Python too (NUMBA_DISABLE_JIT=1): the same small
 scenarios, interpreted and compiled, must give byte-identical results.  This catches
 numba-specific semantics (integer widths, truncation, float rounding) and keeps a
 coverage run of the kernels possible."""

@@ -1,4 +1,4 @@
-"""Step-time kernels (kernels/latency/steptime.py): roofline reference values (SEMANTICS §5),
+"""Step-time kernels (kernels/latency/steptime.py): roofline reference values (docs/semantics.md §5),
 cross-check with tests/naive/latency.py, blackbox trunc."""
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Slow, obviously correct pure-Python references for the kernels (STYLE §9).
+"""Slow, obviously correct pure-Python references for the kernels: a test that compares a
+kernel with a literal transcription of the spec catches what hand-picked cases miss.
 
 Nothing here is fast or clever: sorted Python lists, dicts, one object per request.  Each
 reference follows docs/semantics.md and docs/policies.md literally, including the model

@@ -32,7 +32,7 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
                             max_num_seqs=256, max_batched_tokens=2048, long_prefill_threshold=0,
                             alpha=(0.0, 0.0, 0.0), beta=(0.0, 0.0, 0.0), prefix_caching=True,
                             horizon=None, compat=False, admission_latency=0, routing_latency=0):
-    """Simulate one instance (SEMANTICS §1-4, blackbox step time, FCFS, victim = last).
+    """Simulate one instance (docs/semantics.md §1-4, blackbox step time, FCFS, victim = last).
 
     ``keys[i]`` is the list of request i's prompt-block keys.  Returns a dict of per-request
     lists (``state`` as names, times in µs, -1 = never) and instance counters.
@@ -98,7 +98,7 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
         now = step_at
         step_at = None
 
-        # --- batch formation (SEMANTICS §3.2)
+        # --- batch formation (docs/semantics.md §3.2)
         budget = max_batched_tokens
         work: dict[int, int] = {}
         prefill_tokens = 0
@@ -166,7 +166,7 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
                 raise RuntimeError("stall: waiting requests but an empty batch")
             continue
 
-        # --- execution (SEMANTICS §3.3-5)
+        # --- execution (docs/semantics.md §3.3-5)
         dt = int(beta[0] + beta[1] * prefill_tokens + beta[2] * decodes)
         stats["steps"] += 1
         stats["prefill_tokens"] += prefill_tokens

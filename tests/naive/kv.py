@@ -8,7 +8,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class NaiveKVCache:
-    """One instance's paged KV cache with prefix caching (SEMANTICS §6).
+    """One instance's paged KV cache with prefix caching (docs/semantics.md §6).
 
     Blocks are numbered 0..total-1.  ``free`` is the LRU free list as a Python list: the
     head (index 0) is taken first.  It starts as all blocks in index order ("virgin"
@@ -128,7 +128,7 @@ class NaiveKVCache:
 
 
 def assert_kv_recount(r) -> None:
-    """Independent recount of every instance's KV blocks (BC-13) from a Result's tables:
+    """Independent recount of every instance's KV blocks (KV conservation) from a Result's tables:
     held blocks = allocated, held + free-list + never-used = total, every block reference
     belongs to one request of that instance, the peak within the total."""
     st = r.state

@@ -1,4 +1,4 @@
-"""Anomaly counters and fitness (SEMANTICS §8, docs/policies.md "Anomaly counters",
+"""Anomaly counters and fitness (docs/semantics.md §8, docs/policies.md "Anomaly counters",
 "Fitness") recomputed independently from the run's per-request and per-instance state:
 
 - priority inversions = brute-force O(n²) count over completed requests (same instance and
@@ -82,9 +82,9 @@ def test_priority_inversions_ignore_incomplete_requests():
 
 
 def test_priority_inversions_same_arrival_ordered_by_request_id():
-    """Requests arriving in the same µs are ordered by request id (SEMANTICS only says
-    "earlier-arrived i, later j"; BLIS sorts by arrival with an unstable sort).  Pins the
-    current convention: r0 (long) and r1 (short) both arrive at t=0 -> one pair counted."""
+    """Requests arriving in the same µs are ordered by request id (docs/semantics.md §8:
+    "ties by request index"; BLIS sorts by arrival with an unstable sort).  Pins that
+    convention: r0 (long) and r1 (short) both arrive at t=0 -> one pair counted."""
     wl = lengths_workload([0, 0], [100, 100], [50, 1])
     r = sim_base(wl, priority_policy="slo-based")
     e2e = r.request_columns()["e2e_us"]

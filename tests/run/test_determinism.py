@@ -1,4 +1,4 @@
-"""Determinism (BC-10): the configuration alone fixes the run.
+"""Determinism (docs/semantics.md §10): the configuration alone fixes the run.
 
 Same config twice in one process -> identical documents and bytes; no dependence on the
 wall clock (time functions patched to jump around, in-process and in a fresh process);

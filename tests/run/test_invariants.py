@@ -1,6 +1,7 @@
-"""Engine invariants (BC-5, BC-12, BC-13): the clock is monotone and steps never overlap, the
-batch never exceeds max_num_seqs, KV blocks are conserved (recounted independently at the
-end and at horizon snapshots), the per-step check really runs, the event heap stays small."""
+"""Engine invariants (docs/semantics.md §3, "Invariants"): monotone clock (steps never
+overlap), batch size <= max_num_seqs, KV conservation (allocated + free blocks = total,
+recounted independently at the end and at horizon snapshots); also: the per-step check
+really runs, the event heap stays small."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request lifecycle (SEMANTICS §1, §9): conservation of requests over states and instances,
+"""Request lifecycle (docs/semantics.md §1, §9): conservation of requests over states and instances,
 exact output counts, timestamp causality, E2E = TTFT + Σ ITL, and dropped-unservable
 requests counted once, never cycled.  On the shared ``loaded`` runs (conftest.py)."""
 

@@ -1,4 +1,4 @@
-"""Behaviour of every control-policy template (SEMANTICS §8, docs/policies.md) through
+"""Behaviour of every control-policy template (docs/semantics.md §8, docs/policies.md) through
 ``blis_fast.simulate`` on small hand-built workloads, each test written so that it fails if
 the template were wired to the wrong kernel branch or parameter.  (The kernel-level policy
 tests -- each policy helper against tests/naive/policies.py, no recompilation -- are in

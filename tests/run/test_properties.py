@@ -1,6 +1,7 @@
 """Property-based tests of whole runs (hypothesis): random tiny clusters with KV pressure,
 small budgets, shared prefixes, zero/one-token outputs, compat on/off and horizons, run
-with ``check_invariants=True`` (the kernel then checks BC-12/BC-13 after every step).
+with ``check_invariants=True`` (the kernel then checks batch size <= max_num_seqs and
+allocated + free KV blocks = total after every step).
 
 Properties: request conservation, per-request causality, exact output counts, TTFT lower
 bound, batch/KV peaks within limits, all KV blocks free after a full run, determinism, and

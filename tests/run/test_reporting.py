@@ -1,4 +1,4 @@
-"""What a run reports (SEMANTICS §9): summary field names and order, instance ids,
+"""What a run reports (docs/semantics.md §9): summary field names and order, instance ids,
 percentile definitions (numpy linear) for every group, ITL statistics against hand-expanded
 samples, throughput, no NaN anywhere; and compat vs normal reporting (ITL samples, output
 token counts, constant arrivals, truncated trace arrivals, records ordered by arrival)."""

@@ -1,4 +1,4 @@
-"""Round-robin routing (SEMANTICS §8) follows arrival order, spreads requests evenly, and
+"""Round-robin routing (docs/semantics.md §8) follows arrival order, spreads requests evenly, and
 keeps instances isolated: each instance of a cluster behaves exactly like a lone instance
 fed only its own requests."""
 

@@ -1,4 +1,4 @@
-"""Settings through ``blis_fast.simulate`` (SEMANTICS §1, §11): invalid values raise a
+"""Settings through ``blis_fast.simulate`` (docs/semantics.md §1, §11): invalid values raise a
 ConfigError naming the field, workload presets as flat overrides, instance-pool bounds
 (only ``num_instances`` are active; headroom changes nothing), custom model config files."""
 

@@ -1,4 +1,4 @@
-"""Exact microseconds (SEMANTICS §2, §7): the worked single-request cases (shipped and
+"""Exact microseconds (docs/semantics.md §2, §7): the worked single-request cases (shipped and
 hand-picked coefficients), event ordering at equal times, admission/routing latencies, and
 horizon semantics (an event at t == H runs, one after it does not)."""
 

@@ -1,4 +1,4 @@
-"""BLIS trace CSV loading (SEMANTICS §7): both the byte-level fast path and the exact
+"""BLIS trace CSV loading (docs/semantics.md §7): both the byte-level fast path and the exact
 row-by-row path must give the same workload, and the same error naming the row."""
 
 from __future__ import annotations

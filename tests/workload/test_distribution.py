@@ -1,4 +1,4 @@
-"""Synthetic distribution workloads and presets (SEMANTICS §7, §10)."""
+"""Synthetic distribution workloads and presets (docs/semantics.md §7, §10)."""
 
 from __future__ import annotations
 
