@@ -2,7 +2,8 @@
 arrivals (SEMANTICS §7), and the named presets of ``configs/defaults.yaml``.
 
 Each random quantity has its own stream (SEMANTICS §10): ``workload.arrivals``,
-``workload.prompt_lengths``, ``workload.output_lengths``, ``workload.tokens``; changing
+``workload.prompt_lengths``, ``workload.output_lengths``, ``workload.tokens`` (the shared
+prefix's token ids), ``workload.content`` (one 64-bit content seed per request); changing
 the output-length parameters therefore changes neither arrivals nor prompts.
 """
 
@@ -21,7 +22,6 @@ MAX_TOKEN_ID = 128000  # token ids are uniform in [0, MAX_TOKEN_ID)
 PRESETS = ("chatbot", "contentgen", "summarization", "multidoc")
 WORKLOAD_KINDS = PRESETS + ("distribution", "traces")
 ARRIVALS = ("poisson", "constant")
-_CHUNK_TOKENS = 1 << 24  # prompt tokens drawn and hashed per chunk (bounds memory)
 _MAX_ARRIVAL_US = 2**62  # refuse workloads whose clock would approach int64 overflow
 
 
@@ -125,40 +125,35 @@ def sample_arrivals(spec: DistributionSpec, seed: int) -> np.ndarray:
     return np.cumsum(np.maximum(gaps, 1.0).astype(np.int64))
 
 
-def _prompt_keys(rng, prefix_ids, body_len, block_size):
-    """Draw the prompt token ids (shared prefix + uniform body) chunk by chunk and hash
-    their full blocks; returns the flat int64 keys."""
-    from kernels.workload.keys import hash_prompt_blocks  # numba imported lazily
+def _sequence_keys(prefix_ids, prompt_len, output_len, content_seed, block_size):
+    """(keys, key_offsets, key_shared) of every request's sequence blocks: the leading
+    floor(P/bs) blocks of the shared prefix (identical ids in every request) are hashed
+    once from its ids and shared by all requests; every other block -- the one straddling
+    prefix and body, the body, the output -- holds tokens drawn for this request alone, so
+    it gets a fresh key from the request's content seed (kernels/workload/keys.py): the
+    keys of the real random token sequences up to 2^-64 collisions, without drawing or
+    hashing the ~10^3 token ids per request."""
+    from kernels.workload.keys import chain_sequence_keys, hash_chain_states  # numba imported lazily
 
-    p = prefix_ids.shape[0]
-    n = body_len.shape[0]
-    # Chunk boundaries depend only on the lengths, so the draws stay deterministic.
-    csum = np.cumsum(body_len + p)
-    bounds = np.searchsorted(csum, np.arange(_CHUNK_TOKENS, csum[-1] if n else 0, _CHUNK_TOKENS), side="right")
-    bounds = np.unique(np.concatenate(([0], bounds, [n])))
-    out = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        blen = body_len[a:b]
-        lens = blen + p
-        offs = np.zeros(b - a + 1, dtype=np.int64)
-        np.cumsum(lens, out=offs[1:])
-        tokens = np.empty(offs[-1], dtype=np.int64)
-        is_body = np.ones(offs[-1], dtype=bool)
-        if p:
-            pos = (offs[:-1, None] + np.arange(p)).ravel()
-            tokens[pos] = np.tile(prefix_ids, b - a)
-            is_body[pos] = False
-        tokens[is_body] = rng.integers(0, MAX_TOKEN_ID, size=int(blen.sum()), dtype=np.int64)
-        with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
-            keys, _ = hash_prompt_blocks(tokens, offs, np.int64(block_size))
-        out.append(keys)
-    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+    n = prompt_len.shape[0]
+    bs = np.int64(block_size)
+    with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
+        g_states, g_offs = hash_chain_states(prefix_ids, np.array([0, prefix_ids.shape[0]], np.int64), bs)
+        key_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum((prompt_len + output_len) // bs, out=key_offsets[1:])
+        keys = np.empty(int(key_offsets[-1]), np.int64)
+        shared = np.empty(keys.shape[0], np.uint8)
+        group = np.zeros(n, np.int64) if g_states.shape[0] else np.full(n, -1, np.int64)
+        chain_sequence_keys(key_offsets, prompt_len // bs, np.full(n, -1, np.int64), group, content_seed,
+                            np.arange(n, dtype=np.int64), g_states, g_offs, keys, shared)
+    return keys, key_offsets, shared
 
 
 def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) -> Workload:
     """A ``distribution`` workload: spec.num_requests requests, prompt L = prefix_tokens +
-    clamped-Gaussian length, output N clamped-Gaussian, token ids uniform in
-    [0, 128000) with the prefix ids drawn once and shared; keys for ``block_size``."""
+    clamped-Gaussian length, output N clamped-Gaussian; the prefix's token ids (uniform in
+    [0, 128000)) are drawn once and shared, every other token is unique to its request
+    (keys: ``_sequence_keys``); keys for ``block_size``."""
     spec.validate()
     if isinstance(block_size, bool) or int(block_size) < 1:
         raise ConfigError("block_size", f"must be an integer >= 1, got {block_size!r}")
@@ -172,12 +167,10 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
         subsystem_rng(seed, "workload.output_lengths"), n, spec.output_tokens,
         spec.output_tokens_stdev, int(spec.output_tokens_min), int(spec.output_tokens_max),
     )
-    tok_rng = subsystem_rng(seed, "workload.tokens")
-    prefix_ids = tok_rng.integers(0, MAX_TOKEN_ID, size=prefix, dtype=np.int64)
-    keys = _prompt_keys(tok_rng, prefix_ids, body, int(block_size))
+    prefix_ids = subsystem_rng(seed, "workload.tokens").integers(0, MAX_TOKEN_ID, size=prefix, dtype=np.int64)
+    content = subsystem_rng(seed, "workload.content").bit_generator.random_raw(n).view(np.int64)
     prompt_len = body + prefix
-    key_offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(prompt_len // int(block_size), out=key_offsets[1:])
+    keys, key_offsets, shared = _sequence_keys(prefix_ids, prompt_len, output, content, int(block_size))
     wl = Workload(
         arrival_us=arrival,
         prompt_len=prompt_len,
@@ -186,6 +179,7 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
         key_offsets=key_offsets,
         block_size=int(block_size),
         description={"kind": "distribution", "seed": int(seed), **asdict(spec)},
+        key_shared=shared,
     )
     wl.validate()
     return wl

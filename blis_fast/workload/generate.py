@@ -14,7 +14,8 @@ Pipeline (docs/workloads.md has the user-facing description):
    - per session: number of turns, the first prompt (shared prefix + prompt_tokens), and
      per turn: output tokens, and for later turns the new user tokens and the think time;
      turn t+1's prompt = turn t's prompt + turn t's output + new user tokens;
-   - a 64-bit content seed per request (the keys of its fresh blocks, kernels/workload_gen).
+   - a 64-bit content seed per request (the keys of its fresh blocks: the non-shared
+     prompt blocks and all output blocks, kernels/workload/keys.py).
 3. Merge: sessions sorted by (first arrival µs, client index, index within the client);
    each session's turns laid out consecutively; later turns are closed-loop followers
    (arrival_us = -1, released follow_delay_us after their predecessor's last token).
@@ -203,15 +204,15 @@ def arrival_times(c: ClientSpec, streams: Streams, start: float, end: float,
 @dataclass(eq=False)
 class Requests:
     """Block-size-independent per-request table of a workload: the data of a rich trace
-    (``trace_format``), turned into a ``Workload`` (with prompt-block keys) by
+    (``trace_format``), turned into a ``Workload`` (with sequence-block keys) by
     ``to_workload(block_size)``.
 
     arrival_us int64 (-1: closed-loop follower); client, tenant, slo_class, priority_class
     int32 ids (names in ``names``); session int64 (-1 none), turn int32; prompt_len,
     output_len int64 tokens; prefix_id int64: the shared prefix the session's first prompt
     starts with (-1 none; id into ``prefix_tokens``), prefix_len int64 its tokens (0 none);
-    content_seed int64: seed of the request's fresh blocks; next_request int64 (-1 none),
-    follow_delay_us int64.
+    content_seed int64: seed of the request's fresh blocks (prompt and output);
+    next_request int64 (-1 none), follow_delay_us int64.
     """
 
     columns: dict[str, np.ndarray]
@@ -219,6 +220,9 @@ class Requests:
     slo_targets: dict[str, dict]
     prefix_tokens: list[np.ndarray]  # token ids of each shared prefix (index = prefix_id)
     header: dict = field(default_factory=dict)
+    # explicit token ids (a trace's prompt_token_ids / output_token_ids): {"prompt": flat
+    # int64, "prompt_offsets": int64[n+1], and optionally "output", "output_offsets"}
+    token_ids: dict | None = None
 
     COLUMNS = {
         "arrival_us": np.int64, "client": np.int32, "tenant": np.int32, "slo_class": np.int32,
@@ -247,15 +251,19 @@ class Requests:
         return parent
 
     def to_workload(self, block_size: int, description: dict | None = None, validate: bool = True) -> Workload:
-        """The Workload (prompt-block keys for ``block_size``; see kernels/workload_gen for
-        why the keys equal those of the real token sequences where content is shared).
-        ``validate=False`` skips ``Workload.validate`` (for tables valid by construction:
-        its checks cost ~0.7 s per million requests)."""
-        from kernels.workload.keys import chain_prompt_keys, hash_chain_states  # numba lazily
+        """The Workload: keys of each request's sequence blocks (prompt, then output) for
+        ``block_size``, and ``key_shared`` (see kernels/workload/keys.py for why the keys
+        equal those of the real token sequences where content is shared).  A later turn's
+        prompt extends the previous turn's prompt + output, so its leading blocks are the
+        previous turn's sequence blocks.  ``validate=False`` skips ``Workload.validate``
+        (for tables valid by construction)."""
+        from kernels.workload.keys import chain_sequence_keys, hash_chain_states  # numba lazily
 
         bs = int(block_size)
         if bs < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")
+        if self.token_ids is not None:
+            return self._workload_from_ids(bs, description)
         n = len(self)
         toks = [np.asarray(t, np.int64) for t in self.prefix_tokens]
         t_offs = np.zeros(len(toks) + 1, np.int64)
@@ -267,10 +275,11 @@ class Requests:
             ar = np.arange(n)
             order = ar if np.all(parent < ar) else np.argsort(self["turn"], kind="stable").astype(np.int64)
             key_offsets = np.zeros(n + 1, np.int64)
-            np.cumsum(self["prompt_len"] // bs, out=key_offsets[1:])
+            np.cumsum((self["prompt_len"] + self["output_len"]) // bs, out=key_offsets[1:])
             keys = np.empty(int(key_offsets[-1]), np.int64)
-            chain_prompt_keys(key_offsets, parent, self["prefix_id"], np.ascontiguousarray(self["content_seed"]),
-                              order, g_states, g_offs, keys)
+            shared = np.empty(keys.shape[0], np.uint8)
+            chain_sequence_keys(key_offsets, self["prompt_len"] // bs, parent, self["prefix_id"],
+                                np.ascontiguousarray(self["content_seed"]), order, g_states, g_offs, keys, shared)
         c = self.columns
         wl = Workload(
             arrival_us=c["arrival_us"], prompt_len=c["prompt_len"], output_len=c["output_len"],
@@ -280,10 +289,28 @@ class Requests:
             session=c["session"], turn=c["turn"], next_request=c["next_request"],
             follow_delay_us=c["follow_delay_us"],
             names={k: list(v) for k, v in self.names.items()}, slo_targets=dict(self.slo_targets),
+            key_shared=shared,
         )
         if validate:
             wl.validate()
         return wl
+
+    def _workload_from_ids(self, bs: int, description: dict | None) -> Workload:
+        """to_workload with explicit prompt (and maybe output) token ids: keys hashed from
+        them (Workload.from_tokens; without output ids the output blocks are fresh, from
+        the content seeds), sharing found by value (key_shared left None); always
+        validated."""
+        t = self.token_ids
+        c = self.columns
+        return Workload.from_tokens(
+            c["arrival_us"], t["prompt"], t["prompt_offsets"], c["output_len"], bs,
+            description=dict(description if description is not None else self.header.get("description", {})),
+            output_tokens=t.get("output"), output_offsets=t.get("output_offsets"), content_seed=c["content_seed"],
+            tenant=c["tenant"], slo_class=c["slo_class"], priority_class=c["priority_class"], client=c["client"],
+            session=c["session"], turn=c["turn"], next_request=c["next_request"],
+            follow_delay_us=c["follow_delay_us"], names={k: list(v) for k, v in self.names.items()},
+            slo_targets=dict(self.slo_targets),
+        )
 
 
 def _names(spec: WorkloadSpec) -> dict[str, list[str]]:
@@ -511,6 +538,6 @@ def _merge(spec: WorkloadSpec, names: dict, blocks: list) -> dict[str, np.ndarra
 
 
 def generate_from_spec(spec: WorkloadSpec, seed: int | None = None, block_size: int = 16) -> Workload:
-    """The Workload of ``spec`` (seed: explicit, else the spec's, else 42) with prompt-block
-    keys for ``block_size``."""
+    """The Workload of ``spec`` (seed: explicit, else the spec's, else 42) with
+    sequence-block keys for ``block_size``."""
     return generate_requests(spec, seed).to_workload(block_size, validate=False)

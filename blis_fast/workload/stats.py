@@ -23,8 +23,10 @@ def _pct(a: np.ndarray) -> dict:
 def workload_stats(wl: Workload) -> dict:
     """Summary of a workload: request counts and rates per client, tenant and SLO class,
     prompt/output length percentiles, sessions, and prefix sharing -- the *ideal* prefix
-    hit rate, the fraction of prompt tokens in full blocks whose key occurred in an earlier
-    request (an infinite cache; the simulated one evicts and is per instance)."""
+    hit rate, the fraction of prompt tokens in full prompt blocks whose key occurred in an
+    earlier request's sequence keys, prompt or output (an infinite cache that also keeps
+    generated blocks, as vLLM's does; the simulated one evicts and is per instance).
+    "Earlier" is request order."""
     n = len(wl)
     arr = wl.arrival_us
     indep = arr >= 0
@@ -37,9 +39,12 @@ def workload_stats(wl: Workload) -> dict:
     from kernels.structs.keycount import REPEATED, flag_keys
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
-        repeated = flag_keys(keys, REPEATED)[0].view(bool)
+        repeated = flag_keys(keys, REPEATED)[0].view(bool)  # an earlier occurrence exists
+    # (a chained key cannot repeat within one request: its earlier occurrence is in an
+    # earlier request, up to 2^-64 collisions)
     owner = np.repeat(np.arange(n), nk)
-    hit_blocks = np.bincount(owner[repeated], minlength=n)
+    in_prompt = np.arange(keys.shape[0]) - np.repeat(wl.key_offsets[:-1], nk) < np.repeat(prompt // bs, nk)
+    hit_blocks = np.bincount(owner[repeated & in_prompt], minlength=n)
     session = wl.column("session")
     out = {
         "num_requests": n,

@@ -1,8 +1,11 @@
 """The workload handed to the simulator: flat per-request arrays (SEMANTICS §7).
 
 Request ``i`` is named ``request_<i>`` (0-based, in array order).  Token contents are not
-kept: only the chained keys of each request's full prompt blocks, which is all the prefix
-cache needs (SEMANTICS §6).
+kept: only the chained keys of the full blocks of each request's token sequence -- its
+prompt, then its output tokens -- which is all the prefix cache needs (SEMANTICS §6): as
+in vLLM, a block that fills during decode is cached too, so a later request whose prompt
+repeats an earlier request's prompt *and output* (the next turn of a conversation) hits
+the blocks that request generated.
 """
 
 from __future__ import annotations
@@ -14,6 +17,17 @@ import numpy as np
 from blis_fast.errors import WorkloadError
 
 
+def row_seeds(n: int) -> np.ndarray:
+    """int64 [n]: one distinct pseudo-random 64-bit seed per row (splitmix64 of the row
+    number 1..n): the default content seeds of rows that have none."""
+    x = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return x.view(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """Per-request arrays of one workload.
@@ -22,10 +36,16 @@ class Workload:
                  for traces).
     prompt_len:  int64 [n], L = prompt tokens including any shared prefix, >= 1.
     output_len:  int64 [n], N = output tokens, >= 0 (the engine treats 0 as 1).
-    block_keys:  int64, flat: chained keys of each request's full prompt blocks (never -1).
-    key_offsets: int64 [n+1]: request i's keys are block_keys[key_offsets[i]:key_offsets[i+1]]
-                 (floor(L_i / block_size) keys).
+    block_keys:  int64, flat: chained keys of the full blocks of each request's sequence,
+                 prompt tokens then output tokens (never -1).
+    key_offsets: int64 [n+1]: request i's keys are block_keys[key_offsets[i]:key_offsets[i+1]]:
+                 floor((L_i + N_i) / block_size) keys, the first floor(L_i / block_size) of
+                 which are its prompt blocks' (``prompt_keys_of``); key j identifies the
+                 sequence's first (j+1)·block_size tokens.
     block_size:  tokens per KV block the keys were computed for.
+    key_shared:  uint8, like block_keys, or None: 1 where the key's value occurs more than
+                 once in block_keys (another request can hit it), else 0.  Generators fill
+                 it by construction; None = not known (``shared_keys()`` computes it).
     source_ids:  the trace file's own request_id column (extra output field), else None.
     description: what generated it (kind, parameters, seed, file), for the results JSON.
 
@@ -59,6 +79,7 @@ class Workload:
     follow_delay_us: np.ndarray | None = None
     names: dict = field(default_factory=dict)
     slo_targets: dict = field(default_factory=dict)
+    key_shared: np.ndarray | None = None
 
     ATTRIBUTES = {  # optional column -> (dtype, default value)
         "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
@@ -90,8 +111,30 @@ class Workload:
         return [f"request_{i}" for i in range(len(self))]
 
     def keys_of(self, i: int) -> np.ndarray:
-        """The prompt-block keys of request ``i`` (a view)."""
+        """The sequence-block keys of request ``i``: floor((L + N) / block_size), prompt
+        blocks first (a view)."""
         return self.block_keys[self.key_offsets[i] : self.key_offsets[i + 1]]
+
+    def prompt_keys_of(self, i: int) -> np.ndarray:
+        """The prompt-block keys of request ``i``: the first floor(L / block_size) of
+        ``keys_of(i)`` (a view)."""
+        start = self.key_offsets[i]
+        return self.block_keys[start : start + self.prompt_len[i] // self.block_size]
+
+    def prompt_key_counts(self) -> np.ndarray:
+        """int64 [n]: floor(L_i / block_size), the number of prompt keys of each request."""
+        return self.prompt_len // self.block_size
+
+    def shared_keys(self) -> np.ndarray:
+        """uint8 like block_keys: 1 where the key's value occurs more than once in
+        block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
+        if self.key_shared is None:
+            from kernels.structs.keycount import SHARED, flag_keys  # numba imported lazily
+
+            with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
+                flags = flag_keys(np.ascontiguousarray(self.block_keys), SHARED)[0]
+            object.__setattr__(self, "key_shared", flags)  # a cache: the value is determined
+        return self.key_shared
 
     @classmethod
     def from_tokens(
@@ -103,26 +146,61 @@ class Workload:
         block_size: int,
         source_ids: list[str] | None = None,
         description: dict | None = None,
+        output_tokens: np.ndarray | None = None,
+        output_offsets: np.ndarray | None = None,
+        content_seed: np.ndarray | None = None,
+        **attributes,
     ) -> "Workload":
-        """Build a workload from prompt token ids: request i's prompt is
-        ``tokens[token_offsets[i]:token_offsets[i+1]]`` (int64 ids); hashes its full blocks."""
-        from kernels.workload.keys import hash_prompt_blocks  # numba imported lazily
+        """Build a workload from token ids: request i's prompt is
+        ``tokens[token_offsets[i]:token_offsets[i+1]]`` (int64 ids), its output
+        ``output_tokens[output_offsets[i]:output_offsets[i+1]]`` when given (then these
+        lengths must equal output_len); hashes the full blocks of prompt + output as one
+        sequence.  Without output tokens, every block that is not entirely prompt gets a
+        fresh key from ``content_seed[i]`` (int64 [n]; default ``row_seeds(n)``).
+        ``attributes``: further Workload fields (tenant=, session=, next_request=, ...)."""
+        from kernels.workload.keys import hash_sequence_blocks  # numba imported lazily
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         token_offsets = np.ascontiguousarray(token_offsets, dtype=np.int64)
+        output_len = np.ascontiguousarray(output_len, dtype=np.int64)
+        n = token_offsets.shape[0] - 1
+        if output_len.shape != (n,):
+            raise WorkloadError("workload.output_len", f"has {output_len.shape[0]} entries, expected {n}")
+        if n and output_len.min() < 0:
+            raise WorkloadError("workload.output_len", "output lengths must be >= 0")
+        if output_tokens is None:
+            out_tok = np.empty(0, np.int64)
+            out_offs = np.empty(0, np.int64)
+            seeds = row_seeds(n) if content_seed is None else np.ascontiguousarray(content_seed, dtype=np.int64)
+            if seeds.shape != (n,):
+                raise WorkloadError("workload.content_seed", f"has {seeds.shape[0]} entries, expected {n}")
+        else:
+            if output_offsets is None:
+                raise WorkloadError("workload.output_offsets", "required with output_tokens")
+            out_tok = np.ascontiguousarray(output_tokens, dtype=np.int64)
+            out_offs = np.ascontiguousarray(output_offsets, dtype=np.int64)
+            if out_offs.shape != (n + 1,) or out_offs[0] != 0 or out_offs[-1] != out_tok.shape[0]:
+                raise WorkloadError("workload.output_offsets", f"must be {n + 1} offsets from 0 to len(output_tokens)")
+            if not np.array_equal(np.diff(out_offs), output_len):
+                bad = int(np.flatnonzero(np.diff(out_offs) != output_len)[0])
+                raise WorkloadError("workload.output_len",
+                                    f"request {bad} has {output_len[bad]} but {np.diff(out_offs)[bad]} output token ids")
+            seeds = np.empty(0, np.int64)
         with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
-            keys, key_offsets = hash_prompt_blocks(tokens, token_offsets, np.int64(block_size))
+            keys, key_offsets = hash_sequence_blocks(tokens, token_offsets, out_tok, out_offs, output_len, seeds,
+                                                     np.int64(block_size))
         wl = cls(
             arrival_us=np.ascontiguousarray(arrival_us, dtype=np.int64),
             prompt_len=np.diff(token_offsets),
-            output_len=np.ascontiguousarray(output_len, dtype=np.int64),
+            output_len=output_len,
             block_keys=keys,
             key_offsets=key_offsets,
             block_size=int(block_size),
             source_ids=source_ids,
             description=dict(description or {}),
+            **attributes,
         )
         wl.validate()
         return wl
@@ -172,9 +250,13 @@ class Workload:
             raise WorkloadError("workload.output_len", "output lengths must be >= 0")
         if self.key_offsets[0] != 0 or self.key_offsets[-1] != self.block_keys.shape[0]:
             raise WorkloadError("workload.key_offsets", "must start at 0 and end at len(block_keys)")
-        if not np.array_equal(np.diff(self.key_offsets), self.prompt_len // self.block_size):
-            raise WorkloadError("workload.key_offsets", "request i must have floor(prompt_len[i] / block_size) keys")
+        if not np.array_equal(np.diff(self.key_offsets), (self.prompt_len + self.output_len) // self.block_size):
+            raise WorkloadError("workload.key_offsets",
+                                "request i must have floor((prompt_len[i] + output_len[i]) / block_size) keys")
         if np.any(self.block_keys == -1):
             raise WorkloadError("workload.block_keys", "-1 is reserved for 'no key'")
+        ks = self.key_shared
+        if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8 or ks.shape != self.block_keys.shape):
+            raise WorkloadError("workload.key_shared", "must be None or a uint8 array shaped like block_keys")
         if self.source_ids is not None and len(self.source_ids) != n:
             raise WorkloadError("workload.source_ids", f"has {len(self.source_ids)} entries, expected {n}")

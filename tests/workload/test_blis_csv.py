@@ -27,7 +27,8 @@ def test_blis_readme_example(tmp_path, fast):
     assert wl.prompt_len.tolist() == [5, 3] and wl.output_len.tolist() == [3, 4]
     assert wl.source_ids == ["req_0", "req_1"]
     assert wl.request_ids == ["request_0", "request_1"]
-    assert wl.key_offsets.tolist() == [0, 2, 3]
+    assert wl.key_offsets.tolist() == [0, 4, 7]  # floor((L + N) / 2): prompt then output blocks
+    assert wl.prompt_key_counts().tolist() == [2, 1]
     assert wl.description["kind"] == "traces"
 
 
@@ -48,9 +49,12 @@ def test_round_trip_through_writer(tmp_path, fast):
     assert wl.output_len.tolist() == [len(x) for x in outputs]
     assert wl.source_ids == [f"id-{i}" for i in range(n)]
     offs = np.concatenate(([0], np.cumsum([len(x) for x in prompts])))
-    ref = Workload.from_tokens(wl.arrival_us, np.concatenate(prompts), offs, wl.output_len, bs)
+    out_offs = np.concatenate(([0], np.cumsum([len(x) for x in outputs])))
+    ref = Workload.from_tokens(wl.arrival_us, np.concatenate(prompts), offs, wl.output_len, bs,
+                               output_tokens=np.concatenate(outputs), output_offsets=out_offs)
     assert np.array_equal(wl.block_keys, ref.block_keys)
     assert np.array_equal(wl.keys_of(4)[:2], wl.keys_of(5)[:2])
+    assert np.array_equal(np.diff(wl.key_offsets), (wl.prompt_len + wl.output_len) // bs)
 
 
 def test_fast_and_slow_paths_agree(tmp_path):

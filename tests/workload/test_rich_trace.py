@@ -94,6 +94,7 @@ def test_hand_written_minimal_csv(tmp_path):
     wl = load_trace(p, 16)
     assert wl.arrival_us.tolist() == [500000, 250000, 1000000]
     assert wl.prompt_len.tolist() == [100, 40, 7] and np.diff(wl.key_offsets).tolist() == [6, 2, 0]
+    assert wl.prompt_key_counts().tolist() == [6, 2, 0]
     assert wl.names["tenant"] == ["x", "y"] and wl.tenant.tolist() == [0, 1, 0]
     assert wl.names["client"] == ["trace"]
     assert len(np.unique(wl.block_keys)) == 8  # no sharing without prefixes / sessions
@@ -124,7 +125,9 @@ def test_token_id_column(tmp_path):
     p = tmp_path / "tok.csv"
     p.write_text('# blis-fast-trace\narrival_us,output_tokens,prompt_token_ids\n0,1,"[1, 2, 3, 4]"\n5,1,"[1, 2, 3, 4, 5]"\n')
     wl = load_trace(p, 2)
-    assert np.array_equal(wl.keys_of(1), wl.keys_of(0))
+    assert np.array_equal(wl.prompt_keys_of(1), wl.prompt_keys_of(0))
+    assert np.diff(wl.key_offsets).tolist() == [2, 3]
+    assert wl.keys_of(1)[2] != wl.keys_of(0)[1]  # fresh output blocks
 
 
 @pytest.mark.parametrize("table, field", [

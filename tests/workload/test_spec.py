@@ -253,28 +253,32 @@ def test_session_turns_extend_previous_keys(base_req):
 
 def test_keys_equal_hashing_materialized_tokens():
     """Generate, then materialize real token sequences with the same structure (prefix
-    tokens + fresh random tokens; a turn = previous prompt + random output + random user
-    tokens) and hash them: shared blocks get identical keys, and the partition of blocks
-    into equal-key classes is the same."""
+    tokens + fresh random tokens, random output tokens; a turn's prompt = previous prompt +
+    previous output + random user tokens) and hash prompt + output: shared blocks get
+    identical keys, and the partition of blocks into equal-key classes is the same."""
     s = parse_spec(spec(duration_s=10))
     r = generate_requests(s)
     bs = 4
     wl = r.to_workload(bs)
     rng = np.random.default_rng(0)
     parent = r.parents()
-    toks = []
+    toks, outs = [], []
     for i in range(len(r)):
         L = r["prompt_len"][i]
         if parent[i] >= 0:
-            p = toks[parent[i]]
+            p = np.concatenate([toks[parent[i]], outs[parent[i]]])  # the whole previous turn
             toks.append(np.concatenate([p, rng.integers(0, MAX_TOKEN_ID, L - len(p))]))
         else:
             pid = r["prefix_id"][i]
             pre = r.prefix_tokens[pid] if pid >= 0 else np.empty(0, np.int64)
             toks.append(np.concatenate([pre, rng.integers(0, MAX_TOKEN_ID, L - len(pre))]).astype(np.int64))
-    offs = np.concatenate(([0], np.cumsum([len(t) for t in toks])))
-    tkeys, toffs = hash_prompt_blocks(np.concatenate(toks).astype(np.int64), offs.astype(np.int64), np.int64(bs))
+        outs.append(rng.integers(0, MAX_TOKEN_ID, r["output_len"][i]))
+    assert (parent >= 0).sum() > 20
+    seq = [np.concatenate([t, o]) for t, o in zip(toks, outs)]
+    soffs = np.concatenate(([0], np.cumsum([len(t) for t in seq])))
+    tkeys, toffs = hash_prompt_blocks(np.concatenate(seq).astype(np.int64), soffs.astype(np.int64), np.int64(bs))
     assert np.array_equal(toffs, wl.key_offsets)
+
     g, t = wl.block_keys, tkeys
     pairs = np.unique(np.stack([g, t], 1), axis=0)
     assert len(pairs) == len(np.unique(g)) == len(np.unique(t))  # same sharing partition

@@ -9,7 +9,9 @@ whatever it says, then one request per record with at least 5 columns, by positi
 arrival_time is in seconds (float); the token columns are JSON lists of integers, quoted
 because they contain commas.  BLIS ignores request_id and model, names requests
 ``request_<i>`` in file order and uses L = len(prefill_tokens), N = len(decode_tokens).
-We keep request_id as ``Workload.source_ids``.
+We keep request_id as ``Workload.source_ids``.  The keys are those of each request's whole
+sequence, prefill then decode tokens (a request whose prompt repeats an earlier request's
+prompt and output hits the blocks that request generated).
 
 Accepted beyond what BLIS's Go reader accepts: spaces around the arrival time, records
 with more columns than the header, bare quotes inside unquoted fields.  Rejected although
@@ -161,7 +163,7 @@ def _parse_lists(strings, what, name, lines):
 
 def _load_slow(p: Path, name: str):
     """Exact row-by-row parse (Python csv + json on failure); raises WorkloadError naming
-    the first bad row.  Returns (seconds, ids, prompt token ids, L, N)."""
+    the first bad row.  Returns (seconds, ids, prompt token ids, L, output token ids, N)."""
     arrivals, ids, prompts, outputs, lines = _read_records(p, name)
     if not arrivals:
         raise WorkloadError(name, "no requests: the file has a header row but no data rows")
@@ -171,8 +173,8 @@ def _load_slow(p: Path, name: str):
     if empty.size:
         i = int(empty[0])
         raise _row_error(name, i + 1, lines[i], "prompt token ids are empty (a request needs >= 1 prompt token)")
-    _, output_len = _parse_lists(outputs, "output", name, lines)
-    return seconds, ids, tokens, prompt_len, output_len
+    out_tokens, output_len = _parse_lists(outputs, "output", name, lines)
+    return seconds, ids, tokens, prompt_len, out_tokens, output_len
 
 
 def _load_fast(p: Path):
@@ -207,16 +209,17 @@ def _load_fast(p: Path):
     tokens, prompt_len, bad = parse_int_lists(buf, st[rows, 3].copy(), en[rows, 3].copy(), True)
     if bad >= 0 or prompt_len.min() == 0:
         return None
-    _, output_len, bad = parse_int_lists(buf, st[rows, 4].copy(), en[rows, 4].copy(), False)
+    out_tokens, output_len, bad = parse_int_lists(buf, st[rows, 4].copy(), en[rows, 4].copy(), True)
     if bad >= 0:
         return None
-    return seconds, ids, tokens, prompt_len, output_len
+    return seconds, ids, tokens, prompt_len, out_tokens, output_len
 
 
 def load_blis_trace(path, block_size: int, arrival_rounding: str = "round", *, fast: bool = True) -> Workload:
     """Load a BLIS trace CSV: requests in file order, arrival µs = round(seconds·1e6)
     (half away from zero) or trunc (``arrival_rounding="trunc"``, BLIS's int64 cast),
-    L = len(prefill_tokens), N = len(decode_tokens), source_ids = the request_id column.
+    L = len(prefill_tokens), N = len(decode_tokens), source_ids = the request_id column;
+    keys of the full blocks of prefill + decode tokens (``Workload.from_tokens``).
     Raises WorkloadError naming the file, the 1-based data row and the line.
     ``fast=False`` skips the byte-level parser (tests compare the two)."""
     if arrival_rounding not in ROUNDINGS:
@@ -227,14 +230,17 @@ def load_blis_trace(path, block_size: int, arrival_rounding: str = "round", *, f
     parsed = _load_fast(p) if fast else None
     if parsed is None:
         parsed = _load_slow(p, p.name)
-    seconds, ids, tokens, prompt_len, output_len = parsed
+    seconds, ids, tokens, prompt_len, out_tokens, output_len = parsed
     us = seconds * 1e6
     arrival_us = (round_half_away(us) if arrival_rounding == "round" else np.trunc(us)).astype(np.int64)
     token_offsets = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(prompt_len, out=token_offsets[1:])
+    out_offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(output_len, out=out_offsets[1:])
     return Workload.from_tokens(
         arrival_us, tokens, token_offsets, output_len, block_size, source_ids=ids,
         description={"kind": "traces", "path": str(p), "arrival_rounding": arrival_rounding},
+        output_tokens=out_tokens, output_offsets=out_offsets,
     )
 
 

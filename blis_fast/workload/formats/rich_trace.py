@@ -20,20 +20,27 @@ A trace written by ``blis-fast workload generate`` (``write_trace``) holds
   prefix_id          int     shared prefix the session's first prompt starts with
                              (-1 none; index into the header's ``prefixes``)
   prefix_tokens      int     its length (informational; must match the prefix)
-  content_seed       int64   seed of the request's non-shared prompt blocks
+  content_seed       int64   seed of the request's fresh (non-shared) blocks, prompt
+                             and output
   next_request       int     closed loop: row released when this one completes (-1)
   follow_delay_us    int     µs after this row's last token before next_request arrives
-  prompt_token_ids   list    optional: explicit token ids; then keys are hashed from them
+  prompt_token_ids   list    optional: explicit prompt token ids; then keys are hashed
+                             from them
+  output_token_ids   list    optional, with prompt_token_ids: explicit output token ids,
+                             hashed as the continuation of the prompt (without them the
+                             output blocks are fresh, from content_seed)
   =================  ======  ==========================================================
 
-  Only arrival, prompt_tokens and output_tokens are required when reading; the rest
-  default to client "trace", tenant = client, class "default", no session / prefix /
-  closed loop, content_seed derived from the row number.
+  Only arrival, prompt_tokens and output_tokens are required when reading (the token-id
+  columns can stand in for the counts); the rest default to client "trace", tenant =
+  client, class "default", no session / prefix / closed loop, content_seed derived from
+  the row number.
 
-Prompt-block keys are not stored: they are rebuilt for the engine's block size when the
-trace is read (``Requests.to_workload``), from the prefixes' token ids, the session
-structure (a turn extends the previous turn of its session) and the content seeds --
-exactly the keys of the generated workload.
+Block keys are not stored: they are rebuilt for the engine's block size when the trace is
+read (``Requests.to_workload``), from the prefixes' token ids, the session structure (a
+turn's prompt extends the previous turn's prompt *and output*, so it starts with that
+turn's sequence blocks) and the content seeds -- exactly the keys of the generated
+workload; or, with explicit token ids, hashed from the ids.
 
 CSV layout: the header as ``# ``-prefixed lines (first line ``# blis-fast-trace``), then
 a CSV table with a header row.  Parquet: the header YAML in the file's key-value metadata
@@ -51,7 +58,7 @@ import numpy as np
 
 from blis_fast.errors import WorkloadError
 from blis_fast.workload.generate import Requests
-from blis_fast.workload.workload import Workload
+from blis_fast.workload.workload import Workload, row_seeds
 
 MAGIC = "# blis-fast-trace"
 META_KEY = b"blis_fast.header"
@@ -96,7 +103,7 @@ def trace_header(req: Requests, server: dict | None = None) -> dict:
     return h
 
 
-def _table(req: Requests):
+def _table(req: Requests, fmt: str):
     import pyarrow as pa
 
     cols = {"arrival_us": pa.array(req["arrival_us"], pa.int64())}
@@ -105,6 +112,18 @@ def _table(req: Requests):
         cols[k] = pa.array(names[req[k]] if len(req) else [], pa.string())
     for k, src in INT_COLUMNS.items():
         cols[k] = pa.array(req[src], pa.int64() if req.COLUMNS[src] == np.int64 else pa.int32())
+    for what in ("prompt", "output"):  # explicit token ids (read from a trace) are written back
+        if req.token_ids is None or what not in req.token_ids:
+            continue
+        ids, offs = req.token_ids[what], req.token_ids[f"{what}_offsets"]
+        if fmt == "parquet":
+            big = offs[-1] >= 2**31
+            lists = pa.LargeListArray if big else pa.ListArray
+            cols[f"{what}_token_ids"] = lists.from_arrays(pa.array(offs.astype(np.int64 if big else np.int32)),
+                                                          pa.array(ids, pa.int64()))
+        else:
+            cols[f"{what}_token_ids"] = pa.array(
+                ["[" + ", ".join(map(str, ids[a:b].tolist())) + "]" for a, b in zip(offs[:-1], offs[1:])], pa.string())
     return pa.table(cols)
 
 
@@ -122,7 +141,7 @@ def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server:
     if fmt not in FORMATS:
         raise WorkloadError("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
     header = _yaml_dump(trace_header(req, server))
-    table = _table(req)
+    table = _table(req, fmt)
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -179,6 +198,7 @@ def _read_csv(p: Path):
         pos = end
     types = {k: pa.string() for k in NAME_COLUMNS}
     types["prompt_token_ids"] = pa.string()
+    types["output_token_ids"] = pa.string()
     try:
         table = pcsv.read_csv(io.BytesIO(data[pos:]), convert_options=pcsv.ConvertOptions(column_types=types))
     except Exception as e:  # noqa: BLE001
@@ -211,7 +231,8 @@ def _int_column(table, name: str, where: str, default: int, n: int, lo: int | No
 
 def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.ndarray | None]:
     """Read a rich trace: (Requests, header dict, explicit prompt token ids flat or None,
-    their offsets or None).  Raises WorkloadError naming the file, row and column."""
+    their offsets or None).  Explicit ids (prompt, and output if given) are also kept in
+    ``Requests.token_ids``.  Raises WorkloadError naming the file, row and column."""
     import yaml
 
     p = Path(path)
@@ -240,9 +261,12 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
         cols["arrival_us"] = np.where(s < 0, -1, round_half_away(s * 1e6)).astype(np.int64)
     else:
         raise WorkloadError(where, "needs an arrival_us (µs) or arrival_s (seconds) column")
+    ids_col = {"prompt_tokens": "prompt_token_ids", "output_tokens": "output_token_ids"}
     for c in ("prompt_tokens", "output_tokens"):
-        if c not in table.column_names and not (c == "prompt_tokens" and "prompt_token_ids" in table.column_names):
+        if c not in table.column_names and ids_col[c] not in table.column_names:
             raise WorkloadError(where, f"needs a {c} column")
+    if "output_token_ids" in table.column_names and "prompt_token_ids" not in table.column_names:
+        raise WorkloadError(f"{where} column output_token_ids", "needs a prompt_token_ids column too")
     hnames = header.get("names") or {}
     names: dict[str, list[str]] = {}
     for k in NAME_COLUMNS:
@@ -268,30 +292,33 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
     for c, dst in INT_COLUMNS.items():
         if c == "content_seed":
             continue
-        if c == "prompt_tokens" and c not in table.column_names:
-            continue
+        if c in ids_col and c not in table.column_names:
+            continue  # from the token-id column
         cols[dst] = _int_column(table, c, where, defaults.get(c, 0), n, lo=lows.get(c))
     if "content_seed" in table.column_names:
         cols["content_seed"] = _int_column(table, "content_seed", where, 0, n)
     else:  # one distinct seed per row (splitmix64 of the row number)
-        x = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        with np.errstate(over="ignore"):
-            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-            x = x ^ (x >> np.uint64(31))
-        cols["content_seed"] = x.view(np.int64)
+        cols["content_seed"] = row_seeds(n)
     tokens = token_offsets = None
-    if "prompt_token_ids" in table.column_names:
-        tokens, token_offsets = _token_lists(table.column("prompt_token_ids"), where)
-        lens = np.diff(token_offsets)
-        if lens.min() < 1:
+    token_ids = None
+    for what, count in (("prompt", "prompt_len"), ("output", "output_len")):
+        col = f"{what}_token_ids"
+        if col not in table.column_names:
+            continue
+        ids, offs = _token_lists(table.column(col), where, what)
+        lens = np.diff(offs)
+        if what == "prompt" and lens.min() < 1:
             bad = int(np.flatnonzero(lens < 1)[0])
-            raise WorkloadError(f"{where} row {bad + 1} column prompt_token_ids", "needs >= 1 token")
-        if "prompt_len" in cols and not np.array_equal(cols["prompt_len"], lens):
-            bad = int(np.flatnonzero(cols["prompt_len"] != lens)[0])
-            raise WorkloadError(f"{where} row {bad + 1} column prompt_tokens",
-                                f"is {cols['prompt_len'][bad]} but prompt_token_ids has {lens[bad]} ids")
-        cols["prompt_len"] = lens
+            raise WorkloadError(f"{where} row {bad + 1} column {col}", "needs >= 1 token")
+        if count in cols and not np.array_equal(cols[count], lens):
+            bad = int(np.flatnonzero(cols[count] != lens)[0])
+            raise WorkloadError(f"{where} row {bad + 1} column {what}_tokens",
+                                f"is {cols[count][bad]} but {col} has {lens[bad]} ids")
+        cols[count] = lens
+        token_ids = token_ids or {}
+        token_ids[what], token_ids[f"{what}_offsets"] = ids, offs
+        if what == "prompt":
+            tokens, token_offsets = ids, offs
     prefixes = []
     for k, e in enumerate(header.get("prefixes") or []):
         if not isinstance(e, dict) or "tokens" not in e:
@@ -318,11 +345,11 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
     if header.get("seed") is not None:
         desc["seed"] = header["seed"]
     hdr = {**header, "description": desc}
-    req = Requests(cols, names, dict(header.get("slo_targets") or {}), prefixes, hdr)
+    req = Requests(cols, names, dict(header.get("slo_targets") or {}), prefixes, hdr, token_ids)
     return req, header, tokens, token_offsets
 
 
-def _token_lists(col, where: str):
+def _token_lists(col, where: str, what: str = "prompt"):
     import pyarrow as pa
 
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
@@ -333,7 +360,7 @@ def _token_lists(col, where: str):
     from blis_fast.workload.formats.blis_csv import _parse_lists
 
     strings = [s if s is not None else "[]" for s in col.to_pylist()]
-    ids, counts = _parse_lists(strings, "prompt", where, list(range(2, len(strings) + 2)))
+    ids, counts = _parse_lists(strings, what, where, list(range(2, len(strings) + 2)))
     offs = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=offs[1:])
     return ids, offs
@@ -357,18 +384,5 @@ def _check_sessions(cols: dict, where: str) -> None:
 
 def load_trace(path: str | Path, block_size: int) -> Workload:
     """A rich trace as a Workload for ``block_size`` (replayed by ``--workload traces``)."""
-    req, _header, tokens, token_offsets = read_trace(path)
-    desc = req.header.get("description", {})
-    if tokens is None:
-        return req.to_workload(block_size, description=desc)
-    from dataclasses import replace
-
-    base = Workload.from_tokens(req["arrival_us"], tokens, token_offsets, req["output_len"], block_size,
-                                description=desc)
-    c = req.columns
-    wl = replace(base, tenant=c["tenant"], slo_class=c["slo_class"], priority_class=c["priority_class"],
-                 client=c["client"], session=c["session"], turn=c["turn"], next_request=c["next_request"],
-                 follow_delay_us=c["follow_delay_us"], names={k: list(v) for k, v in req.names.items()},
-                 slo_targets=dict(req.slo_targets))
-    wl.validate()
-    return wl
+    req = read_trace(path)[0]
+    return req.to_workload(block_size, description=req.header.get("description", {}))
