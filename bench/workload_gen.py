@@ -3,7 +3,7 @@
     python bench/workload_gen.py [SPEC] [--repeats 3]
 
 Prints JSON: best and all wall times of generate_requests (arrivals, lengths, sessions)
-and of the prompt-block keys (to_workload, block size 16), after an untimed warm-up that
+and of the sequence-block keys (to_workload, block size 16: prompt then output blocks), after an untimed warm-up that
 loads (or compiles) the kernels.  The check before timing: the request count.
 """
 

@@ -183,10 +183,11 @@ class Workload:
             out_offs = np.ascontiguousarray(output_offsets, dtype=np.int64)
             if out_offs.shape != (n + 1,) or out_offs[0] != 0 or out_offs[-1] != out_tok.shape[0]:
                 raise WorkloadError("workload.output_offsets", f"must be {n + 1} offsets from 0 to len(output_tokens)")
-            if not np.array_equal(np.diff(out_offs), output_len):
-                bad = int(np.flatnonzero(np.diff(out_offs) != output_len)[0])
+            got = np.diff(out_offs)
+            if not np.array_equal(got, output_len):
+                bad = int(np.flatnonzero(got != output_len)[0])
                 raise WorkloadError("workload.output_len",
-                                    f"request {bad} has {output_len[bad]} but {np.diff(out_offs)[bad]} output token ids")
+                                    f"request {bad} has {output_len[bad]} but {got[bad]} output token ids")
             seeds = np.empty(0, np.int64)
         with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
             keys, key_offsets = hash_sequence_blocks(tokens, token_offsets, out_tok, out_offs, output_len, seeds,
@@ -256,7 +257,8 @@ class Workload:
         if np.any(self.block_keys == -1):
             raise WorkloadError("workload.block_keys", "-1 is reserved for 'no key'")
         ks = self.key_shared
-        if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8 or ks.shape != self.block_keys.shape):
+        if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8
+                               or ks.shape != self.block_keys.shape):
             raise WorkloadError("workload.key_shared", "must be None or a uint8 array shaped like block_keys")
         if self.source_ids is not None and len(self.source_ids) != n:
             raise WorkloadError("workload.source_ids", f"has {len(self.source_ids)} entries, expected {n}")

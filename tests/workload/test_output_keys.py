@@ -345,8 +345,8 @@ def test_validate_checks_key_counts_and_key_shared():
     with pytest.raises(WorkloadError, match="key_shared"):
         dataclasses.replace(wl, key_shared=wl.key_shared[:-1]).validate()
     n0 = int(wl.key_offsets[1])
-    short = dataclasses.replace(wl, block_keys=np.delete(wl.block_keys, 0), key_offsets=np.maximum(wl.key_offsets - 1, 0),
-                                key_shared=None)
+    short = dataclasses.replace(wl, block_keys=np.delete(wl.block_keys, 0),
+                                key_offsets=np.maximum(wl.key_offsets - 1, 0), key_shared=None)
     with pytest.raises(WorkloadError, match="key_offsets"):
         short.validate()
     assert n0 == (wl.prompt_len[0] + wl.output_len[0]) // 16
