@@ -350,3 +350,36 @@ def test_validate_checks_key_counts_and_key_shared():
     with pytest.raises(WorkloadError, match="key_offsets"):
         short.validate()
     assert n0 == (wl.prompt_len[0] + wl.output_len[0]) // 16
+
+
+@pytest.mark.parametrize("bs", [1, 3, 16])
+def test_hash_sequence_blocks_matches_naive(bs):
+    """The kernel against tests/naive/keys.py: explicit outputs = the naive keys of prompt +
+    output; unknown outputs = the naive prompt chain continued by fresh block hashes
+    combine64(FRESH_SEED, seed) + k·MUL."""
+    from kernels.workload.keys import hash_sequence_blocks
+    from naive.keys import (CHAIN_SALT, CHAIN_SEED, FRESH_SEED, MASK, MUL, i64, naive_chain_states, naive_combine,
+                            naive_keys, u64)
+
+    rng = np.random.default_rng(bs)
+    prompts = [rng.integers(-(2**63), 2**63 - 1, int(rng.integers(1, 4 * bs + 3)), dtype=np.int64).tolist()
+               for _ in range(25)]
+    outputs = [rng.integers(0, 5, int(rng.integers(0, 3 * bs + 2))).tolist() for _ in range(25)]
+    seeds = rng.integers(-(2**63), 2**63 - 1, 25, dtype=np.int64)
+    n_out = np.array([len(o) for o in outputs], np.int64)
+    with np.errstate(over="ignore"):
+        keys, offs = hash_sequence_blocks(*flat(prompts), *flat(outputs), n_out, seeds, np.int64(bs))
+        fresh, foffs = hash_sequence_blocks(*flat(prompts), np.empty(0, np.int64), np.empty(0, np.int64), n_out,
+                                            seeds, np.int64(bs))
+    assert np.array_equal(offs, foffs)
+    got = [keys[offs[i]:offs[i + 1]].tolist() for i in range(25)]
+    assert got == naive_keys([p + o for p, o in zip(prompts, outputs)], bs)
+    for i, (p, o) in enumerate(zip(prompts, outputs)):
+        states = [u64(s) for s in naive_chain_states([p], bs)[0]]
+        prev = states[-1] if states else CHAIN_SEED
+        h = naive_combine(FRESH_SEED, u64(int(seeds[i])))
+        for k in range(len(states), (len(p) + len(o)) // bs):
+            prev = naive_combine(prev ^ CHAIN_SALT, (h + k * MUL) & MASK)
+            states.append(prev)
+        want = [-2 if i64(s) == -1 else i64(s) for s in states]
+        assert fresh[foffs[i]:foffs[i + 1]].tolist() == want
