@@ -112,30 +112,29 @@ def loop_record() -> np.ndarray:
     return rec
 
 
-def prompt_key_mask(reqs: np.ndarray, n_keys: int) -> np.ndarray:
-    """True for the keys of full prompt blocks (the rest are blocks filled by outputs)."""
-    counts = reqs["key_count"]
-    within = np.arange(n_keys, dtype=np.int64) - np.repeat(reqs["key_start"], counts)
-    return within < np.repeat(reqs["prompt_key_count"], counts)
+def key_sharing(workload, keys: np.ndarray, needed: bool) -> tuple[np.ndarray, int]:
+    """(uint8 per key: 1 if its value occurs at another position too, number of distinct
+    such values).  Keys nobody else carries are cached and indexed without hashing
+    (kernels/kv/cache.py, the router's prefix index); a generated workload knows which
+    keys those are, a trace's are counted.  Minimal when nothing reads them."""
+    if not needed:
+        return np.zeros(1, np.uint8), 0
+    flags = np.ascontiguousarray(workload.shared_keys(), dtype=np.uint8)
+    return flags, int(np.count_nonzero(flags))  # an upper bound on the distinct values: enough for sizing
 
 
-def prefix_index_tables(keys: np.ndarray, prompt_mask: np.ndarray, n_inst: int, capacity: int, enabled: bool):
-    """(key_shared uint8 per key, pi_state, pi_table, pi_ring, gmap, rows per instance) of
-    the router's prefix-affinity index; minimal tables when the policy does not use it.
-    The router indexes prompt keys only, so "shared" means: in more than one prompt."""
+def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool):
+    """(pi_state, pi_table, pi_ring, gmap, rows per instance) of the router's
+    prefix-affinity index; minimal tables when the policy does not use it.  Keys only one
+    request carries never match: the index keeps just their LRU place, so its hash
+    tables need room for the ``n_shared`` shared key values only."""
     n_words = (n_inst + 63) // 64
     pi_state = np.zeros((n_inst, 4), np.int64)
     if not enabled:  # same types, minimal sizes: the kernel signature never changes
-        return (np.zeros(1, np.uint8), pi_state, np.zeros((2, 2), np.int64), np.zeros((n_inst, 1, 2), np.int64),
-                np.zeros((2, 1 + n_words), np.int64), 1)
-    from kernels.structs.keycount import SHARED, flag_keys
-
-    # keys only one request carries never match: the index keeps just their LRU place, so
-    # its hash tables need room for the shared keys only
-    key_shared = np.zeros(len(keys), np.uint8)
-    key_shared[prompt_mask], n_shared = flag_keys(np.ascontiguousarray(keys[prompt_mask]), SHARED)
+        return pi_state, np.zeros((2, 2), np.int64), np.zeros((n_inst, 1, 2), np.int64), \
+            np.zeros((2, 1 + n_words), np.int64), 1
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
-    return (key_shared, pi_state, np.zeros((n_inst * rows, 2), np.int64),
+    return (pi_state, np.zeros((n_inst * rows, 2), np.int64),
             np.zeros((n_inst, 2 * capacity, 2), np.int64),  # touch records; compacted when full
             np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
 
@@ -164,12 +163,14 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
                           "or engine.total_kv_blocks")
     reqs = request_table(workload, bs)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
-    # an instance's prefix table holds at most one key per block, and never more keys than
-    # the workload has: sizing by the smaller keeps huge KV caches from costing memory
-    ht_rows = next_pow2(2 * max(1, min(kv_total, len(keys))))
+    caching = eng.enable_prefix_caching and len(keys) > 0
+    key_shared, n_shared = key_sharing(workload, keys, caching or pol.uses_prefix_index)
+    # an instance's prefix table holds shared keys only, at most one per block: sizing by the
+    # smaller keeps huge KV caches from costing memory
+    ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
-    key_shared, pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
-        keys, prompt_key_mask(reqs, len(keys)), n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
+    pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
+        n_shared, n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
     out_eff = reqs["output_len"]
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
     s = cfg.simulation
@@ -197,6 +198,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
         blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),
         kv_table=np.zeros((n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
+        kv_slot=np.zeros(len(keys) if caching else 1, np.int32),
         heap=np.zeros(n + 4 * n_inst + 64, S.EVENT_DT),
         step_log=np.zeros(max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),

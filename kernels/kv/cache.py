@@ -8,8 +8,15 @@ Per instance i (a row of the instance table):
   Allocation takes from the head, release appends to the tail, and a freed block keeps
   its prefix key (that *is* the cache) until it is reused.  Virgin blocks are not linked
   (``kv_virgin_next`` marks them), so millions of blocks cost nothing to set up;
-- a prefix table (structs/hashtable.py rows of (key, block + 1)) in rows
-  [ht_offset, ht_offset + ht_mask] of ``kv_table``.
+- the cache's index from a block key to the block holding it.  Key number q (position
+  q of the workload's ``keys``) is looked up in one of two ways: a key whose value no
+  other position carries (``key_shared[q] == 0``: content only its own request has)
+  can only ever be registered and looked up by that request, so ``kv_slot[q]`` holds its
+  block + 1 directly -- no hashing, and a request's slots are contiguous; every other
+  key goes through the instance's prefix table (structs/hashtable.py rows of
+  (key value, block + 1)) in rows [ht_offset, ht_offset + ht_mask] of ``kv_table``.
+  Both give the same answers a single hash table would.  A block records the key
+  number it caches (``key_index``, -1 = none).
 
 Request r's blocks are the first ``blocks_held`` entries of its slice
 ``req_blocks[block_start : block_start + block_cap]``.  Allocation is all-or-nothing.
@@ -18,8 +25,8 @@ Request r's blocks are the first ``blocks_held`` entries of its slice
 import numpy as np
 
 from ..jit import helper, kernel
-from ..schema import Key
 from ..structs.dlist import dl_push_back, dl_remove
+from ..structs.prefetch import prefetch
 from ..structs.hashtable import table_delete_at, table_find, table_probe
 
 # ----------------------------------------------------------------------------- prefix table
@@ -57,6 +64,35 @@ def prefix_forget(st, i, key, block):
         table_delete_at(st.kv_table, off, mask, h)
 
 
+@helper
+def key_lookup(st, i, q):
+    """Block of instance i caching key number q, or -1."""
+    if st.key_shared[q] != 0:
+        return prefix_lookup(st, i, st.keys[q])
+    return np.int64(st.kv_slot[q]) - 1  # only q's own request (on one instance) asks
+
+
+@helper
+def key_register(st, i, q, b):
+    """Make block b the cache entry of key number q unless another block already holds
+    that content; True if it did."""
+    if st.key_shared[q] != 0:
+        return prefix_register(st, i, st.keys[q], b)
+    if st.kv_slot[q] != 0:
+        return False
+    st.kv_slot[q] = b + 1
+    return True
+
+
+@helper
+def key_forget(st, i, q, b):
+    """Remove block b as the cache entry of key number q (no-op if it is not)."""
+    if st.key_shared[q] != 0:
+        prefix_forget(st, i, st.keys[q], b)
+    elif st.kv_slot[q] == b + 1:
+        st.kv_slot[q] = 0
+
+
 # ----------------------------------------------------------------------------- blocks
 
 
@@ -82,16 +118,18 @@ def _take_block(st, i):
     if v < inst[i]["kv_offset"] + inst[i]["kv_total"]:
         inst[i]["kv_virgin_next"] = v + 1
         b = v
-        blocks[b]["key"] = Key.NONE  # the table is allocated with zeros (lazily mapped pages)
+        blocks[b]["key_index"] = -1  # the table is allocated with zeros (lazily mapped pages)
         blocks[b]["lru_prev"] = -1
         blocks[b]["lru_next"] = -1
     else:
         b = inst[i]["free_head"]
         _unlink_free(st, i, b)
-        key = blocks[b]["key"]
-        if key != Key.NONE:  # evicting a cached prefix block: forget its key
-            prefix_forget(st, i, key, b)
-            blocks[b]["key"] = Key.NONE
+        if inst[i]["free_head"] >= 0:  # the next allocation's block: long untouched, load it early
+            prefetch(blocks, inst[i]["free_head"])
+        q = blocks[b]["key_index"]
+        if q >= 0:  # evicting a cached block: forget its key
+            key_forget(st, i, q, b)
+            blocks[b]["key_index"] = -1
     blocks[b]["ref_count"] = 1
     inst[i]["kv_allocated"] += 1
     return b
@@ -130,15 +168,15 @@ def kv_grow(st, i, r, n):
     if st.settings[0]["prefix_caching"] != 0:
         # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
         last = min((c + n) // bs, reqs[r]["key_count"])
-        block_key = st.blocks["key"]
+        # these blocks are either taken just now or the partly filled last one: never keyed
+        # yet (cache hits attached at admission lie before c // bs)
+        block_key = st.blocks["key_index"]
         for j in range(c // bs, last):
             b = st.req_blocks[reqs[r]["block_start"] + j]
-            if block_key[b] != Key.NONE:
-                continue  # a cache hit: already registered
-            key = st.keys[reqs[r]["key_start"] + j]
-            if prefix_register(st, i, key, b):
-                block_key[b] = key
-            # else another block already caches this prefix: leave this one unkeyed
+            q = reqs[r]["key_start"] + j
+            if key_register(st, i, q, b):
+                block_key[b] = q
+            # else another block already caches this content: leave this one unkeyed
     return True
 
 
@@ -163,7 +201,7 @@ def kv_admit(st, i, r, budget, cap):
         max_hits = min(reqs[r]["key_count"], (target - 1) // bs)
         kstart = reqs[r]["key_start"]
         while hits < max_hits:
-            b = prefix_lookup(st, i, st.keys[kstart + hits])
+            b = key_lookup(st, i, kstart + hits)
             if b < 0:
                 break
             st.req_blocks[start + hits] = b  # tentative: blocks_held still 0
@@ -202,13 +240,13 @@ def kv_forget_chunk(st, i, r, c, n):
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
     last = min((c + n) // bs, reqs[r]["key_count"])
-    block_key = st.blocks["key"]
+    block_key = st.blocks["key_index"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
         b = st.req_blocks[reqs[r]["block_start"] + j]
-        key = block_key[b]
-        if key != Key.NONE:
-            prefix_forget(st, i, key, b)
-            block_key[b] = Key.NONE
+        q = block_key[b]
+        if q >= 0:
+            key_forget(st, i, q, b)
+            block_key[b] = -1
 
 
 @helper
@@ -221,6 +259,8 @@ def kv_release(st, i, r):
     prev = st.blocks["lru_prev"]
     nxt = st.blocks["lru_next"]
     for j in range(reqs[r]["blocks_held"] - 1, -1, -1):
+        if j >= 8:  # rows touched long ago: start loading the ones 8 steps ahead of the walk
+            prefetch(st.blocks, st.req_blocks[start + j - 8])
         b = st.req_blocks[start + j]
         block_ref[b] -= 1
         if block_ref[b] == 0:

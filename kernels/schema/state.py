@@ -20,7 +20,7 @@ class State(NamedTuple):
     reqs: np.ndarray  # REQUEST_DT[n]
     arrival_order: np.ndarray  # int64: requests whose arrival is known up front, by (arrival, id)
     keys: np.ndarray  # int64: prompt-block keys; request r's are [key_start, key_start + key_count)
-    key_shared: np.ndarray  # uint8 per key: 1 if another request's prompt has it too
+    key_shared: np.ndarray  # uint8 per key: 1 if its value occurs at another position of keys too
     req_blocks: np.ndarray  # int64: KV block ids; request r's slice is [block_start, block_start + block_cap)
     # --- instances: batches and their per-step scratch
     inst: np.ndarray  # INSTANCE_DT[n_inst]
@@ -34,7 +34,8 @@ class State(NamedTuple):
     calendar: np.ndarray  # int64[n_inst, calendar_size]: bucket heads (engine/calendar.py), -1 = empty
     # --- KV cache
     blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
-    kv_table: np.ndarray  # int64[rows, 2]: prefix key -> block + 1, one slice of rows per instance
+    kv_table: np.ndarray  # int64[rows, 2]: shared key value -> block + 1, one slice of rows per instance
+    kv_slot: np.ndarray  # int32 per key: block + 1 caching an unshared key, 0 = none (kv/cache.py)
     # --- events and logs
     heap: np.ndarray  # EVENT_DT
     step_log: np.ndarray  # STEP_DT (grows between calls: Status.LOG_FULL)

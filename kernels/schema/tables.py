@@ -128,7 +128,7 @@ INSTANCE_DT = np.dtype(
 
 KV_BLOCK_DT = np.dtype(
     [
-        ("key", np.int64),  # prefix key of the full block it holds, Key.NONE = none
+        ("key_index", np.int64),  # position in the keys array of the block key it caches, -1 = none
         ("ref_count", np.int32),  # requests holding it; 0 = free
         ("lru_prev", np.int32),  # free-list links (block ids < 2^31), -1 = none
         ("lru_next", np.int32),

@@ -224,6 +224,11 @@ def prefix_lookup_many(st, i, keys):
 
 
 @entry
+def key_lookup(st, i, q):
+    return _kv.key_lookup(st, i, q)
+
+
+@entry
 def prefix_register(st, i, key, block):
     return _kv.prefix_register(st, i, key, block)
 

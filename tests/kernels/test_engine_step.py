@@ -153,8 +153,10 @@ def test_no_admission_in_a_step_with_a_preemption():
     prompt = list(range(8))
     res = run([prompt, prompt], [7, 6], bs=4, total_kv_blocks=6)
     # step 1: P = 8 + 4 (1120); steps 2-5: D=2 (1010 each); step 6: D=1 (1005);
-    # step 7: request 1 re-prefills 13 - 8 cached = 5 tokens + request 0's decode (1055)
-    ends = np.cumsum([1120, 1010, 1010, 1010, 1010, 1005, 1055])
+    # step 7: request 1 re-prefills 13 tokens (prompt + 5 generated) of which 12 are cached --
+    # request 0's prompt block, its own prompt block and the block its outputs 1-4 filled in
+    # step 5 (generated blocks are keyed too) -- so 1 token + request 0's decode (1015)
+    ends = np.cumsum([1120, 1010, 1010, 1010, 1010, 1005, 1015])
     assert col(res, "preemptions") == [0, 1]
     assert col(res, "first_token_us") == [ends[0], ends[0]]  # TTFT kept
     assert col(res, "last_token_us") == [ends[6], ends[6]]
@@ -164,7 +166,7 @@ def test_no_admission_in_a_step_with_a_preemption():
     assert c["engine_steps"] == 7
     assert c["preemption_count"] == 1
     assert c["total_output_tokens"] == 13
-    assert c["prefill_tokens_computed"] == 8 + 4 + 5
+    assert c["prefill_tokens_computed"] == 8 + 4 + 1
     assert c["decode_tokens_computed"] == 4 * 2 + 1 + 1
     assert col(res, "cached_tokens") == [0, 4]  # first admission only
 

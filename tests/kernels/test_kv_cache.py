@@ -2,8 +2,10 @@
 
 States are allocated by ``blis_fast.run.build_state`` for two instances; the tests drive
 one of them (instance 1 by default, so every offset is exercised) and the other must stay
-untouched.  Prefix keys are replaced by hand-made ones (``KeyScheme``) so that hash-table
-collisions can be forced.
+untouched.  Block keys are replaced by hand-made ones (``KeyScheme``) so that hash-table
+collisions can be forced, and each test runs with every key going through the hash table
+(``key_mode="hash"``) or with keys no other request carries in their direct slots
+(``key_mode="flags"``, as a run does): both must behave like the naive cache.
 """
 
 import numpy as np
@@ -12,7 +14,6 @@ import pytest
 import entry as E
 from blis_fast.run.tables import next_pow2
 from kernels.kv.cache import kv_conserved
-from kernels.schema import Key
 from naive.kv import NaiveKVCache
 from states import lengths_state
 
@@ -25,16 +26,27 @@ class KernelKV:
     per-instance prefix-table size build_state chose.
     """
 
-    def __init__(self, total, bs, prompts, max_tokens, i=1, n_inst=2, ht_size=None, prefix_caching=True):
+    def __init__(self, total, bs, prompts, max_tokens, i=1, n_inst=2, ht_size=None, prefix_caching=True,
+                 key_mode="hash"):
         self.total, self.bs, self.i = total, bs, i
         lens = [p[0] for p in prompts]
-        assert all(len(ks) == L // bs for L, ks in prompts)
         outputs = [int(m) - L + 1 for L, m in zip(lens, max_tokens, strict=True)]  # block_cap = ceil(m / bs)
         st = lengths_state(lens, outputs, bs=bs, num_instances=n_inst, total_kv_blocks=total,
                            enable_prefix_caching=prefix_caching)
+        # the hand-made keys replace the workload's: request r has len(prompts[r][1]) of them
+        counts = np.array([len(p[1]) for p in prompts], np.int64)
+        st.reqs["key_count"] = counts
+        st.reqs["key_start"] = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        st.reqs["prompt_key_count"] = np.minimum(counts, np.array(lens) // bs)
         keys = np.array([k for p in prompts for k in p[1]], dtype=np.int64)
-        assert keys.shape == st.keys.shape
-        st = st._replace(keys=keys)
+        if key_mode == "hash":
+            shared = np.ones(len(keys), np.uint8)
+        else:
+            values, inverse, occurrences = np.unique(keys, return_inverse=True, return_counts=True)
+            shared = (occurrences[inverse] > 1).astype(np.uint8)
+        st = st._replace(keys=keys, key_shared=shared, kv_slot=np.zeros(max(1, len(keys)), np.int32))
+        if ht_size is None:  # build_state sized the table for the workload's own keys
+            ht_size = next_pow2(2 * max(1, min(total, len(keys))))
         if ht_size is not None:
             st = st._replace(kv_table=np.zeros((n_inst * ht_size, 2), np.int64))
             st.inst["ht_offset"] = np.arange(n_inst) * ht_size
@@ -91,15 +103,31 @@ class KernelKV:
 
     def block_keys(self):
         """Key of every block (None = unkeyed); never-used blocks are unkeyed by definition."""
-        keys = self.blocks["key"][self.off: self.off + self.total]
+        kidx = self.blocks["key_index"][self.off: self.off + self.total]
         used = self.used_range()
-        return [None if (b >= used or keys[b] == Key.NONE) else int(keys[b]) for b in range(self.total)]
+        return [None if (b >= used or kidx[b] < 0) else int(self.st.keys[kidx[b]]) for b in range(self.total)]
+
+    def lookup(self, key):
+        """Block caching ``key`` (absolute id) or -1: the hash table for shared keys, the
+        direct slot of its only position otherwise."""
+        where = np.flatnonzero(self.st.keys == key)
+        q = int(where[0]) if len(where) else -1
+        if q < 0 or self.st.key_shared[q]:  # (a key registered by hand lives in the table)
+            return int(E.prefix_lookup(self.st, self.i, np.int64(key)))
+        return int(self.st.kv_slot[q]) - 1
+
+    def cached_entries(self):
+        """Entries of instance i's hash table plus its direct slots in use."""
+        h0, size = int(self.inst[self.i]["ht_offset"]), int(self.inst[self.i]["ht_mask"]) + 1
+        slots = self.st.kv_slot[: len(self.st.keys)]
+        mine = (slots > 0) & ((slots - 1) // self.total == self.i) if self.total else slots > 0
+        return int((self.st.kv_table[h0: h0 + size, 1] != 0).sum()) + int(np.count_nonzero(mine))
 
     def refs(self):
         return [int(x) for x in self.blocks["ref_count"][self.off: self.off + self.total]]
 
     def find(self, key):
-        b = int(E.prefix_lookup(self.st, self.i, np.int64(key)))
+        b = self.lookup(key)
         return None if b < 0 else b - self.off
 
     def snapshot(self):
@@ -116,13 +144,12 @@ def assert_same(k: KernelKV, nv: NaiveKVCache, all_keys, n_req):
     assert int(k.inst[k.i]["kv_peak_allocated"]) == nv.peak
     assert k.refs() == nv.ref
     assert k.block_keys() == nv.key
-    found = E.prefix_lookup_many(k.st, k.i, np.asarray(all_keys, np.int64)).tolist()
-    for key, b in zip(all_keys, found, strict=True):
+    for key in all_keys:
+        b = k.lookup(key)
         assert (None if b < 0 else b - k.off) == nv.cache.get(key), f"key {key}"
     assert kv_conserved(k.st, k.i)
-    # the prefix table holds exactly the cached keys
-    h0, size = int(k.inst[k.i]["ht_offset"]), int(k.inst[k.i]["ht_mask"]) + 1
-    assert int((k.st.kv_table[h0: h0 + size, 1] != 0).sum()) == len(nv.cache)
+    # the prefix table and the direct slots hold exactly the cached keys
+    assert k.cached_entries() == len(nv.cache)
     # the other instance is untouched
     for j in range(len(k.inst)):
         if j == k.i:
@@ -174,12 +201,14 @@ def _random_prompts(rng, bs, n_req, scheme):
         fam = families[int(rng.integers(0, len(families)))]
         toks = fam + list(rng.integers(0, 3, int(rng.integers(0 if fam else 1, 3 * bs))))
         toks = [int(t) for t in toks]
-        prompts.append((len(toks), scheme.keys_of(toks, bs)))
-        max_tokens.append(len(toks) + int(rng.integers(0, 12)))  # L + N - 1
+        n_out = 1 + int(rng.integers(0, 12))
+        outputs = [int(t) for t in rng.integers(0, 3, n_out)]  # generated tokens have identities too
+        prompts.append((len(toks), scheme.keys_of(toks + outputs, bs)))  # keys of the whole sequence
+        max_tokens.append(len(toks) + n_out - 1)  # L + N - 1
     return prompts, max_tokens
 
 
-def _drive_random(mode, seed, check=True):
+def _drive_random(mode, seed, check=True, key_mode="hash"):
     """Random admit / grow / release sequence on kernel and naive caches, compared after
     every operation.  Returns how often each interesting path ran."""
     rng = np.random.default_rng(seed)
@@ -193,7 +222,7 @@ def _drive_random(mode, seed, check=True):
     ht_size = next_pow2(total + 1) if tiny_ht else None
     pc = bool(rng.random() < 0.85)
     inst_i = int(rng.integers(0, 2))
-    k = KernelKV(total, bs, prompts, max_tokens, i=inst_i, ht_size=ht_size, prefix_caching=pc)
+    k = KernelKV(total, bs, prompts, max_tokens, i=inst_i, ht_size=ht_size, prefix_caching=pc, key_mode=key_mode)
     nv = NaiveKVCache(total, bs, pc)
     all_keys = sorted({key for _, ks in prompts for key in ks})
     computed = [0] * n_req
@@ -255,17 +284,18 @@ def _drive_random(mode, seed, check=True):
     return seen
 
 
+@pytest.mark.parametrize("key_mode", ["hash", "flags"])
 @pytest.mark.parametrize("mode", ["random", "collide", "few"])
 @pytest.mark.parametrize("seed", range(12))
-def test_random_operations_match_naive(mode, seed):
-    _drive_random(mode, seed)
+def test_random_operations_match_naive(mode, seed, key_mode):
+    _drive_random(mode, seed, key_mode=key_mode)
 
 
 def test_random_operations_cover_every_path():
     total = {}
     for mode in ("random", "collide", "few"):
         for seed in range(12):
-            for key, v in _drive_random(mode, seed, check=False).items():
+            for key, v in _drive_random(mode, seed, check=False, key_mode="flags").items():
                 total[key] = total.get(key, 0) + v
     assert all(v >= 20 for v in total.values()), total
 

@@ -29,9 +29,10 @@ def test_victim_served_this_step_forgets_its_chunk_keys():
     st = r.state
     assert st.reqs[0]["preemptions"] == 1 and st.reqs[0]["state"] == RequestState.QUEUED  # A queued again
     assert st.reqs[1]["preemptions"] == 0 and st.reqs[1]["computed"] == 144
-    keys_a = wl.keys_of(0)
-    found = [int(E.prefix_lookup(st, 0, k)) >= 0 for k in keys_a[:9]]
+    q0 = int(st.reqs[0]["key_start"])
+    found = [int(E.key_lookup(st, 0, q0 + j)) >= 0 for j in range(9)]
     assert found == [True] * 6 + [False] * 3
-    off, mask = st.inst[0]["ht_offset"], st.inst[0]["ht_mask"]  # the same through the raw table
-    assert [int(E.table_find(st.kv_table, off, mask, k)) >= 0 for k in keys_a[:9]] == found
+    # A's content is its own: its keys live in direct slots, not in the hash table
+    assert not st.key_shared[q0: q0 + 9].any()
+    assert [int(st.kv_slot[q0 + j]) > 0 for j in range(9)] == found
     assert int(st.reqs[0]["blocks_held"]) == 0  # the preempted request released everything

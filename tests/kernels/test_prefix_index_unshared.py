@@ -2,6 +2,8 @@
 (kernels/policies/prefix_index.py ``index_insert_unshared``): routing must be identical to
 inserting them for real, also when the index overflows and evicts."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,9 +16,7 @@ from kernels.structs import keycount
 def _run(cfg, wl, all_shared, monkeypatch=None):
     setup = resolve(cfg)
     if all_shared:  # every key inserted for real (and the tables sized for that)
-        with monkeypatch.context() as m:
-            m.setattr(keycount, "flag_keys", lambda keys, mode: (np.ones(len(keys), np.uint8), len(keys)))
-            state = build_state(setup, wl)
+        state = build_state(setup, dataclasses.replace(wl, key_shared=np.ones(len(wl.block_keys), np.uint8)))
         assert state.key_shared.all()
     else:
         state = build_state(setup, wl)

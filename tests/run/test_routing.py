@@ -55,7 +55,8 @@ def test_instance_isolation():
         sub = Workload(arrival_us=wl.arrival_us[idx].copy(), prompt_len=wl.prompt_len[idx].copy(),
                        output_len=wl.output_len[idx].copy(),
                        block_keys=np.concatenate([wl.keys_of(j) for j in idx]).astype(np.int64),
-                       key_offsets=np.concatenate([[0], np.cumsum(wl.prompt_len[idx] // 16)]).astype(np.int64),
+                       key_offsets=np.concatenate(
+                           [[0], np.cumsum((wl.prompt_len[idx] + wl.output_len[idx]) // 16)]).astype(np.int64),
                        block_size=16)
         sub.validate()
         alone = sim(sub, num_instances=1, **kw)
