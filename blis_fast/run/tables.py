@@ -163,6 +163,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
                           "or engine.total_kv_blocks")
     reqs = request_table(workload, bs)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
+    if len(keys) >= 2**31:  # blocks record their key's position as int32
+        raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     caching = eng.enable_prefix_caching and len(keys) > 0
     key_shared, n_shared = key_sharing(workload, keys, caching or pol.uses_prefix_index)
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
@@ -185,7 +187,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
         arrival_order=arrival_order(workload),
         keys=keys,
         key_shared=key_shared,
-        req_blocks=np.zeros(int(reqs["block_cap"].sum()), np.int64),
+        req_blocks=np.zeros(int(reqs["block_cap"].sum()), np.int32),
         inst=inst,
         batch=np.zeros((n_inst, seqs), np.int64),
         batch_seq=np.zeros((n_inst, seqs), np.int64),

@@ -126,7 +126,7 @@ def _take_block(st, i):
         _unlink_free(st, i, b)
         if inst[i]["free_head"] >= 0:  # the next allocation's block: long untouched, load it early
             prefetch(blocks, inst[i]["free_head"])
-        q = blocks[b]["key_index"]
+        q = np.int64(blocks[b]["key_index"])
         if q >= 0:  # evicting a cached block: forget its key
             key_forget(st, i, q, b)
             blocks[b]["key_index"] = -1
@@ -172,7 +172,7 @@ def kv_grow(st, i, r, n):
         # yet (cache hits attached at admission lie before c // bs)
         block_key = st.blocks["key_index"]
         for j in range(c // bs, last):
-            b = st.req_blocks[reqs[r]["block_start"] + j]
+            b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
             q = reqs[r]["key_start"] + j
             if key_register(st, i, q, b):
                 block_key[b] = q
@@ -218,7 +218,7 @@ def kv_admit(st, i, r, budget, cap):
     if need > kv_free_blocks(inst, i) - hits_free:
         return np.int64(-1), np.int64(0)
     for k in range(hits):
-        b = st.req_blocks[start + k]
+        b = np.int64(st.req_blocks[start + k])
         if block_ref[b] == 0:
             _unlink_free(st, i, b)
             inst[i]["kv_allocated"] += 1
@@ -242,8 +242,8 @@ def kv_forget_chunk(st, i, r, c, n):
     last = min((c + n) // bs, reqs[r]["key_count"])
     block_key = st.blocks["key_index"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
-        b = st.req_blocks[reqs[r]["block_start"] + j]
-        q = block_key[b]
+        b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
+        q = np.int64(block_key[b])
         if q >= 0:
             key_forget(st, i, q, b)
             block_key[b] = -1
@@ -261,7 +261,7 @@ def kv_release(st, i, r):
     for j in range(reqs[r]["blocks_held"] - 1, -1, -1):
         if j >= 8:  # rows touched long ago: start loading the ones 8 steps ahead of the walk
             prefetch(st.blocks, st.req_blocks[start + j - 8])
-        b = st.req_blocks[start + j]
+        b = np.int64(st.req_blocks[start + j])
         block_ref[b] -= 1
         if block_ref[b] == 0:
             dl_push_back(prev, nxt, inst["free_head"], inst["free_tail"], inst["free_len"], i, b)

@@ -21,7 +21,7 @@ class State(NamedTuple):
     arrival_order: np.ndarray  # int64: requests whose arrival is known up front, by (arrival, id)
     keys: np.ndarray  # int64: prompt-block keys; request r's are [key_start, key_start + key_count)
     key_shared: np.ndarray  # uint8 per key: 1 if its value occurs at another position of keys too
-    req_blocks: np.ndarray  # int64: KV block ids; request r's slice is [block_start, block_start + block_cap)
+    req_blocks: np.ndarray  # int32: KV block ids (< 2^31); request r's slice is [block_start, block_start + block_cap)
     # --- instances: batches and their per-step scratch
     inst: np.ndarray  # INSTANCE_DT[n_inst]
     batch: np.ndarray  # int64[n_inst, max_num_seqs]: running requests in batch order

@@ -128,7 +128,8 @@ INSTANCE_DT = np.dtype(
 
 KV_BLOCK_DT = np.dtype(
     [
-        ("key_index", np.int64),  # position in the keys array of the block key it caches, -1 = none
+        ("key_index", np.int32),  # position in the keys array of the block key it caches, -1 = none
+        #                           (a run has < 2^31 keys: run.tables checks)
         ("ref_count", np.int32),  # requests holding it; 0 = free
         ("lru_prev", np.int32),  # free-list links (block ids < 2^31), -1 = none
         ("lru_next", np.int32),
