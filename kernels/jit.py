@@ -17,5 +17,5 @@ options: if a numba release drops one, change it here only.
 
 from numba import njit
 
-kernel = njit(cache=True)
+kernel = njit(cache=True, nogil=True)
 helper = njit(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
