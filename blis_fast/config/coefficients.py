@@ -4,16 +4,23 @@ A coefficient set is keyed by (model id, GPU, TP, vLLM version); lookups return 
 *first* exact match in file order.  Model ids compare case-insensitively, and a request
 without an organisation (``llama-3.1-8b-instruct``) matches on the part after the last
 ``/``.  GPU names go through the alias table of :mod:`blis_fast.config.hardware`.
+
+Reading the file: PyYAML's pure-Python loader takes 0.1-0.3 s on the 42 KB
+``defaults.yaml``, so a pre-parsed copy ships beside it, ``defaults.json``
+(:func:`write_parsed_copy`; ``tests/config/test_parsed_defaults.py`` keeps the two
+identical).  The copy carries the sha256 of the YAML bytes it was made from and is used
+only while that still matches, so an edited ``defaults.yaml`` (or another file passed as
+``path``) is always read itself -- with libyaml's ``CSafeLoader`` when PyYAML has it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import yaml
 
 from blis_fast.config.hardware import coefficient_gpu_name
 from blis_fast.errors import ConfigError
@@ -53,6 +60,69 @@ def coefficients_file() -> Path:
     return configs_dir() / "defaults.yaml"
 
 
+_REGENERATE = "python -c 'from blis_fast.config.coefficients import write_parsed_copy; write_parsed_copy()'"
+
+
+def parsed_copy_path(path: str | Path) -> Path:
+    """Where the pre-parsed JSON copy of coefficient file ``path`` lives (``defaults.yaml`` ->
+    ``defaults.json``)."""
+    path = Path(path)
+    return path.with_suffix(".json")
+
+
+def _yaml_load(text: str, source: str):
+    import yaml  # only when the pre-parsed copy cannot be used
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 -- a safe loader
+    except yaml.YAMLError as e:
+        raise ConfigError(source, f"cannot read coefficient file: {e}") from None
+
+
+def parsed_copy_text(path: str | Path | None = None) -> str:
+    """The text of the pre-parsed copy of ``path`` (default: the shipped ``defaults.yaml``):
+    the YAML document as JSON, with the sha256 of the YAML bytes it was made from."""
+    path = Path(path or coefficients_file())
+    raw = path.read_bytes()
+    doc = _yaml_load(raw.decode("utf-8"), str(path))
+    body = {"source": path.name, "sha256": hashlib.sha256(raw).hexdigest(),
+            "generated_by": _REGENERATE, "document": doc}
+    return json.dumps(body, indent=1, allow_nan=False) + "\n"
+
+
+def write_parsed_copy(path: str | Path | None = None) -> Path:
+    """(Re)write the pre-parsed copy of ``path`` (default: the shipped ``defaults.yaml``)."""
+    path = Path(path or coefficients_file())
+    out = parsed_copy_path(path)
+    out.write_text(parsed_copy_text(path), encoding="utf-8")
+    return out
+
+
+@lru_cache(maxsize=None)
+def load_document(path: str | None = None):
+    """The parsed coefficient file (default: the shipped ``defaults.yaml``), once per
+    process and file: its pre-parsed JSON copy while that matches the YAML bytes, else the
+    YAML itself.  Shared by everything that reads the file (coefficient sets, deployment
+    defaults, workload presets); do not mutate it."""
+    path = str(path or coefficients_file())
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError(path, f"cannot read coefficient file: {e}") from None
+    try:
+        copy = json.loads(parsed_copy_path(path).read_text(encoding="utf-8"))
+        if isinstance(copy, dict) and copy.get("sha256") == hashlib.sha256(raw).hexdigest():
+            return copy["document"]
+    except (OSError, ValueError, KeyError):
+        pass  # no usable copy: read the YAML
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"cannot read coefficient file: {e}") from None
+    return _yaml_load(text, path)
+
+
 def _triple(entry: dict, key: str, where: str) -> tuple[float, float, float]:
     v = entry.get(key)
     if (not isinstance(v, list) or len(v) != 3
@@ -63,10 +133,7 @@ def _triple(entry: dict, key: str, where: str) -> tuple[float, float, float]:
 
 @lru_cache(maxsize=None)
 def _parse(path: str) -> tuple[tuple[CoefficientSet, ...], tuple[DeploymentDefaults, ...]]:
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(path, f"cannot read coefficient file: {e}") from None
+    raw = load_document(path)
     if not isinstance(raw, dict):
         raise ConfigError(path, "expected a mapping with 'models' and 'defaults'")
     sets = []
@@ -135,3 +202,4 @@ def default_deployment(model_id: str, path: str | Path | None = None) -> Deploym
         if _id_matches(model_id, d.model_id):
             return d
     return None
+
