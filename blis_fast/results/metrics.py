@@ -25,28 +25,74 @@ def percentile_us(values: np.ndarray, p: float) -> float:
     return float(np.percentile(values, p))
 
 
-def weighted_percentile_us(values: np.ndarray, counts: np.ndarray, p: float) -> float:
-    """The same percentile as ``percentile_us(np.repeat(values, counts), p)`` without repeating."""
+def percentiles_us(values: np.ndarray, ps=PERCENTILES) -> list[float]:
+    """``[percentile_us(values, p) for p in ps]`` with one partition of ``values``."""
+    if values.size == 0:
+        return [0.0] * len(ps)
+    return [float(x) for x in np.percentile(values, ps)]
+
+
+def _sort_by_value(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` sorted, with ``counts`` in the same order.  Ties may fall either way: equal
+    values are interchangeable.  Integer values whose range and count fit in 62 bits are
+    packed with their position into one key and sorted as plain integers (several times
+    faster than an argsort)."""
+    n = len(values)
+    if n and values.dtype.kind in "iu":
+        lo = int(values.min())
+        span = int(values.max()) - lo
+        bits = max(n - 1, 1).bit_length()
+        if span.bit_length() + bits <= 62:
+            key = ((values.astype(np.int64) - lo) << bits) | np.arange(n, dtype=np.int64)
+            key.sort()
+            return (key >> bits) + lo, counts[key & ((1 << bits) - 1)]
+    order = np.argsort(values)
+    return values[order], counts[order]
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for small non-negative integer keys (instance
+    ids): as int16 they take numpy's radix sort."""
+    if keys.size and keys.dtype.kind in "iu" and 0 <= int(keys.min()) and int(keys.max()) < 2**15:
+        keys = keys.astype(np.int16)
+    return np.argsort(keys, kind="stable")
+
+
+def weighted_percentiles_us(values: np.ndarray, counts: np.ndarray, ps=PERCENTILES) -> list[float]:
+    """``percentile_us(np.repeat(values, counts), p)`` for each p, without repeating
+    (one sort of ``values`` for all of them)."""
     total = int(counts.sum()) if counts.size else 0
     if total == 0:
-        return 0.0
-    order = np.argsort(values, kind="stable")
-    v = values[order].astype(np.float64)
-    cum = np.cumsum(counts[order])
-    rank = (p / 100.0) * (total - 1)
-    lo = int(np.floor(rank))
-    hi = min(lo + 1, total - 1)
-    # k-th smallest sample (0-based) = first value whose cumulative count exceeds k
-    v_lo = v[np.searchsorted(cum, lo, side="right")]
-    v_hi = v[np.searchsorted(cum, hi, side="right")]
-    return float(v_lo + (v_hi - v_lo) * (rank - lo))
+        return [0.0] * len(ps)
+    v, c = _sort_by_value(values, counts)
+    v = v.astype(np.float64)
+    cum = np.cumsum(c)
+    out = []
+    for p in ps:
+        rank = (p / 100.0) * (total - 1)
+        lo = int(np.floor(rank))
+        hi = min(lo + 1, total - 1)
+        # k-th smallest sample (0-based) = first value whose cumulative count exceeds k
+        v_lo = v[np.searchsorted(cum, lo, side="right")]
+        v_hi = v[np.searchsorted(cum, hi, side="right")]
+        out.append(float(v_lo + (v_hi - v_lo) * (rank - lo)))
+    return out
+
+
+def weighted_percentile_us(values: np.ndarray, counts: np.ndarray, p: float) -> float:
+    """The same percentile as ``percentile_us(np.repeat(values, counts), p)`` without repeating."""
+    return weighted_percentiles_us(values, counts, (p,))[0]
 
 
 class ItlIndex:
     """Rebuilds the ITL samples of any set of requests from the kernel's step log and
     irregular-token log (kernels.schema.tables): a request's tokens inside a run of consecutive
     steps have the durations of those steps as samples (+ a2 in compat mode); the other
-    non-first tokens are logged one by one; compat adds one sample per completed request."""
+    non-first tokens are logged one by one; compat adds one sample per completed request.
+
+    ``by_instance`` gives the samples of the cluster and of every instance from one pass
+    (a request's runs lie on its own instance, so instance i's samples are the cluster's
+    restricted to instance i's steps)."""
 
     def __init__(self, reqs: np.ndarray, inst: np.ndarray, step_log: np.ndarray, irr_log: np.ndarray, compat: bool):
         self.reqs = reqs
@@ -55,25 +101,33 @@ class ItlIndex:
         self.a2 = np.trunc(inst["alpha2"]).astype(np.int64)
         s_inst = step_log["instance"]
         # steps grouped by instance, in time order within each: position = "flat" index
-        self.order = np.argsort(s_inst, kind="stable")
+        self.order = stable_order(s_inst)
         self.flat = np.empty(len(step_log), np.int64)
         self.flat[self.order] = np.arange(len(step_log))
-        inst_sorted = s_inst[self.order]
-        self.step_values = step_log["dt_us"][self.order] + (self.a2[inst_sorted] if compat else 0)
+        self.inst_sorted = s_inst[self.order]
+        self.step_values = step_log["dt_us"][self.order] + (self.a2[self.inst_sorted] if compat else 0)
+
+    def _cover(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Per flat step, how many of the runs (start, end] cover it."""
+        n = len(self.step_values)
+        # a run covers the steps after its first one through its last (same instance)
+        diff = (np.bincount(self.flat[starts] + 1, minlength=n + 1)
+                - np.bincount(self.flat[ends] + 1, minlength=n + 1))
+        return np.cumsum(diff)[:n]
+
+    def _selected(self, selected: np.ndarray, first_token_us: np.ndarray):
+        """(ids of the selected requests with a first token, irregular records of those)."""
+        chosen = selected & (first_token_us >= 0)
+        ids = np.flatnonzero(chosen)
+        irr = self.irr[chosen[self.irr["request"]]] if len(self.irr) else self.irr
+        return ids, irr
 
     def histogram(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(values µs, counts) of all ITL samples of the requests where ``selected``."""
         reqs = self.reqs
-        ids = np.flatnonzero(selected & (reqs["first_token_us"] >= 0))
-        irr = self.irr[np.isin(self.irr["request"], ids)]
-        starts = np.concatenate((reqs["run_start_step"][ids], irr["prev_run_start"]))
-        ends = np.concatenate((reqs["last_token_step"][ids], irr["prev_run_end"]))
-        n = len(self.step_values)
-        diff = np.zeros(n + 1, np.int64)
-        # a run covers the steps after its first one through its last (same instance)
-        np.add.at(diff, self.flat[starts] + 1, 1)
-        np.add.at(diff, self.flat[ends] + 1, -1)
-        cover = np.cumsum(diff)[:n]
+        ids, irr = self._selected(selected, reqs["first_token_us"])
+        cover = self._cover(np.concatenate((reqs["run_start_step"][ids], irr["prev_run_start"])),
+                            np.concatenate((reqs["last_token_step"][ids], irr["prev_run_end"])))
         keep = cover > 0
         values = [self.step_values[keep], irr["value_us"]]
         counts = [cover[keep], np.ones(len(irr), np.int64)]
@@ -83,68 +137,121 @@ class ItlIndex:
             counts.append(np.ones(len(done), np.int64))
         return np.concatenate(values), np.concatenate(counts)
 
+    def by_instance(self, selected: np.ndarray, instances) -> tuple[tuple, dict]:
+        """``histogram(selected)`` and ``{i: histogram(selected & (instance == i))}`` for
+        ``instances``, in one pass."""
+        reqs = self.reqs
+        ids, irr = self._selected(selected, reqs["first_token_us"])
+        cover = self._cover(np.concatenate((reqs["run_start_step"][ids], irr["prev_run_start"])),
+                            np.concatenate((reqs["last_token_step"][ids], irr["prev_run_end"])))
+        req_inst = reqs["instance"]
+        irr_inst = req_inst[irr["request"]]
+        irr_values = irr["value_us"]
+        if self.compat:
+            done = ids[reqs["state"][ids] == REQ_COMPLETED]
+            done_inst = req_inst[done]
+            extra = reqs["last_step_us"][done] + self.a2[done_inst]
+
+        def pack(lo, hi, irr_rows, extra_rows):
+            c = cover[lo:hi]
+            keep = c > 0
+            values = [self.step_values[lo:hi][keep], irr_values[irr_rows]]
+            counts = [c[keep], np.ones(len(values[1]), np.int64)]
+            if self.compat:
+                values.append(extra[extra_rows])
+                counts.append(np.ones(len(values[2]), np.int64))
+            return np.concatenate(values), np.concatenate(counts)
+
+        everything = slice(None)
+        cluster = pack(0, len(cover), everything, everything)
+        bounds = np.searchsorted(self.inst_sorted, np.asarray(instances, np.int64), side="left")
+        ends = np.searchsorted(self.inst_sorted, np.asarray(instances, np.int64), side="right")
+        per = {}
+        for i, lo, hi in zip(instances, bounds.tolist(), ends.tolist()):
+            per[int(i)] = pack(lo, hi, irr_inst == i, (done_inst == i) if self.compat else None)
+        return cluster, per
+
 
 def _stats_ms(prefix: str, values_us: np.ndarray, out: dict) -> None:
     out[f"{prefix}_mean_ms"] = float(values_us.mean()) / 1000.0 if values_us.size else 0.0
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}_ms"] = percentile_us(values_us, p) / 1000.0
+    for p, v in zip(PERCENTILES, percentiles_us(values_us)):
+        out[f"{prefix}_p{p}_ms"] = v / 1000.0
 
 
 def request_latencies(reqs: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-request µs arrays (int64; -1 where undefined): ttft, e2e, itl (mean, float), sched delay."""
+    """Per-request µs arrays (int64; -1 where undefined): ttft, e2e, sched delay; and the
+    masks has_first (a first token) and done (completed)."""
     arrival = reqs["arrival_us"]
-    has_first = reqs["first_token_us"] >= 0
+    first = reqs["first_token_us"]
+    has_first = first >= 0
     done = reqs["state"] == REQ_COMPLETED
-    ttft = np.where(has_first, reqs["first_token_us"] - arrival, -1)
+    ttft = np.where(has_first, first - arrival, -1)
     e2e = np.where(done, ttft + reqs["itl_sum_us"], -1)
-    sched = np.where(reqs["first_scheduled_us"] >= 0, reqs["first_scheduled_us"] - arrival, -1)
+    scheduled = reqs["first_scheduled_us"]
+    sched = np.where(scheduled >= 0, scheduled - arrival, -1)
     return {"ttft_us": ttft, "e2e_us": e2e, "scheduling_delay_us": sched, "has_first": has_first, "done": done}
 
 
-def summarize_group(name: str, reqs: np.ndarray, mask: np.ndarray, inst: np.ndarray, itl_value: np.ndarray,
-                    itl_count: np.ndarray, compat: bool, horizon_us: int | None = None) -> dict:
-    """The summary object of a set of requests (``mask``) served by ``inst`` rows.
+def request_summary_columns(reqs: np.ndarray, lat: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The per-request columns ``summarize_group`` reads, as contiguous arrays (the request
+    table is a wide record array: each field read is a strided pass over all of it)."""
+    lat = request_latencies(reqs) if lat is None else lat
+    return {
+        "state": np.ascontiguousarray(reqs["state"]),
+        "generated": np.ascontiguousarray(reqs["generated"]),
+        "prompt_len": np.ascontiguousarray(reqs["prompt_len"]),
+        **lat,
+    }
 
-    Field names and order follow the reference's metrics object; our extra fields follow.
-    The duration is the end of the last step; in compat mode it is capped at the horizon
-    (the reference reports min(clock, horizon)).
+
+def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | None, inst: np.ndarray,
+                    itl_value: np.ndarray, itl_count: np.ndarray, compat: bool, horizon_us: int | None = None) -> dict:
+    """The summary object of a set of requests served by ``inst`` rows.
+
+    ``cols`` are ``request_summary_columns``; ``rows`` the group's request ids in increasing
+    order (None: every request).  Field names and order follow the reference's metrics
+    object; our extra fields follow.  The duration is the end of the last step; in compat
+    mode it is capped at the horizon (the reference reports min(clock, horizon)).
     """
-    lat = request_latencies(reqs)
-    state = reqs["state"]
-    done = lat["done"] & mask
-    queued = (state == REQ_QUEUED) & mask
-    running = (state == REQ_RUNNING) & mask
-    dropped = (state == REQ_DROPPED) & mask
+    def col(key):
+        return cols[key] if rows is None else cols[key][rows]
+
+    state = col("state")
+    done = state == REQ_COMPLETED
+    queued = state == REQ_QUEUED
+    running = state == REQ_RUNNING
+    dropped = state == REQ_DROPPED
     enqueued = done | queued | running  # reached an instance's queue and still counted there
-    generated = reqs["generated"][mask]
+    generated = col("generated")
     out_tokens = int(np.maximum(generated - 1, 0).sum()) if compat else int(generated.sum())
     duration_us = int(inst["last_step_end_us"].max()) if inst.size else 0
     if compat and horizon_us is not None:
         duration_us = min(duration_us, horizon_us)
     duration_s = duration_us / 1e6
     completed = int(done.sum())
+    n_dropped = int(dropped.sum())
     out: dict = {
         "instance_id": name,
         "completed_requests": completed,
         "still_queued": int(queued.sum()),
         "still_running": int(running.sum()),
-        "injected_requests": int(enqueued.sum() + dropped.sum()),
-        "total_input_tokens": int(reqs["prompt_len"][enqueued].sum()),
+        "injected_requests": int(enqueued.sum()) + n_dropped,
+        "total_input_tokens": int(col("prompt_len")[enqueued].sum()),
         "total_output_tokens": out_tokens,
         "vllm_estimated_duration_s": duration_s,
         "responses_per_sec": completed / duration_s if duration_s > 0 else 0.0,
         "tokens_per_sec": out_tokens / duration_s if duration_s > 0 else 0.0,
     }
-    _stats_ms("e2e", lat["e2e_us"][done], out)
-    _stats_ms("ttft", lat["ttft_us"][lat["has_first"] & mask], out)
+    _stats_ms("e2e", col("e2e_us")[done], out)
+    _stats_ms("ttft", col("ttft_us")[col("has_first")], out)
     total = int(itl_count.sum())
     out["itl_mean_ms"] = float((itl_value * itl_count).sum()) / total / 1000.0 if total else 0.0
-    for p in PERCENTILES:
-        out[f"itl_p{p}_ms"] = weighted_percentile_us(itl_value, itl_count, p) / 1000.0
-    sched = lat["scheduling_delay_us"][mask]
+    for p, v in zip(PERCENTILES, weighted_percentiles_us(itl_value, itl_count)):
+        out[f"itl_p{p}_ms"] = v / 1000.0
+    sched = col("scheduling_delay_us")
     out["scheduling_delay_p99_ms"] = percentile_us(sched[sched >= 0], 99) / 1000.0
     out["preemption_count"] = int(inst["preemptions"].sum())
-    out["dropped_unservable"] = int(dropped.sum())
+    out["dropped_unservable"] = n_dropped
     # --- blis-fast extras
     query = int(inst["prefix_query_tokens"].sum())
     kv_total = int(inst["kv_total"].sum())

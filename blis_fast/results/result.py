@@ -20,7 +20,7 @@ from kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .fitness import fitness
-from .metrics import ItlIndex, request_latencies, summarize_group
+from .metrics import ItlIndex, request_latencies, request_summary_columns, stable_order, summarize_group
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
@@ -49,29 +49,51 @@ class Result:
         return ItlIndex(st.reqs, st.inst, st.step_log[: int(st.loop[0]["steps"])],
                         st.irr_log[: int(st.loop[0]["irregular_records"])], self.compat)
 
+    @cached_property
+    def latencies(self) -> dict[str, np.ndarray]:
+        """Per-request latencies (``metrics.request_latencies``), computed once."""
+        return request_latencies(self.state.reqs)
+
+    @cached_property
+    def _cols(self) -> dict[str, np.ndarray]:
+        return request_summary_columns(self.state.reqs, self.latencies)
+
     def _used_instances(self) -> np.ndarray:
         """Instances that were active or served something (pool rows never used are left out)."""
         inst = self.state.inst
         return np.flatnonzero((inst["active"] != 0) | (inst["injected"] > 0))
 
-    def _group(self, name: str, mask: np.ndarray, inst_rows: np.ndarray) -> dict:
-        reqs = self.state.reqs
-        values, counts = self._itl.histogram(mask & (reqs["state"] == RequestState.COMPLETED))
-        return summarize_group(name, reqs, mask, self.state.inst[inst_rows], values, counts, self.compat,
-                               self._horizon)
+    @cached_property
+    def _groups(self) -> tuple[dict, list[dict]]:
+        """(cluster summary without the run-level fields, one summary per used instance);
+        the ITL samples of all groups come from one pass over the step log."""
+        st = self.state
+        cols = self._cols
+        used = self._used_instances()
+        (cv, cc), per = self._itl.by_instance(cols["state"] == RequestState.COMPLETED, used.tolist())
+        cluster = summarize_group("cluster", cols, None, st.inst[used], cv, cc, self.compat, self._horizon)
+        # each instance's requests in increasing id order: a stable sort by instance
+        req_inst = np.ascontiguousarray(st.reqs["instance"])
+        order = stable_order(req_inst)
+        lo = np.searchsorted(req_inst[order], used, side="left")
+        hi = np.searchsorted(req_inst[order], used, side="right")
+        instances = []
+        for i, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+            values, counts = per[i]
+            instances.append(summarize_group(f"instance_{i}", cols, order[a:b], st.inst[[i]], values, counts,
+                                             self.compat, self._horizon))
+        return cluster, instances
 
     @cached_property
     def instances(self) -> list[dict]:
         """One summary object per instance that was ever active."""
-        reqs = self.state.reqs
-        return [self._group(f"instance_{i}", reqs["instance"] == i, np.array([i])) for i in self._used_instances()]
+        return self._groups[1]
 
     @cached_property
     def cluster(self) -> dict:
         """The cluster-wide summary object (requests pooled over instances)."""
         st = self.state
-        reqs = st.reqs
-        out = self._group("cluster", np.ones(len(reqs), bool), self._used_instances())
+        out = dict(self._groups[0])
         stats = st.loop[0]
         arrived = int(stats["injected"])
         rejected = int(stats["rejected"])
@@ -86,7 +108,7 @@ class Result:
 
     def anomalies(self) -> dict:
         """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
-        lat = request_latencies(self.state.reqs)
+        lat = self.latencies
         return {
             "priority_inversions": priority_inversions(self.state.reqs, lat["e2e_us"], lat["done"],
                                                        self.setup.config.policy.priority),
@@ -100,7 +122,7 @@ class Result:
         weights = self.setup.config.policy.fitness_weights
         if not weights:
             return None
-        lat = request_latencies(self.state.reqs)
+        lat = self.latencies
         c = self.cluster
         return fitness(weights, c["responses_per_sec"], c["tokens_per_sec"],
                        lat["ttft_us"][lat["has_first"]], lat["e2e_us"][lat["done"]])
@@ -149,7 +171,7 @@ class Result:
     def request_columns(self) -> dict[str, np.ndarray]:
         """Per-request columns (in request order; -1/NaN-free: undefined times are -1 µs)."""
         reqs = self.state.reqs
-        lat = request_latencies(reqs)
+        lat = self.latencies
         n_out = self.workload.output_len
         done = lat["done"]
         itl_us = np.zeros(len(reqs), np.float64)

@@ -31,9 +31,11 @@ def _pcts(us: np.ndarray) -> dict:
     return {"mean": float(ms.mean()), "p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2])}
 
 
-def request_slo_table(reqs: np.ndarray, slo_names: list[str], slo_targets: dict) -> dict[str, np.ndarray]:
-    """Per-request arrays: arrived, done, ttft_us, tpot_us (float), e2e_us, met (bool)."""
-    lat = request_latencies(reqs)
+def request_slo_table(reqs: np.ndarray, slo_names: list[str], slo_targets: dict,
+                      lat: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Per-request arrays: arrived, done, ttft_us, tpot_us (float), e2e_us, met (bool).
+    ``lat``: ``request_latencies(reqs)`` if already computed."""
+    lat = request_latencies(reqs) if lat is None else lat
     arrived = reqs["arrival_us"] >= 0
     done = lat["done"]
     ttft, e2e = lat["ttft_us"], lat["e2e_us"]
@@ -78,7 +80,7 @@ def slo_report(result) -> dict:
     names = wl.names or {}
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
     slo_names = list(names.get("slo_class") or [str(i) for i in range(n_cls)])
-    tab = request_slo_table(reqs, slo_names, wl.slo_targets or {})
+    tab = request_slo_table(reqs, slo_names, wl.slo_targets or {}, result.latencies)
     out: dict = {}
     for col, key in (("slo_class", "slo_classes"), ("tenant", "tenants"), ("client", "clients")):
         ids = reqs[col]
