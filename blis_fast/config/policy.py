@@ -7,13 +7,25 @@ victim, router observability and fitness weights -- validated settings, the
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blis_fast.errors import ConfigError
+from blis_fast.config.validate import (
+    MAX_POLICY_WEIGHT,
+    MAX_STR_LEN,
+    as_choice,
+    as_float,
+    as_int,
+    as_list,
+    as_mapping,
+    check_fields,
+    key_name,
+    show,
+)
+from blis_fast.config.validate import setting as _opt
 from blis_fast.config.yamlfile import read_yaml_mapping
+from blis_fast.errors import ConfigError
 from kernels import schema as S
 
 ADMISSION_POLICIES = {"always-admit": S.AdmissionKind.ALWAYS, "token-bucket": S.AdmissionKind.TOKEN_BUCKET,
@@ -36,36 +48,41 @@ SCHEDULERS: dict[str, tuple[float, float, float, float] | None] = {
 SORT_ATTRIBUTES = ("priority", "arrival", "prompt_len", "output_len")
 VICTIMS = {"last": S.VictimKind.LAST, "lowest-priority": S.VictimKind.LOWEST_PRIORITY}
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
-
-
-def _opt(default, help_text: str):
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help_text})
-    return field(default=default, metadata={"help": help_text})
+MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact
+MAX_WEIGHTS = 64  # entries of one name:weight list
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
     """Admission, routing, priority, queue order, preemption victim and router observability."""
 
-    admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all")
-    token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0)")
-    token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0)")
-    routing: str = _opt("round-robin", "routing policy: round-robin | least-loaded | weighted | prefix-affinity | always-busiest")
+    admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all",
+                          choices=ADMISSION_POLICIES)
+    token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0)", lo=0,
+                                        hi=MAX_POLICY_WEIGHT)
+    token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0)", lo=0,
+                                           hi=MAX_POLICY_WEIGHT)
+    routing: str = _opt("round-robin", "routing policy: round-robin | least-loaded | weighted | prefix-affinity | "
+                                       "always-busiest", choices=ROUTING_POLICIES)
     routing_scorers: dict[str, float] | None = _opt(
         None, "weighted routing scorers name:weight (queue-depth, kv-utilization, load-balance, prefix-affinity); "
               "default prefix-affinity:3,queue-depth:2,kv-utilization:2")
-    priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo")
-    slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...)")
-    scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort")
+    priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo", choices=PRIORITY_AGE_WEIGHT)
+    slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...)",
+                                                 lo=-MAX_POLICY_WEIGHT, hi=MAX_POLICY_WEIGHT,
+                                                 max_len=S.POLICY_WIDTH - 1)
+    scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort",
+                          choices=SCHEDULERS)
     scheduler_weights: dict[str, float] | None = _opt(
         None, "scheduler 'sort': ascending key = Σ weight·attribute over priority, arrival, prompt_len, output_len")
-    preemption_victim: str = _opt("last", "preemption victim: last (last admitted) | lowest-priority")
-    snapshot_refresh_interval: int = _opt(0, "µs between refreshes of the router's KV fields (0 = live)")
+    preemption_victim: str = _opt("last", "preemption victim: last (last admitted) | lowest-priority", choices=VICTIMS)
+    snapshot_refresh_interval: int = _opt(0, "µs between refreshes of the router's KV fields (0 = live)", lo=0,
+                                          hi=MAX_INTERVAL_US, unit="µs")
     snapshot_intervals: dict[str, int] | None = _opt(
         None, "per-field refresh interval µs: queue_depth, batch_size, kv_utilization, free_kv_blocks, "
               "cache_hit_rate, pending, in_flight (overrides snapshot_refresh_interval)")
-    prefix_index_capacity: int = _opt(10000, "prefix-block keys per instance in the router's prefix-affinity index")
+    prefix_index_capacity: int = _opt(10000, "prefix-block keys per instance in the router's prefix-affinity index",
+                                      lo=1, hi=10_000_000)
     fitness_weights: dict[str, float] | None = _opt(None, "fitness components key:weight (see docs/policies.md)")
 
     def __post_init__(self) -> None:
@@ -76,55 +93,47 @@ class PolicyConfig:
         return dict(self.routing_scorers) if self.routing_scorers is not None else dict(DEFAULT_SCORERS)
 
 
-def _check_choice(path: str, value: str, choices) -> None:
-    if value not in choices:
-        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(choices)}")
+def _check_choice(path: str, value: Any, choices) -> str:
+    return as_choice(value, path, tuple(choices))
 
 
-def _check_number(path: str, value: Any, lo: float = 0.0, allow_equal: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(path, f"must be a number, got {value!r}")
-    x = float(value)
-    if not math.isfinite(x) or x < lo or (x == lo and not allow_equal):
-        rng = f">= {lo:g}" if allow_equal else f"> {lo:g}"
-        raise ConfigError(path, f"must be a finite number {rng}, got {value!r}")
-    return x
+def _check_number(path: str, value: Any, lo: float = 0.0, allow_equal: bool = True,
+                  hi: float | None = MAX_POLICY_WEIGHT) -> float:
+    return as_float(value, path, lo, hi, lo_open=not allow_equal, text=False)
+
+
+def _weights(value: Any, path: str, names, lo: float | None, hi: float | None, lo_open: bool = False,
+             integer: bool = False) -> None:
+    as_mapping(value, path, what="a mapping name: weight")
+    if len(value) > MAX_WEIGHTS:
+        raise ConfigError(path, f"at most {MAX_WEIGHTS} entries, got {len(value)}")
+    for name, w in value.items():
+        _check_choice(path, name, names)
+        if integer:
+            as_int(w, f"{path}.{name}", lo, hi, text=False, integral_float=False)
+        else:
+            as_float(w, f"{path}.{name}", lo, hi, lo_open=lo_open, text=False)
 
 
 def validate_policy(p: PolicyConfig) -> None:
-    """Raise ConfigError (``policy.<field>``) on the first bad value."""
-    _check_choice("policy.admission", p.admission, ADMISSION_POLICIES)
-    _check_number("policy.token_bucket_capacity", p.token_bucket_capacity)
-    _check_number("policy.token_bucket_refill_rate", p.token_bucket_refill_rate)
-    _check_choice("policy.routing", p.routing, ROUTING_POLICIES)
+    """Raise ConfigError (``policy.<field>``) on the first bad value: choices, numbers
+    finite and in range (blis_fast.config.validate)."""
+    check_fields(p, "policy")
     if p.routing_scorers is not None:
+        # any finite positive weight: the router scales weights before scoring (no overflow)
+        _weights(p.routing_scorers, "policy.routing_scorers", SCORERS, 0.0, None, lo_open=True)
         if not p.routing_scorers:
             raise ConfigError("policy.routing_scorers", "needs at least one scorer")
-        for name, w in p.routing_scorers.items():
-            _check_choice("policy.routing_scorers", name, SCORERS)
-            _check_number(f"policy.routing_scorers.{name}", w, 0.0, allow_equal=False)
-    _check_choice("policy.priority", p.priority, PRIORITY_AGE_WEIGHT)
-    for k, w in enumerate(p.slo_class_weights or []):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)):
-            raise ConfigError(f"policy.slo_class_weights[{k}]", f"must be a finite number, got {w!r}")
-    _check_choice("policy.scheduler", p.scheduler, SCHEDULERS)
     if p.scheduler_weights is not None:
-        for name, w in p.scheduler_weights.items():
-            _check_choice("policy.scheduler_weights", name, SORT_ATTRIBUTES)
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)):
-                raise ConfigError(f"policy.scheduler_weights.{name}", f"must be a finite number, got {w!r}")
-    _check_choice("policy.preemption_victim", p.preemption_victim, VICTIMS)
-    if isinstance(p.snapshot_refresh_interval, bool) or not isinstance(p.snapshot_refresh_interval, int) \
-            or p.snapshot_refresh_interval < 0:
-        raise ConfigError("policy.snapshot_refresh_interval", f"must be an integer >= 0 (µs), got {p.snapshot_refresh_interval!r}")
-    for name, v in (p.snapshot_intervals or {}).items():
-        _check_choice("policy.snapshot_intervals", name, S.SNAPSHOT_FIELD_NAMES)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"policy.snapshot_intervals.{name}", f"must be an integer >= 0 (µs), got {v!r}")
-    if isinstance(p.prefix_index_capacity, bool) or not isinstance(p.prefix_index_capacity, int) \
-            or not 1 <= p.prefix_index_capacity <= 10_000_000:
-        raise ConfigError("policy.prefix_index_capacity", f"must be an integer in [1, 10000000], got {p.prefix_index_capacity!r}")
+        _weights(p.scheduler_weights, "policy.scheduler_weights", SORT_ATTRIBUTES, -MAX_POLICY_WEIGHT,
+                 MAX_POLICY_WEIGHT)
+    if p.snapshot_intervals is not None:
+        _weights(p.snapshot_intervals, "policy.snapshot_intervals", S.SNAPSHOT_FIELD_NAMES, 0, MAX_INTERVAL_US,
+                 integer=True)
     if p.fitness_weights is not None:
+        as_mapping(p.fitness_weights, "policy.fitness_weights", what="a mapping name: weight")
+        for k, w in p.fitness_weights.items():
+            as_float(w, f"policy.fitness_weights.{k}", text=False)
         from blis_fast.results.fitness import validate_fitness_weights
 
         validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
@@ -134,35 +143,38 @@ def validate_policy(p: PolicyConfig) -> None:
 
 
 def parse_weights(text: str | dict, path: str) -> dict[str, float]:
-    """``"a:1,b:2.5"`` (CLI) or a mapping (YAML) -> {name: weight}; checks the syntax only."""
+    """``"a:1,b:2.5"`` (CLI) or a mapping (YAML) or BLIS's ``[{name, weight}]`` list ->
+    {name: weight}; checks the syntax and that each weight is a finite number (ranges are
+    checked where the weights are used)."""
     if isinstance(text, dict):
         items = list(text.items())
     elif isinstance(text, str):
+        if len(text) > 100_000:
+            raise ConfigError(path, f"expected name:weight pairs, got {show(text)}")
         items = []
         for part in [x.strip() for x in text.split(",") if x.strip()]:
             name, sep, w = part.partition(":")
             if not sep:
-                raise ConfigError(path, f"expected name:weight, got {part!r}")
+                raise ConfigError(path, f"expected name:weight, got {show(part)}")
             items.append((name.strip(), w.strip()))
     elif isinstance(text, list):  # BLIS style: [{name: ..., weight: ...}, ...]
         items = []
         for k, entry in enumerate(text):
             if not isinstance(entry, dict) or set(entry) - {"name", "weight"} or "name" not in entry:
-                raise ConfigError(f"{path}[{k}]", "expected a mapping with name and weight")
+                raise ConfigError(f"{path}[{k}]", f"expected a mapping with name and weight, got {show(entry)}")
             items.append((entry["name"], entry.get("weight", 1.0)))
     else:
-        raise ConfigError(path, f"expected name:weight pairs, got {text!r}")
+        raise ConfigError(path, f"expected name:weight pairs, got {show(text)}")
+    if len(items) > MAX_WEIGHTS:
+        raise ConfigError(path, f"at most {MAX_WEIGHTS} entries, got {len(items)}")
     out: dict[str, float] = {}
     for name, w in items:
-        try:
-            x = float(w)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{path}.{name}", f"weight must be a number, got {w!r}") from None
-        if isinstance(w, bool) or math.isnan(x):
-            raise ConfigError(f"{path}.{name}", f"weight must be a number, got {w!r}")
+        if not isinstance(name, str) or not name or len(name) > MAX_STR_LEN:
+            raise ConfigError(path, f"names must be non-empty strings, got {show(name)}")
+        x = as_float(w, f"{path}.{key_name(name)}")
         if name in out:
-            raise ConfigError(path, f"{name!r} given twice")
-        out[str(name)] = x
+            raise ConfigError(path, f"{show(name)} given twice")
+        out[name] = x
     return out
 
 
@@ -184,22 +196,20 @@ def load_policy_bundle(path: str | Path) -> dict[str, Any]:
 
 
 def _section(data: Any, path: str, allowed: set[str]) -> tuple[str | None, dict]:
-    """(policy name, params) of one section; strict about keys."""
+    """(policy name, params) of one section; strict about keys and types."""
     if isinstance(data, str):
         return data, {}
     if not isinstance(data, dict):
-        raise ConfigError(path, f"must be a policy name or a mapping, got {data!r}")
-    unknown = sorted(set(data) - allowed - {"type", "policy", "params"})
-    if unknown:
-        raise ConfigError(f"{path}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(allowed | {'type', 'policy', 'params'}))}")
+        raise ConfigError(path, f"must be a policy name or a mapping, got {show(data)}")
+    keys = allowed | {"type", "policy", "params"}
+    as_mapping(data, path, keys)
     if "type" in data and "policy" in data:
         raise ConfigError(path, "give either type or policy, not both")
     name = data.get("type", data.get("policy"))
     if name is not None and not isinstance(name, str):
-        raise ConfigError(f"{path}.type", f"must be a string, got {name!r}")
+        raise ConfigError(f"{path}.type", f"must be a string, got {show(name)}")
     params = data.get("params") or {}
-    if not isinstance(params, dict):
-        raise ConfigError(f"{path}.params", "must be a mapping")
+    as_mapping(params, f"{path}.params")
     merged = {k: v for k, v in data.items() if k not in ("type", "policy", "params")}
     for k, v in params.items():
         merged[k] = v
@@ -209,15 +219,17 @@ def _section(data: Any, path: str, allowed: set[str]) -> tuple[str | None, dict]
 def _only(params: dict, path: str, allowed: set[str]) -> None:
     for k in params:
         if k not in allowed:
-            raise ConfigError(f"{path}.params.{k}", f"unknown parameter; allowed: {', '.join(sorted(allowed)) or 'none'}")
+            raise ConfigError(f"{path}.params.{key_name(k)}",
+                              f"unknown parameter; allowed: {', '.join(sorted(allowed)) or 'none'}")
 
 
 def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
     """Translate a parsed bundle into PolicyConfig fields (strict; errors name the path)."""
     out: dict[str, Any] = {}
+    as_mapping(data, name, what="a mapping of policy sections")
     for key in data:
         if key not in _BUNDLE_SECTIONS:
-            raise ConfigError(f"{name}: {key}", f"unknown section; allowed: {', '.join(_BUNDLE_SECTIONS)}")
+            raise ConfigError(f"{name}: {key_name(key)}", f"unknown section; allowed: {', '.join(_BUNDLE_SECTIONS)}")
     if "admission" in data:
         pol, prm = _section(data["admission"], "admission", {"token_bucket_capacity", "token_bucket_refill_rate"})
         _only(prm, "admission", {"capacity", "refill_rate", "token_bucket_capacity", "token_bucket_refill_rate"})
@@ -239,7 +251,7 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             weights = parse_weights(prm["scorers"], "routing.scorers")
             for s, w in weights.items():
                 _check_choice("routing.scorers", s, SCORERS)
-                _check_number(f"routing.scorers.{s}", w, 0.0, allow_equal=False)
+                _check_number(f"routing.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
             out["routing_scorers"] = weights
     if "priority" in data:
         pol, prm = _section(data["priority"], "priority", set())
@@ -248,7 +260,8 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             _check_choice("priority.type", pol, PRIORITY_AGE_WEIGHT)
             out["priority"] = pol
         if "slo_class_weights" in prm:
-            out["slo_class_weights"] = prm["slo_class_weights"]
+            out["slo_class_weights"] = as_list(prm["slo_class_weights"], "priority.params.slo_class_weights",
+                                               max_len=S.POLICY_WIDTH - 1, what="a list of numbers")
     if "scheduler" in data:
         pol, prm = _section(data["scheduler"], "scheduler", set())
         _only(prm, "scheduler", set(SORT_ATTRIBUTES) | {"weights"})
@@ -267,14 +280,12 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             out["preemption_victim"] = victim
     if "observability" in data:
         obs = data["observability"]
-        if not isinstance(obs, dict):
-            raise ConfigError("observability", "must be a mapping")
+        as_mapping(obs, "observability")
         for k, v in obs.items():
             if k == "snapshot_refresh_interval":
                 out["snapshot_refresh_interval"] = v
             elif k == "fields":
-                if not isinstance(v, dict):
-                    raise ConfigError("observability.fields", "must be a mapping field: interval_us")
+                as_mapping(v, "observability.fields", what="a mapping field: interval_us")
                 out["snapshot_intervals"] = dict(v)
             elif k == "prefix_index_capacity":
                 out["prefix_index_capacity"] = v
