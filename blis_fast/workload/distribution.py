@@ -14,6 +14,16 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from blis_fast.config import memory
+from blis_fast.config.validate import (
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MAX_TIME_US,
+    as_choice,
+    as_float,
+    as_int,
+    show,
+)
 from blis_fast.errors import ConfigError
 from blis_fast.rng import subsystem_rng
 from blis_fast.workload.workload import Workload
@@ -22,7 +32,10 @@ MAX_TOKEN_ID = 128000  # token ids are uniform in [0, MAX_TOKEN_ID)
 PRESETS = ("chatbot", "contentgen", "summarization", "multidoc")
 WORKLOAD_KINDS = PRESETS + ("distribution", "traces")
 ARRIVALS = ("poisson", "constant")
-_MAX_ARRIVAL_US = 2**62  # refuse workloads whose clock would approach int64 overflow
+_MAX_ARRIVAL_US = MAX_TIME_US  # refuse workloads whose clock would approach int64 overflow
+MAX_RATE = 1e12  # requests per second
+GEN_BYTES_PER_REQUEST = 160  # arrivals, lengths, content seeds and their temporaries, per request
+KEY_BYTES = 8 + 1  # a block key and its shared flag
 
 
 @dataclass
@@ -43,45 +56,63 @@ class DistributionSpec:
     arrival: str = "poisson"  # "poisson" (exponential gaps) | "constant" (BLIS spacing)
 
     def validate(self, path: str = "workload") -> "DistributionSpec":
-        """Raise ConfigError naming ``<path>.<field>`` and its allowed range; returns self."""
+        """Raise ConfigError naming ``<path>.<field>`` and its allowed range; returns self
+        (shared checkers of blis_fast.config.validate: int64-safe, finite, normal)."""
 
-        def err(name: str, msg: str) -> ConfigError:
-            return ConfigError(f"{path}.{name}", f"{msg}, got {getattr(self, name)!r}")
-
-        def real(name: str) -> float:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-                raise err(name, "must be a number")
-            if not math.isfinite(float(v)):
-                raise err(name, "must be finite")
-            return float(v)
+        def real(name: str, lo: float, hi: float, lo_open: bool = False) -> float:
+            return as_float(getattr(self, name), f"{path}.{name}", lo, hi, lo_open=lo_open, text=False)
 
         def integer(name: str, lo: int) -> int:
             v = getattr(self, name)
-            ok = isinstance(v, (int, np.integer)) or (isinstance(v, (float, np.floating)) and float(v).is_integer())
-            if isinstance(v, bool) or not ok:
-                raise err(name, f"must be an integer >= {lo}")
-            if int(v) < lo:
-                raise err(name, f"must be >= {lo}")
-            return int(v)
+            return as_int(v, f"{path}.{name}", lo, MAX_REQUEST_TOKENS, text=False)
 
-        if real("rate") <= 0:
-            raise err("rate", "must be > 0 requests/s")
-        integer("num_requests", 1)
-        integer("prefix_tokens", 0)
+        real("rate", 0.0, MAX_RATE, lo_open=True)
+        as_int(self.num_requests, f"{path}.num_requests", 1, MAX_REQUESTS, text=False)
+        prefix = integer("prefix_tokens", 0)
+        top = {}
         for kind, lo in (("prompt", 1), ("output", 0)):
             vmin = integer(f"{kind}_tokens_min", lo)
             vmax = integer(f"{kind}_tokens_max", lo)
             if vmin > vmax:
-                raise err(f"{kind}_tokens_min", f"must be <= {kind}_tokens_max ({vmax})")
-            mean = real(f"{kind}_tokens")
+                raise ConfigError(f"{path}.{kind}_tokens_min", f"must be <= {kind}_tokens_max ({vmax}), got {vmin}")
+            mean = real(f"{kind}_tokens", 0.0, MAX_REQUEST_TOKENS)
             if not vmin <= mean <= vmax:
-                raise err(f"{kind}_tokens", f"must lie in [{kind}_tokens_min, {kind}_tokens_max] = [{vmin}, {vmax}]")
-            if real(f"{kind}_tokens_stdev") < 0:
-                raise err(f"{kind}_tokens_stdev", "must be >= 0")
-        if self.arrival not in ARRIVALS:
-            raise err("arrival", f"must be one of {', '.join(ARRIVALS)}")
+                raise ConfigError(f"{path}.{kind}_tokens", f"must lie in [{kind}_tokens_min, {kind}_tokens_max] = "
+                                                           f"[{vmin}, {vmax}], got {show(getattr(self, f'{kind}_tokens'))}")
+            real(f"{kind}_tokens_stdev", 0.0, 1e12)
+            top[kind] = vmax
+        if prefix + top["prompt"] + top["output"] > MAX_REQUEST_TOKENS:
+            raise ConfigError(f"{path}.prefix_tokens", f"prefix_tokens + prompt_tokens_max + output_tokens_max must be "
+                                                       f"<= {MAX_REQUEST_TOKENS} tokens per request, got "
+                                                       f"{prefix} + {top['prompt']} + {top['output']}")
+        as_choice(self.arrival, f"{path}.arrival", ARRIVALS)
         return self
+
+    def expected_tokens(self) -> tuple[float, float]:
+        """(expected prompt + output tokens over all requests, an upper bound that holds
+        with overwhelming probability: + 6 standard deviations)."""
+        n = int(self.num_requests)
+        mean = float(self.prefix_tokens)
+        sd = 0.0
+        for kind in ("prompt", "output"):
+            m, s = _clipped_normal_moments(float(getattr(self, f"{kind}_tokens")),
+                                           float(getattr(self, f"{kind}_tokens_stdev")),
+                                           float(getattr(self, f"{kind}_tokens_min")),
+                                           float(getattr(self, f"{kind}_tokens_max")))
+            mean += m + 0.5
+            sd += s
+        return n * mean, n * mean + 6.0 * math.sqrt(n) * sd
+
+
+def _clipped_normal_moments(mu: float, sigma: float, lo: float, hi: float) -> tuple[float, float]:
+    """(mean, a bound on the standard deviation) of clip(N(mu, sigma), lo, hi)."""
+    if hi <= lo or sigma == 0:
+        return min(max(mu, lo), hi), 0.0
+    a, b = (lo - mu) / sigma, (hi - mu) / sigma
+    cdf = lambda z: 0.5 * math.erfc(-z / math.sqrt(2.0))  # noqa: E731
+    pdf = lambda z: math.exp(-0.5 * min(z * z, 1400.0)) / math.sqrt(2.0 * math.pi)  # noqa: E731
+    mean = lo * cdf(a) + hi * (1.0 - cdf(b)) + mu * (cdf(b) - cdf(a)) + sigma * (pdf(a) - pdf(b))
+    return min(max(mean, lo), hi), min(sigma, (hi - lo) / 2.0)
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -103,8 +134,12 @@ def sample_lengths(rng: np.random.Generator, n: int, mean: float, stdev: float, 
 
 def constant_gap_us(rate: float) -> int:
     """BLIS's constant spacing: ``int64(1 / (rate / 1e6))`` µs (at least 1).  Computed the
-    way BLIS does because it is not always trunc(1e6 / rate): rate 10 gives 99999 µs."""
-    return max(1, int(1.0 / (rate / 1e6)))
+    way BLIS does because it is not always trunc(1e6 / rate): rate 10 gives 99999 µs.
+    ConfigError for a rate whose gap does not fit the µs clock."""
+    per_us = float(rate) / 1e6
+    if not (per_us > 0 and math.isfinite(per_us)) or 1.0 / per_us > _MAX_ARRIVAL_US:
+        raise ConfigError("workload.rate", f"{show(rate)} requests/s is too small: one gap would exceed 2^62 µs")
+    return max(1, int(1.0 / per_us))
 
 
 def sample_arrivals(spec: DistributionSpec, seed: int) -> np.ndarray:
@@ -119,8 +154,11 @@ def sample_arrivals(spec: DistributionSpec, seed: int) -> np.ndarray:
         if gap * (n - 1) > _MAX_ARRIVAL_US:
             raise ConfigError("workload.rate", f"too small for {n} requests (arrivals overflow the µs clock)")
         return np.arange(n, dtype=np.int64) * np.int64(gap)
-    gaps = np.trunc(subsystem_rng(seed, "workload.arrivals").standard_exponential(n) / rate_per_us)
-    if gaps.sum() > _MAX_ARRIVAL_US:
+    if not rate_per_us > 0 or n / rate_per_us > 64 * _MAX_ARRIVAL_US:
+        raise ConfigError("workload.rate", f"too small for {n} requests (arrivals overflow the µs clock)")
+    with np.errstate(over="ignore"):
+        gaps = np.trunc(subsystem_rng(seed, "workload.arrivals").standard_exponential(n) / rate_per_us)
+    if not gaps.sum() <= _MAX_ARRIVAL_US:
         raise ConfigError("workload.rate", f"too small for {n} requests (arrivals overflow the µs clock)")
     return np.cumsum(np.maximum(gaps, 1.0).astype(np.int64))
 
@@ -155,9 +193,10 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
     [0, 128000)) are drawn once and shared, every other token is unique to its request
     (keys: ``_sequence_keys``); keys for ``block_size``."""
     spec.validate()
-    if isinstance(block_size, bool) or int(block_size) < 1:
-        raise ConfigError("block_size", f"must be an integer >= 1, got {block_size!r}")
+    bs = as_int(block_size, "block_size", 1, 1024, text=False)
     n, prefix = int(spec.num_requests), int(spec.prefix_tokens)
+    check_expected_size(spec, bs)
+    memory.charge(n * GEN_BYTES_PER_REQUEST + prefix * 16, f"generating {n} requests")
     arrival = sample_arrivals(spec, seed)
     body = sample_lengths(
         subsystem_rng(seed, "workload.prompt_lengths"), n, spec.prompt_tokens,
@@ -170,6 +209,9 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
     prefix_ids = subsystem_rng(seed, "workload.tokens").integers(0, MAX_TOKEN_ID, size=prefix, dtype=np.int64)
     content = subsystem_rng(seed, "workload.content").bit_generator.random_raw(n).view(np.int64)
     prompt_len = body + prefix
+    from blis_fast.workload.generate import charge_keys
+
+    charge_keys(int(((prompt_len + output) // bs).sum()), bs)
     keys, key_offsets, shared = _sequence_keys(prefix_ids, prompt_len, output, content, int(block_size))
     wl = Workload(
         arrival_us=arrival,
@@ -183,6 +225,22 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
     )
     wl.validate()
     return wl
+
+
+def expected_size(spec: DistributionSpec, block_size: int) -> tuple[int, float]:
+    """(requests, an upper bound on their block keys) of a distribution workload, from its
+    parameters (nothing is drawn)."""
+    _, tokens_hi = spec.expected_tokens()
+    return int(spec.num_requests), tokens_hi / block_size
+
+
+def check_expected_size(spec: DistributionSpec, block_size: int) -> None:
+    """Refuse, before drawing anything, a distribution workload whose expected arrays
+    exceed the memory budget (requests and block keys from the length parameters)."""
+    n, keys = expected_size(spec, block_size)
+    memory.check(n * GEN_BYTES_PER_REQUEST + keys * KEY_BYTES + int(spec.prefix_tokens) * 16,
+                 f"the workload ({n} requests, about {keys:.3g} KV block keys)",
+                 "use fewer or shorter requests or a larger block size")
 
 
 def load_preset(name: str) -> dict:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blis_fast.config import memory
+from blis_fast.config.validate import MAX_KEYS, MAX_REQUEST_TOKENS, MAX_REQUESTS
 from blis_fast.errors import WorkloadError
 from blis_fast.rng import subsystem_rng
 from blis_fast.workload import sampling as S
@@ -39,8 +41,11 @@ from blis_fast.workload.distribution import MAX_TOKEN_ID, round_half_away
 from blis_fast.workload.spec import ClientSpec, Distribution, WorkloadSpec
 from blis_fast.workload.workload import Workload
 
-MAX_REQUESTS = 100_000_000  # refuse specs that would generate more (memory)
 _MAX_S = 2.0**62 / 1e6  # the µs clock must not overflow
+GEN_BYTES_PER_REQUEST = 320  # working set of generation per request (columns, merge copies, temporaries)
+REQUEST_BYTES = sum(np.dtype(t).itemsize for t in (np.int64,) * 10 + (np.int32,) * 5)  # a Requests row
+KEY_BYTES = 8 + 1  # a block key and its shared flag
+PREFIX_TOKEN_BYTES = 16  # a prefix token id, and its copy when the prefixes are hashed
 
 
 class Streams:
@@ -86,8 +91,13 @@ def sample(dist: Distribution, n: int, streams: Streams, name: str, integer: boo
         x = S.sample_empirical_cdf(streams(name), n, dist.values, dist.probs)
     else:
         x = S.sample_discrete(streams(name), n, dist.values, dist.weights)
-    x = np.clip(x, dist.min if dist.min is not None else -np.inf, dist.max if dist.max is not None else np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):  # extreme draws (exp overflow) are clamped below
+        x = np.clip(x, dist.min if dist.min is not None else -np.inf, dist.max if dist.max is not None else np.inf)
+    if np.isnan(x).any():
+        raise WorkloadError(dist.path, "its parameters make draws that are not numbers (NaN)")
     if integer:
+        if x.size and not (np.abs(x).max() < 2.0**62):
+            raise WorkloadError(dist.path, "draws beyond 2^62: give it a max")
         return round_half_away(x).astype(np.int64)
     return x.astype(np.float64, copy=False)
 
@@ -109,6 +119,10 @@ def _renewal_times(c: ClientSpec, streams: Streams, span: float) -> np.ndarray:
     carries the last time into the next chunk in the same order of additions, so the
     result does not depend on the chunking."""
     a, rate = c.arrival, c.rate
+    if span * rate > MAX_REQUESTS * 1.5:
+        raise _too_many(c)
+    memory.check(span * rate * GEN_BYTES_PER_REQUEST, f"{c.path}: {span * rate:.3g} expected requests",
+                 "shorten the window or lower the rate")
     if a.type == "constant":
         if span * rate > MAX_REQUESTS:
             raise _too_many(c)
@@ -145,6 +159,11 @@ def _bursty_times(c: ClientSpec, streams: Streams, span: float) -> np.ndarray:
         expected = span / max(a.burst_interval_s.approx_mean(), 1e-9)
     else:
         expected = span * c.rate / max(a.burst_size.approx_mean(), 1.0)
+    if expected * a.burst_size.approx_mean() > MAX_REQUESTS * 1.5:
+        raise WorkloadError(a.path, f"generates more than {MAX_REQUESTS} requests in the window")
+    memory.check(expected * max(a.burst_size.approx_mean(), 1.0) * GEN_BYTES_PER_REQUEST,
+                 f"{a.path}: {expected * a.burst_size.approx_mean():.3g} expected requests",
+                 "shorten the window or make the bursts smaller")
     size = _chunk(expected)
     while last < span:
         b = np.maximum(sample(a.burst_size, size, streams, "burst_size", True), 1)
@@ -276,6 +295,7 @@ class Requests:
             order = ar if np.all(parent < ar) else np.argsort(self["turn"], kind="stable").astype(np.int64)
             key_offsets = np.zeros(n + 1, np.int64)
             np.cumsum((self["prompt_len"] + self["output_len"]) // bs, out=key_offsets[1:])
+            charge_keys(int(key_offsets[-1]), bs)
             keys = np.empty(int(key_offsets[-1]), np.int64)
             shared = np.empty(keys.shape[0], np.uint8)
             chain_sequence_keys(key_offsets, self["prompt_len"] // bs, parent, self["prefix_id"],
@@ -313,6 +333,17 @@ class Requests:
         )
 
 
+def charge_keys(n_keys: int, block_size: int) -> None:
+    """Refuse more block keys than the tables can number (MAX_KEYS) or the memory budget
+    holds; charge them."""
+    if n_keys > MAX_KEYS:
+        raise WorkloadError("workload", f"{n_keys} KV block keys (prompt + output tokens / block size "
+                                        f"{block_size}) exceed the {MAX_KEYS} a run can hold; use fewer or shorter "
+                                        "requests or a larger block size")
+    memory.charge(n_keys * KEY_BYTES, f"the workload's {n_keys} KV block keys (block size {block_size})",
+                  "use fewer or shorter requests or a larger block size")
+
+
 def _names(spec: WorkloadSpec) -> dict[str, list[str]]:
     def uniq(xs):
         return list(dict.fromkeys(xs))
@@ -330,6 +361,8 @@ def _prefixes(spec: WorkloadSpec, seed: int):
     for name, g in spec.prefix_groups.items():
         st = Streams(seed, g.stream)
         lens = np.maximum(sample(g.length, g.count, st, "length", True), 1)
+        memory.charge(int(lens.sum()) * PREFIX_TOKEN_BYTES, f"{g.path}: {g.count} prefixes of "
+                      f"{int(lens.sum())} tokens in all", "make the prefixes shorter or fewer")
         tok = st("tokens").integers(0, MAX_TOKEN_ID, size=int(lens.sum()), dtype=np.int64)
         offs = np.concatenate(([0], np.cumsum(lens)))
         tokens += [tok[offs[k]:offs[k + 1]] for k in range(g.count)]
@@ -339,8 +372,12 @@ def _prefixes(spec: WorkloadSpec, seed: int):
     return info, tokens, names
 
 
-def _client_block(c: ClientSpec, spec: WorkloadSpec, seed: int, t_end: float, prefixes: dict) -> dict | None:
-    """One client's sessions and requests (session-major) in the window [0, t_end)."""
+def _client_block(c: ClientSpec, spec: WorkloadSpec, seed: int, t_end: float, prefixes: dict,
+                  tally: list[int] | None = None) -> dict | None:
+    """One client's sessions and requests (session-major) in the window [0, t_end);
+    ``tally[0]``: bytes the generation so far works with (checked against the memory
+    budget before each client's requests are drawn)."""
+    tally = [0] if tally is None else tally
     st = Streams(seed, c.stream)
     end = t_end if c.end_s is None else min(c.end_s, t_end)
     if end <= c.start_s:
@@ -360,6 +397,9 @@ def _client_block(c: ClientSpec, spec: WorkloadSpec, seed: int, t_end: float, pr
     n = int(turns.sum())
     if n > MAX_REQUESTS:
         raise WorkloadError(c.path, f"generates more than {MAX_REQUESTS} requests")
+    memory.check(n * GEN_BYTES_PER_REQUEST + tally[0], f"{c.path}: generating {n} requests",
+                 "shorten the window or lower the rate / turns")
+    tally[0] += n * GEN_BYTES_PER_REQUEST
     first = np.zeros(n_sess, np.int64)
     np.cumsum(turns[:-1], out=first[1:])
     turn = np.arange(n, dtype=np.int64) - np.repeat(first, turns)
@@ -392,6 +432,11 @@ def _client_block(c: ClientSpec, spec: WorkloadSpec, seed: int, t_end: float, pr
     if not keep.all():
         turns = np.add.reduceat(keep.astype(np.int64), first) if n_sess else turns
         turn, prompt, out, delay_before, content = (a[keep] for a in (turn, prompt, out, delay_before, content))
+    if prompt.size and int((prompt + out).max()) > MAX_REQUEST_TOKENS:
+        bad = "session.max_prompt_tokens" if sess is not None else "prompt_tokens"
+        raise WorkloadError(f"{c.path}.{bad}", f"a request would hold more than {MAX_REQUEST_TOKENS} prompt + output "
+                                               "tokens; lower the lengths" + (" or set session.max_prompt_tokens"
+                                                                              if sess is not None else ""))
     return {
         "start_us": start_us, "turns": turns, "is_session": sess is not None,
         "prefix_id": prefix_id, "prefix_len": prefix_len,
@@ -444,11 +489,13 @@ def generate_requests(spec: WorkloadSpec, seed: int | None = None) -> Requests:
     names = _names(spec)
     prefixes, prefix_tokens, prefix_names = _prefixes(spec, seed)
     if spec.duration_s is not None:
-        blocks = [_client_block(c, spec, seed, spec.duration_s, prefixes) for c in spec.clients]
+        tally = [0]
+        blocks = [_client_block(c, spec, seed, spec.duration_s, prefixes, tally) for c in spec.clients]
     else:
         t_end, bound = _window_guess(spec), _window_bound(spec)
         while True:
-            blocks = [_client_block(c, spec, seed, t_end, prefixes) for c in spec.clients]
+            blocks, tally = None, [0]  # (the previous attempt's requests are dropped first)
+            blocks = [_client_block(c, spec, seed, t_end, prefixes, tally) for c in spec.clients]
             got = sum(int(b["turns"].sum()) for b in blocks if b is not None)
             if got >= spec.num_requests or t_end >= bound or t_end > _MAX_S / 4:
                 break
@@ -461,6 +508,7 @@ def generate_requests(spec: WorkloadSpec, seed: int | None = None) -> Requests:
             cols["next_request"][last] = -1
             cols["follow_delay_us"][last] = 0
     cols = {k: np.ascontiguousarray(v, dtype=Requests.COLUMNS[k]) for k, v in cols.items()}
+    memory.charge(len(cols["arrival_us"]) * REQUEST_BYTES, f"the workload's {len(cols['arrival_us'])} requests")
     header = {
         "format": "blis-fast-trace", "version": 1, "seed": seed, "source": spec.source, "workload": spec.raw,
         "description": {"kind": "spec", "source": spec.source, "seed": seed, "clients": names["client"]},

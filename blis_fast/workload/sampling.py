@@ -50,7 +50,8 @@ def lognormal_from_mean_std(mean: float, std: float) -> tuple[float, float]:
     """Real-space (mean, std) -> log-space (mu, sigma):
     sigma² = ln(1 + std²/mean²), mu = ln(mean) − sigma²/2 (exact inverse of
     mean = e^{mu+sigma²/2}, std² = (e^{sigma²} − 1)·e^{2mu+sigma²})."""
-    s2 = math.log1p((std / mean) ** 2)
+    r = std / mean
+    s2 = math.log1p(r * r) if r < 1e100 else 2.0 * math.log(r)  # (no overflow for extreme ratios)
     return math.log(mean) - s2 / 2, math.sqrt(s2)
 
 

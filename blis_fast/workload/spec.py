@@ -19,6 +19,21 @@ from typing import Any
 
 import numpy as np
 
+from blis_fast.config.validate import (
+    INT64_MAX,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MAX_STR_LEN,
+    MAX_TIME_US,
+    as_float,
+    as_int,
+    as_list,
+    as_mapping,
+    as_str,
+    key_name,
+    parse_float_text,
+    show,
+)
 from blis_fast.errors import WorkloadError
 from blis_fast.workload import sampling as S
 
@@ -34,6 +49,15 @@ REQUEST_PROFILES = ("chat", "reasoning", "agentic")
 POPULARITY_TYPES = ("uniform", "zipf", "weights")
 DEFAULT_SEED = 42
 MAX_CV = 1000.0
+MAX_PARAM = 1e15  # magnitude of any number in a spec (rates, durations, distribution parameters)
+MAX_SECONDS = 1e9  # durations and times, s (~31 years): µs values stay far from int64 overflow
+MAX_RATE = 1e12  # requests per second
+MAX_LOG_PARAM = 100.0  # |mu| and sigma of a lognormal (log space): exp(100) exceeds every cap
+MAX_NAME_LEN = 256  # client, tenant, class, group names
+MAX_CLIENTS = 100_000
+MAX_CLASSES = 100_000  # priority classes, SLO classes, prefix groups
+MAX_NUMBERS_FILE_BYTES = 256 * 2**20
+TOKEN_CAP = MAX_REQUEST_TOKENS  # largest token count a length distribution may produce
 
 # Request-type presets: the fields a client inherits unless it sets them (docs/workloads.md).
 PROFILE_DEFAULTS: dict[str, dict] = {
@@ -97,10 +121,10 @@ class Distribution:
         elif t == "uniform":
             m = 0.5 * (self.min + self.max)
         elif t == "lognormal":
-            m = math.exp(self.mu + self.sigma**2 / 2)
+            m = math.exp(min(self.mu + self.sigma**2 / 2, 700.0))
         elif t == "pareto_lognormal":
             par = self.alpha * self.scale / (self.alpha - 1) if self.alpha > 1 else 10 * self.scale
-            m = self.pareto_weight * par + (1 - self.pareto_weight) * math.exp(self.mu + self.sigma**2 / 2)
+            m = self.pareto_weight * par + (1 - self.pareto_weight) * math.exp(min(self.mu + self.sigma**2 / 2, 700.0))
         elif self.probs is not None:
             m = float(np.sum(np.diff(self.probs) * 0.5 * (self.values[1:] + self.values[:-1]))
                       + self.probs[0] * self.values[0])
@@ -231,123 +255,184 @@ class WorkloadSpec:
         """The spec's seed, else 42."""
         return DEFAULT_SEED if self.seed is None else self.seed
 
+    def expected_size(self) -> tuple[float, float]:
+        """(requests, prompt + output tokens) the spec is expected to generate, from its
+        parameters (distribution means; nothing is drawn): for sizing and the memory
+        budget, not exact."""
+        rows = []  # (requests per second of operational time, tokens per request, sessions per request)
+        for c in self.clients:
+            a = c.arrival
+            if a.type == "bursty" and a.burst_interval_s is not None:
+                r = a.burst_size.approx_mean() / max(a.burst_interval_s.approx_mean(), 1e-9)
+            elif a.type == "trace":
+                r = 0.0
+            else:
+                r = c.rate or 0.0
+            sess = c.session
+            turns = max(sess.turns.approx_mean(), 1.0) if sess is not None else 1.0
+            p0 = c.prompt_tokens.approx_mean()
+            if c.prefix_group is not None:
+                p0 += c.reuse_probability * self.prefix_groups[c.prefix_group].length.approx_mean()
+            o = c.output_tokens.approx_mean()
+            u = (sess.user_tokens or c.prompt_tokens).approx_mean() if sess is not None else 0.0
+            per_session = turns * (p0 + o) + (o + u) * turns * (turns - 1) / 2
+            if sess is not None and sess.max_prompt_tokens is not None:
+                per_session = min(per_session, turns * (sess.max_prompt_tokens + o))
+            if a.type == "trace":
+                window = self.duration_s if self.duration_s is not None else math.inf
+                sessions = float(np.count_nonzero(a.times_s + c.start_s < window))
+            elif self.duration_s is not None:
+                end = self.duration_s if c.end_s is None else min(c.end_s, self.duration_s)
+                span = max(end - c.start_s, 0.0)
+                lp = c.load_profile or self.load_profile
+                if lp is not None and span > 0:
+                    prof = lp.build()
+                    span = float(prof.integral(end) - prof.integral(c.start_s))
+                sessions = r * span
+            else:
+                sessions = None
+            rows.append((r * turns, per_session / turns, sessions, turns))
+        if self.duration_s is not None or all(row[2] is not None for row in rows):
+            requests = sum(row[2] * row[3] for row in rows if row[2] is not None)
+            tokens = sum(row[2] * row[3] * row[1] for row in rows if row[2] is not None)
+            if self.num_requests is not None and requests > self.num_requests:
+                tokens *= self.num_requests / requests
+                requests = float(self.num_requests)
+            return requests, tokens
+        fixed = [row for row in rows if row[2] is not None]  # trace clients: their own count
+        req_fixed = sum(row[2] * row[3] for row in fixed)
+        tok_fixed = sum(row[2] * row[3] * row[1] for row in fixed)
+        rated = [row for row in rows if row[2] is None]
+        total_rate = sum(row[0] for row in rated)
+        rest = max(float(self.num_requests) - req_fixed, 0.0)
+        if total_rate > 0:
+            tok_rest = rest * sum(row[0] * row[1] for row in rated) / total_rate
+        else:
+            tok_rest = rest * max((row[1] for row in rated), default=0.0)
+        requests = min(req_fixed + rest, float(self.num_requests))
+        return requests, tok_fixed + tok_rest
+
 
 # ----------------------------------------------------------------------------- helpers
 
 
 def _err(path: str, msg: str) -> WorkloadError:
-    return WorkloadError(path, msg)
+    return WorkloadError(path or "spec", msg)
 
 
 def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+    return f"{path}.{key_name(key)}" if path else key_name(key)
 
 
 def _mapping(value: Any, path: str, allowed: tuple[str, ...] | set[str]) -> dict:
-    if not isinstance(value, dict):
-        raise _err(path, f"must be a mapping, got {value!r}")
-    for k in value:
-        if not isinstance(k, str) or k not in allowed:
-            raise _err(_join(path, str(k)), f"unknown key; known: {', '.join(sorted(allowed))}")
-    return value
+    return as_mapping(value, path, allowed, error=WorkloadError)
 
 
 def _number(d: dict, key: str, path: str, *, default: Any = None, required: bool = False,
-            lo: float | None = None, lo_open: bool = False, hi: float | None = None) -> float | None:
+            lo: float | None = -MAX_PARAM, lo_open: bool = False, hi: float | None = MAX_PARAM) -> float | None:
     p = _join(path, key)
     if key not in d or d[key] is None:
         if required:
             raise _err(p, "is required")
         return default
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _err(p, f"must be a number, got {v!r}")
-    v = float(v)
-    if not math.isfinite(v):
-        raise _err(p, f"must be finite, got {v!r}")
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise _err(p, f"must be {'>' if lo_open else '>='} {lo:g}, got {v:g}")
-    if hi is not None and v > hi:
-        raise _err(p, f"must be <= {hi:g}, got {v:g}")
-    return v
+    return as_float(d[key], p, lo, hi, lo_open=lo_open, error=WorkloadError, text=False)
 
 
 def _integer(d: dict, key: str, path: str, *, default: Any = None, required: bool = False, lo: int = 0,
-             hi: int = 2**62) -> int | None:
+             hi: int = MAX_TIME_US) -> int | None:
     p = _join(path, key)
     if key not in d or d[key] is None:
         if required:
             raise _err(p, "is required")
         return default
-    v = d[key]
-    if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-        raise _err(p, f"must be an integer, got {v!r}")
-    v = int(v)
-    if not lo <= v <= hi:
-        raise _err(p, f"must be an integer in [{lo}, {hi}], got {v}")
-    return v
+    return as_int(d[key], p, lo, hi, error=WorkloadError, text=False)
+
+
+def _name(v: Any, path: str) -> str:
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, int) and abs(v) > INT64_MAX):
+        raise _err(path, f"must be a non-empty name, got {show(v)}")
+    return as_str(str(v), path, error=WorkloadError, max_len=MAX_NAME_LEN)
 
 
 def _string(d: dict, key: str, path: str, default: str | None = None) -> str | None:
     if key not in d or d[key] is None:
         return default
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (str, int)) or str(v) == "":
-        raise _err(_join(path, key), f"must be a non-empty name, got {v!r}")
-    return str(v)
+    return _name(d[key], _join(path, key))
 
 
-def _numbers(value: Any, path: str, *, lo: float | None = None) -> np.ndarray:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise _err(path, f"must be a non-empty list of numbers, got {value!r}")
-    out = []
-    for k, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)):
-            raise _err(f"{path}[{k}]", f"must be a finite number, got {x!r}")
-        if lo is not None and x < lo:
-            raise _err(f"{path}[{k}]", f"must be >= {lo:g}, got {x!r}")
-        out.append(float(x))
+def _numbers(value: Any, path: str, *, lo: float | None = -MAX_PARAM, hi: float | None = MAX_PARAM) -> np.ndarray:
+    items = as_list(value, path, error=WorkloadError, min_len=1, what="a non-empty list of numbers")
+    out = [as_float(x, f"{path}[{k}]", lo, hi, error=WorkloadError, text=False) for k, x in enumerate(items)]
     return np.array(out, dtype=np.float64)
 
 
 def _resolve_file(value: Any, path: str, base: Path | None) -> Path:
     if not isinstance(value, str) or not value:
-        raise _err(path, f"must be a file path, got {value!r}")
+        raise _err(path, f"must be a file path, got {show(value)}")
+    as_str(value, path, error=WorkloadError)
     p = Path(value).expanduser()
     if not p.is_absolute() and base is not None:
         p = base / p
     if not p.is_file():
-        raise _err(path, f"file not found: {p}")
+        raise _err(path, f"file not found: {show(str(p))}")
     return p
 
 
 def _read_numbers_file(p: Path, path: str) -> np.ndarray:
     """Numbers from a text file: one or more per line (comma / whitespace separated), ``#``
-    comments and a non-numeric first line (a header) skipped."""
+    comments and a non-numeric first line (a header) skipped; numbers written plainly
+    (``1_0`` is not a number).  At most MAX_NUMBERS_FILE_BYTES."""
+    from blis_fast.config.yamlfile import read_text_limited
+
+    text = read_text_limited(p, path, WorkloadError, max_bytes=MAX_NUMBERS_FILE_BYTES)
     vals: list[float] = []
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise _err(path, f"cannot read {p}: {e}") from None
     content_lines = 0
-    for ln, line in enumerate(lines, 1):
+    for ln, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         content_lines += 1
         first = line.replace(",", " ").split()[0]
-        try:
-            vals.append(float(first))
-        except ValueError:
+        v = parse_float_text(first)
+        if v is None:
             if content_lines == 1:
                 continue  # a header row
-            raise _err(path, f"{p} line {ln}: {first!r} is not a number") from None
+            raise _err(path, f"{show(str(p))} line {ln}: {show(first)} is not a number")
+        vals.append(v)
     arr = np.array(vals, dtype=np.float64)
     if arr.size == 0:
-        raise _err(path, f"{p} holds no numbers")
-    if not np.all(np.isfinite(arr)):
-        raise _err(path, f"{p} holds non-finite numbers")
+        raise _err(path, f"{show(str(p))} holds no numbers")
+    if not np.all(np.isfinite(arr)) or np.abs(arr).max() > MAX_PARAM:
+        raise _err(path, f"{show(str(p))} holds numbers that are not finite or beyond {MAX_PARAM:g}")
     return arr
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """The files a spec refers to (``file:`` of trace arrivals and empirical
+    distributions), resolved against the spec's folder: inputs an output must not
+    overwrite.  Reads only the spec's YAML."""
+    from blis_fast.config.yamlfile import read_yaml_mapping
+
+    p = Path(path)
+    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
+    base = p.resolve().parent
+    out: list[Path] = []
+    todo = [data]
+    seen: set[int] = set()
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            f = v.get("file")
+            if isinstance(f, str) and f and len(f) <= MAX_STR_LEN and "\x00" not in f:
+                q = Path(f).expanduser()
+                out.append(q if q.is_absolute() else base / q)
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return out
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -374,13 +459,17 @@ def _lognormal_params(d: dict, path: str) -> tuple[float, float]:
         if k not in d:
             raise _err(_join(path, k), f"is required with {a}/{b}")
     if a == "mu":
-        mu = _number(d, "mu", path)
-        sigma = _number(d, "sigma", path, lo=0)
+        mu = _number(d, "mu", path, lo=-MAX_LOG_PARAM, hi=MAX_LOG_PARAM)
+        sigma = _number(d, "sigma", path, lo=0, hi=MAX_LOG_PARAM)
         return mu, sigma
     if a == "mean":
         mean = _number(d, "mean", path, lo=0, lo_open=True)
         std = _number(d, "std", path, lo=0)
-        return S.lognormal_from_mean_std(mean, std)
+        mu, sigma = S.lognormal_from_mean_std(mean, std)
+        if not (abs(mu) <= MAX_LOG_PARAM and sigma <= MAX_LOG_PARAM):
+            raise _err(_join(path, "std"), f"std/mean too extreme (log-space mu={mu:.3g}, sigma={sigma:.3g}; "
+                                           f"both must be within {MAX_LOG_PARAM:g})")
+        return mu, sigma
     p50 = _number(d, "p50", path, lo=0, lo_open=True)
     p90 = _number(d, "p90", path, lo=0, lo_open=True)
     if p90 < p50:
@@ -397,36 +486,38 @@ def _typed_mapping(value: Any, path: str, keys_by_type: dict[str, tuple[str, ...
     if not isinstance(value, dict):
         also = alternative or (f"a {what} name" if bare_name else "")
         raise _err(path, f"must be {also + ' or ' if also else ''}a mapping with 'type' "
-                         f"({', '.join(keys_by_type)}), got {value!r}")
+                         f"({', '.join(keys_by_type)}), got {show(value)}")
     t = value.get("type")
-    if t not in keys_by_type:
-        raise _err(_join(path, "type"), f"unknown {what} {t!r}; known: {', '.join(keys_by_type)}")
+    if not isinstance(t, str) or t not in keys_by_type:
+        raise _err(_join(path, "type"), f"unknown {what} {show(t)}; known: {', '.join(keys_by_type)}")
     return t, _mapping(value, path, ("type",) + extra + keys_by_type[t])
 
 
-def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path | None = None) -> Distribution:
+def parse_distribution(value: Any, path: str, *, floor: float = 0.0, cap: float = MAX_PARAM,
+                       base: Path | None = None) -> Distribution:
     """A distribution from YAML: a number (constant) or a mapping with ``type``.  ``floor``
     is the smallest meaningful value (1 for prompts and turns, 0 otherwise): the default
-    ``min`` and a lower bound for it."""
+    ``min`` and a lower bound for it.  ``cap`` is the largest value the quantity may take
+    (TOKEN_CAP tokens, MAX_SECONDS, MAX_REQUESTS turns): ``max`` defaults to it, and a
+    constant, a mean, a bound or an empirical value beyond it is an error, so that draws
+    can never overflow an integer."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = {"type": "constant", "value": value}
     t, d = _typed_mapping(value, path, _DIST_KEYS, "distribution", extra=("min", "max"), bare_name=False,
                           alternative="a number")
-    vmin = _number(d, "min", path, default=None)
-    vmax = _number(d, "max", path, default=None)
-    if vmin is not None and vmin < floor:
-        raise _err(_join(path, "min"), f"must be >= {floor:g}, got {vmin:g}")
+    vmin = _number(d, "min", path, default=None, lo=floor, hi=cap)
+    vmax = _number(d, "max", path, default=None, lo=floor, hi=cap)
     vmin = floor if vmin is None else vmin
     if vmax is not None and vmax < vmin:
         raise _err(_join(path, "max"), f"must be >= min ({vmin:g}), got {vmax:g}")
-    kw: dict[str, Any] = {"type": t, "path": path, "min": vmin, "max": vmax}
+    kw: dict[str, Any] = {"type": t, "path": path, "min": vmin, "max": cap if vmax is None else vmax}
     if t == "constant":
-        kw["value"] = _number(d, "value", path, required=True)
+        kw["value"] = _number(d, "value", path, required=True, hi=cap)
     elif t == "gaussian":
-        kw["mean"] = _number(d, "mean", path, required=True)
+        kw["mean"] = _number(d, "mean", path, required=True, hi=cap)
         kw["std"] = _number(d, "std", path, required=True, lo=0)
     elif t == "exponential":
-        kw["mean"] = _number(d, "mean", path, required=True, lo=0, lo_open=True)
+        kw["mean"] = _number(d, "mean", path, required=True, lo=0, lo_open=True, hi=cap)
     elif t == "uniform":
         if "max" not in d or d["max"] is None:
             raise _err(_join(path, "max"), "is required for a uniform distribution (support [min, max])")
@@ -451,8 +542,8 @@ def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path 
             for k, pt in enumerate(pts):
                 pp = f"{path}.cdf[{k}]"
                 if not (isinstance(pt, (list, tuple)) and len(pt) == 2):
-                    raise _err(pp, f"must be a [value, cumulative probability] pair, got {pt!r}")
-                x, q = _numbers(list(pt), pp)
+                    raise _err(pp, f"must be a [value, cumulative probability] pair, got {show(pt)}")
+                x, q = _numbers(list(pt), pp, hi=cap)
                 if not 0 <= q <= 1:
                     raise _err(pp, f"cumulative probability must be in [0, 1], got {q:g}")
                 if xs and (x < xs[-1] or q < ps[-1]):
@@ -464,7 +555,7 @@ def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path 
             ps[-1] = 1.0
             kw["values"], kw["probs"] = np.array(xs), np.array(ps)
         elif forms == ["values"]:
-            kw["values"] = _numbers(d["values"], _join(path, "values"))
+            kw["values"] = _numbers(d["values"], _join(path, "values"), hi=cap)
             if "weights" in d:
                 w = _numbers(d["weights"], _join(path, "weights"), lo=0)
                 if len(w) != len(kw["values"]):
@@ -475,6 +566,8 @@ def parse_distribution(value: Any, path: str, *, floor: float = 0.0, base: Path 
         else:
             fp = _resolve_file(d["file"], _join(path, "file"), base)
             kw["values"] = _read_numbers_file(fp, _join(path, "file"))
+            if kw["values"].max() > cap:
+                raise _err(_join(path, "file"), f"{show(str(fp))} holds values beyond {cap:g}")
     return Distribution(**kw)
 
 
@@ -489,11 +582,14 @@ def _parse_arrival(value: Any, path: str, base: Path | None) -> ArrivalSpec:
     elif t == "bursty":
         if "burst_size" not in d:
             raise _err(_join(path, "burst_size"), "is required for a bursty process")
-        kw["burst_size"] = parse_distribution(d["burst_size"], _join(path, "burst_size"), floor=1, base=base)
+        kw["burst_size"] = parse_distribution(d["burst_size"], _join(path, "burst_size"), floor=1, cap=MAX_REQUESTS,
+                                              base=base)
         if d.get("burst_interval_s") is not None:
-            kw["burst_interval_s"] = parse_distribution(d["burst_interval_s"], _join(path, "burst_interval_s"), base=base)
+            kw["burst_interval_s"] = parse_distribution(d["burst_interval_s"], _join(path, "burst_interval_s"),
+                                                        cap=MAX_SECONDS, base=base)
         if d.get("burst_gap_s") is not None:
-            kw["burst_gap_s"] = parse_distribution(d["burst_gap_s"], _join(path, "burst_gap_s"), base=base)
+            kw["burst_gap_s"] = parse_distribution(d["burst_gap_s"], _join(path, "burst_gap_s"), cap=MAX_SECONDS,
+                                                   base=base)
     elif t == "trace":
         if "file" not in d:
             raise _err(_join(path, "file"), "is required for a trace process")
@@ -501,7 +597,9 @@ def _parse_arrival(value: Any, path: str, base: Path | None) -> ArrivalSpec:
         scale = _number(d, "time_scale", path, default=1.0, lo=0, lo_open=True)
         times = _read_numbers_file(fp, _join(path, "file"))
         if times.min() < 0:
-            raise _err(_join(path, "file"), f"{fp}: timestamps must be >= 0 s")
+            raise _err(_join(path, "file"), f"{show(str(fp))}: timestamps must be >= 0 s")
+        if times.max() * scale > MAX_SECONDS:
+            raise _err(_join(path, "file"), f"{show(str(fp))}: scaled timestamps must be <= {MAX_SECONDS:g} s")
         kw["times_s"] = np.sort(times * scale, kind="stable")
         kw["file"] = str(fp)
     return ArrivalSpec(**kw)
@@ -570,10 +668,10 @@ def _parse_popularity(value: Any, path: str, count: int) -> np.ndarray:
     if isinstance(value, str):
         value = {"type": value}
     if not isinstance(value, dict):
-        raise _err(path, f"must be uniform, {{type: zipf, s}} or {{type: weights, weights}}, got {value!r}")
+        raise _err(path, f"must be uniform, {{type: zipf, s}} or {{type: weights, weights}}, got {show(value)}")
     t = value.get("type")
     if t not in POPULARITY_TYPES:
-        raise _err(_join(path, "type"), f"unknown popularity {t!r}; known: {', '.join(POPULARITY_TYPES)}")
+        raise _err(_join(path, "type"), f"unknown popularity {show(t)}; known: {', '.join(POPULARITY_TYPES)}")
     d = _mapping(value, path, ("type", "s", "weights"))
     if t == "uniform":
         w = np.ones(count)
@@ -598,23 +696,24 @@ def _parse_group(value: Any, path: str, name: str, stream: str, base: Path | Non
     count = _integer(d, "count", path, default=1, lo=1, hi=1_000_000)
     if "length" not in d:
         raise _err(_join(path, "length"), "is required (tokens of each shared prefix)")
-    length = parse_distribution(d["length"], _join(path, "length"), floor=1, base=base)
+    length = parse_distribution(d["length"], _join(path, "length"), floor=1, cap=TOKEN_CAP, base=base)
     return PrefixGroupSpec(name, path, stream, count, length, _parse_popularity(d.get("popularity"),
                                                                              _join(path, "popularity"), count))
 
 
 def _parse_session(value: Any, path: str, base: Path | None, defaults: dict | None) -> SessionSpec:
-    d = _mapping({**(defaults or {}), **(value or {})}, path, ("turns", "think_time_s", "user_tokens", "max_prompt_tokens"))
+    _mapping(value or {}, path, ("turns", "think_time_s", "user_tokens", "max_prompt_tokens"))
+    d = {**(defaults or {}), **(value or {})}
     for k in ("turns", "think_time_s"):
         if k not in d:
             raise _err(_join(path, k), "is required for sessions")
     return SessionSpec(
         path=path,
-        turns=parse_distribution(d["turns"], _join(path, "turns"), floor=1, base=base),
-        think_time_s=parse_distribution(d["think_time_s"], _join(path, "think_time_s"), base=base),
-        user_tokens=(parse_distribution(d["user_tokens"], _join(path, "user_tokens"), base=base)
+        turns=parse_distribution(d["turns"], _join(path, "turns"), floor=1, cap=MAX_REQUESTS, base=base),
+        think_time_s=parse_distribution(d["think_time_s"], _join(path, "think_time_s"), cap=MAX_SECONDS, base=base),
+        user_tokens=(parse_distribution(d["user_tokens"], _join(path, "user_tokens"), cap=TOKEN_CAP, base=base)
                      if d.get("user_tokens") is not None else None),
-        max_prompt_tokens=_integer(d, "max_prompt_tokens", path, default=None, lo=1),
+        max_prompt_tokens=_integer(d, "max_prompt_tokens", path, default=None, lo=1, hi=TOKEN_CAP),
     )
 
 
@@ -630,41 +729,47 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
     resolved against ``base_dir``."""
     base = Path(base_dir) if base_dir is not None else None
     d = _mapping(data, "", _TOP_KEYS)
-    seed = _integer(d, "seed", "", default=None, lo=0, hi=2**63 - 1)
-    rate = _number(d, "rate", "", default=None, lo=0, lo_open=True)
-    duration = _number(d, "duration_s", "", default=None, lo=0, lo_open=True)
-    num_requests = _integer(d, "num_requests", "", default=None, lo=1, hi=100_000_000)
+    seed = _integer(d, "seed", "", default=None, lo=0, hi=INT64_MAX)
+    rate = _number(d, "rate", "", default=None, lo=0, lo_open=True, hi=MAX_RATE)
+    duration = _number(d, "duration_s", "", default=None, lo=0, lo_open=True, hi=MAX_SECONDS)
+    num_requests = _integer(d, "num_requests", "", default=None, lo=1, hi=MAX_REQUESTS)
     if duration is None and num_requests is None:
         raise _err("duration_s", "give duration_s (generation window, s) and/or num_requests (total cap)")
     profile = _parse_load_profile(d["load_profile"], "load_profile") if d.get("load_profile") is not None else None
 
     slo_classes: dict[str, dict[str, float | None]] = {}
     raw_slo = d.get("slo_classes") or {}
-    if not isinstance(raw_slo, dict):
-        raise _err("slo_classes", "must be a mapping {class name: {ttft_ms, tpot_ms, e2e_ms}}")
+    if not isinstance(raw_slo, dict) or len(raw_slo) > MAX_CLASSES:
+        raise _err("slo_classes", f"must be a mapping {{class name: {{ttft_ms, tpot_ms, e2e_ms}}}} of at most "
+                                  f"{MAX_CLASSES} classes, got {show(raw_slo)}")
     for name, targets in raw_slo.items():
-        sp = f"slo_classes.{name}"
+        sp = f"slo_classes.{key_name(name)}"
+        name = _name(name, sp)
         t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
-        slo_classes[str(name)] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+        slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
 
     prio = d.get("priority_classes")
     if prio is not None:
-        if not isinstance(prio, list) or not prio:
-            raise _err("priority_classes", "must be a non-empty list of names (id = position)")
-        prio = [str(x) for x in prio]
+        if not isinstance(prio, list) or not prio or len(prio) > MAX_CLASSES:
+            raise _err("priority_classes", f"must be a non-empty list of at most {MAX_CLASSES} names (id = position), "
+                                           f"got {show(prio)}")
+        prio = [_name(x, f"priority_classes[{k}]") for k, x in enumerate(prio)]
         if len(set(prio)) != len(prio):
             raise _err("priority_classes", "names must be unique")
 
     groups: dict[str, PrefixGroupSpec] = {}
     raw_groups = d.get("prefix_groups") or {}
-    if not isinstance(raw_groups, dict):
-        raise _err("prefix_groups", "must be a mapping {group name: {count, length, popularity}}")
+    if not isinstance(raw_groups, dict) or len(raw_groups) > MAX_CLASSES:
+        raise _err("prefix_groups", f"must be a mapping {{group name: {{count, length, popularity}}}} of at most "
+                                    f"{MAX_CLASSES} groups, got {show(raw_groups)}")
     for name, g in raw_groups.items():
-        groups[str(name)] = _parse_group(g, f"prefix_groups.{name}", str(name), f"workload.prefix_group.{name}", base)
+        gp = f"prefix_groups.{key_name(name)}"
+        name = _name(name, gp)
+        groups[name] = _parse_group(g, gp, name, f"workload.prefix_group.{name}", base)
 
     raw_clients = d.get("clients")
-    if not isinstance(raw_clients, list) or not raw_clients:
-        raise _err("clients", "must be a non-empty list of clients")
+    if not isinstance(raw_clients, list) or not raw_clients or len(raw_clients) > MAX_CLIENTS:
+        raise _err("clients", f"must be a non-empty list of at most {MAX_CLIENTS} clients, got {show(raw_clients)}")
     clients: list[ClientSpec] = []
     fractions: list[tuple[int, float]] = []
     names: set[str] = set()
@@ -673,16 +778,16 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
         c = _mapping(rc, cp, _CLIENT_KEYS)
         name = _string(c, "name", cp, default=f"client{i}")
         if name in names:
-            raise _err(_join(cp, "name"), f"duplicate client name {name!r}")
+            raise _err(_join(cp, "name"), f"duplicate client name {show(name)}")
         names.add(name)
         prof = c.get("profile")
         if prof is not None and prof not in REQUEST_PROFILES:
-            raise _err(_join(cp, "profile"), f"unknown request profile {prof!r}; known: {', '.join(REQUEST_PROFILES)}")
+            raise _err(_join(cp, "profile"), f"unknown request profile {show(prof)}; known: {', '.join(REQUEST_PROFILES)}")
         defaults = PROFILE_DEFAULTS.get(prof, {})
         arrival = _parse_arrival(c.get("arrival"), _join(cp, "arrival"), base)
         if c.get("rate") is not None and c.get("rate_fraction") is not None:
             raise _err(_join(cp, "rate_fraction"), "give either rate or rate_fraction, not both")
-        crate = _number(c, "rate", cp, default=None, lo=0, lo_open=True)
+        crate = _number(c, "rate", cp, default=None, lo=0, lo_open=True, hi=MAX_RATE)
         frac = _number(c, "rate_fraction", cp, default=None, lo=0)
         if frac is not None:
             if rate is None:
@@ -695,23 +800,24 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
             v = c.get(k, defaults.get(k))
             if v is None:
                 raise _err(_join(cp, k), "is required (or set profile: chat | reasoning | agentic)")
-            lengths[k] = parse_distribution(v, _join(cp, k), floor=1 if k == "prompt_tokens" else 0, base=base)
+            lengths[k] = parse_distribution(v, _join(cp, k), floor=1 if k == "prompt_tokens" else 0, cap=TOKEN_CAP,
+                                            base=base)
         slo = _string(c, "slo_class", cp, default="default")
         if c.get("slo_class") is not None and slo not in slo_classes:
-            raise _err(_join(cp, "slo_class"), f"unknown SLO class {slo!r}; defined under slo_classes: "
+            raise _err(_join(cp, "slo_class"), f"unknown SLO class {show(slo)}; defined under slo_classes: "
                                                f"{', '.join(slo_classes) or 'none'}")
         pc = _string(c, "priority_class", cp, default=prio[0] if prio else "default")
         if prio is not None and pc not in prio:
-            raise _err(_join(cp, "priority_class"), f"unknown priority class {pc!r}; defined: {', '.join(prio)}")
+            raise _err(_join(cp, "priority_class"), f"unknown priority class {show(pc)}; defined: {', '.join(prio)}")
         group, reuse = None, 0.0
         if c.get("prefix") is not None:
             pp = _join(cp, "prefix")
             pr = c["prefix"]
             if isinstance(pr, dict) and "group" in pr:
                 pr = _mapping(pr, pp, ("group", "reuse_probability"))
-                group = str(pr["group"])
+                group = _name(pr["group"], _join(pp, "group"))
                 if group not in groups:
-                    raise _err(_join(pp, "group"), f"unknown prefix group {group!r}; defined: {', '.join(groups) or 'none'}")
+                    raise _err(_join(pp, "group"), f"unknown prefix group {show(group)}; defined: {', '.join(groups) or 'none'}")
             else:
                 group = f"{name}/prefix"
                 groups[group] = _parse_group(pr, pp, group, f"{'workload.client.' + name}.prefix", base,
@@ -722,10 +828,10 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
         session = None
         if sess_val is not None or sess_def is not None:
             if sess_val is not None and not isinstance(sess_val, dict):
-                raise _err(_join(cp, "session"), f"must be a mapping, got {sess_val!r}")
+                raise _err(_join(cp, "session"), f"must be a mapping, got {show(sess_val)}")
             session = _parse_session(sess_val, _join(cp, "session"), base, sess_def)
-        start = _number(c, "start_s", cp, default=0.0, lo=0)
-        end = _number(c, "end_s", cp, default=None, lo=0)
+        start = _number(c, "start_s", cp, default=0.0, lo=0, hi=MAX_SECONDS)
+        end = _number(c, "end_s", cp, default=None, lo=0, hi=MAX_SECONDS)
         if end is not None and end <= start:
             raise _err(_join(cp, "end_s"), f"must be > start_s ({start:g}), got {end:g}")
         lp = _parse_load_profile(c["load_profile"], _join(cp, "load_profile")) if c.get("load_profile") is not None else None
@@ -737,11 +843,14 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
             load_profile=lp,
         ))
     if fractions:
-        total = sum(f for _, f in fractions)
+        total = math.fsum(f for _, f in fractions)
         if total <= 0:
             raise _err("clients[*].rate_fraction", "the rate fractions sum to 0: at least one must be > 0")
         for i, f in fractions:
-            clients[i] = replace(clients[i], rate=rate * f / total)
+            r = rate * (f / total)
+            if r != 0 and r < 1e-300:
+                raise _err(f"clients[{i}].rate_fraction", f"gives a rate of {r:g} req/s, too small to represent")
+            clients[i] = replace(clients[i], rate=r)
     return WorkloadSpec(seed=seed, rate=rate, duration_s=duration, num_requests=num_requests, load_profile=profile,
                         slo_classes=slo_classes, priority_classes=prio or [], prefix_groups=groups, clients=clients,
                         raw=data, source=source)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US
 from blis_fast.errors import WorkloadError
 
 
@@ -170,6 +171,17 @@ class Workload:
             raise WorkloadError("workload.output_len", f"has {output_len.shape[0]} entries, expected {n}")
         if n and output_len.min() < 0:
             raise WorkloadError("workload.output_len", "output lengths must be >= 0")
+        if token_offsets.shape[0] < 1 or token_offsets[0] != 0 or np.any(np.diff(token_offsets) < 0) \
+                or token_offsets[-1] != tokens.shape[0]:
+            raise WorkloadError("workload.token_offsets", "must rise from 0 to len(tokens)")
+        if n and int(output_len.max()) > MAX_REQUEST_TOKENS:
+            raise WorkloadError("workload.output_len", f"output lengths must be <= {MAX_REQUEST_TOKENS}")
+        lens = np.diff(token_offsets)
+        if n and int(lens.max()) + int(output_len.max()) > 2 * MAX_REQUEST_TOKENS:
+            raise WorkloadError("workload.prompt_len", f"prompts must hold <= {MAX_REQUEST_TOKENS} tokens")
+        from blis_fast.workload.generate import charge_keys
+
+        charge_keys(int(((lens + output_len) // int(block_size)).sum()), int(block_size))
         if output_tokens is None:
             out_tok = np.empty(0, np.int64)
             out_offs = np.empty(0, np.int64)
@@ -222,12 +234,27 @@ class Workload:
             raise WorkloadError("workload.block_size", f"must be an integer >= 1, got {self.block_size!r}")
         for name, (dtype, _default) in self.ATTRIBUTES.items():
             a = getattr(self, name)
-            if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n):
-                raise WorkloadError(f"workload.{name}", f"must be a 1-D array of {n} entries")
+            if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n
+                                  or a.dtype.kind not in "iu"):
+                raise WorkloadError(f"workload.{name}", f"must be a 1-D integer array of {n} entries")
         for name in ("tenant", "slo_class", "priority_class", "client", "turn"):
             a = getattr(self, name)
             if a is not None and n and a.min() < 0:
                 raise WorkloadError(f"workload.{name}", "ids must be >= 0")
+            if a is not None and n and a.max() > INT32_MAX:  # stored as int32
+                raise WorkloadError(f"workload.{name}", f"ids must be <= {INT32_MAX}, got {int(a.max())}")
+        for name in ("session", "next_request", "follow_delay_us"):
+            a = getattr(self, name)
+            if a is not None and n and a.max() > MAX_TIME_US:
+                raise WorkloadError(f"workload.{name}", f"values must be <= 2^62, got {int(a.max())}")
+        if n and int(self.arrival_us.max()) > MAX_TIME_US:
+            raise WorkloadError("workload.arrival_us", f"arrival times must be <= 2^62 µs, got {int(self.arrival_us.max())}")
+        if n and (int(self.prompt_len.max()) > MAX_REQUEST_TOKENS or int(self.output_len.max()) > MAX_REQUEST_TOKENS
+                  or int((self.prompt_len + self.output_len).max()) > MAX_REQUEST_TOKENS):
+            raise WorkloadError("workload.prompt_len", f"a request may hold at most {MAX_REQUEST_TOKENS} prompt + "
+                                                       "output tokens")
+        if self.block_keys.shape[0] > MAX_KEYS:
+            raise WorkloadError("workload.block_keys", f"more than {MAX_KEYS} keys")
         dep = np.zeros(n, bool)
         if self.next_request is not None:
             nxt = self.next_request

@@ -56,6 +56,21 @@ from pathlib import Path
 
 import numpy as np
 
+from blis_fast.config import memory
+from blis_fast.config.validate import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_REQUEST_TOKENS,
+    MAX_TIME_US,
+    as_choice,
+    as_float,
+    as_int,
+    as_list,
+    as_mapping,
+    as_str,
+    key_name,
+    show,
+)
 from blis_fast.errors import WorkloadError
 from blis_fast.workload.generate import Requests
 from blis_fast.workload.workload import Workload, row_seeds
@@ -71,6 +86,15 @@ INT_COLUMNS = {
     "next_request": "next_request", "follow_delay_us": "follow_delay_us",
 }
 ORDER = ("arrival_us",) + NAME_COLUMNS + tuple(INT_COLUMNS)
+MAX_HEADER_BYTES = 256 * 2**20  # the YAML header (prefix token ids included)
+TABLE_BYTES_PER_FILE_BYTE = 8  # memory a CSV table may take per byte of the file (parsed ids, scan arrays)
+# column -> (lowest, highest) allowed value
+COLUMN_RANGES = {
+    "arrival_us": (-1, MAX_TIME_US), "session": (-1, MAX_TIME_US), "turn": (0, INT32_MAX),
+    "prompt_tokens": (1, MAX_REQUEST_TOKENS), "output_tokens": (0, MAX_REQUEST_TOKENS),
+    "prefix_id": (-1, INT32_MAX), "prefix_tokens": (0, MAX_REQUEST_TOKENS), "content_seed": (-INT64_MAX - 1, INT64_MAX),
+    "next_request": (-1, MAX_TIME_US), "follow_delay_us": (0, MAX_TIME_US),
+}
 
 
 def _encode_tokens(t: np.ndarray) -> dict:
@@ -81,12 +105,58 @@ def _encode_tokens(t: np.ndarray) -> dict:
 
 
 def _decode_tokens(entry: dict, where: str) -> np.ndarray:
+    text = as_str(entry["tokens"], f"{where}.tokens", error=WorkloadError, max_len=MAX_HEADER_BYTES, nonempty=False)
+    dtype = as_choice(entry.get("dtype", "int32"), f"{where}.dtype", ("int32", "int64"), error=WorkloadError)
     try:
-        raw = base64.b64decode(entry["tokens"], validate=True)
-        dt = {"int32": "<i4", "int64": "<i8"}[entry.get("dtype", "int32")]
-        return np.frombuffer(raw, dtype=dt).astype(np.int64)
-    except Exception as e:  # noqa: BLE001 -- any malformed entry is the file's fault
-        raise WorkloadError(where, f"malformed prefix tokens: {e}") from None
+        raw = base64.b64decode(text, validate=True)
+    except ValueError as e:
+        raise WorkloadError(where, f"malformed prefix tokens (base64): {show(str(e))}") from None
+    size = 4 if dtype == "int32" else 8
+    if len(raw) % size:
+        raise WorkloadError(where, f"malformed prefix tokens: {len(raw)} bytes is not a whole number of {dtype}")
+    memory.charge(len(raw) // size * 16, f"{where}: {len(raw) // size} prefix token ids")
+    tokens = np.frombuffer(raw, dtype="<i4" if dtype == "int32" else "<i8").astype(np.int64)
+    if "length" in entry and as_int(entry["length"], f"{where}.length", 0, MAX_REQUEST_TOKENS, error=WorkloadError,
+                                    text=False) != tokens.shape[0]:
+        raise WorkloadError(f"{where}.length", f"is {entry['length']} but tokens holds {tokens.shape[0]} ids")
+    return tokens
+
+
+def check_header(header: dict, where: str) -> None:
+    """Types of the header fields the reader uses (names, prefixes, slo_targets, seed);
+    other fields are kept as they are."""
+    as_mapping(header, where, error=WorkloadError, what="a YAML mapping")
+    names = header.get("names")
+    if names is not None:
+        as_mapping(names, f"{where} names", error=WorkloadError)
+        for k in NAME_COLUMNS:
+            lst = names.get(k)
+            if lst is None:
+                continue
+            as_list(lst, f"{where} names.{k}", error=WorkloadError, max_len=10_000_000, what="a list of names")
+            for j, x in enumerate(lst):
+                if isinstance(x, bool) or not isinstance(x, (str, int)):
+                    raise WorkloadError(f"{where} names.{k}[{j}]", f"must be a name, got {show(x)}")
+    prefixes = header.get("prefixes")
+    if prefixes is not None:
+        as_list(prefixes, f"{where} prefixes", error=WorkloadError, max_len=INT32_MAX, what="a list of prefixes")
+        for k, e in enumerate(prefixes):
+            as_mapping(e, f"{where} prefixes[{k}]", error=WorkloadError)
+            if "tokens" not in e:
+                raise WorkloadError(f"{where} prefixes[{k}]", "needs tokens (base64)")
+            if "name" in e and (isinstance(e["name"], bool) or not isinstance(e["name"], (str, int))):
+                raise WorkloadError(f"{where} prefixes[{k}].name", f"must be a name, got {show(e['name'])}")
+    targets = header.get("slo_targets")
+    if targets is not None:
+        as_mapping(targets, f"{where} slo_targets", error=WorkloadError)
+        for name, t in targets.items():
+            tp = f"{where} slo_targets.{key_name(name)}"
+            as_mapping(t if t is not None else {}, tp, ("ttft_ms", "tpot_ms", "e2e_ms"), error=WorkloadError)
+            for k, v in (t or {}).items():
+                if v is not None:
+                    as_float(v, f"{tp}.{k}", 0.0, 1e15, lo_open=True, error=WorkloadError, text=False)
+    if header.get("seed") is not None:
+        as_int(header["seed"], f"{where} seed", 0, INT64_MAX, error=WorkloadError, text=False)
 
 
 def trace_header(req: Requests, server: dict | None = None) -> dict:
@@ -135,29 +205,34 @@ def _yaml_dump(obj) -> str:
 
 def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server: dict | None = None) -> Path:
     """Write ``req`` as a rich trace; fmt csv | parquet (default: from the extension,
-    ``.parquet``/``.pq`` -> parquet, else csv)."""
+    ``.parquet``/``.pq`` -> parquet, else csv).  Written to a temporary file in the same
+    folder and renamed (a failure leaves ``path`` as it was)."""
+    from blis_fast.config.outputs import atomic_write, check_writable
+
     p = Path(path)
     fmt = fmt or ("parquet" if p.suffix.lower() in (".parquet", ".pq") else "csv")
-    if fmt not in FORMATS:
-        raise WorkloadError("--format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    as_choice(fmt, "--format", FORMATS, error=WorkloadError)
+    check_writable("--out", p)
     header = _yaml_dump(trace_header(req, server))
     table = _table(req, fmt)
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         table = table.replace_schema_metadata({META_KEY: header.encode("utf-8")})
-        pq.write_table(table, p, compression="zstd")
-        return p
+        return atomic_write(p, lambda tmp: pq.write_table(table, tmp, compression="zstd"), "--out")
     import pyarrow.csv as pcsv
 
     buf = io.BytesIO()
     pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=True, quoting_style="needed"))
-    with open(p, "wb") as f:
-        f.write((MAGIC + "\n").encode("utf-8"))
-        for line in header.splitlines():
-            f.write(("# " + line + "\n").encode("utf-8"))
-        f.write(buf.getvalue())
-    return p
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write((MAGIC + "\n").encode("utf-8"))
+            for line in header.splitlines():
+                f.write(("# " + line + "\n").encode("utf-8"))
+            f.write(buf.getvalue())
+
+    return atomic_write(p, write, "--out")
 
 
 def is_rich_trace(path: str | Path) -> bool:
@@ -176,23 +251,45 @@ def _read_parquet(p: Path):
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(p)
+        pf = pq.ParquetFile(p)
+        meta = pf.metadata
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        memory.charge(2 * size, f"{show(p.name)}: the Parquet table ({meta.num_rows} rows)")
+        kv = pf.schema_arrow.metadata or {}
+        raw = kv.get(META_KEY, b"")
+        if len(raw) > MAX_HEADER_BYTES:
+            raise WorkloadError(f"{p.name} header", f"is larger than the {MAX_HEADER_BYTES // 2**20} MiB allowed")
+        table = pf.read()
+    except WorkloadError:
+        raise
     except Exception as e:  # noqa: BLE001 -- pyarrow raises many types for a bad file
-        raise WorkloadError(str(p), f"unreadable Parquet file: {e}") from None
-    meta = table.schema.metadata or {}
-    return table, meta.get(META_KEY, b"").decode("utf-8")
+        if type(e).__name__ == "ConfigError":
+            raise
+        raise WorkloadError(show(str(p)), f"unreadable Parquet file: {show(str(e), 160)}") from None
+    try:
+        return table, raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError(f"{p.name} header", f"is not UTF-8 text (byte {e.start})") from None
 
 
 def _read_csv(p: Path):
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise WorkloadError(show(str(p)), f"cannot read: {e.strerror or e}") from None
+    memory.charge(size * TABLE_BYTES_PER_FILE_BYTE, f"{show(p.name)}: a {size}-byte trace")
     data = p.read_bytes()
     header_lines, pos = [], 0
     while data.startswith(b"#", pos):
         end = data.find(b"\n", pos)
         end = len(data) if end < 0 else end + 1
-        line = data[pos:end].decode("utf-8", "replace").rstrip("\r\n")
+        try:
+            line = data[pos:end].decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise WorkloadError(f"{p.name} header", f"is not UTF-8 text (byte {pos + e.start})") from None
         if pos > 0 or not line.startswith(MAGIC):
             header_lines.append(line[2:] if line.startswith("# ") else line[1:])
         pos = end
@@ -202,60 +299,72 @@ def _read_csv(p: Path):
     try:
         table = pcsv.read_csv(io.BytesIO(data[pos:]), convert_options=pcsv.ConvertOptions(column_types=types))
     except Exception as e:  # noqa: BLE001
-        raise WorkloadError(str(p), f"malformed CSV table: {e}") from None
+        raise WorkloadError(show(str(p)), f"malformed CSV table: {show(' '.join(str(e).split()), 160)}") from None
     return table, "\n".join(header_lines)
 
 
-def _int_column(table, name: str, where: str, default: int, n: int, lo: int | None = None) -> np.ndarray:
+def _int_column(table, name: str, where: str, default: int, n: int, lo: int | None = None,
+                hi: int | None = None) -> np.ndarray:
+    """An integer column, range-checked before any conversion (floats must be integral;
+    a float or unsigned value beyond the range never wraps)."""
     if name not in table.column_names:
         return np.full(n, default, np.int64)
+    lo, hi = COLUMN_RANGES.get(name, (lo, hi)) if lo is None or hi is None else (lo, hi)
     col = table.column(name)
     if col.null_count:
         raise WorkloadError(f"{where} column {name}", f"has {col.null_count} empty values")
     try:
         a = col.to_numpy()
     except Exception as e:  # noqa: BLE001
-        raise WorkloadError(f"{where} column {name}", f"unreadable: {e}") from None
+        raise WorkloadError(f"{where} column {name}", f"unreadable: {show(str(e))}") from None
+    if a.dtype.kind not in "iuf":
+        raise WorkloadError(f"{where} column {name}", f"must hold integers, got {show(str(col.type))}")
     if a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.trunc(a)):
-            bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.trunc(a)))[0])
-            raise WorkloadError(f"{where} row {bad + 1} column {name}", f"must be an integer, got {a[bad]!r}")
-    elif a.dtype.kind not in "iu":
-        raise WorkloadError(f"{where} column {name}", f"must hold integers, got {col.type}")
-    a = a.astype(np.int64)
-    if lo is not None and n and a.min() < lo:
-        bad = int(np.flatnonzero(a < lo)[0])
-        raise WorkloadError(f"{where} row {bad + 1} column {name}", f"must be >= {lo}, got {a[bad]}")
-    return a
+        with np.errstate(invalid="ignore"):
+            bad_mask = ~np.isfinite(a) | (a != np.trunc(a))
+        if bad_mask.any():
+            bad = int(np.flatnonzero(bad_mask)[0])
+            raise WorkloadError(f"{where} row {bad + 1} column {name}", f"must be an integer, got {show(float(a[bad]))}")
+    if n:
+        for limit, over in ((lo, a < lo if lo is not None else None), (hi, a > hi if hi is not None else None)):
+            if over is not None and over.any():
+                bad = int(np.flatnonzero(over)[0])
+                v = a[bad].item()
+                raise WorkloadError(f"{where} row {bad + 1} column {name}",
+                                    f"must be an integer in [{lo}, {hi}], got {show(v)}")
+    return a.astype(np.int64)
 
 
 def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.ndarray | None]:
     """Read a rich trace: (Requests, header dict, explicit prompt token ids flat or None,
     their offsets or None).  Explicit ids (prompt, and output if given) are also kept in
     ``Requests.token_ids``.  Raises WorkloadError naming the file, row and column."""
-    import yaml
+    from blis_fast.config.yamlfile import load_yaml_text
 
     p = Path(path)
     if not p.is_file():
-        raise WorkloadError(str(p), "trace file not found")
-    where = p.name
+        raise WorkloadError(show(str(p)), "trace file not found")
+    where = show(p.name).strip("'")
     table, header_text = _read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else _read_csv(p)
-    try:
-        header = yaml.safe_load(header_text) if header_text.strip() else {}
-    except yaml.YAMLError as e:
-        raise WorkloadError(f"{where} header", f"malformed YAML: {e}") from None
-    if not isinstance(header, dict):
-        raise WorkloadError(f"{where} header", "must be a YAML mapping")
+    header = load_yaml_text(header_text, f"{where} header", WorkloadError, max_bytes=MAX_HEADER_BYTES) \
+        if header_text.strip() else {}
+    if header is None:
+        header = {}
+    check_header(header, f"{where} header")
     n = table.num_rows
     if n == 0:
         raise WorkloadError(where, "no requests in the data table")
     cols: dict[str, np.ndarray] = {}
     if "arrival_us" in table.column_names:
-        cols["arrival_us"] = _int_column(table, "arrival_us", where, -1, n, lo=-1)
+        cols["arrival_us"] = _int_column(table, "arrival_us", where, -1, n)
     elif "arrival_s" in table.column_names:
-        s = table.column("arrival_s").to_numpy(zero_copy_only=False).astype(np.float64)
-        if not np.all(np.isfinite(s)):
-            raise WorkloadError(f"{where} column arrival_s", "must hold finite seconds (-1 for followers)")
+        col = table.column("arrival_s")
+        s = col.to_numpy(zero_copy_only=False)
+        if col.null_count or s.dtype.kind not in "iuf":
+            raise WorkloadError(f"{where} column arrival_s", f"must hold numbers (seconds), got {show(str(col.type))}")
+        s = s.astype(np.float64)
+        if not np.all(np.isfinite(s)) or (n and s.max() * 1e6 > MAX_TIME_US):
+            raise WorkloadError(f"{where} column arrival_s", "must hold finite seconds <= 4.6e12 (-1 for followers)")
         from blis_fast.workload.distribution import round_half_away
 
         cols["arrival_us"] = np.where(s < 0, -1, round_half_away(s * 1e6)).astype(np.int64)
@@ -287,14 +396,12 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
         names[k] = lst
     defaults = {"session": -1, "turn": 0, "prefix_id": -1, "prefix_tokens": 0, "next_request": -1,
                 "follow_delay_us": 0}
-    lows = {"session": -1, "turn": 0, "prompt_tokens": 1, "output_tokens": 0, "prefix_id": -1, "prefix_tokens": 0,
-            "next_request": -1, "follow_delay_us": 0}
     for c, dst in INT_COLUMNS.items():
         if c == "content_seed":
             continue
         if c in ids_col and c not in table.column_names:
             continue  # from the token-id column
-        cols[dst] = _int_column(table, c, where, defaults.get(c, 0), n, lo=lows.get(c))
+        cols[dst] = _int_column(table, c, where, defaults.get(c, 0), n)
     if "content_seed" in table.column_names:
         cols["content_seed"] = _int_column(table, "content_seed", where, 0, n)
     else:  # one distinct seed per row (splitmix64 of the row number)
@@ -352,11 +459,21 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
 def _token_lists(col, where: str, what: str = "prompt"):
     import pyarrow as pa
 
+    name = f"{where} column {what}_token_ids"
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        if not pa.types.is_integer(col.type.value_type):  # (CSV token lists must be integers too)
+            raise WorkloadError(name, f"must hold lists of integers, got {show(str(col.type))}")
         chunks = col.combine_chunks()
+        if chunks.null_count or chunks.values.null_count:
+            raise WorkloadError(name, "has empty (null) lists or ids")
         offs = np.asarray(chunks.offsets, dtype=np.int64)
-        vals = np.asarray(chunks.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+        vals = chunks.values.to_numpy(zero_copy_only=False)
+        if vals.dtype.kind == "u" and vals.size and vals.max() > INT64_MAX:
+            raise WorkloadError(name, f"ids must fit int64, got {show(vals.max().item())}")
+        vals = np.asarray(vals, dtype=np.int64)
         return vals[offs[0]:offs[-1]], offs - offs[0]
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise WorkloadError(name, f"must hold lists of integers, got {show(str(col.type))}")
     from blis_fast.workload.formats.blis_csv import _parse_lists
 
     strings = [s if s is not None else "[]" for s in col.to_pylist()]
