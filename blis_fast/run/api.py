@@ -1,39 +1,76 @@
 """``simulate()``, the public entry point of one run:
 
-    resolve (model, GPU, latency model, KV blocks) -> build the workload -> allocate the
-    state (run.tables) -> the event loop (run.runner) -> Result (blis_fast.results)
+    resolve (model, GPU, latency model, KV blocks) -> check the expected size against the
+    memory budget -> build the workload -> allocate the state (run.tables) -> the event
+    loop (run.runner) -> Result (blis_fast.results)
 
 Numba is imported only when a run actually starts, so the CLI's ``--help`` and config
-validation stay instant.
+validation stay instant.  Everything a run allocates is charged to its memory budget
+(``simulation.max_memory``, blis_fast.config.memory) before it is allocated.
 """
 
 from __future__ import annotations
 
-from blis_fast.config.sim import SimConfig, build_config
-from blis_fast.run.resolve import build_workload, resolve
+from pathlib import Path
+
+from blis_fast.config import memory
+from blis_fast.config.sim import SimConfig, build_config, load_yaml
+from blis_fast.config.validate import show
+from blis_fast.errors import ConfigError
+from blis_fast.run.resolve import build_workload, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
 
+RESULT_BYTES_PER_REQUEST = 512  # metric arrays the Result computes per request
 
-def simulate(config: SimConfig | dict | None = None, workload: Workload | None = None, **overrides):
+
+def simulate(config: SimConfig | dict | str | Path | None = None, workload: Workload | str | None = None,
+             **overrides):
     """Simulate one run and return a :class:`blis_fast.results.Result`.
 
-    ``config`` is a SimConfig, a dict shaped like the YAML file, or None (defaults);
-    ``overrides`` are flat setting names as on the CLI (``num_instances=4``, ``rate=20``).
-    ``workload`` replaces the one the config describes (it must use the engine's block size);
-    a string is taken as the workload type (``workload="chatbot"``).
+    ``config`` is a SimConfig, a dict shaped like the YAML file, the path of such a YAML
+    file, or None (defaults); ``overrides`` are flat setting names as on the CLI
+    (``num_instances=4``, ``rate=20``).  ``workload`` replaces the one the config describes
+    (it must use the engine's block size); a string is taken as the workload type
+    (``workload="chatbot"``).  Bad input raises ``ConfigError`` (a ValueError) naming the
+    setting.
     """
-    from blis_fast.results.result import Result
-
     if isinstance(workload, str):  # the flat setting ``workload="chatbot"``, not a Workload
         overrides["workload"] = workload
         workload = None
+    if workload is not None and not isinstance(workload, Workload):
+        raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
+    if isinstance(config, (str, Path)):
+        config = load_yaml(config)
     if isinstance(config, SimConfig):
         cfg = build_config(config.to_dict(), overrides) if overrides else config
-    else:
+    elif config is None or isinstance(config, dict):
         cfg = build_config(config or {}, overrides)
-    setup = resolve(cfg)
-    wl = workload if workload is not None else build_workload(cfg)
-    state = run_to_end(build_state(setup, wl))
-    return Result(setup, wl, state)
+    else:
+        raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
+                                    f"got {show(config)}")
+    return run_config(cfg, workload)
+
+
+def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0):
+    """Run a validated config (``simulate`` without the argument handling) inside its memory
+    budget; ``output_bytes_per_request`` reserves memory for outputs the caller will write
+    (the CLI's results file)."""
+    from blis_fast.config.sim import validate
+    from blis_fast.results.result import Result
+
+    if not isinstance(cfg, SimConfig):
+        raise ConfigError("config", f"must be a SimConfig, got {show(cfg)}")
+    validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
+    with memory.memory_budget(cfg.simulation.max_memory):
+        setup = resolve(cfg)
+        if workload is None:
+            check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
+            wl = build_workload(cfg)
+        else:
+            wl = workload
+        memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
+                      f"the results of {len(wl)} requests")
+        state = run_to_end(build_state(setup, wl))
+        return Result(setup, wl, state)

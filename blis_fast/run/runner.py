@@ -15,7 +15,9 @@ from kernels.schema import State, Status
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
-    Status.CLOCK_BACKWARDS: "an event was scheduled before the current clock",
+    Status.CLOCK_BACKWARDS: ("the simulated clock overflowed (an event fell before the current time): step or "
+                             "delay times are too large; lower alpha_coeffs / beta_coeffs or "
+                             "engine.max_num_batched_tokens, or use a smaller model (roofline)"),
     Status.NO_INSTANCE: "a request could not be routed: no active instance",
     Status.STALL: "an instance has waiting requests but could not form a batch (would stall)",
     Status.INVARIANT_KV: "KV block conservation violated (allocated + free != total)",
@@ -33,14 +35,23 @@ def _grown(log: np.ndarray, used: int, need: int) -> np.ndarray:
 
 def grow_logs(state: State) -> State:
     """A State whose step and irregular-ITL logs have room for at least one more step of
-    any instance (the used rows are kept)."""
+    any instance (the used rows are kept).  The growth is charged to the memory budget in
+    force (ConfigError naming simulation.max_memory when it does not fit)."""
+    from blis_fast.config import memory
+
     lp = state.loop[0]
     steps, irr = int(lp["steps"]), int(lp["irregular_records"])
     seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
     step_log, irr_log = state.step_log, state.irr_log
     if steps + 1 > step_log.shape[0]:
+        rows = max(2 * step_log.shape[0], steps + 1, 1024)
+        memory.charge(rows * step_log.dtype.itemsize, f"the step log ({steps} steps so far, growing to {rows})",
+                      "set a simulation.horizon or make the workload smaller")
         step_log = _grown(step_log, steps, steps + 1)
     if irr + seqs > irr_log.shape[0]:
+        rows = max(2 * irr_log.shape[0], irr + seqs, 1024)
+        memory.charge(rows * irr_log.dtype.itemsize, f"the inter-token log ({irr} records so far, growing to {rows})",
+                      "set a simulation.horizon or make the workload smaller")
         irr_log = _grown(irr_log, irr, irr + seqs)
     return state._replace(step_log=step_log, irr_log=irr_log)
 

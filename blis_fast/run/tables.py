@@ -21,9 +21,10 @@ def next_pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 1).bit_length()
 
 
-def request_table(workload, block_size: int) -> np.ndarray:
+def request_table(workload, block_size: int, kv_total: int | None = None) -> np.ndarray:
     """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions; all
-    times and links -1."""
+    times and links -1.  With ``kv_total``, a request that needs more blocks than an
+    instance has (dropped unservable when it reaches one) gets an empty block slice."""
     n = len(workload)
     reqs = np.zeros(n, S.REQUEST_DT)
     reqs["arrival_us"] = workload.arrival_us
@@ -36,7 +37,8 @@ def request_table(workload, block_size: int) -> np.ndarray:
     # most KV a request ever holds: prompt + all outputs but the last (never fed back)
     block_cap = (workload.prompt_len + out_eff - 1 + block_size - 1) // block_size
     reqs["block_cap"] = block_cap
-    reqs["block_start"] = np.concatenate(([0], np.cumsum(block_cap)[:-1])) if n else []
+    held = block_cap if kv_total is None else np.where(block_cap <= kv_total, block_cap, 0)
+    reqs["block_start"] = np.concatenate(([0], np.cumsum(held)[:-1])) if n else []
     for name in workload.ATTRIBUTES:
         reqs[name] = workload.column(name)
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
@@ -139,6 +141,59 @@ def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool
             np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
 
 
+def check_kv_blocks(cfg, latency) -> None:
+    """ConfigError if the cluster has 2^31 KV blocks or more (block ids are int32)."""
+    _, n_inst = cfg.deployment.bounds()
+    kv_total = latency.total_kv_blocks
+    if n_inst * kv_total >= 2**31:  # block ids are int32 in the KV block table
+        raise ConfigError("deployment.max_instances",
+                          f"{n_inst} instances x {kv_total} KV blocks exceeds 2^31 blocks; lower the instance count "
+                          "or engine.total_kv_blocks")
+
+
+def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
+                         scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None) -> dict[str, int]:
+    """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
+    which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
+    part (the memory budget's estimate)."""
+    eng = cfg.engine
+    _, n_inst = cfg.deployment.bounds()
+    kv_total = latency.total_kv_blocks
+    n_shared = n_keys if n_shared is None else n_shared
+    ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
+    sort = scheduler_kind == S.SchedulerKind.SORT
+    per_request = (S.REQUEST_DT.itemsize + 8 + 8 + S.EVENT_DT.itemsize + 2 * S.STEP_DT.itemsize
+                   + (48 if sort else 0) + 16)
+    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * calendar_size(eng.block_size)
+                    + 8 * S.N_SNAP + 4 * S.EVENT_DT.itemsize + 8 * 2 + 8)
+    parts = {
+        "request table": n * per_request,
+        "block-key tables": n_keys * (1 + 4 + (0 if shared_known else 16)),
+        "request block lists": n_blocks * 4,
+        "KV block table": n_inst * kv_total * S.KV_BLOCK_DT.itemsize,
+        "prefix tables": n_inst * ht_rows * 16,
+        "instance tables": n_inst * per_instance + 5 * 8 * eng.max_num_seqs,
+    }
+    if uses_prefix_index:
+        cap = cfg.policy.prefix_index_capacity
+        rows = next_pow2(2 * max(1, min(cap, n_shared)))
+        n_words = (n_inst + 63) // 64
+        parts["router prefix index"] = (n_inst * rows * 16 + n_inst * 2 * cap * 16
+                                        + next_pow2(2 * max(1, min(n_inst * cap, n_shared))) * 8 * (1 + n_words))
+    return parts
+
+
+def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float) -> str:
+    """'the run (... requests, ... keys; largest: the KV block table: 64 instances x ...)'."""
+    big = max(parts, key=parts.get)
+    _, n_inst = cfg.deployment.bounds()
+    detail = {"KV block table": f"{n_inst} instances x {latency.total_kv_blocks} KV blocks",
+              "instance tables": f"{n_inst} instances x max_num_seqs {cfg.engine.max_num_seqs}",
+              "router prefix index": f"{n_inst} instances x prefix_index_capacity {cfg.policy.prefix_index_capacity}",
+              }.get(big, f"{n} requests, {int(n_keys)} KV block keys")
+    return f"the run ({n} requests, {int(n_keys)} KV block keys; largest part: the {big}, {detail})"
+
+
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
@@ -157,11 +212,18 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
     lat = setup.latency
     _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
     kv_total = lat.total_kv_blocks
-    if n_inst * kv_total >= 2**31:  # block ids are int32 in the KV block table
-        raise ConfigError("deployment.max_instances",
-                          f"{n_inst} instances x {kv_total} KV blocks exceeds 2^31 blocks; lower the instance count "
-                          "or engine.total_kv_blocks")
-    reqs = request_table(workload, bs)
+    check_kv_blocks(cfg, lat)
+    # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
+    block_cap = (workload.prompt_len + np.maximum(workload.output_len, 1) - 1 + bs - 1) // bs
+    n_blocks = int(block_cap[block_cap <= kv_total].sum())  # requests that can never fit hold no blocks
+    from blis_fast.config import memory
+
+    shared = workload.key_shared
+    parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, pol.uses_prefix_index,
+                                 pol.scheduler_kind, shared_known=shared is not None,
+                                 n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
+    memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
+    reqs = request_table(workload, bs, kv_total)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
@@ -187,7 +249,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
         arrival_order=arrival_order(workload),
         keys=keys,
         key_shared=key_shared,
-        req_blocks=np.zeros(int(reqs["block_cap"].sum()), np.int32),
+        req_blocks=np.zeros(n_blocks, np.int32),
         inst=inst,
         batch=np.zeros((n_inst, seqs), np.int64),
         batch_seq=np.zeros((n_inst, seqs), np.int64),
