@@ -1,17 +1,16 @@
 """The typer application every command registers on, and the helpers commands share:
-option help taken from the config dataclasses (one source of truth), output-path checks."""
+option help taken from the config dataclasses (one source of truth); flag values are kept
+as text for the shared checkers."""
 
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import typer
 
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
-from blis_fast.errors import ConfigError
 
 app = typer.Typer(
     add_completion=False,
@@ -25,33 +24,44 @@ _SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "wor
                     "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
-def field_help(flag: str) -> str:
-    """Help text of a flat setting, taken from its dataclass field (one source of truth)."""
+def _field(flag: str):
     section, _, name = FLAG_PATHS[flag].rpartition(".")
     cls = _SECTION_CLASSES.get(section, SimConfig)
     for f in fields(cls):
         if f.name == name:
-            return f.metadata.get("help", "")
-    return ""
+            return f
+    return None
+
+
+def field_help(flag: str) -> str:
+    """Help text of a flat setting, taken from its dataclass field (one source of truth)."""
+    f = _field(flag)
+    return f.metadata.get("help", "") if f is not None else ""
+
+
+def raw_text(value: str) -> str:
+    """The flag's text as given: numbers are parsed (strictly) and range-checked by the
+    shared checkers of blis_fast.config.validate, like YAML values, so one parser
+    serves every surface ('1_0', '0x10' are refused; '1e6' is an integer)."""
+    return value
+
+
+_METAVARS = {"int": "INTEGER", "float": "FLOAT", "list[float]": "NUMBERS", "str": "TEXT"}
 
 
 def option(*names: str, flag: str | None = None, help: str | None = None):
     key = flag or names[0].lstrip("-").replace("-", "_")
-    return typer.Option(*names, help=help if help is not None else field_help(key), show_default=False)
+    f = _field(key) if key in FLAG_PATHS else None
+    extra = {}
+    if f is not None:
+        base = str(f.type).replace(" | None", "").strip()
+        extra = {"parser": raw_text, "metavar": "SIZE" if "parse" in f.metadata else _METAVARS.get(base, "TEXT")}
+    return typer.Option(*names, help=help if help is not None else field_help(key), show_default=False, **extra)
 
 
-def check_writable(flag: str, path: Path | None) -> None:
-    """ConfigError unless ``path`` can be created (its folder exists and is writable)."""
-    import os
-
-    if path is None:
-        return
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ConfigError(flag, f"{path} is a directory")
-    if not parent.is_dir():
-        raise ConfigError(flag, f"folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ConfigError(flag, f"folder {parent} is not writable")
+def number_option(*names: str, help: str, metavar: str = "INTEGER"):
+    """An option outside the run config whose text the command checks with the shared
+    checkers (``blis_fast.config.validate``)."""
+    return typer.Option(*names, help=help, show_default=False, parser=raw_text, metavar=metavar)
 
 

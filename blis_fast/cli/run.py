@@ -8,11 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app, check_writable, field_help
+from blis_fast.cli.app import app, field_help
 from blis_fast.cli.app import option as _opt
+from blis_fast.config.outputs import atomic_write, check_outputs
 from blis_fast.config.policy import load_policy_bundle
-from blis_fast.config.sim import FLAG_PATHS, build_config, load_yaml
-from blis_fast.errors import ConfigError
+from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml
 
 
 @app.command()
@@ -76,6 +76,7 @@ def run(
     results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
+    max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
 ) -> None:
     """Simulate a cluster and print the summary JSON (cluster + per instance) on stdout.
 
@@ -88,17 +89,41 @@ def run(
     bundle = load_policy_bundle(policy_config) if policy_config else None
     cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
                        policy_origin=f"--policy-config {policy_config}")
-    for flag, path in (("--results-path", results_path), ("--per-request-out", per_request_out)):
-        check_writable(flag, path)  # fail before simulating, not after
-    from blis_fast.run.api import simulate
+    outputs = (("--results-path", results_path), ("--per-request-out", per_request_out))
+    # fail before simulating, not after; never overwrite an input or write two outputs to one file
+    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
+    from blis_fast.run.api import run_config
 
-    result = simulate(cfg)
-    try:
-        if results_path:
-            result.write_results(results_path)
-        if per_request_out:
-            result.write_parquet(per_request_out)
-    except OSError as exc:
-        raise ConfigError("--results-path" if results_path else "--per-request-out",
-                          f"cannot write: {exc.strerror or exc}") from None
+    # the results file holds one JSON record per request: reserve its memory up front
+    result = run_config(cfg, output_bytes_per_request=RESULTS_BYTES_PER_REQUEST if results_path else 0)
+    if results_path:
+        atomic_write(results_path, result.write_results, "--results-path")
+    if per_request_out:
+        atomic_write(per_request_out, result.write_parquet, "--per-request-out")
     typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))
+
+
+RESULTS_BYTES_PER_REQUEST = 4096  # the results document's per-request records (dicts, then JSON text)
+
+
+def input_files(cfg: SimConfig) -> list[tuple[str, Path]]:
+    """The files a run reads besides --config / --policy-config: a model config.json, the
+    trace, the workload spec and the files the spec names."""
+    out: list[tuple[str, Path]] = []
+    model = Path(cfg.model)
+    try:
+        if model.is_dir():
+            out.append(("--model", model / "config.json"))
+        elif model.suffix == ".json" or model.is_file():
+            out.append(("--model", model))
+    except OSError:
+        pass
+    w = cfg.workload
+    if w.traces_filepath:
+        out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
+    if w.spec_filepath:
+        from blis_fast.workload.spec import spec_files
+
+        out.append(("--workload-spec", Path(w.spec_filepath)))
+        out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
+    return out

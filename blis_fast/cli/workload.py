@@ -8,43 +8,58 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app
-from blis_fast.errors import ConfigError
+from blis_fast.cli.app import app, number_option
+from blis_fast.config.validate import INT64_MAX, as_choice, as_int
 
 workload_app = typer.Typer(no_args_is_help=True, help="Workload specs and rich traces: generate a trace, summarize one.")
 app.add_typer(workload_app, name="workload")
+
+MAX_MEMORY_HELP = "memory budget, e.g. 4GB or 512MiB (default: half the machine's RAM)"
 
 
 @workload_app.command("generate")
 def workload_generate(
     spec: Annotated[Path, typer.Option("--spec", help="workload spec YAML (docs/workloads.md)")],
     out: Annotated[Path, typer.Option("--out", help="trace file to write (.parquet or .csv)")],
-    seed: Annotated[Optional[int], typer.Option("--seed", help="seed (default: the spec's, else 42)", show_default=False)] = None,
+    seed: Annotated[Optional[str], number_option("--seed", help="seed (default: the spec's, else 42)")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", help="csv | parquet (default: from the --out extension)", show_default=False)] = None,
+    max_memory: Annotated[Optional[str], number_option("--max-memory", help=MAX_MEMORY_HELP, metavar="SIZE")] = None,
 ) -> None:
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
+    from blis_fast.config.memory import parse_bytes, memory_budget
+    from blis_fast.config.outputs import check_outputs
+    from blis_fast.workload.formats.rich_trace import FORMATS, write_trace
     from blis_fast.workload.generate import generate_requests
-    from blis_fast.workload.spec import load_spec
-    from blis_fast.workload.formats.rich_trace import write_trace
+    from blis_fast.workload.spec import load_spec, spec_files
 
-    if seed is not None and seed < 0:
-        raise ConfigError("--seed", f"must be >= 0, got {seed}")
-    req = generate_requests(load_spec(spec), seed)
-    path = write_trace(req, out, fmt)
+    seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
+    if fmt is not None:
+        as_choice(fmt, "--format", FORMATS)
+    limit = parse_bytes(max_memory, "--max-memory") if max_memory is not None else None
+    # never overwrite the spec or a file it names; the folder must exist (checked before generating)
+    check_outputs([("--out", out)], [("--spec", spec)] + [("--spec", p) for p in spec_files(spec)])
+    with memory_budget(limit, "--max-memory"):
+        req = generate_requests(load_spec(spec), seed_v)
+        path = write_trace(req, out, fmt)
     typer.echo(json.dumps({"out": str(path), "num_requests": len(req), "seed": req.header.get("seed")}))
 
 
 @workload_app.command("stats")
 def workload_stats(
     trace: Annotated[Path, typer.Argument(help="rich trace (.parquet / blis-fast CSV), BLIS trace CSV, or a spec YAML")],
-    block_size: Annotated[int, typer.Option("--block-size", help="KV block size for the prefix-sharing figures (tokens)")] = 16,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="seed when TRACE is a spec (default: the spec's)", show_default=False)] = None,
+    block_size: Annotated[str, number_option("--block-size", help="KV block size for the prefix-sharing figures (tokens) [default: 16]")] = "16",
+    seed: Annotated[Optional[str], number_option("--seed", help="seed when TRACE is a spec (default: the spec's)")] = None,
+    max_memory: Annotated[Optional[str], number_option("--max-memory", help=MAX_MEMORY_HELP, metavar="SIZE")] = None,
 ) -> None:
     """Summarize a workload as JSON: rates per client / tenant / SLO class, prompt and
     output length percentiles, sessions, and prefix sharing (ideal cache hit rate)."""
+    from blis_fast.config.memory import parse_bytes, memory_budget
     from blis_fast.workload.stats import stats_of_file
 
-    if block_size < 1:
-        raise ConfigError("--block-size", f"must be >= 1, got {block_size}")
-    typer.echo(json.dumps(stats_of_file(trace, block_size, seed), indent=2))
+    bs = as_int(block_size, "--block-size", 1, 1024)
+    seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
+    limit = parse_bytes(max_memory, "--max-memory") if max_memory is not None else None
+    with memory_budget(limit, "--max-memory"):
+        stats = stats_of_file(trace, bs, seed_v)
+    typer.echo(json.dumps(stats, indent=2))
