@@ -1,5 +1,7 @@
 """Routing: the router's snapshot of the instances and the routing decision."""
 
+import math
+
 import numpy as np
 
 from ..jit import helper
@@ -59,6 +61,11 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
     kv-utilization 1 − util, load-balance 1/(1+load), prefix-affinity matched leading
     blocks / request blocks); prefix-affinity (most matched blocks, else least-loaded).
     Ties go to the lowest index.
+
+    The weighted score cannot overflow: weights above 2^1000 (where Σ w could exceed the
+    float range) are first scaled by a power of two, which changes no ratio and, below
+    2^1000, nothing at all.  A score that is still not finite (NaN weights given to the
+    kernel directly) ranks last, so an active instance is always chosen.
     """
     n_inst = inst.shape[0]
     active = inst["active"]
@@ -86,8 +93,18 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
             hi = max(hi, x)
     best = np.int64(-1)
     best_score = -np.inf
-    total_w = (weights[RouteWeight.QUEUE_DEPTH] + weights[RouteWeight.KV_UTILIZATION]
-               + weights[RouteWeight.LOAD_BALANCE] + weights[RouteWeight.PREFIX_AFFINITY])
+    w_qd = weights[RouteWeight.QUEUE_DEPTH]
+    w_kv = weights[RouteWeight.KV_UTILIZATION]
+    w_lb = weights[RouteWeight.LOAD_BALANCE]
+    w_pa = weights[RouteWeight.PREFIX_AFFINITY]
+    w_max = max(max(abs(w_qd), abs(w_kv)), max(abs(w_lb), abs(w_pa)))
+    if w_max > 2.0**1000 and w_max < np.inf:  # exact power-of-two rescale: Σ w stays finite
+        scale = math.ldexp(1.0, -math.frexp(w_max)[1])
+        w_qd *= scale
+        w_kv *= scale
+        w_lb *= scale
+        w_pa *= scale
+    total_w = w_qd + w_kv + w_lb + w_pa
     for i in range(n_inst):
         if active[i] == 0:
             continue
@@ -101,12 +118,12 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
             kv = 1.0 - snap[i, SnapField.KV_UTILIZATION]
             lb = 1.0 / (1.0 + load)
             pa = affinity[i] / n_keys if n_keys > 0 else 0.0
-            score = (weights[RouteWeight.QUEUE_DEPTH] * _clamp01(qd) + weights[RouteWeight.KV_UTILIZATION] * _clamp01(kv)
-                     + weights[RouteWeight.LOAD_BALANCE] * _clamp01(lb)
-                     + weights[RouteWeight.PREFIX_AFFINITY] * _clamp01(pa))
+            score = (w_qd * _clamp01(qd) + w_kv * _clamp01(kv) + w_lb * _clamp01(lb) + w_pa * _clamp01(pa))
             if total_w > 0:
                 score /= total_w
-        if score > best_score:
+        if not (score > -np.inf and score < np.inf):
+            score = -np.inf  # not finite (NaN, ±inf): the worst score
+        if best < 0 or score > best_score:
             best_score = score
             best = i
     return best, rr_next
