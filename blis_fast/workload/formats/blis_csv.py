@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from blis_fast.config import memory
+from blis_fast.config.validate import parse_float_text, show
 from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast.workload.distribution import round_half_away
 from blis_fast.workload.workload import Workload
@@ -45,6 +47,7 @@ ROUNDINGS = ("round", "trunc")
 _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
 _MAX_US = 2.0**62  # arrival times must stay well inside int64 µs
+BYTES_PER_FILE_BYTE = 16  # memory parsing takes per byte of the file (bytes, record scan, token ids)
 
 
 def _row_error(name: str, row: int, line: int, message: str) -> WorkloadError:
@@ -110,14 +113,13 @@ def _read_records(path: Path, name: str):
 def _parse_arrivals_s(strings, name, lines) -> np.ndarray:
     out = np.empty(len(strings), dtype=np.float64)
     for i, s in enumerate(strings):
-        try:
-            v = float(s)
-        except ValueError:
-            raise _row_error(name, i + 1, lines[i], f"arrival_time {s!r} is not a number (seconds)") from None
+        v = parse_float_text(s)  # plain decimal only: no '1_0', no non-ASCII digits
+        if v is None:
+            raise _row_error(name, i + 1, lines[i], f"arrival_time {show(s)} is not a number (seconds)")
         if not math.isfinite(v) or v < 0:
-            raise _row_error(name, i + 1, lines[i], f"arrival_time {s!r} must be a finite number of seconds >= 0")
+            raise _row_error(name, i + 1, lines[i], f"arrival_time {show(s)} must be a finite number of seconds >= 0")
         if v * 1e6 >= _MAX_US:
-            raise _row_error(name, i + 1, lines[i], f"arrival_time {s!r} s is too large for the µs clock")
+            raise _row_error(name, i + 1, lines[i], f"arrival_time {show(s)} s is too large for the µs clock")
         out[i] = v
     return out
 
@@ -198,7 +200,10 @@ def _load_fast(p: Path):
         pass
     rows = slice(1, n_rec)
     try:
-        seconds = np.array([float(data[s:e]) for s, e in zip(st[rows, 0].tolist(), en[rows, 0].tolist())])
+        fields = [data[s:e] for s, e in zip(st[rows, 0].tolist(), en[rows, 0].tolist())]
+        if any(b"_" in f for f in fields):
+            return None  # Python's float() accepts '1_0'; the slow path refuses it with its row
+        seconds = np.array([float(f) for f in fields])
         ids = [data[s:e].decode("utf-8", "replace") for s, e in zip(st[rows, 1].tolist(), en[rows, 1].tolist())]
     except (ValueError, UnicodeDecodeError):
         return None
@@ -226,7 +231,9 @@ def load_blis_trace(path, block_size: int, arrival_rounding: str = "round", *, f
         raise ConfigError("arrival_rounding", f"must be one of {', '.join(ROUNDINGS)}, got {arrival_rounding!r}")
     p = Path(path)
     if not p.is_file():
-        raise WorkloadError(str(p), "trace file not found")
+        raise WorkloadError(show(str(p)), "trace file not found")
+    size = p.stat().st_size
+    memory.charge(size * BYTES_PER_FILE_BYTE, f"{show(p.name)}: parsing a {size}-byte trace")
     parsed = _load_fast(p) if fast else None
     if parsed is None:
         parsed = _load_slow(p, p.name)
