@@ -11,6 +11,7 @@ from blis_fast.config.coefficients import CoefficientSet, find_coefficients
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.hardware import HardwareConfig
 from blis_fast.config.model import ModelConfig
+from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 
 LATENCY_MODELS = ("blackbox", "roofline")
@@ -85,7 +86,7 @@ def _coeffs(values, flag: str) -> np.ndarray | None:
     if (seq is None or len(seq) != 3
             or any(isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) for x in seq)
             or not all(math.isfinite(float(x)) and float(x) >= 0 for x in seq)):
-        raise ConfigError(field_name, f"{flag} must be 3 finite numbers >= 0, got {values!r}")
+        raise ConfigError(field_name, f"{flag} must be 3 finite numbers >= 0, got {show(values)}")
     return np.array([float(x) for x in seq], dtype=np.float64)
 
 
@@ -107,7 +108,7 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
         latency_model = str(latency_model).strip().lower()
         if latency_model not in LATENCY_MODELS:
             raise ConfigError("latency_model", f"must be one of {', '.join(LATENCY_MODELS)} (or unset = auto), "
-                                               f"got {latency_model!r}")
+                                               f"got {show(latency_model)}")
     cs = find_coefficients(model_id, hardware.name, engine.tp, vllm_version)
     kind = latency_model or ("blackbox" if (cs is not None or beta is not None) else "roofline")
     sources = []

@@ -251,11 +251,11 @@ def load_preset(name: str) -> dict:
     from blis_fast.paths import configs_dir
 
     if name not in PRESETS:
-        raise ConfigError("workload", f"unknown workload {name!r}; known: {', '.join(WORKLOAD_KINDS)}")
+        raise ConfigError("workload", f"unknown workload {show(name)}; known: {', '.join(WORKLOAD_KINDS)}")
     with open(configs_dir() / "defaults.yaml", encoding="utf-8") as f:
         presets = (yaml.safe_load(f) or {}).get("workloads") or {}
     if name not in presets:
-        raise ConfigError("workload", f"preset {name!r} missing from defaults.yaml workloads:")
+        raise ConfigError("workload", f"preset {show(name)} missing from defaults.yaml workloads:")
     params = dict(presets[name])
     allowed = {f.name for f in fields(DistributionSpec)} - {"rate", "num_requests", "arrival"}
     unknown = sorted(set(params) - allowed)

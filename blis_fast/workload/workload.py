@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US
+from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
 
 
@@ -231,7 +231,7 @@ class Workload:
         if self.key_offsets.shape[0] != n + 1:
             raise WorkloadError("workload.key_offsets", f"has {self.key_offsets.shape[0]} entries, expected {n + 1}")
         if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
-            raise WorkloadError("workload.block_size", f"must be an integer >= 1, got {self.block_size!r}")
+            raise WorkloadError("workload.block_size", f"must be an integer >= 1, got {show(self.block_size)}")
         for name, (dtype, _default) in self.ATTRIBUTES.items():
             a = getattr(self, name)
             if a is not None and (not isinstance(a, np.ndarray) or a.ndim != 1 or a.shape[0] != n

@@ -228,7 +228,7 @@ def load_blis_trace(path, block_size: int, arrival_rounding: str = "round", *, f
     Raises WorkloadError naming the file, the 1-based data row and the line.
     ``fast=False`` skips the byte-level parser (tests compare the two)."""
     if arrival_rounding not in ROUNDINGS:
-        raise ConfigError("arrival_rounding", f"must be one of {', '.join(ROUNDINGS)}, got {arrival_rounding!r}")
+        raise ConfigError("arrival_rounding", f"must be one of {', '.join(ROUNDINGS)}, got {show(arrival_rounding)}")
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(show(str(p)), "trace file not found")
