@@ -94,8 +94,9 @@ def run(
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     from blis_fast.run.api import run_config
 
-    # the results file holds one JSON record per request: reserve its memory up front
-    result = run_config(cfg, output_bytes_per_request=RESULTS_BYTES_PER_REQUEST if results_path else 0)
+    # the output files hold one record per request: reserve their memory up front
+    reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
+    result = run_config(cfg, output_bytes_per_request=reserve)
     if results_path:
         atomic_write(results_path, result.write_results, "--results-path")
     if per_request_out:
@@ -104,6 +105,7 @@ def run(
 
 
 RESULTS_BYTES_PER_REQUEST = 4096  # the results document's per-request records (dicts, then JSON text)
+TABLE_BYTES_PER_REQUEST = 1024  # the per-request Parquet table (Arrow columns, then the file buffer)
 
 
 def input_files(cfg: SimConfig) -> list[tuple[str, Path]]:
