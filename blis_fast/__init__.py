@@ -12,6 +12,9 @@ See README.md and docs/ for the model and its semantics.
 
 from blis_fast.config.sim import SimConfig, build_config, load_yaml
 from blis_fast.errors import BlisFastError, ConfigError, SimulationError, WorkloadError
+from blis_fast.paths import guard_kernel_cache as _guard_kernel_cache
+
+_guard_kernel_cache()  # a damaged compiled cache is cleared; a cold one announces its compile
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,6 @@
-"""Where the shipped data (model configs, hardware, coefficients) lives."""
+"""Where the shipped data (model configs, hardware, coefficients) lives, and the guard of
+the compiled-kernel cache (``guard_kernel_cache``: self-healing and the first-compile
+notice, on ``import blis_fast``)."""
 
 from __future__ import annotations
 
@@ -20,3 +22,161 @@ def configs_dir() -> Path:
     import blis_fast_configs  # installed wheel: configs/ shipped as a data package
 
     return Path(blis_fast_configs.__file__).resolve().parent
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+NOTICE = "blis-fast: compiling kernels (first run after install or upgrade; about {seconds} s)..."
+NOTICE_HEALED = ("blis-fast: the compiled-kernel cache was damaged ({file}) and has been cleared; "
+                 "compiling kernels (about {seconds} s)...")
+COMPILE_SECONDS = 40  # a cold `blis-fast run` on a 2-core machine (bench/README.md: start-up)
+
+
+class _Anything:
+    """Stands in for every class a cache pickle names, so that ``intact`` checks a
+    pickle's structure without importing numba or running its reducers."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Anything()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):  # SETITEM(S) on a reduced mapping
+        pass
+
+    def append(self, item):  # APPEND(S) on a reduced sequence
+        pass
+
+    def extend(self, items):
+        pass
+
+    def add(self, item):  # ADDITEMS on a reduced set
+        pass
+
+
+def intact(path: Path) -> bool:
+    """True if ``path`` is a complete numba cache file: an index (.nbi) is two pickles back
+    to back (numba's version, then the index), a data file (.nbc) one pickle.  Parsed with
+    every class replaced by a stand-in: nothing is imported or run.  A file that vanished
+    counts as intact (numba copes with missing files)."""
+    import pickle
+
+    class Structural(pickle.Unpickler):
+        def find_class(self, module, name):
+            return _Anything
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(1) != b"\x80":  # PROTO
+                return False
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b".":  # STOP
+                return False
+            size = f.tell()
+            f.seek(0)
+            for _ in range(2 if path.suffix == ".nbi" else 1):
+                Structural(f).load()
+            return f.tell() == size
+    except FileNotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 -- unreadable or unparsable: damaged
+        return False
+
+
+def _is_ours(dispatcher) -> bool:
+    module = getattr(getattr(dispatcher, "py_func", None), "__module__", None) or ""
+    return module.split(".")[0] == "kernels"
+
+
+def _install_notice(message: str) -> None:
+    """Print ``message`` on stderr when numba starts compiling one of our kernels (once)."""
+    import sys
+
+    from numba.core import event
+
+    class Notice(event.Listener):
+        done = False
+
+        def on_start(self, ev):
+            if not self.done and _is_ours((ev.data or {}).get("dispatcher")):
+                self.done = True
+                print(message, file=sys.stderr, flush=True)
+
+        def on_end(self, ev):
+            pass
+
+    event.register("numba:compile", Notice())
+
+
+class _AfterNumbaImport:
+    """A meta-path finder that runs a callback once ``numba`` has been imported, so that
+    arming the notice costs no numba import in a process that never compiles."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def find_spec(self, fullname, path=None, target=None):
+        import sys
+
+        if fullname != "numba":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            return None
+        spec = None
+        for finder in sys.meta_path:  # the usual search, without this finder
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+        callback = self.callback
+
+        def exec_then_callback(module):
+            exec_module(module)
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 -- a notice must never break an import
+                pass
+
+        loader.exec_module = exec_then_callback
+        return spec
+
+
+def arm_compile_notice(message: str) -> None:
+    """Print ``message`` on stderr when numba first compiles one of our kernels in this
+    process (at most once); numba is not imported for it."""
+    import sys
+
+    if "numba" in sys.modules:
+        try:
+            _install_notice(message)
+        except Exception:  # noqa: BLE001
+            pass
+    elif not any(isinstance(f, _AfterNumbaImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterNumbaImport(lambda: _install_notice(message)))
+
+
+def guard_kernel_cache() -> str | None:
+    """Run on ``import blis_fast``: clear a damaged compiled-kernel cache
+    (``kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
+    notice on stderr for the moment they start.  Returns the damaged file's name, if any.
+    A warm cache costs ~2 ms here and prints nothing."""
+    from kernels import cache
+
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        return None  # nothing compiles or loads
+    damaged = cache.heal(intact)
+    if damaged is not None:
+        arm_compile_notice(NOTICE_HEALED.format(file=damaged, seconds=COMPILE_SECONDS))
+    elif not cache.entry_cached():
+        arm_compile_notice(NOTICE.format(seconds=COMPILE_SECONDS))
+    return damaged

@@ -4,7 +4,19 @@ numba revalidates a cached function only against its *own* source file, but a ke
 compiles every helper it calls into itself: after an edit to, say, ``kv/cache.py``, a
 cached ``engine.loop.run_events`` would silently keep the old helper.  So on import
 (``kernels/__init__.py``) we compare a digest of all kernel sources with the one stored
-next to the cache and drop this package's cache files when they differ.
+next to the cache and drop this package's cache files when they differ (``drop_stale``).
+
+This module also finds what the first-run notice and self-healing need, with nothing but
+the file system (both are driven by ``blis_fast.paths.guard_kernel_cache`` when
+``blis_fast`` is imported; neither imports numba):
+
+* ``entry_cached``: whether the main entry kernel ``engine.loop.run_events`` has a cache
+  index (if not, the next run compiles);
+* ``heal(intact)``: numba unpickles a cache file without catching errors, so one
+  truncated or overwritten ``.nbi``/``.nbc`` file would fail every later run.  ``heal``
+  passes each cache file not yet seen intact to ``intact`` and records intact files by
+  (size, mtime) in ``blis_fast_kernels.checked``, so a warm start only lists the folders
+  (~2 ms); a damaged file clears this package's cache, and the kernels compile again.
 
 numba writes the cache of the functions in folder D to ``D/__pycache__``, or, when
 ``NUMBA_CACHE_DIR`` is set, to ``$NUMBA_CACHE_DIR/<basename of D>_<sha1 of D's path>``;
@@ -20,6 +32,8 @@ from pathlib import Path
 
 _SRC = Path(__file__).resolve().parent
 _STAMP = "blis_fast_kernels.digest"
+_CHECKED = "blis_fast_kernels.checked"
+ENTRY_KERNEL = ("engine", "loop.run_events-")  # (source folder, index file prefix) of the main entry kernel
 
 
 def _source_dirs() -> list[Path]:
@@ -27,7 +41,8 @@ def _source_dirs() -> list[Path]:
 
 
 def cache_dirs() -> list[Path]:
-    """The folders numba caches this package's kernels in (they may not exist yet)."""
+    """The folders numba caches this package's kernels in (they may not exist yet); the
+    package root's folder first."""
     root = os.environ.get("NUMBA_CACHE_DIR")
     if not root:
         return [d / "__pycache__" for d in _source_dirs()]
@@ -36,6 +51,16 @@ def cache_dirs() -> list[Path]:
         sub = os.path.abspath(d)
         out.append(Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}")
     return out
+
+
+def _cache_dir_of(source_folder: str) -> Path:
+    """The cache folder of the kernels in ``kernels/<source_folder>``."""
+    d = _SRC / source_folder
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if not root:
+        return d / "__pycache__"
+    sub = os.path.abspath(d)
+    return Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}"
 
 
 def cache_files() -> list[Path]:
@@ -52,29 +77,107 @@ def clear() -> int:
             n += 1
         except FileNotFoundError:
             pass
+    try:
+        (cache_dirs()[0] / _CHECKED).unlink()
+    except OSError:
+        pass
     return n
 
 
 def sources_digest() -> str:
-    """sha256 over every kernel source file (name and bytes)."""
+    """sha256 over every kernel source file (name and bytes); this file, which holds no
+    kernel, is left out, so editing it does not recompile everything."""
     h = hashlib.sha256()
+    this = Path(__file__).resolve()
     for p in sorted(_SRC.rglob("*.py")):
-        if "__pycache__" in p.parts:
+        if "__pycache__" in p.parts or p == this:
             continue
         h.update(str(p.relative_to(_SRC)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()
 
 
-def drop_stale() -> None:
-    """Clear the cache if the kernel sources changed since it was written."""
+def drop_stale() -> bool:
+    """Clear the cache if the kernel sources changed since it was written; True if it did."""
     stamp = cache_dirs()[0] / _STAMP  # the package root's cache folder
     digest = sources_digest()
     try:
         if stamp.is_file() and stamp.read_text() == digest:
-            return
+            return False
         clear()
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(digest)
+        return True
     except OSError:  # a read-only install: numba will not cache there either
+        return False
+
+
+# ----------------------------------------------------------------------------- damaged files (heal)
+
+
+def _listing() -> dict[str, tuple[int, int]]:
+    """{path: (size, mtime_ns)} of this package's cache files."""
+    out = {}
+    for d in cache_dirs():
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.endswith((".nbi", ".nbc")):
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                out[e.path] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _read_checked(record: Path) -> dict[str, tuple[int, int]]:
+    """The record of intact files: one ``size mtime_ns path`` line each."""
+    out = {}
+    try:
+        for line in record.read_text().splitlines():
+            size, mtime, path = line.split(" ", 2)
+            out[path] = (int(size), int(mtime))
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def heal(intact) -> str | None:
+    """Pass every cache file not yet seen intact to ``intact`` (Path -> bool); on the first damaged one,
+    clear this package's cache and return that file's name (else None).  Intact files are
+    recorded in ``blis_fast_kernels.checked`` so that they are not checked again."""
+    root = cache_dirs()[0]
+    record = root / _CHECKED
+    checked = _read_checked(record)
+    now = _listing()
+    fresh = sorted(name for name, sig in now.items() if checked.get(name) != sig)
+    if not fresh:
+        return None
+    for name in fresh:
+        if not intact(Path(name)):
+            clear()
+            return Path(name).name
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(f"{size} {mtime} {path}\n" for path, (size, mtime) in sorted(now.items())))
+        os.replace(tmp, record)
+    except OSError:
         pass
+    return None
+
+
+# ----------------------------------------------------------------------------- cold cache
+
+
+def entry_cached() -> bool:
+    """True if the main entry kernel (``engine.loop.run_events``) has a cache index."""
+    folder, prefix = ENTRY_KERNEL
+    d = _cache_dir_of(folder)
+    try:
+        return any(n.startswith(prefix) and n.endswith(".nbi") for n in os.listdir(d))
+    except OSError:
+        return False

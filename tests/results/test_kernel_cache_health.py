@@ -1,0 +1,193 @@
+"""The compiled-kernel cache heals itself (``kernels.cache.heal``, driven by
+``blis_fast.paths.guard_kernel_cache`` on ``import blis_fast``): a damaged cache file is
+found, the cache is cleared and the kernels compile again, with one notice line on stderr;
+a cold cache announces its compile; a warm one prints nothing.  Checking costs no numba
+import."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernels
+from blis_fast import paths as P
+from kernels import cache as C
+
+ROOT = Path(kernels.__file__).resolve().parent.parent
+
+
+def _env(cache_dir: Path) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    return env
+
+
+def _python(code: str, cache_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=_env(cache_dir), capture_output=True, text=True,
+                          timeout=600, cwd=str(ROOT))
+
+
+# ----------------------------------------------------------------------------- unit: intact / heal
+
+
+def _fake_cache(monkeypatch, tmp_path) -> list[Path]:
+    """Index and data files, valid pickles in numba's layout, in every cache folder."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    files = []
+    for i, d in enumerate(C.cache_dirs()):
+        d.mkdir(parents=True, exist_ok=True)
+        nbi = d / f"mod.f{i}-1.py311.nbi"
+        nbi.write_bytes(pickle.dumps("0.68.1", protocol=-1) + pickle.dumps(("stamp", {"key": "x.nbc"}), protocol=-1))
+        nbc = d / f"mod.f{i}-1.py311.1.nbc"
+        nbc.write_bytes(pickle.dumps((b"\0" * 5000, {"a": [1, 2.5, None]}, Path("x")), protocol=-1))
+        files += [nbi, nbc]
+    return files
+
+
+def test_intact_recognises_numba_layouts_and_damage(tmp_path, monkeypatch):
+    nbi, nbc = _fake_cache(monkeypatch, tmp_path)[:2]
+    assert P.intact(nbi) and P.intact(nbc)
+    data = nbc.read_bytes()
+    for name, bad in (("truncated", data[: len(data) // 2]), ("garbage", b"garbage" * 40), ("empty", b""),
+                      ("tail cut", data[:-1]), ("trailing bytes", data + b".")):
+        p = tmp_path / f"{name}.nbc"
+        p.write_bytes(bad)
+        assert not P.intact(p), name
+    half = tmp_path / "half.nbi"
+    half.write_bytes(pickle.dumps("0.68.1", protocol=-1))  # the version pickle only
+    assert not P.intact(half)
+    assert P.intact(tmp_path / "vanished.nbc")  # numba copes with a missing file
+
+
+def test_heal_checks_each_file_once_and_clears_on_damage(tmp_path, monkeypatch):
+    files = _fake_cache(monkeypatch, tmp_path)
+    other = tmp_path / "elsewhere_0123" / "other.f-1.py311.nbi"  # another package's cache
+    other.parent.mkdir()
+    other.write_bytes(b"garbage")
+    parsed = []
+
+    def intact(p):
+        parsed.append(p)
+        return P.intact(p)
+
+    assert C.heal(intact) is None and len(parsed) == len(files)
+    parsed.clear()
+    assert C.heal(intact) is None and parsed == []  # recorded as intact: not parsed again
+    files[3].write_bytes(b"garbage")  # overwritten: new size and mtime
+    assert C.heal(intact) == files[3].name
+    assert parsed == [files[3]]
+    assert not any(p.exists() for p in files) and other.exists()
+
+
+def test_entry_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert not C.entry_cached()
+    d = C._cache_dir_of("engine")
+    d.mkdir(parents=True)
+    (d / "loop.run_events-26.py311.nbi").write_bytes(b"")
+    assert C.entry_cached()
+
+
+# ----------------------------------------------------------------------------- unit: the notice
+
+
+def test_help_and_config_validation_do_not_load_numba(tmp_path):
+    """Even on a cold cache: --help and a config error import no numba and print no notice."""
+    for args in (["--help"], ["run", "--num-instances", "0"]):
+        code = ("import sys\n"
+                "from blis_fast.cli import main\n"
+                "try:\n"
+                f"    main({args!r})\n"
+                "except SystemExit:\n"
+                "    pass\n"
+                "assert 'numba' not in sys.modules, 'numba imported'\n")
+        out = _python(code, tmp_path / "cold")
+        assert out.returncode == 0, out.stderr
+        assert "compiling kernels" not in out.stderr
+
+
+def test_cold_import_arms_the_notice_without_importing_numba(tmp_path):
+    code = (
+        "import sys\n"
+        "import blis_fast\n"
+        "assert 'numba' not in sys.modules, 'numba imported'\n"
+        "from blis_fast import paths as P\n"
+        "assert any(isinstance(f, P._AfterNumbaImport) for f in sys.meta_path)\n"
+        "import numba\n"
+        "from numba.core import event\n"
+        "class D:\n"
+        "    def __init__(self, module):\n"
+        "        self.py_func = type('F', (), {'__module__': module})()\n"
+        "for module in ('somebody.else', 'kernels.engine.loop', 'kernels.engine.step'):\n"
+        "    with event.trigger_event('numba:compile', data={'dispatcher': D(module)}):\n"
+        "        print('compiled', module, flush=True)\n"
+    )
+    out = _python(code, tmp_path / "cold")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["compiled somebody.else", "compiled kernels.engine.loop",
+                                       "compiled kernels.engine.step"]
+    notice = P.NOTICE.format(seconds=P.COMPILE_SECONDS)
+    assert out.stderr.splitlines() == [notice]  # once, at our first compile
+
+
+def test_warm_import_arms_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    C.drop_stale()  # the stamp of the current sources
+    d = C._cache_dir_of("engine")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "loop.run_events-26.py311.nbi").write_bytes(pickle.dumps("v", protocol=-1) + pickle.dumps(0, protocol=-1))
+    code = ("import sys, blis_fast\n"
+            "from blis_fast import paths as P\n"
+            "assert not any(isinstance(f, P._AfterNumbaImport) for f in sys.meta_path)\n"
+            "assert 'numba' not in sys.modules\n")
+    out = _python(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def _run(cache_dir: Path, n: int = 5) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blis_fast.cli", "run", "--num-requests", str(n)],
+                          env=_env(cache_dir), capture_output=True, text=True, timeout=900, cwd=str(ROOT))
+
+
+def _warm_cache(tmp_path: Path) -> Path:
+    """A cache folder with this package's kernels compiled: a copy of the session's cache
+    when it has them, else compiled here (one notice line)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for d in C.cache_dirs():
+        if d.is_dir() and os.environ.get("NUMBA_CACHE_DIR"):
+            shutil.copytree(d, cache / d.name)
+    first = _run(cache)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count("blis-fast: compiling kernels") <= 1
+    return cache
+
+
+@pytest.mark.slow  # compiles the kernels (up to twice) in subprocesses
+def test_damaged_cache_heals_with_one_notice(tmp_path, monkeypatch):
+    cache = _warm_cache(tmp_path)
+    warm = _run(cache)
+    assert warm.returncode == 0 and warm.stderr == "", warm.stderr  # warm: not a word
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))  # C.cache_dirs() -> the same folders
+    dirs = [d for d in C.cache_dirs() if d.is_dir()]
+    index = next(p for d in dirs for p in d.glob("loop.run_events-*.nbi"))
+    data = next(p for d in dirs for p in d.glob("*.nbc") if "run_events" not in p.name)
+    index.write_bytes(b"\x80garbage, not numba's index.")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # truncated
+    healed = _run(cache)
+    assert healed.returncode == 0, healed.stderr
+    lines = healed.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blis-fast:") and "compiling kernels" in lines[0], lines
+    assert healed.stdout == warm.stdout  # the same results
+    again = _run(cache)
+    assert again.returncode == 0 and again.stderr == "" and again.stdout == warm.stdout
