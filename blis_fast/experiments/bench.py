@@ -8,6 +8,13 @@ of magnitude):
   correctness (every request completed, status OK), then ``repeats`` timed runs each on a
   fresh state (``build_state`` is untimed; ``run_to_end`` mutates the state).  Best and
   median kernel seconds, simulated requests/s and engine steps/s (both from the best).
+* **floor** -- in the same process, per scenario, seconds of a *minimal
+  continuous-batching loop* (``kernels.engine.minimal.run_minimal``: round-robin
+  instances, a FIFO queue, max_num_seqs and the token budget, chunked prefill then one
+  token per decode per step, the same blackbox step time; no events, KV cache, policies
+  or logs) on the scenario's workload, timed like the kernel (one untimed warm-up, best
+  of ``repeats``).  ``x floor`` = kernel best / floor best: what the full model costs
+  over the least any engine simulator must do.
 * **cold compile** -- wall time of ``blis-fast run --num-requests 100`` in a fresh process
   with an empty ``NUMBA_CACHE_DIR`` (every kernel compiles).
 * **cached start-up** -- the same command with that now-warm cache (best of 3), plus the
@@ -71,7 +78,15 @@ SCENARIOS: dict[str, dict] = {
     # the router's per-instance LRU index of prefix keys) on the 100k scenario
     "100k-weighted": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "weighted",
                       "routing_scorers": "prefix-affinity:3,queue-depth:2,kv-utilization:2,load-balance:1"},
+    # the Go reference's workload shape: the BLIS `distribution` workload with its defaults
+    # (prompt and output Normal(512, 256) clipped to [2, 7000], no shared prefix), 100K
+    # requests on 16 instances at 480 req/s -- the same run as
+    # `blis-fast run --num-requests 100000 --num-instances 16 --rate 480`
+    "100k-ref": {"workload": "distribution", "prefix_tokens": 0, "num_requests": 100_000, "num_instances": 16,
+                 "rate": 480.0},
 }
+# scenarios whose rate is given, not derived from the calibration
+FIXED_RATE = {"100k-ref"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
 BASELINES = {"100k-weighted": "100k"}
 
@@ -131,7 +146,8 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
         "saturation_rps_per_instance": round(float(steady), 2),
         "completed_per_duration_rps": round(burst / duration_s, 2),
         "burst_duration_s": duration_s,
-        "rates": {name: round(load * float(steady) * row["num_instances"], 1) for name, row in SCENARIOS.items()},
+        "rates": {name: round(load * float(steady) * row["num_instances"], 1) for name, row in SCENARIOS.items()
+                  if name not in FIXED_RATE},
     }
 
 
@@ -190,6 +206,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
         if int(state.loop[0]["steps"]) != steps or int(state.loop[0]["events"]) != events:
             raise BlisFastError(f"scenario {name}: a repeat differs from the warm-up run (not deterministic)")
     best = min(times)
+    floor = bench_floor(setup, wl, repeats)
     return {
         "name": name,
         "num_requests": n,
@@ -205,7 +222,67 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
         "events": events,
         "steps": steps,
         "metrics": {k: cluster[k] for k in SANITY_METRICS},
+        "floor": floor,
+        "x_floor": best / floor["best_s"] if floor and floor["best_s"] > 0 else None,
     }
+
+
+def floor_inputs(setup, wl) -> dict:
+    """The arguments of ``kernels.engine.minimal.run_minimal`` for a scenario: the requests
+    with a known arrival time in arrival order (closed-loop followers, whose arrival is
+    decided during the run, are left out), the engine limits and the β coefficients."""
+    arrival = np.asarray(wl.arrival_us, np.int64)
+    rows = np.flatnonzero(arrival >= 0)
+    rows = rows[np.argsort(arrival[rows], kind="stable")]
+    eng = setup.config.engine
+    beta = [float(x) for x in setup.latency.beta]
+    return {
+        "arrival_us": np.ascontiguousarray(arrival[rows]),
+        "prompt_len": np.ascontiguousarray(np.asarray(wl.prompt_len, np.int64)[rows]),
+        "output_len": np.ascontiguousarray(np.asarray(wl.output_len, np.int64)[rows]),
+        "num_instances": int(setup.config.deployment.num_instances),
+        "max_num_seqs": int(eng.max_num_seqs),
+        "token_budget": int(eng.max_num_batched_tokens),
+        "beta0": beta[0], "beta1": beta[1], "beta2": beta[2],
+    }
+
+
+def run_floor(inputs: dict) -> tuple[int, np.ndarray, np.ndarray]:
+    """Run the minimal loop once: (steps, first token µs, last token µs) per request of
+    ``inputs`` (arrival order)."""
+    from kernels.engine.minimal import run_minimal
+
+    n = inputs["arrival_us"].shape[0]
+    first, last = np.empty(n, np.int64), np.empty(n, np.int64)
+    steps = run_minimal(inputs["arrival_us"], inputs["prompt_len"], inputs["output_len"], inputs["num_instances"],
+                        inputs["max_num_seqs"], inputs["token_budget"], inputs["beta0"], inputs["beta1"],
+                        inputs["beta2"], first, last)
+    return int(steps), first, last
+
+
+def bench_floor(setup, wl, repeats: int = 3) -> dict | None:
+    """Timings of the minimal continuous-batching loop on a scenario's workload (see the
+    module docstring); None unless the latency model is blackbox."""
+    if setup.latency.kind != "blackbox":
+        return None
+    inputs = floor_inputs(setup, wl)
+    n = inputs["arrival_us"].shape[0]
+    steps, _, last = run_floor(inputs)  # untimed warm-up: compiles or loads the kernel
+    if int((last >= 0).sum()) != n:
+        raise BlisFastError(f"floor: only {int((last >= 0).sum())} of {n} requests completed")
+    from kernels.engine.minimal import run_minimal
+
+    first, last = np.empty(n, np.int64), np.empty(n, np.int64)
+    args = [inputs[k] for k in ("arrival_us", "prompt_len", "output_len", "num_instances", "max_num_seqs",
+                                "token_budget", "beta0", "beta1", "beta2")]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run_minimal(*args, first, last)
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    return {"times_s": times, "best_s": best, "median_s": statistics.median(times), "steps": steps,
+            "requests": n, "steps_per_s": steps / best}
 
 
 def _run_timed(args: list[str], env: dict) -> tuple[float, str]:
@@ -310,6 +387,16 @@ def format_report(report: dict) -> str:
               f"{r['metrics']['mean_batch_size']:.1f}", f"{r['metrics']['busy_fraction']:.3f}",
               str(r["metrics"]["preemption_count"]), f"{r['metrics']['vllm_estimated_duration_s']:.1f}"]
              for r in sc],
+        )
+    floors = [r for r in sc if r.get("floor")]
+    if floors:
+        out += ["", "floor (minimal continuous-batching loop: same workload, limits and step time; "
+                    "no events, KV cache or policies)"]
+        out += _table(
+            ["scenario", "floor best s", "floor steps", "floor steps/s", "kernel best s", "x floor"],
+            [[r["name"], f"{r['floor']['best_s']:.4f}", str(r["floor"]["steps"]), _si(r["floor"]["steps_per_s"]),
+              f"{r['kernel_best_s']:.4f}", f"{r['x_floor']:.1f}"]
+             for r in floors],
         )
     st = report.get("startup")
     if st:

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from blis_fast import ConfigError
 from blis_fast.experiments.bench import (
+    FIXED_RATE,
     SANITY_METRICS,
     SATURATION_RPS_PER_INSTANCE,
     SCENARIOS,
     TARGET_LOAD,
     format_report,
     run_bench,
+    scenario_overrides,
 )
 from builders import BOTH_WAYS, invoke
 
@@ -43,6 +46,10 @@ def test_report_structure(report):
     assert set(SANITY_METRICS) <= set(sc["metrics"])
     assert sc["metrics"]["completed_requests"] == 1_000
     assert sc["metrics"]["prefix_cache_hit_rate"] > 0  # the shared prefix is cached
+    floor = sc["floor"]
+    assert floor["requests"] == 1_000 and floor["steps"] > 0 and len(floor["times_s"]) == 1
+    assert floor["best_s"] == min(floor["times_s"]) > 0
+    assert sc["x_floor"] == pytest.approx(sc["kernel_best_s"] / floor["best_s"])
 
 
 def test_format_report(report):
@@ -51,6 +58,7 @@ def test_format_report(report):
     assert any(line.startswith("1k ") for line in lines)
     assert "sim req/s" in text and "steps/s" in text
     assert "cold compile" not in text  # no start-up section without start-up figures
+    assert "x floor" in text and "minimal continuous-batching loop" in text
     fake = {**report, "startup": {"command": "x", "cold_compile_s": 9.5, "cached_startup_s": 1.0,
                                   "cached_startup_times_s": [1.0], "first_call_s": 0.5}}
     text = format_report(fake)
@@ -61,8 +69,28 @@ def test_format_report(report):
 
 
 def test_scenario_rates_follow_the_calibration():
-    for row in SCENARIOS.values():
-        assert row["rate"] == round(TARGET_LOAD * SATURATION_RPS_PER_INSTANCE * row["num_instances"], 1)
+    for name, row in SCENARIOS.items():
+        if name not in FIXED_RATE:
+            assert row["rate"] == round(TARGET_LOAD * SATURATION_RPS_PER_INSTANCE * row["num_instances"], 1)
+
+
+def test_reference_scenario_is_the_go_reference_shape():
+    """100k-ref is `blis-fast run --num-requests 100000 --num-instances 16 --rate 480`:
+    the distribution workload with its defaults (prompt and output Normal(512, 256) in [2, 7000])."""
+    from blis_fast.config.sim import build_config
+    from blis_fast.run import distribution_spec
+
+    bench_cfg = build_config({}, scenario_overrides("100k-ref"))
+    cli_cfg = build_config({}, {"num_requests": 100_000, "num_instances": 16, "rate": 480})
+    spec = distribution_spec(bench_cfg)
+    assert spec == distribution_spec(cli_cfg)
+    assert (spec.prompt_tokens, spec.prompt_tokens_stdev, spec.prompt_tokens_min, spec.prompt_tokens_max) == (
+        512, 256, 2, 7000)
+    assert (spec.output_tokens, spec.output_tokens_stdev, spec.output_tokens_min, spec.output_tokens_max) == (
+        512, 256, 2, 7000)
+    assert spec.prefix_tokens == 0 and spec.rate == 480 and spec.num_requests == 100_000
+    assert bench_cfg.deployment.num_instances == 16
+    assert bench_cfg.simulation.workload_seed == cli_cfg.simulation.workload_seed
 
 
 def test_unknown_scenario_is_a_config_error():
@@ -77,3 +105,50 @@ def test_cli_bench_json(mode, capsys):
     out = json.loads(stdout)
     assert [s["name"] for s in out["scenarios"]] == ["1k"]
     assert out["startup"] is None
+
+
+# ----------------------------------------------------------------------------- the floor kernel
+
+
+def _floor(arrival, prompt, output, instances=1, seqs=2, budget=8, beta=(1000.0, 10.0, 100.0)):
+    from blis_fast.experiments.bench import run_floor
+
+    inputs = {"arrival_us": np.array(arrival, np.int64), "prompt_len": np.array(prompt, np.int64),
+              "output_len": np.array(output, np.int64), "num_instances": instances, "max_num_seqs": seqs,
+              "token_budget": budget, "beta0": beta[0], "beta1": beta[1], "beta2": beta[2]}
+    steps, first, last = run_floor(inputs)
+    return steps, first.tolist(), last.tolist()
+
+
+def test_floor_kernel_by_hand():
+    """One instance, max_num_seqs 2, budget 8 tokens, step = 1000 + 10·P + 100·D µs.
+    r0 (t=0, L=4, N=2), r1 (t=0, L=6, N=1), r2 (t=500, L=3, N=3):
+      step 1 @0:    admit r0 (4 tokens) and r1 (4 of 6): P=8        -> 1080; r0 first token
+      step 2 @1080: r0 decodes, r1 finishes its prefill (2): P=2 D=1 -> 2200; r0 and r1 done
+                    (r2 arrived at 500 but the batch was full)
+      step 3 @2200: admit r2 (3): P=3                             -> 3230; r2 first token
+      step 4 @3230: D=1 -> 4330;  step 5 @4330: D=1 -> 5430; r2 done"""
+    steps, first, last = _floor([0, 0, 500], [4, 6, 3], [2, 1, 3])
+    assert steps == 5
+    assert first == [1080, 2200, 3230]
+    assert last == [2200, 2200, 5430]
+
+
+def test_floor_kernel_idle_gap_budget_and_instances():
+    """Two instances get requests alternately; an idle instance waits for its next arrival;
+    a budget-limited step leaves the last running requests without work; N = 0 counts as 1."""
+    # instance 0: r0 (t=0, L=10, N=1), r2 (t=50000, L=1, N=0); instance 1: r1 (t=10, L=2, N=2)
+    steps, first, last = _floor([0, 10, 50000], [10, 2, 1], [1, 2, 0], instances=2, seqs=4, budget=4)
+    # inst 0: r0 prefill 4+4+2 tokens: 1040, 2080, 3100 (first = last = 3100); idle until 50000:
+    #         r2: P=1 -> 51010
+    # inst 1: starts at 10: r1 P=2 -> 1030; decode D=1 -> 2130
+    assert steps == 3 + 1 + 2
+    assert first == [3100, 1030, 51010]
+    assert last == [3100, 2130, 51010]
+    # budget 1 with two decodes: only the first in admission order advances each step
+    steps, first, last = _floor([0, 0], [1, 1], [3, 3], seqs=2, budget=1, beta=(100.0, 0.0, 1.0))
+    # step 1: admit r0 only (budget 1): 100; step 2: r0 decodes (101) -> 201; the pass stops
+    # at B = 0, so r1 waits in the queue (batch has room but no budget) ...
+    assert first[0] == 100 and last[0] == 302  # r0: tokens at 100, 201, 302
+    assert first[1] == 402 and last[1] == 604  # then r1: 402 (P=1), 503, 604
+    assert steps == 6
