@@ -43,9 +43,17 @@ def _sort_by_value(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, 
         span = int(values.max()) - lo
         bits = max(n - 1, 1).bit_length()
         if span.bit_length() + bits <= 62:
-            key = ((values.astype(np.int64) - lo) << bits) | np.arange(n, dtype=np.int64)
+            key = values.astype(np.int64)  # a copy, then in place: one extra array at a time
+            key -= lo
+            key <<= bits
+            key |= np.arange(n, dtype=np.int64)
             key.sort()
-            return (key >> bits) + lo, counts[key & ((1 << bits) - 1)]
+            order = key & ((1 << bits) - 1)
+            counts = counts[order]
+            del order
+            key >>= bits
+            key += lo
+            return key, counts
     order = np.argsort(values)
     return values[order], counts[order]
 
@@ -99,13 +107,17 @@ class ItlIndex:
         self.compat = compat
         self.irr = irr_log
         self.a2 = np.trunc(inst["alpha2"]).astype(np.int64)
-        s_inst = step_log["instance"]
+        s_inst = np.ascontiguousarray(step_log["instance"])
         # steps grouped by instance, in time order within each: position = "flat" index
-        self.order = stable_order(s_inst)
+        order = stable_order(s_inst)
         self.flat = np.empty(len(step_log), np.int64)
-        self.flat[self.order] = np.arange(len(step_log))
-        self.inst_sorted = s_inst[self.order]
-        self.step_values = step_log["dt_us"][self.order] + (self.a2[self.inst_sorted] if compat else 0)
+        self.flat[order] = np.arange(len(step_log))
+        self.step_values = step_log["dt_us"][order]
+        # instance i's steps are flat[starts[i]:starts[i + 1]]
+        counts = np.bincount(s_inst, minlength=len(inst)) if len(s_inst) else np.zeros(len(inst), np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(counts)))
+        if compat:
+            self.step_values += np.repeat(self.a2[: len(counts)], counts)
 
     def _cover(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Per flat step, how many of the runs (start, end] cover it."""
@@ -137,9 +149,9 @@ class ItlIndex:
             counts.append(np.ones(len(done), np.int64))
         return np.concatenate(values), np.concatenate(counts)
 
-    def by_instance(self, selected: np.ndarray, instances) -> tuple[tuple, dict]:
-        """``histogram(selected)`` and ``{i: histogram(selected & (instance == i))}`` for
-        ``instances``, in one pass."""
+    def by_instance(self, selected: np.ndarray):
+        """``(histogram(selected), of)`` where ``of(i)`` is
+        ``histogram(selected & (instance == i))``, from one coverage pass."""
         reqs = self.reqs
         ids, irr = self._selected(selected, reqs["first_token_us"])
         cover = self._cover(np.concatenate((reqs["run_start_step"][ids], irr["prev_run_start"])),
@@ -147,7 +159,7 @@ class ItlIndex:
         req_inst = reqs["instance"]
         irr_inst = req_inst[irr["request"]]
         irr_values = irr["value_us"]
-        if self.compat:
+        if self.compat:  # the reference's extra sample per completed request
             done = ids[reqs["state"][ids] == REQ_COMPLETED]
             done_inst = req_inst[done]
             extra = reqs["last_step_us"][done] + self.a2[done_inst]
@@ -162,14 +174,12 @@ class ItlIndex:
                 counts.append(np.ones(len(values[2]), np.int64))
             return np.concatenate(values), np.concatenate(counts)
 
+        def of(i: int):
+            lo, hi = (int(self.starts[i]), int(self.starts[i + 1])) if i + 1 < len(self.starts) else (0, 0)
+            return pack(lo, hi, irr_inst == i, (done_inst == i) if self.compat else None)
+
         everything = slice(None)
-        cluster = pack(0, len(cover), everything, everything)
-        bounds = np.searchsorted(self.inst_sorted, np.asarray(instances, np.int64), side="left")
-        ends = np.searchsorted(self.inst_sorted, np.asarray(instances, np.int64), side="right")
-        per = {}
-        for i, lo, hi in zip(instances, bounds.tolist(), ends.tolist()):
-            per[int(i)] = pack(lo, hi, irr_inst == i, (done_inst == i) if self.compat else None)
-        return cluster, per
+        return pack(0, len(cover), everything, everything), of
 
 
 def _stats_ms(prefix: str, values_us: np.ndarray, out: dict) -> None:

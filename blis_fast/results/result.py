@@ -70,8 +70,9 @@ class Result:
         st = self.state
         cols = self._cols
         used = self._used_instances()
-        (cv, cc), per = self._itl.by_instance(cols["state"] == RequestState.COMPLETED, used.tolist())
+        (cv, cc), itl_of = self._itl.by_instance(cols["state"] == RequestState.COMPLETED)
         cluster = summarize_group("cluster", cols, None, st.inst[used], cv, cc, self.compat, self._horizon)
+        del cv, cc
         # each instance's requests in increasing id order: a stable sort by instance
         req_inst = np.ascontiguousarray(st.reqs["instance"])
         order = stable_order(req_inst)
@@ -79,7 +80,7 @@ class Result:
         hi = np.searchsorted(req_inst[order], used, side="right")
         instances = []
         for i, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
-            values, counts = per[i]
+            values, counts = itl_of(i)
             instances.append(summarize_group(f"instance_{i}", cols, order[a:b], st.inst[[i]], values, counts,
                                              self.compat, self._horizon))
         return cluster, instances
