@@ -450,28 +450,28 @@ _DIST_KEYS = {
 
 
 def _lognormal_params(d: dict, path: str) -> tuple[float, float]:
-    given = [pair for pair in _LOGN_KEYS if any(k in d for k in pair)]
+    given = [pair for pair in _LOGN_KEYS if any(d.get(k) is not None for k in pair)]
     if len(given) != 1:
         raise _err(path, "give exactly one lognormal parametrization: mu+sigma (log space), "
                          "mean+std (real space) or p50+p90")
     a, b = given[0]
     for k in (a, b):
-        if k not in d:
+        if d.get(k) is None:
             raise _err(_join(path, k), f"is required with {a}/{b}")
     if a == "mu":
-        mu = _number(d, "mu", path, lo=-MAX_LOG_PARAM, hi=MAX_LOG_PARAM)
-        sigma = _number(d, "sigma", path, lo=0, hi=MAX_LOG_PARAM)
+        mu = _number(d, "mu", path, required=True, lo=-MAX_LOG_PARAM, hi=MAX_LOG_PARAM)
+        sigma = _number(d, "sigma", path, required=True, lo=0, hi=MAX_LOG_PARAM)
         return mu, sigma
     if a == "mean":
-        mean = _number(d, "mean", path, lo=0, lo_open=True)
-        std = _number(d, "std", path, lo=0)
+        mean = _number(d, "mean", path, required=True, lo=0, lo_open=True)
+        std = _number(d, "std", path, required=True, lo=0)
         mu, sigma = S.lognormal_from_mean_std(mean, std)
         if not (abs(mu) <= MAX_LOG_PARAM and sigma <= MAX_LOG_PARAM):
             raise _err(_join(path, "std"), f"std/mean too extreme (log-space mu={mu:.3g}, sigma={sigma:.3g}; "
                                            f"both must be within {MAX_LOG_PARAM:g})")
         return mu, sigma
-    p50 = _number(d, "p50", path, lo=0, lo_open=True)
-    p90 = _number(d, "p90", path, lo=0, lo_open=True)
+    p50 = _number(d, "p50", path, required=True, lo=0, lo_open=True)
+    p90 = _number(d, "p90", path, required=True, lo=0, lo_open=True)
     if p90 < p50:
         raise _err(_join(path, "p90"), f"must be >= p50 ({p50:g}), got {p90:g}")
     return S.lognormal_from_percentiles(p50, p90)
