@@ -75,7 +75,7 @@ def test_run_help_lists_blis_flags():
     p = cli("run", "--help", env=dict(os.environ, COLUMNS="250", TERM="dumb"))  # rich truncates long names
     assert p.returncode == 0
     for flag in ("--max-num-running-reqs", "--max-num-scheduled-tokens", "--workload-traces-filepath",
-                 "--results-path", "--per-request-out", "--compat", "--config"):
+                 "--results-path", "--per-request-out", "--compat", "--config", "--max-memory"):
         assert flag in p.stdout, flag
 
 
@@ -341,6 +341,10 @@ BAD_INPUTS = [
     ("unknown-flag", ["--no-such-flag", "3"], ["--no-such-flag"]),
     ("block-size-0", ["--block-size-in-tokens", "0"], ["--block-size-in-tokens"]),
     ("seed-neg", ["--seed", "-1"], ["--seed"]),
+    ("horizon-2^64", ["--horizon", str(2**64)], ["--horizon", "2^62"]),
+    ("num-requests-underscore", ["--num-requests", "1_0"], ["--num-requests"]),
+    ("max-memory-unit", ["--max-memory", "3XB"], ["--max-memory"]),
+    ("max-memory-exceeded", ["--num-requests", "100000", "--max-memory", "16MiB"], ["simulation.max_memory"]),
 ]
 
 
