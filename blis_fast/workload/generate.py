@@ -486,6 +486,7 @@ def generate_requests(spec: WorkloadSpec, seed: int | None = None) -> Requests:
     seed = spec.effective_seed if seed is None else int(seed)
     if seed < 0:
         raise WorkloadError("seed", f"must be >= 0, got {seed}")
+    check_expected_size(spec)
     names = _names(spec)
     prefixes, prefix_tokens, prefix_names = _prefixes(spec, seed)
     if spec.duration_s is not None:
@@ -585,7 +586,20 @@ def _merge(spec: WorkloadSpec, names: dict, blocks: list) -> dict[str, np.ndarra
     }
 
 
+def check_expected_size(spec: WorkloadSpec, block_size: int | None = None) -> None:
+    """Refuse, before drawing anything, a spec whose expected requests (and, with
+    ``block_size``, block keys) exceed the memory budget in force (WorkloadSpec.expected_size)."""
+    n, tokens = spec.expected_size()
+    keys = tokens / block_size if block_size else 0.0
+    if n > MAX_REQUESTS * 1.5:
+        raise WorkloadError("clients", f"the spec is expected to generate {n:.3g} requests, more than {MAX_REQUESTS}")
+    memory.check(n * GEN_BYTES_PER_REQUEST + keys * KEY_BYTES,
+                 f"the spec's expected {n:.3g} requests" + (f" and {keys:.3g} KV block keys" if keys else ""),
+                 "shorten duration_s, lower the rates, turns or lengths")
+
+
 def generate_from_spec(spec: WorkloadSpec, seed: int | None = None, block_size: int = 16) -> Workload:
     """The Workload of ``spec`` (seed: explicit, else the spec's, else 42) with
     sequence-block keys for ``block_size``."""
+    check_expected_size(spec, int(block_size))
     return generate_requests(spec, seed).to_workload(block_size, validate=False)
