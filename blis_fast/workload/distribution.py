@@ -82,7 +82,9 @@ class DistributionSpec:
             real(f"{kind}_tokens_stdev", 0.0, 1e12)
             top[kind] = vmax
         if prefix + top["prompt"] + top["output"] > MAX_REQUEST_TOKENS:
-            raise ConfigError(f"{path}.prefix_tokens", f"prefix_tokens + prompt_tokens_max + output_tokens_max must be "
+            biggest = max((prefix, "prefix_tokens"), (top["prompt"], "prompt_tokens_max"),
+                          (top["output"], "output_tokens_max"))[1]
+            raise ConfigError(f"{path}.{biggest}", f"prefix_tokens + prompt_tokens_max + output_tokens_max must be "
                                                        f"<= {MAX_REQUEST_TOKENS} tokens per request, got "
                                                        f"{prefix} + {top['prompt']} + {top['output']}")
         as_choice(self.arrival, f"{path}.arrival", ARRIVALS)
