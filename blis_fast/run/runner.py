@@ -53,7 +53,14 @@ def grow_logs(state: State) -> State:
         memory.charge(rows * irr_log.dtype.itemsize, f"the inter-token log ({irr} records so far, growing to {rows})",
                       "set a simulation.horizon or make the workload smaller")
         irr_log = _grown(irr_log, irr, irr + seqs)
-    return state._replace(step_log=step_log, irr_log=irr_log)
+    preempt_log = state.preempt_log
+    if state.settings[0]["trace_level"] > 0 and int(lp["preempt_records"]) + seqs > preempt_log.shape[0]:
+        used = int(lp["preempt_records"])
+        rows = max(2 * preempt_log.shape[0], used + seqs, 1024)
+        memory.charge(rows * preempt_log.dtype.itemsize, f"the preemption log ({used} records, growing to {rows})",
+                      "set a simulation.horizon or trace fewer decisions")
+        preempt_log = _grown(preempt_log, used, used + seqs)
+    return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log)
 
 
 def run_to_end(state: State, progress: Callable[[int], None] | None = None, pause_every_us: int | None = None) -> State:

@@ -85,7 +85,7 @@ def calendar_size(block_size: int) -> int:
 
 
 def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int,
-                    event_skipping: bool = True) -> np.ndarray:
+                    event_skipping: bool = True, trace_level: int = 0) -> np.ndarray:
     """The SETTINGS_DT record of a run."""
     s = config.simulation
     rec = np.zeros(1, S.SETTINGS_DT)
@@ -102,6 +102,9 @@ def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows
     rec["routing_latency_us"] = s.routing_latency
     rec["max_events"] = max_events
     rec["event_skipping"] = int(event_skipping)
+    rec["trace_level"] = trace_level
+    rec["forced_request"] = -1
+    rec["forced_instance"] = -1
     rec["calendar_size"] = calendar_size(block_size)
     return rec
 
@@ -194,7 +197,16 @@ def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float) -> str:
     return f"the run ({n} requests, {int(n_keys)} KV block keys; largest part: the {big}, {detail})"
 
 
-def build_state(setup, workload, policy=None, *, event_skipping: bool = True) -> S.State:
+def decision_logs(n_requests: int, trace_level: int):
+    """(route_log, admit_log, preempt_log): a row per request for the admission and routing
+    logs when decisions are traced (each request is decided once), 1 row otherwise; the
+    preemption log grows as needed (run.runner.grow_logs)."""
+    rows = max(n_requests, 1) if trace_level >= S.TraceLevel.DECISIONS else 1
+    return (np.zeros(rows, S.ROUTE_DT), np.zeros(rows, S.ADMIT_DT),
+            np.zeros(MIN_LOG_ROWS if trace_level >= S.TraceLevel.DECISIONS else 1, S.PREEMPT_DT))
+
+
+def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
@@ -242,8 +254,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
     n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
     seqs = eng.max_num_seqs
+    route_log, admit_log, preempt_log = decision_logs(n, trace_level)
     return S.State(
-        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events, event_skipping),
+        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events, event_skipping,
+                                 trace_level),
         loop=loop_record(),
         reqs=reqs,
         arrival_order=arrival_order(workload),
@@ -266,6 +280,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
         heap=np.zeros(n + 4 * n_inst + 64, S.EVENT_DT),
         step_log=np.zeros(max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
+        route_log=route_log,
+        admit_log=admit_log,
+        preempt_log=preempt_log,
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
         policy_kind=np.ascontiguousarray(pol.kinds, dtype=np.int64),
         policy_param=np.ascontiguousarray(pol.params, dtype=np.float64),
@@ -274,6 +291,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True) ->
         snap=np.zeros((n_inst, S.N_SNAP), np.float64),
         snap_refreshed=np.full(S.N_SNAP, -1, np.int64),
         affinity=np.zeros(n_inst, np.int64),
+        route_scores=np.zeros(n_inst, np.float64),
         alive=np.zeros((n_inst + 63) // 64, np.int64),
         pi_state=pi_state,
         pi_table=pi_table,

@@ -15,6 +15,7 @@ from ..policies.routing import choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, Status
 from ..structs.dlist import dl_push_back
 from .events import event_priority, push_event
+from .trace import log_admission, log_routing, tracing
 
 
 @helper
@@ -29,8 +30,11 @@ def on_arrival(st, r, t):
 def on_admission(st, r, t):
     """Admit (the routing decision follows after its latency) or reject request r."""
     reqs = st.reqs
-    if not admit(st.policy_kind[PolicySlot.ADMISSION], st.policy_param[PolicySlot.ADMISSION], st.tb_tokens,
-                 st.tb_last_us, reqs[r]["tenant"], reqs[r]["prompt_len"], t):
+    admitted = admit(st.policy_kind[PolicySlot.ADMISSION], st.policy_param[PolicySlot.ADMISSION], st.tb_tokens,
+                     st.tb_last_us, reqs[r]["tenant"], reqs[r]["prompt_len"], t)
+    if tracing(st):
+        log_admission(st, r, t, admitted)
+    if not admitted:
         reqs[r]["state"] = RequestState.REJECTED
         st.loop[0]["rejected"] += 1
         return
@@ -53,8 +57,13 @@ def on_routing(st, r, t):
         leading_matches(st, kstart, n_keys)
     lp = st.loop
     target, cursor = choose_instance(st.policy_kind[PolicySlot.ROUTING], st.policy_param[PolicySlot.ROUTING], inst,
-                                     st.snap, st.affinity, n_keys, lp[0]["rr_cursor"])
+                                     st.snap, st.affinity, n_keys, lp[0]["rr_cursor"], st.route_scores)
     lp[0]["rr_cursor"] = cursor
+    forced = r == s[0]["forced_request"] and target >= 0
+    if forced:  # a counterfactual replay: only this decision changes (the cursor moves as chosen)
+        target = s[0]["forced_instance"]
+    if target >= 0 and tracing(st):
+        log_routing(st, r, t, target, n_keys, forced)
     if target >= 0 and use_index:
         capacity = s[0]["prefix_index_capacity"]
         rows = s[0]["prefix_index_slots"]

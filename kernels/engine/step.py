@@ -30,7 +30,7 @@ from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
 from .handlers import release_follower
-from .trace import log_irregular_token, log_step
+from .trace import log_irregular_token, log_preemption, log_step, tracing
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -194,7 +194,10 @@ def form_batch_all(st, i, now):
                 else:
                     n_decode -= 1
                     decode_ctx -= context[j]
+            released = reqs[batch[i, j]]["blocks_held"]
             victim = preempt_slot(st, i, j)
+            if tracing(st):
+                log_preemption(st, i, now, victim, r, released)
             preempted = True
             if victim == r:
                 break

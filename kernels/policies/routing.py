@@ -53,14 +53,17 @@ def _clamp01(x):
 
 
 @helper
-def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores):
     """The routing decision: (instance, new round-robin cursor); -1 if none is active.
+    ``scores[i]`` receives the policy's score of every instance (higher = preferred, -inf
+    for inactive ones): the decision is its argmax, ties to the lowest index -- the
+    decision traces rank the alternatives by it.
 
-    round-robin; least-loaded (min effective load); always-busiest (max); weighted
-    (argmax Σ w·clamp01(scorer), weights normalized: queue-depth (max−load)/(max−min),
-    kv-utilization 1 − util, load-balance 1/(1+load), prefix-affinity matched leading
-    blocks / request blocks); prefix-affinity (most matched blocks, else least-loaded).
-    Ties go to the lowest index.
+    round-robin (score: minus the distance from the cursor); least-loaded (minus the
+    effective load); always-busiest (the load); weighted (Σ w·clamp01(scorer), weights
+    normalized: queue-depth (max−load)/(max−min), kv-utilization 1 − util, load-balance
+    1/(1+load), prefix-affinity matched leading blocks / request blocks); prefix-affinity
+    (matched blocks when any instance matches, else least-loaded).
 
     The weighted score cannot overflow: weights above 2^1000 (where Σ w could exceed the
     float range) are first scaled by a power of two, which changes no ratio and, below
@@ -70,18 +73,26 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
     n_inst = inst.shape[0]
     active = inst["active"]
     if kind == RoutingKind.ROUND_ROBIN:
-        for _ in range(n_inst):
-            cand = rr_next
-            rr_next = (rr_next + 1) % n_inst
+        best = np.int64(-1)
+        for d in range(n_inst):
+            cand = (rr_next + d) % n_inst
             if active[cand] != 0:
-                return cand, rr_next
-        return np.int64(-1), rr_next
+                scores[cand] = -np.float64(d)
+                if best < 0:
+                    best = cand
+            else:
+                scores[cand] = -np.inf
+        if best < 0:
+            return best, rr_next
+        return best, (best + 1) % n_inst
     if kind == RoutingKind.PREFIX_AFFINITY:
         best = np.int64(-1)
         for i in range(n_inst):
             if active[i] != 0 and affinity[i] > 0 and (best < 0 or affinity[i] > affinity[best]):
                 best = i
         if best >= 0:
+            for i in range(n_inst):
+                scores[i] = np.float64(affinity[i]) if active[i] != 0 else -np.inf
             return best, rr_next
         kind = RoutingKind.LEAST_LOADED
     lo = np.inf
@@ -107,6 +118,7 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
     total_w = w_qd + w_kv + w_lb + w_pa
     for i in range(n_inst):
         if active[i] == 0:
+            scores[i] = -np.inf
             continue
         load = _load(snap, i)
         if kind == RoutingKind.LEAST_LOADED:
@@ -123,6 +135,7 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
                 score /= total_w
         if not (score > -np.inf and score < np.inf):
             score = -np.inf  # not finite (NaN, ±inf): the worst score
+        scores[i] = score
         if best < 0 or score > best_score:
             best_score = score
             best = i

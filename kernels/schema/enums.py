@@ -69,6 +69,14 @@ class _Status(NamedTuple):
 Status = _Status()
 
 
+class _TraceLevel(NamedTuple):
+    NONE: int = 0  # no decision logs (nothing recorded, nothing allocated)
+    DECISIONS: int = 1  # admission, routing (with the best alternatives) and preemption records
+
+
+TraceLevel = _TraceLevel()
+
+
 class _LatencyKind(NamedTuple):
     BLACKBOX: int = 0  # step time = trunc(β0 + β1·P + β2·D)
     ROOFLINE: int = 1  # analytical, from the model config and the GPU
@@ -273,5 +281,6 @@ __all__ = [
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
     "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",
-    "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedWeight", "SchedulerKind", "SnapField", "Status", "VictimKind",
+    "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
+    "VictimKind",
 ]

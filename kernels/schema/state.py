@@ -40,6 +40,9 @@ class State(NamedTuple):
     heap: np.ndarray  # EVENT_DT
     step_log: np.ndarray  # STEP_DT (grows between calls: Status.LOG_FULL)
     irr_log: np.ndarray  # IRR_DT (grows likewise)
+    route_log: np.ndarray  # ROUTE_DT: one row per routing decision (1 row when not tracing)
+    admit_log: np.ndarray  # ADMIT_DT: one row per admission decision (likewise)
+    preempt_log: np.ndarray  # PREEMPT_DT: one row per preemption (grows: Status.LOG_FULL)
     # --- latency model
     roofline: np.ndarray  # float64[N_ROOFLINE]
     # --- the policy candidate (kinds + parameter matrix) and its state
@@ -50,6 +53,7 @@ class State(NamedTuple):
     snap: np.ndarray  # float64[n_inst, N_SNAP]: the router's view of each instance
     snap_refreshed: np.ndarray  # int64[N_SNAP]: last refresh time per field, -1 = never
     affinity: np.ndarray  # int64[n_inst] scratch: matched leading prefix blocks per instance
+    route_scores: np.ndarray  # float64[n_inst] scratch: the routing policy's score per instance
     alive: np.ndarray  # int64[ceil(n_inst / 64)] scratch: instance bit mask
     pi_state: np.ndarray  # int64[n_inst, 4]: router prefix index header per instance (IndexState)
     pi_table: np.ndarray  # int64[rows, 2]: (key, stamp) rows, one slice per instance

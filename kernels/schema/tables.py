@@ -166,6 +166,60 @@ IRR_DT = np.dtype(
     align=True,
 )
 
+# Decision traces (settings.trace_level = TraceLevel.DECISIONS): one row per decision, in
+# decision order.  A routing row holds what the router saw of the chosen instance and of the
+# N_TRACE_ALTERNATIVES best others (by the policy's own score: higher = preferred; -1 /
+# -inf / NaN-free columns when there are fewer candidates).
+N_TRACE_ALTERNATIVES = 4
+_K = (N_TRACE_ALTERNATIVES,)
+ROUTE_DT = np.dtype(
+    [
+        ("time_us", np.int64),  # when the decision was made
+        ("request", np.int64),
+        ("candidates", np.int64),  # active instances it chose among
+        ("prompt_blocks", np.int64),  # full prompt blocks of the request
+        ("forced", np.int64),  # 1 = the decision was forced (counterfactual replay)
+        # the chosen instance, then the best alternatives (instance -1 = none): the policy's
+        # score, and what the snapshot showed -- effective load (queue + batch + pending),
+        # KV utilization, matched leading prefix blocks (prefix-affinity index)
+        ("chosen_instance", np.int64),
+        ("chosen_score", np.float64),
+        ("chosen_load", np.float64),
+        ("chosen_kv_utilization", np.float64),
+        ("chosen_matched_blocks", np.int64),
+        ("alt_instance", np.int64, _K),
+        ("alt_score", np.float64, _K),
+        ("alt_load", np.float64, _K),
+        ("alt_kv_utilization", np.float64, _K),
+        ("alt_matched_blocks", np.int64, _K),
+    ],
+    align=True,
+)
+
+ADMIT_DT = np.dtype(
+    [
+        ("time_us", np.int64),
+        ("request", np.int64),
+        ("tenant", np.int64),
+        ("admitted", np.int64),  # 1 = admitted, 0 = rejected
+        ("cost", np.int64),  # prompt tokens charged
+        ("bucket_tokens", np.float64),  # token-bucket level after the decision (token-bucket admission)
+    ],
+    align=True,
+)
+
+PREEMPT_DT = np.dtype(
+    [
+        ("time_us", np.int64),  # start of the step in which it happened
+        ("instance", np.int64),
+        ("victim", np.int64),  # the preempted request
+        ("for_request", np.int64),  # the request whose KV allocation failed
+        ("victim_generated", np.int64),  # output tokens the victim had emitted
+        ("victim_blocks", np.int64),  # KV blocks it released
+    ],
+    align=True,
+)
+
 # Run-wide settings (one record).
 SETTINGS_DT = np.dtype(
     [
@@ -185,6 +239,9 @@ SETTINGS_DT = np.dtype(
         ("event_skipping", np.int32),  # 1 = decode requests ride between their events (engine/calendar.py);
         #                                0 = every running request is visited every step (the reference path)
         ("calendar_size", np.int64),  # buckets of each instance's calendar (a power of two)
+        ("trace_level", np.int32),  # TraceLevel: 0 = none, 1 = decision logs (route, admit, preempt)
+        ("forced_request", np.int64),  # counterfactual replay: route this request to ...
+        ("forced_instance", np.int64),  # ... this instance (-1 = nothing forced)
     ],
     align=True,
 )
@@ -202,6 +259,9 @@ LOOP_DT = np.dtype(
         ("steps", np.int64),  # engine steps over all instances (rows of the step log)
         ("steps_visiting_all", np.int64),  # of which visited every running request (no event skipping)
         ("irregular_records", np.int64),  # rows of the irregular-ITL log
+        ("route_records", np.int64),  # rows of the decision logs
+        ("admit_records", np.int64),
+        ("preempt_records", np.int64),
         ("heap_peak", np.int64),  # largest event-heap size seen
         ("injected", np.int64),  # arrivals processed
         ("rejected", np.int64),
@@ -211,4 +271,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

@@ -306,7 +306,15 @@ def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
 
 @entry
 def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
-    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next)
+    scores = np.empty(inst.shape[0], np.float64)
+    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores)
+
+
+@entry
+def choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr_next):
+    scores = np.empty(inst.shape[0], np.float64)
+    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores)
+    return best, rr, scores
 
 
 @entry

@@ -16,7 +16,7 @@ from kernels import cache as C
 from kernels import schema as S
 
 KERNELS = Path(kernels.__file__).resolve().parent
-ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "__future__", "kernels"}  # llvmlite: numba's own code generator
+ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "kernels"}  # llvmlite: numba's code generator
 PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"}}  # plain Python parts
 PYTHON_ONLY = {"cache.py", "jit.py"}  # the package's plumbing: plain Python by design
 SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload"}

@@ -53,6 +53,9 @@ class KernelKV:
             st.inst["ht_mask"] = ht_size - 1
         assert int(st.settings[0]["prefix_caching"]) == int(prefix_caching)
         assert st.reqs["block_cap"].tolist() == [-(-int(m) // bs) for m in max_tokens]
+        # a request that can never fit is dropped at its instance and gets no block slice:
+        # it must not be admitted here either
+        assert (st.reqs["block_cap"] <= total).all(), "every request must fit in the cache"
         self.st = st
         self.inst, self.blocks, self.reqs = st.inst, st.blocks, st.reqs
         self.off = int(st.inst[i]["kv_offset"])
@@ -373,7 +376,7 @@ def _assert_unchanged(k, before):
 def test_all_or_nothing_admit_with_free_hits_leaves_state_unchanged():
     # A caches 3 blocks, is released; B holds the rest.  A' (same prompt, longer target)
     # would hit 2 free cached blocks but needs more new blocks than remain.
-    k, nv = _kv(5, [(12, A_KEYS), (8, B_KEYS), (12, A_KEYS)], [12, 8, 24])
+    k, nv = _kv(5, [(12, A_KEYS), (8, B_KEYS), (12, A_KEYS)], [12, 8, 20])  # (all fit in 5 blocks)
     assert k.admit(0, 12, 100, 0) == (12, 0)
     k.release(0)
     assert k.admit(1, 8, 100, 0) == (8, 0)  # takes virgin 3, 4
@@ -390,7 +393,7 @@ def test_all_or_nothing_admit_with_free_hits_leaves_state_unchanged():
 
 
 def test_all_or_nothing_grow_leaves_state_unchanged():
-    k, _ = _kv(4, [(12, A_KEYS), (4, [401])], [30, 10])
+    k, _ = _kv(4, [(12, A_KEYS), (4, [401])], [16, 4])
     assert k.admit(0, 12, 4, 0) == (4, 0)  # first chunk: one block
     k.set_computed(0, 4)
     assert k.admit(1, 4, 100, 0) == (4, 0)
