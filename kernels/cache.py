@@ -40,27 +40,19 @@ def _source_dirs() -> list[Path]:
     return sorted({p.parent for p in _SRC.rglob("*.py") if "__pycache__" not in p.parts})
 
 
+def _cache_dir(source: Path) -> Path:
+    """Where numba caches the kernels defined in folder ``source``."""
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if not root:
+        return source / "__pycache__"
+    sub = os.path.abspath(source)
+    return Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}"
+
+
 def cache_dirs() -> list[Path]:
     """The folders numba caches this package's kernels in (they may not exist yet); the
     package root's folder first."""
-    root = os.environ.get("NUMBA_CACHE_DIR")
-    if not root:
-        return [d / "__pycache__" for d in _source_dirs()]
-    out = []
-    for d in _source_dirs():
-        sub = os.path.abspath(d)
-        out.append(Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}")
-    return out
-
-
-def _cache_dir_of(source_folder: str) -> Path:
-    """The cache folder of the kernels in ``kernels/<source_folder>``."""
-    d = _SRC / source_folder
-    root = os.environ.get("NUMBA_CACHE_DIR")
-    if not root:
-        return d / "__pycache__"
-    sub = os.path.abspath(d)
-    return Path(root) / f"{os.path.basename(sub)}_{hashlib.sha1(sub.encode()).hexdigest()}"
+    return [_cache_dir(d) for d in _source_dirs()]
 
 
 def cache_files() -> list[Path]:
@@ -176,7 +168,7 @@ def heal(intact) -> str | None:
 def entry_cached() -> bool:
     """True if the main entry kernel (``engine.loop.run_events``) has a cache index."""
     folder, prefix = ENTRY_KERNEL
-    d = _cache_dir_of(folder)
+    d = _cache_dir(_SRC / folder)
     try:
         return any(n.startswith(prefix) and n.endswith(".nbi") for n in os.listdir(d))
     except OSError:

@@ -88,7 +88,7 @@ def test_heal_checks_each_file_once_and_clears_on_damage(tmp_path, monkeypatch):
 def test_entry_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     assert not C.entry_cached()
-    d = C._cache_dir_of("engine")
+    d = C._cache_dir(C._SRC / "engine")
     d.mkdir(parents=True)
     (d / "loop.run_events-26.py311.nbi").write_bytes(b"")
     assert C.entry_cached()
@@ -139,7 +139,7 @@ def test_cold_import_arms_the_notice_without_importing_numba(tmp_path):
 def test_warm_import_arms_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     C.drop_stale()  # the stamp of the current sources
-    d = C._cache_dir_of("engine")
+    d = C._cache_dir(C._SRC / "engine")
     d.mkdir(parents=True, exist_ok=True)
     (d / "loop.run_events-26.py311.nbi").write_bytes(pickle.dumps("v", protocol=-1) + pickle.dumps(0, protocol=-1))
     code = ("import sys, blis_fast\n"
