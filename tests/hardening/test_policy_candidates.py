@@ -65,7 +65,30 @@ def names(choices, weight: int = 6):
     return st.sampled_from(sorted(choices) * weight + ["", "bogus", "ROUND-ROBIN"])
 
 
-CANDIDATE = st.fixed_dictionaries({}, optional={
+# candidates whose every value is valid, extremes included (they must all run)
+VALID_WEIGHT = st.one_of(st.sampled_from([1e100, -1e100, 1e99, 1e-300, -1e-300, 2.2250738585072014e-308, 0.0, -0.0,
+                                          1.0, -1.0, 3.0, 1e12]),
+                         st.floats(min_value=-1e100, max_value=1e100, allow_subnormal=False))
+VALID_POSITIVE = st.one_of(st.sampled_from([1.7976931348623157e308, 1e308, 2.0**1000, 1e-300, 1.0, 3.0]),
+                           st.floats(min_value=1e-300, max_value=1.7976931348623157e308, allow_subnormal=False))
+VALID_CANDIDATE = st.fixed_dictionaries({
+    "routing_policy": st.sampled_from(sorted(ROUTING_POLICIES) + ["weighted"] * 3),
+}, optional={
+    "admission_policy": st.sampled_from(sorted(ADMISSION_POLICIES)),
+    "token_bucket_capacity": st.floats(min_value=0, max_value=1e100, allow_subnormal=False),
+    "token_bucket_refill_rate": st.floats(min_value=0, max_value=1e100, allow_subnormal=False),
+    "routing_scorers": st.dictionaries(st.sampled_from(sorted(SCORERS)), VALID_POSITIVE, min_size=1, max_size=4),
+    "priority_policy": st.sampled_from(sorted(PRIORITY_AGE_WEIGHT)),
+    "slo_class_weights": st.lists(VALID_WEIGHT, max_size=63),
+    "scheduler": st.sampled_from(sorted(SCHEDULERS)),
+    "scheduler_weights": st.dictionaries(st.sampled_from(SORT_ATTRIBUTES), VALID_WEIGHT, max_size=4),
+    "preemption_victim": st.sampled_from(sorted(VICTIMS)),
+    "snapshot_refresh_interval": st.one_of(st.integers(0, 10**7), st.just(2**53)),
+    "snapshot_intervals": st.dictionaries(st.sampled_from(S.SNAPSHOT_FIELD_NAMES),
+                                          st.one_of(st.integers(0, 10**7), st.just(2**53)), max_size=4),
+    "prefix_index_capacity": st.one_of(st.integers(1, 5000), st.just(1)),
+})
+ANY_CANDIDATE = st.fixed_dictionaries({}, optional={
     "admission_policy": names(ADMISSION_POLICIES),
     "token_bucket_capacity": WEIGHT,
     "token_bucket_refill_rate": WEIGHT,
@@ -81,6 +104,7 @@ CANDIDATE = st.fixed_dictionaries({}, optional={
     "prefix_index_capacity": st.one_of(st.integers(min_value=1, max_value=5000), st.integers(min_value=-2, max_value=0),
                                        st.sampled_from([10**7, 10**8])),
 })
+CANDIDATE = st.one_of(VALID_CANDIDATE, ANY_CANDIDATE)
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +150,20 @@ def evaluate(scenario, cand: dict) -> str:
 @given(CANDIDATE)
 def test_random_candidates_run_or_are_refused(scenario, cand):
     OUTCOMES[evaluate(scenario, cand)] += 1
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(VALID_CANDIDATE)
+def test_valid_extreme_candidates_all_run(scenario, cand):
+    assert evaluate(scenario, cand) == "ok", cand
+
+
+@pytest.mark.slow
+@settings(max_examples=int(os.environ.get("HARDENING_VALID_CANDIDATES", "300")), deadline=None,
+          suppress_health_check=list(HealthCheck), database=None)
+@given(VALID_CANDIDATE)
+def test_valid_extreme_candidates_all_run_more(scenario, cand):
+    assert evaluate(scenario, cand) == "ok", cand
 
 
 @pytest.mark.slow
