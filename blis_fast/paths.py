@@ -112,17 +112,18 @@ def _install_notice(message: str) -> None:
     event.register("numba:compile", Notice())
 
 
-class _AfterNumbaImport:
-    """A meta-path finder that runs a callback once ``numba`` has been imported, so that
-    arming the notice costs no numba import in a process that never compiles."""
+class _OnImport:
+    """A one-shot meta-path finder: when module ``fullname`` is next imported, its code runs
+    as ``around(exec_module, module)`` instead of ``exec_module(module)``."""
 
-    def __init__(self, callback):
-        self.callback = callback
+    def __init__(self, fullname: str, around):
+        self.fullname = fullname
+        self.around = around
 
     def find_spec(self, fullname, path=None, target=None):
         import sys
 
-        if fullname != "numba":
+        if fullname != self.fullname:
             return None
         try:
             sys.meta_path.remove(self)
@@ -137,32 +138,69 @@ class _AfterNumbaImport:
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_module = loader.exec_module
-        callback = self.callback
-
-        def exec_then_callback(module):
-            exec_module(module)
-            try:
-                callback()
-            except Exception:  # noqa: BLE001 -- a notice must never break an import
-                pass
-
-        loader.exec_module = exec_then_callback
+        exec_module, around = loader.exec_module, self.around
+        loader.exec_module = lambda module: around(exec_module, module)
         return spec
+
+
+def _on_import(fullname: str, around) -> None:
+    import sys
+
+    if not any(isinstance(f, _OnImport) and f.fullname == fullname for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnImport(fullname, around))
 
 
 def arm_compile_notice(message: str) -> None:
     """Print ``message`` on stderr when numba first compiles one of our kernels in this
-    process (at most once); numba is not imported for it."""
+    process (at most once).  numba is not imported for it: the listener is registered
+    right after numba's own import."""
     import sys
 
-    if "numba" in sys.modules:
+    def install():
         try:
             _install_notice(message)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 -- a notice must never break a run
             pass
-    elif not any(isinstance(f, _AfterNumbaImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterNumbaImport(lambda: _install_notice(message)))
+
+    def exec_then_install(exec_module, module):
+        exec_module(module)
+        install()
+
+    if "numba" in sys.modules:
+        install()
+    else:
+        _on_import("numba", exec_then_install)
+
+
+class _NoScipyLinalg:
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "scipy.linalg" or fullname.startswith("scipy.linalg."):
+            raise ImportError("scipy.linalg is not loaded during numba's set-up (blis_fast.paths)")
+        return None
+
+
+def skip_numba_blas_probe() -> None:
+    """For a process that runs only blis-fast's kernels (the ``blis-fast`` command): when
+    numba sets up its implementation registry (the first kernel call), its module
+    ``numba.np.arraymath`` probes for BLAS by importing ``scipy.linalg`` -- 0.2-0.35 s, a
+    fifth of a cached run's start-up, for functions our kernels never use.  This makes that
+    one import fail while the module runs, if SciPy's linalg is not loaded yet.  The only
+    effect: numba's ``np.correlate``/``np.convolve`` use their plain inner product in this
+    process; numba's linear algebra still loads SciPy when it compiles."""
+    import sys
+
+    def without_scipy_linalg(exec_module, module):
+        if "scipy.linalg" in sys.modules:
+            return exec_module(module)
+        blocker = _NoScipyLinalg()
+        sys.meta_path.insert(0, blocker)
+        try:
+            exec_module(module)
+        finally:
+            sys.meta_path.remove(blocker)
+
+    if "numba.np.arraymath" not in sys.modules:
+        _on_import("numba.np.arraymath", without_scipy_linalg)
 
 
 def guard_kernel_cache() -> str | None:

@@ -118,7 +118,7 @@ def test_cold_import_arms_the_notice_without_importing_numba(tmp_path):
         "import blis_fast\n"
         "assert 'numba' not in sys.modules, 'numba imported'\n"
         "from blis_fast import paths as P\n"
-        "assert any(isinstance(f, P._AfterNumbaImport) for f in sys.meta_path)\n"
+        "assert any(isinstance(f, P._OnImport) and f.fullname == 'numba' for f in sys.meta_path)\n"
         "import numba\n"
         "from numba.core import event\n"
         "class D:\n"
@@ -144,7 +144,7 @@ def test_warm_import_arms_nothing(tmp_path, monkeypatch):
     (d / "loop.run_events-26.py311.nbi").write_bytes(pickle.dumps("v", protocol=-1) + pickle.dumps(0, protocol=-1))
     code = ("import sys, blis_fast\n"
             "from blis_fast import paths as P\n"
-            "assert not any(isinstance(f, P._AfterNumbaImport) for f in sys.meta_path)\n"
+            "assert not any(isinstance(f, P._OnImport) and f.fullname == 'numba' for f in sys.meta_path)\n"
             "assert 'numba' not in sys.modules\n")
     out = _python(code, tmp_path)
     assert out.returncode == 0, out.stderr
@@ -191,3 +191,41 @@ def test_damaged_cache_heals_with_one_notice(tmp_path, monkeypatch):
     assert healed.stdout == warm.stdout  # the same results
     again = _run(cache)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == warm.stdout
+
+
+# ----------------------------------------------------------------------------- lean numba set-up
+
+
+def test_numba_set_up_skips_scipy_linalg(tmp_path):
+    """skip_numba_blas_probe (the CLI's start-up): numba's registry set-up does not load
+    scipy.linalg; numba still works, and scipy.linalg still imports afterwards."""
+    pytest.importorskip("scipy")
+    code = (
+        "import sys\n"
+        "from blis_fast.paths import skip_numba_blas_probe\n"
+        "skip_numba_blas_probe()\n"
+        "import numba\n"
+        "from numba.core.registry import cpu_target\n"
+        "cpu_target.target_context.refresh()\n"
+        "assert 'numba.np.arraymath' in sys.modules\n"
+        "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg loaded'\n"
+        "f = numba.njit(lambda a: a.sum() + 1)\n"
+        "import numpy as np\n"
+        "assert f(np.arange(4)) == 7\n"
+        "import scipy.linalg\n"
+        "print(len(sys.meta_path))\n"
+    )
+    out = _python(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    blocker = _python("import sys\nprint(len(sys.meta_path))\n", tmp_path)
+    assert out.stdout == blocker.stdout  # every hook removed itself
+
+
+def test_cli_installs_the_lean_set_up():
+    code = ("import sys\n"
+            "import blis_fast.cli\n"
+            "from blis_fast.paths import _OnImport\n"
+            "assert any(isinstance(f, _OnImport) and f.fullname == 'numba.np.arraymath' for f in sys.meta_path)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
