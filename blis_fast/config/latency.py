@@ -11,10 +11,11 @@ from blis_fast.config.coefficients import CoefficientSet, find_coefficients
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.hardware import HardwareConfig
 from blis_fast.config.model import ModelConfig
-from blis_fast.config.validate import show
+from blis_fast.config.validate import as_float, show
 from blis_fast.errors import ConfigError
 
 LATENCY_MODELS = ("blackbox", "roofline")
+MAX_COEFF = 1e9  # each α / β coefficient, µs (as blis_fast.config.sim)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,19 +76,16 @@ def derive_kv_blocks(model: ModelConfig, hardware: HardwareConfig, engine: Engin
 
 
 def _coeffs(values, flag: str) -> np.ndarray | None:
-    """Validate a user-given coefficient triple (``--alpha-coeffs`` / ``--beta-coeffs``)."""
+    """Validate a user-given coefficient triple (``--alpha-coeffs`` / ``--beta-coeffs``):
+    3 finite numbers in [0, 1e9] µs (the shared checkers, as for the config)."""
     if values is None:
         return None
-    field_name = flag.removeprefix("--").replace("-", "_")
-    try:
-        seq = list(values)
-    except TypeError:
-        seq = None
-    if (seq is None or len(seq) != 3
-            or any(isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) for x in seq)
-            or not all(math.isfinite(float(x)) and float(x) >= 0 for x in seq)):
-        raise ConfigError(field_name, f"{flag} must be 3 finite numbers >= 0, got {show(values)}")
-    return np.array([float(x) for x in seq], dtype=np.float64)
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)) or len(values) != 3:
+        raise ConfigError(flag, f"must be 3 finite numbers in [0, {MAX_COEFF:g}] µs, got {show(values)}")
+    return np.array([as_float(x, f"{flag}[{k}]", 0.0, MAX_COEFF, text=False, unit="µs")
+                     for k, x in enumerate(values)], dtype=np.float64)
 
 
 def _describe(cs: CoefficientSet) -> str:
