@@ -535,3 +535,19 @@ def test_results_json_is_unchanged_by_the_output_path_checks(tmp_path):
     assert run_cli("run", "--num-requests", "20", "--results-path", b)[0] == 0
     assert a.read_bytes() == b.read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_clock_overflow_names_the_settings():
+    """A clock that would wrap (step or delay times too large) is reported naming what to
+    lower, not as a bare 'event scheduled before the current clock'."""
+    from blis_fast.config.sim import build_config
+    from blis_fast.run import build_workload, resolve
+    from blis_fast.run.runner import describe_error
+    from blis_fast.run.tables import build_state
+    from kernels import schema as S
+
+    cfg = build_config({}, {"num_requests": 3})
+    st = build_state(resolve(cfg), build_workload(cfg))
+    st.loop[0]["status"] = S.Status.CLOCK_BACKWARDS
+    msg = describe_error(st)
+    assert "overflow" in msg and "alpha_coeffs" in msg and "beta_coeffs" in msg, msg
