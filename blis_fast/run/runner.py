@@ -63,16 +63,27 @@ def grow_logs(state: State) -> State:
     return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log)
 
 
-def run_to_end(state: State, progress: Callable[[int], None] | None = None, pause_every_us: int | None = None) -> State:
+CHUNK_EVENTS = 500_000  # events per kernel call: a few tenths of a second, so an interrupt or a
+#                         progress update is never far away, at no measurable cost
+
+
+def run_to_end(state: State, progress: Callable[[State], None] | None = None,
+               sample_every_us: int | None = None, on_sample: Callable[[State, int], None] | None = None,
+               chunk_events: int = CHUNK_EVENTS) -> State:
     """Run the loop until the simulation ends; returns the final State (the logs may have
-    been replaced by larger ones).  With ``pause_every_us``, the loop stops every that
-    many simulated µs and ``progress(clock_us)`` is called.  Raises SimulationError on an
-    error status."""
+    been replaced by larger ones).  Raises SimulationError on an error status.
+
+    The kernel returns to Python every ``chunk_events`` events: ``progress(state)`` is
+    called then (the simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C
+    (KeyboardInterrupt) surfaces there.  With ``sample_every_us``, the loop also stops at
+    every multiple of it on the simulated clock -- having processed every event up to that
+    time -- and ``on_sample(state, t_us)`` records what it needs (time series)."""
     from kernels.engine.loop import run_events  # numba loads here, not at import
 
     settings = state.settings
-    if pause_every_us:
-        settings["pause_at_us"] = pause_every_us
+    settings["chunk_events"] = max(int(chunk_events), 0)
+    if sample_every_us:
+        settings["pause_at_us"] = int(sample_every_us)
     while True:
         run_events(state)
         status = int(state.loop[0]["status"])
@@ -80,10 +91,14 @@ def run_to_end(state: State, progress: Callable[[int], None] | None = None, paus
             return state
         if status == Status.LOG_FULL:
             state = grow_logs(state)
-        elif status == Status.PAUSED:
+        elif status == Status.CHUNK_DONE:
             if progress is not None:
-                progress(int(settings[0]["pause_at_us"]))
-            settings["pause_at_us"] = int(settings[0]["pause_at_us"]) + int(pause_every_us)
+                progress(state)
+        elif status == Status.PAUSED:
+            t = int(settings[0]["pause_at_us"])
+            if on_sample is not None:
+                on_sample(state, t)
+            settings["pause_at_us"] = t + int(sample_every_us)
         else:
             raise SimulationError(describe_error(state))
 

@@ -28,12 +28,15 @@ def run_events(st):
     """Process events in (time, priority, seq) order.  Sets ``st.loop[0]["status"]``:
     OK when no event is left or the next lies beyond the horizon; LOG_FULL before a step
     the logs have no room for; PAUSED before an event beyond ``settings.pause_at_us``;
+    CHUNK_DONE after ``settings.chunk_events`` events in this call;
     otherwise an error status (with error_instance / error_request).  On return every
     running request's fields are up to date (riders synced, engine/calendar.py)."""
     lp = st.loop
     horizon = st.settings[0]["horizon_us"]
     pause_at = st.settings[0]["pause_at_us"]
     max_events = st.settings[0]["max_events"]
+    chunk = st.settings[0]["chunk_events"]
+    done_here = 0
     order = st.arrival_order
     arrival = st.reqs["arrival_us"]
     h_time = st.heap["time_us"]
@@ -65,6 +68,10 @@ def run_events(st):
         if t > pause_at:
             lp[0]["status"] = Status.PAUSED
             break
+        if chunk > 0 and done_here >= chunk:
+            lp[0]["status"] = Status.CHUNK_DONE
+            break
+        done_here += 1
         if ev_inst >= 0 and kind == InstanceEvent.STEP and not log_room(st, ev_inst):
             lp[0]["status"] = Status.LOG_FULL
             break

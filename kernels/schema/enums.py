@@ -64,6 +64,8 @@ class _Status(NamedTuple):
     LOG_FULL: int = 7  # the step or irregular-ITL log needs room before the next step
     MAX_EVENTS: int = 8  # the max_events safety limit was reached
     PAUSED: int = 9  # the next event lies beyond settings.pause_at_us
+    CHUNK_DONE: int = 10  # settings.chunk_events events were processed in this call (a chance to report
+    #                       progress and to notice an interrupt; the run simply continues)
 
 
 Status = _Status()

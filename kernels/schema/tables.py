@@ -225,6 +225,7 @@ SETTINGS_DT = np.dtype(
     [
         ("horizon_us", np.int64),  # events with time > horizon are not executed (the run ends)
         ("pause_at_us", np.int64),  # return PAUSED before an event with time > pause_at (resumable)
+        ("chunk_events", np.int64),  # return CHUNK_DONE after this many events in one call (0 = never)
         ("block_size", np.int64),  # tokens per KV block
         ("prefix_caching", np.int32),  # 1 = look up / register prefix keys
         ("compat", np.int32),  # 1 = blis-2026.02 conventions: idle instance steps at its Queued

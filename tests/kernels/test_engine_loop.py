@@ -46,7 +46,8 @@ def straight():
 
 
 def assert_same_run(a, b):
-    """Every table equal; the logs up to their used rows; settings but the pause time."""
+    """Every table equal; the logs up to their used rows; settings but the pause time and
+    the chunk size (how often the kernel returns, not what it computes)."""
     for name in a._fields:
         x, y = getattr(a, name), getattr(b, name)
         if name == "step_log":
@@ -58,6 +59,7 @@ def assert_same_run(a, b):
         elif name == "settings":
             x, y = x.copy(), y.copy()
             x["pause_at_us"] = y["pause_at_us"] = 0
+            x["chunk_events"] = y["chunk_events"] = 0
         assert np.array_equal(x, y), name
 
 
@@ -90,10 +92,21 @@ def test_minimal_log_growth_gives_the_same_run():
 def test_pausing_gives_the_same_run(every_us):
     want = straight()
     seen = []
-    st = run_to_end(loaded_state(), progress=seen.append, pause_every_us=every_us)
+    st = run_to_end(loaded_state(), sample_every_us=every_us, on_sample=lambda s, t: seen.append(t))
     assert_same_run(st, want)
     assert seen and seen == sorted(seen) and all(t % every_us == 0 for t in seen)
     assert seen[-1] <= int(want.loop[0]["clock_us"])
+
+
+@pytest.mark.parametrize("chunk", [1, 37, 1000])
+def test_chunked_calls_give_the_same_run(chunk):
+    """The kernel returning every ``chunk`` events (progress, interrupts) changes nothing."""
+    want = straight()
+    clocks = []
+    st = run_to_end(loaded_state(), progress=lambda s: clocks.append(int(s.loop[0]["clock_us"])), chunk_events=chunk)
+    assert_same_run(st, want)
+    assert len(clocks) >= int(want.loop[0]["events"]) // chunk - 1
+    assert clocks == sorted(clocks)
 
 
 def test_copy_at_a_pause_continues_independently():
