@@ -143,8 +143,8 @@ class ItlIndex:
         keep = cover > 0
         values = [self.step_values[keep], irr["value_us"]]
         counts = [cover[keep], np.ones(len(irr), np.int64)]
-        if self.compat:  # the reference's extra sample per completed request
-            done = ids[reqs["state"][ids] == REQ_COMPLETED]
+        if self.compat:  # the reference's extra sample per completed request (none when N = 0)
+            done = ids[(reqs["state"][ids] == REQ_COMPLETED) & (reqs["requested_output"][ids] > 0)]
             values.append(reqs["last_step_us"][done] + self.a2[reqs["instance"][done]])
             counts.append(np.ones(len(done), np.int64))
         return np.concatenate(values), np.concatenate(counts)
@@ -159,8 +159,8 @@ class ItlIndex:
         req_inst = reqs["instance"]
         irr_inst = req_inst[irr["request"]]
         irr_values = irr["value_us"]
-        if self.compat:  # the reference's extra sample per completed request
-            done = ids[reqs["state"][ids] == REQ_COMPLETED]
+        if self.compat:  # the reference's extra sample per completed request (none when N = 0)
+            done = ids[(reqs["state"][ids] == REQ_COMPLETED) & (reqs["requested_output"][ids] > 0)]
             done_inst = req_inst[done]
             extra = reqs["last_step_us"][done] + self.a2[done_inst]
 

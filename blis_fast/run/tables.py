@@ -21,24 +21,39 @@ def next_pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 1).bit_length()
 
 
-def request_table(workload, block_size: int, kv_total: int | None = None) -> np.ndarray:
+def block_slots(workload, block_size: int, kv_total: int | None, compat: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(block_cap, slots) per request: block_cap = the most KV blocks it holds in normal
+    operation -- prompt + all outputs but the last, whose KV is never computed; a request
+    needing more than an instance has is dropped unservable --, slots = the length of its
+    block list: block_cap, one more token's worth in compat mode (the reference writes the
+    last token's KV at completion), 0 for a request that can never fit."""
+    out_eff = np.maximum(workload.output_len, 1)  # N = 0 behaves as N = 1 (prefill emits one token)
+    block_cap = (workload.prompt_len + out_eff - 1 + block_size - 1) // block_size
+    extra = (workload.output_len > 0).astype(np.int64) if compat else 0
+    slots = (workload.prompt_len + out_eff - 1 + extra + block_size - 1) // block_size
+    if kv_total is not None:
+        slots = np.where(block_cap <= kv_total, slots, 0)
+    return block_cap, slots
+
+
+def request_table(workload, block_size: int, kv_total: int | None = None, compat: bool = False) -> np.ndarray:
     """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions; all
     times and links -1.  With ``kv_total``, a request that needs more blocks than an
-    instance has (dropped unservable when it reaches one) gets an empty block slice."""
+    instance has (dropped unservable when it reaches one) gets an empty block slice
+    (``block_slots``)."""
     n = len(workload)
     reqs = np.zeros(n, S.REQUEST_DT)
     reqs["arrival_us"] = workload.arrival_us
     reqs["prompt_len"] = workload.prompt_len
     out_eff = np.maximum(workload.output_len, 1)  # N = 0 behaves as N = 1 (prefill emits one token)
     reqs["output_len"] = out_eff
+    reqs["requested_output"] = workload.output_len
     reqs["key_start"] = workload.key_offsets[:-1]
     reqs["key_count"] = np.diff(workload.key_offsets)
     reqs["prompt_key_count"] = np.minimum(workload.prompt_len // block_size, reqs["key_count"])
-    # most KV a request ever holds: prompt + all outputs but the last (never fed back)
-    block_cap = (workload.prompt_len + out_eff - 1 + block_size - 1) // block_size
+    block_cap, slots = block_slots(workload, block_size, kv_total, compat)
     reqs["block_cap"] = block_cap
-    held = block_cap if kv_total is None else np.where(block_cap <= kv_total, block_cap, 0)
-    reqs["block_start"] = np.concatenate(([0], np.cumsum(held)[:-1])) if n else []
+    reqs["block_start"] = np.concatenate(([0], np.cumsum(slots)[:-1])) if n else []
     for name in workload.ATTRIBUTES:
         reqs[name] = workload.column(name)
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
@@ -226,8 +241,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     kv_total = lat.total_kv_blocks
     check_kv_blocks(cfg, lat)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
-    block_cap = (workload.prompt_len + np.maximum(workload.output_len, 1) - 1 + bs - 1) // bs
-    n_blocks = int(block_cap[block_cap <= kv_total].sum())  # requests that can never fit hold no blocks
+    compat = cfg.simulation.compat is not None
+    n_blocks = int(block_slots(workload, bs, kv_total, compat)[1].sum())  # requests that can never fit: none
     from blis_fast.config import memory
 
     shared = workload.key_shared
@@ -235,7 +250,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                                  pol.scheduler_kind, shared_known=shared is not None,
                                  n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
-    reqs = request_table(workload, bs, kv_total)
+    reqs = request_table(workload, bs, kv_total, compat)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
@@ -289,7 +304,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
         tb_last_us=np.zeros(n_tenants, np.int64),
         snap=np.zeros((n_inst, S.N_SNAP), np.float64),
-        snap_refreshed=np.full(S.N_SNAP, -1, np.int64),
+        # the reference's router starts with an all-zero snapshot taken at time 0 (compat);
+        # otherwise each field is first read at the first routing decision
+        snap_refreshed=np.full(S.N_SNAP, 0 if compat else -1, np.int64),
         affinity=np.zeros(n_inst, np.int64),
         route_scores=np.zeros(n_inst, np.float64),
         alive=np.zeros((n_inst + 63) // 64, np.int64),

@@ -373,8 +373,12 @@ def execute_step(st, i, now, dt, step_idx, m):
         reqs[r]["last_step_us"] = dt
         reqs[r]["generated"] += 1
         if reqs[r]["generated"] >= reqs[r]["output_len"]:
-            if compat:  # the reference's extra sample at completion
+            if compat and reqs[r]["requested_output"] > 0:
+                # the reference's conventions at completion: one more ITL sample (step + a2),
+                # and the last token's KV written before the release -- a block it fills is
+                # keyed (a later turn of the conversation finds it); no room: nothing happens
                 reqs[r]["itl_sum_us"] += dt + a2
+                kv_grow(st, i, r, 1)
             kv_release(st, i, r)
             reqs[r]["state"] = RequestState.COMPLETED
             inst[i]["completed"] += 1

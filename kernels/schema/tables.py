@@ -37,10 +37,12 @@ REQUEST_DT = np.dtype(
         # --- inputs (filled from the workload) ---
         ("arrival_us", np.int64),  # µs, arrival at the cluster
         ("prompt_len", np.int64),  # L, tokens incl. shared prefix
+        ("requested_output", np.int64),  # N as the workload gives it (output_len holds max(N, 1))
         ("key_start", np.int64),  # first index of its block keys in the keys array
         ("key_count", np.int64),  # keys of the full blocks of prompt + outputs: floor((L + N) / block_size)
         ("prompt_key_count", np.int64),  # of which prompt blocks: floor(L / block_size)
-        ("block_cap", np.int64),  # length of its block slice = ceil((L + N - 1) / block_size)
+        ("block_cap", np.int64),  # most KV blocks it holds = ceil((L + N - 1) / block_size) (its block
+        #                           slice has one more token's room in compat mode: run.tables.block_slots)
         # --- state ---
         ("state", np.int32),  # RequestState
         ("instance", np.int32),  # instance it was routed to, -1 before routing

@@ -9,7 +9,6 @@ import hashlib
 import io
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -34,35 +33,53 @@ def cli_in_process(*args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+# Linux copies the parent's RSS high-water mark into a forked child and keeps it across exec,
+# so a child forked from a large pytest process reports pytest's size as its own ru_maxrss.
+# A small launcher process (fresh after its own exec) forks the measured process instead and
+# reports that grandchild's rusage, which is then its true peak.
+_LAUNCHER = r"""
+import os, resource, subprocess, sys, time
+report, timeout, address_space = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+def limit():
+    if address_space:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+p = subprocess.Popen(sys.argv[4:], preexec_fn=limit)
+deadline = time.monotonic() + timeout
+timed_out = False
+while True:
+    pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+    if pid:
+        break
+    if time.monotonic() > deadline:
+        p.kill()
+        _, status, ru = os.wait4(p.pid, 0)
+        timed_out = True
+        break
+    time.sleep(0.02)
+with open(report, "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {ru.ru_maxrss} {int(timed_out)}")
+"""
+
+
 def cli_subprocess(*args, timeout: float = 600, env: dict | None = None,
                    address_space: int | None = 16 * 2**30) -> tuple[int, str, str, float, float]:
     """(exit code, stdout, stderr, peak RSS in MiB, seconds) of ``python -m blis_fast.cli
     ARGS`` in a fresh process; ``address_space`` caps its virtual memory (a safety net so
     a regression cannot exhaust a shared machine)."""
-
-    def limit():
-        if address_space:
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report"
         t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", *[str(a) for a in args]], stdout=out, stderr=err,
-                             env=env, preexec_fn=limit)
-        deadline = t0 + timeout
-        while True:
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                p.kill()
-                _, status, ru = os.wait4(p.pid, 0)
-                raise TimeoutError(f"blis-fast {' '.join(map(str, args))[:200]} ran longer than {timeout} s")
-            time.sleep(0.02)
-        p.returncode = os.waitstatus_to_exitcode(status)
+        subprocess.run([sys.executable, "-c", _LAUNCHER, str(report), str(timeout), str(address_space or 0),
+                        sys.executable, "-m", "blis_fast.cli", *[str(a) for a in args]],
+                       stdout=out, stderr=err, env=env, check=True)
         seconds = time.monotonic() - t0
+        code, maxrss_kib, timed_out = (int(x) for x in report.read_text().split())
+        if timed_out:
+            raise TimeoutError(f"blis-fast {' '.join(map(str, args))[:200]} ran longer than {timeout} s")
         out.seek(0)
         err.seek(0)
-        return p.returncode, out.read().decode(), err.read().decode(), ru.ru_maxrss / 1024, seconds
+        return code, out.read().decode(), err.read().decode(), maxrss_kib / 1024, seconds
 
 
 def assert_clean_error(code: int, out: str, err: str, needles=()) -> str:

@@ -12,6 +12,7 @@ class _Req:
         self.arrival = arrival
         self.L = prompt_len
         self.N = max(output_len, 1)  # N = 0 behaves as N = 1
+        self.N_requested = output_len
         self.keys = list(keys)
         self.block_cap = _ceil_div(self.L + self.N - 1, bs)
         self.state = "pending"
@@ -186,8 +187,10 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
                     r.last_token = token_time
                     r.generated += 1
                     if r.generated >= r.N:
-                        if compat:
+                        if compat and r.N_requested > 0:
+                            # the reference: one more sample, and the last token's KV written
                             r.itl_sum += dt + a2
+                            kv.grow(r.idx, r.keys, r.computed, 1)
                         kv.release(r.idx)
                         r.state = "completed"
                         continue

@@ -217,3 +217,46 @@ def test_horizon_zero_no_nan_empty_stats():
         assert r.cluster[k] == 0.0
     assert_no_nan(r.summary())
     assert_no_nan(r.results_document())
+
+
+# ============================================================================ compat completion conventions
+
+
+def _two_turns(first_output: int):
+    """Turn 1: a 24-token prompt and ``first_output`` generated tokens; turn 2 (much later,
+    same instance): turn 1's prompt + its output + 16 new tokens."""
+    import numpy as np
+
+    from blis_fast.workload import Workload
+
+    p1 = np.arange(1000, 1024, dtype=np.int64)
+    out1 = np.arange(5000, 5000 + first_output, dtype=np.int64)
+    p2 = np.concatenate([p1, out1, np.arange(9000, 9016)])
+    tokens = np.concatenate([p1, p2])
+    offsets = np.array([0, len(p1), len(p1) + len(p2)], np.int64)
+    return Workload.from_tokens(np.array([0, 1_000_000], np.int64), tokens, offsets,
+                                np.array([first_output, 3], np.int64), 16,
+                                output_tokens=np.concatenate([out1, [7, 7, 7]]).astype(np.int64),
+                                output_offsets=np.array([0, first_output, first_output + 3], np.int64))
+
+
+def test_compat_last_token_kv_is_written_and_keyed_at_completion():
+    """L + N = 32: the last output token completes turn 1's second block.  Its KV is never
+    computed in normal mode (turn 2 reuses one block); the reference writes it at completion,
+    so in compat mode turn 2 reuses both blocks (16 fewer prefill tokens)."""
+    wl = _two_turns(8)
+    normal = sim(wl, **HAND_STEPS)
+    compat = sim(wl, compat=COMPAT, **HAND_STEPS)
+    assert normal.state.reqs[1]["cached_tokens"] == 16
+    assert compat.state.reqs[1]["cached_tokens"] == 32
+    # one output token fewer leaves the block partial: no difference
+    wl7 = _two_turns(7)
+    assert sim(wl7, compat=COMPAT, **HAND_STEPS).state.reqs[1]["cached_tokens"] == 16
+
+
+def test_compat_zero_output_request_has_no_extra_itl_sample():
+    """N = 0 runs as one token; the reference adds its completion ITL sample only when N > 0."""
+    wl = lengths_workload([0, 0], [40, 40], [0, 1])
+    reqs = sim(wl, compat=COMPAT, **HAND_STEPS).state.reqs
+    assert reqs[0]["itl_sum_us"] == 0
+    assert reqs[1]["itl_sum_us"] > 0
