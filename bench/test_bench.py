@@ -13,7 +13,7 @@ import pytest
 from blis_fast.config.sim import build_config
 from blis_fast.experiments.bench import SCENARIOS, scenario_overrides
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
-from kernels.schema import RequestState, Status
+from blis_fast_kernels.schema import RequestState, Status
 
 ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5}
 

@@ -89,7 +89,7 @@ def intact(path: Path) -> bool:
 
 def _is_ours(dispatcher) -> bool:
     module = getattr(getattr(dispatcher, "py_func", None), "__module__", None) or ""
-    return module.split(".")[0] == "kernels"
+    return module.split(".")[0] == "blis_fast_kernels"
 
 
 def _install_notice(message: str) -> None:
@@ -208,7 +208,7 @@ def guard_kernel_cache() -> str | None:
     (``kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
     notice on stderr for the moment they start.  Returns the damaged file's name, if any.
     A warm cache costs ~2 ms here and prints nothing."""
-    from kernels import cache
+    from blis_fast_kernels import cache
 
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return None  # nothing compiles or loads

@@ -16,7 +16,7 @@ skip_numba_blas_probe()
 @app.command("clear-cache")
 def clear_cache() -> None:
     """Delete blis-fast's compiled-kernel cache (in $NUMBA_CACHE_DIR, or next to the kernels)."""
-    from kernels.cache import cache_dirs, clear
+    from blis_fast_kernels.cache import cache_dirs, clear
 
     removed = clear()
     typer.echo(f"removed {removed} cache files of blis-fast's kernels (folders: {cache_dirs()[0].parent} ...)")

@@ -32,7 +32,7 @@ class LatencyModel:
 
 def roofline_params(model: ModelConfig, hardware: HardwareConfig, tp: int) -> np.ndarray:
     """The roofline parameter vector (layout: ``kernels.schema.Roofline``) for ``model`` on ``hardware`` at TP ``tp``."""
-    from kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
+    from blis_fast_kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
 
     p = np.zeros(N_ROOFLINE, dtype=np.float64)
     layers = model.num_layers

@@ -26,7 +26,7 @@ from blis_fast.config.validate import (
 from blis_fast.config.validate import setting as _opt
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
-from kernels import schema as S
+from blis_fast_kernels import schema as S
 
 ADMISSION_POLICIES = {"always-admit": S.AdmissionKind.ALWAYS, "token-bucket": S.AdmissionKind.TOKEN_BUCKET,
                       "reject-all": S.AdmissionKind.REJECT_ALL}

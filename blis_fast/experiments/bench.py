@@ -125,7 +125,7 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
     """
     from blis_fast.config.sim import build_config
     from blis_fast.run import build_state, build_workload, resolve, run_to_end
-    from kernels.schema import RequestState
+    from blis_fast_kernels.schema import RequestState
 
     cfg = build_config({}, {**BASE, "seed": seed, "num_requests": burst, "num_instances": 1,
                             "rate": 1e6})  # mean gap 1 µs: everything arrives at once
@@ -179,7 +179,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     from blis_fast.results.result import Result
     from blis_fast.config.sim import build_config
     from blis_fast.run import build_state, build_workload, resolve, run_to_end
-    from kernels.schema import RequestState
+    from blis_fast_kernels.schema import RequestState
 
     if repeats < 1:
         raise ConfigError("repeats", f"must be >= 1, got {repeats}")
@@ -250,7 +250,7 @@ def floor_inputs(setup, wl) -> dict:
 def run_floor(inputs: dict) -> tuple[int, np.ndarray, np.ndarray]:
     """Run the minimal loop once: (steps, first token µs, last token µs) per request of
     ``inputs`` (arrival order)."""
-    from kernels.engine.minimal import run_minimal
+    from blis_fast_kernels.engine.minimal import run_minimal
 
     n = inputs["arrival_us"].shape[0]
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -270,7 +270,7 @@ def bench_floor(setup, wl, repeats: int = 3) -> dict | None:
     steps, _, last = run_floor(inputs)  # untimed warm-up: compiles or loads the kernel
     if int((last >= 0).sum()) != n:
         raise BlisFastError(f"floor: only {int((last >= 0).sum())} of {n} requests completed")
-    from kernels.engine.minimal import run_minimal
+    from blis_fast_kernels.engine.minimal import run_minimal
 
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
     args = [inputs[k] for k in ("arrival_us", "prompt_len", "output_len", "num_instances", "max_num_seqs",

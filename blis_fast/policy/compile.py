@@ -16,7 +16,7 @@ import numpy as np
 from blis_fast.config.policy import (ADMISSION_POLICIES, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT, ROUTING_POLICIES,
                                      SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
 from blis_fast.errors import ConfigError
-from kernels import schema as S
+from blis_fast_kernels import schema as S
 
 @dataclass(eq=False)
 class CompiledPolicies:

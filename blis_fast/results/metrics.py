@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 REQ_COMPLETED, REQ_DROPPED = RequestState.COMPLETED, RequestState.DROPPED
 REQ_QUEUED, REQ_RUNNING = RequestState.QUEUED, RequestState.RUNNING

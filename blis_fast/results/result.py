@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.schema import REQUEST_STATE_NAMES, RequestState
+from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .fitness import fitness

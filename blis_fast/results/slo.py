@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 from .metrics import request_latencies
 

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from blis_fast.errors import SimulationError
-from kernels.schema import State, Status
+from blis_fast_kernels.schema import State, Status
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
@@ -78,7 +78,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     (KeyboardInterrupt) surfaces there.  With ``sample_every_us``, the loop also stops at
     every multiple of it on the simulated clock -- having processed every event up to that
     time -- and ``on_sample(state, t_us)`` records what it needs (time series)."""
-    from kernels.engine.loop import run_events  # numba loads here, not at import
+    from blis_fast_kernels.engine.loop import run_events  # numba loads here, not at import
 
     settings = state.settings
     settings["chunk_events"] = max(int(chunk_events), 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from blis_fast.errors import ConfigError
-from kernels import schema as S
+from blis_fast_kernels import schema as S
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024

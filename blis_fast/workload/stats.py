@@ -36,7 +36,7 @@ def workload_stats(wl: Workload) -> dict:
     bs = wl.block_size
     nk = np.diff(wl.key_offsets)
     keys = wl.block_keys
-    from kernels.structs.keycount import REPEATED, flag_keys
+    from blis_fast_kernels.structs.keycount import REPEATED, flag_keys
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
         repeated = flag_keys(keys, REPEATED)[0].view(bool)  # an earlier occurrence exists

@@ -130,7 +130,7 @@ class Workload:
         """uint8 like block_keys: 1 where the key's value occurs more than once in
         block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
         if self.key_shared is None:
-            from kernels.structs.keycount import SHARED, flag_keys  # numba imported lazily
+            from blis_fast_kernels.structs.keycount import SHARED, flag_keys  # numba imported lazily
 
             with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
                 flags = flag_keys(np.ascontiguousarray(self.block_keys), SHARED)[0]
@@ -159,7 +159,7 @@ class Workload:
         sequence.  Without output tokens, every block that is not entirely prompt gets a
         fresh key from ``content_seed[i]`` (int64 [n]; default ``row_seeds(n)``).
         ``attributes``: further Workload fields (tenant=, session=, next_request=, ...)."""
-        from kernels.workload.keys import hash_sequence_blocks  # numba imported lazily
+        from blis_fast_kernels.workload.keys import hash_sequence_blocks  # numba imported lazily
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")

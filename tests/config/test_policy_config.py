@@ -19,7 +19,7 @@ from blis_fast.errors import ConfigError
 from blis_fast.policy import compile_policies
 from builders import ROOT, assert_one_error_line, cli, expect_cli_error, run_main, write
 from naive.anomalies import brute_force_hol, brute_force_inversions
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 ACCEPTANCE_FLAGS = [
     "--num-instances", "4", "--routing-policy", "weighted",
@@ -187,7 +187,7 @@ def _flat(settings: dict) -> dict:
 
 
 def test_compile_policies_layout():
-    from kernels.schema import (
+    from blis_fast_kernels.schema import (
         N_SNAP,
         SNAPSHOT_FIELD_NAMES,
         AdmissionKind,

@@ -452,7 +452,7 @@ def test_non_finite_routing_scores_rank_last():
     from blis_fast.policy import compile_policies
     from blis_fast.run import build_workload, resolve, run_to_end
     from blis_fast.run.tables import build_state
-    from kernels import schema as S
+    from blis_fast_kernels import schema as S
 
     cfg = build_config({}, {"num_requests": 50, "rate": 20, "num_instances": 3, "routing_policy": "weighted"})
     setup, wl = resolve(cfg), build_workload(cfg)
@@ -544,7 +544,7 @@ def test_clock_overflow_names_the_settings():
     from blis_fast.run import build_workload, resolve
     from blis_fast.run.runner import describe_error
     from blis_fast.run.tables import build_state
-    from kernels import schema as S
+    from blis_fast_kernels import schema as S
 
     cfg = build_config({}, {"num_requests": 3})
     st = build_state(resolve(cfg), build_workload(cfg))

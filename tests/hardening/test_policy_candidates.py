@@ -28,7 +28,7 @@ import blis_fast
 from blis_fast.config.policy import (ADMISSION_POLICIES, PRIORITY_AGE_WEIGHT, ROUTING_POLICIES, SCHEDULERS, SCORERS,
                                      SORT_ATTRIBUTES, VICTIMS)
 from blis_fast.errors import ConfigError
-from kernels import schema as S
+from blis_fast_kernels import schema as S
 
 SPEC = """\
 seed: 11

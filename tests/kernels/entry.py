@@ -21,25 +21,25 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from kernels import cache as _kcache
-from kernels.engine.events import event_kind_instance as _event_kind_instance
-from kernels.engine.events import event_priority as _event_priority
-from kernels.engine.events import push_event as _push_event
-from kernels.kv import cache as _kv
-from kernels.latency import steptime as _lat
-from kernels.policies import prefix_index as _pi
-from kernels.policies.admission import admit as _admit
-from kernels.policies.priority import request_priority as _request_priority
-from kernels.policies.priority import update_wait_queue_priorities as _update_prios
-from kernels.policies.routing import choose_instance as _choose_instance
-from kernels.policies.routing import refresh_snapshot as _refresh_snapshot
-from kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
-from kernels.policies.victim import choose_victim as _choose_victim
-from kernels.structs import dlist as _dl
-from kernels.structs import hashtable as _ht
-from kernels.structs import heap as _heap
-from kernels.structs import mix as _mix
-from kernels.structs import sort as _sort
+from blis_fast_kernels import cache as _kcache
+from blis_fast_kernels.engine.events import event_kind_instance as _event_kind_instance
+from blis_fast_kernels.engine.events import event_priority as _event_priority
+from blis_fast_kernels.engine.events import push_event as _push_event
+from blis_fast_kernels.kv import cache as _kv
+from blis_fast_kernels.latency import steptime as _lat
+from blis_fast_kernels.policies import prefix_index as _pi
+from blis_fast_kernels.policies.admission import admit as _admit
+from blis_fast_kernels.policies.priority import request_priority as _request_priority
+from blis_fast_kernels.policies.priority import update_wait_queue_priorities as _update_prios
+from blis_fast_kernels.policies.routing import choose_instance as _choose_instance
+from blis_fast_kernels.policies.routing import refresh_snapshot as _refresh_snapshot
+from blis_fast_kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
+from blis_fast_kernels.policies.victim import choose_victim as _choose_victim
+from blis_fast_kernels.structs import dlist as _dl
+from blis_fast_kernels.structs import hashtable as _ht
+from blis_fast_kernels.structs import heap as _heap
+from blis_fast_kernels.structs import mix as _mix
+from blis_fast_kernels.structs import sort as _sort
 
 # ----------------------------------------------------------------------------- stale cache
 

@@ -10,10 +10,10 @@ import pytest
 
 from blis_fast.run import run_to_end
 from blis_fast.run.runner import grow_logs
-from kernels.engine.loop import run_events
+from blis_fast_kernels.engine.loop import run_events
 from builders import lengths_workload
-from kernels.schema import IRR_DT, STEP_DT, RequestState, Status
-from kernels.schema.state import copy_state
+from blis_fast_kernels.schema import IRR_DT, STEP_DT, RequestState, Status
+from blis_fast_kernels.schema.state import copy_state
 from states import make_state
 
 # A small loaded run: 2 instances, KV pressure (preemptions), a shared prefix (cache hits),

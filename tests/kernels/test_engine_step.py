@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blis_fast
-from kernels.schema import REQUEST_STATE_NAMES
+from blis_fast_kernels.schema import REQUEST_STATE_NAMES
 from builders import engine_overrides, prompts_workload, random_prompts
 from naive import naive_simulate_instance
 

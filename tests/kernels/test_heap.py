@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import entry as E
-from kernels.schema import EVENT_DT, N_CLUSTER_KINDS, N_INSTANCE_KINDS, ClusterEvent, InstanceEvent, Status
+from blis_fast_kernels.schema import EVENT_DT, N_CLUSTER_KINDS, N_INSTANCE_KINDS, ClusterEvent, InstanceEvent, Status
 from naive.heap import NaiveEventQueue
 from states import lengths_state
 

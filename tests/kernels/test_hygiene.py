@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kernels
-from kernels import cache as C
-from kernels import schema as S
+import blis_fast_kernels as kernels
+from blis_fast_kernels import cache as C
+from blis_fast_kernels import schema as S
 
 KERNELS = Path(kernels.__file__).resolve().parent
-ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "kernels"}  # llvmlite: numba's code generator
+ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "blis_fast_kernels"}  # llvmlite: numba's code generator
 PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"}}  # plain Python parts
 PYTHON_ONLY = {"cache.py", "jit.py"}  # the package's plumbing: plain Python by design
 SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload"}
@@ -92,7 +92,7 @@ def test_kernel_modules_import_no_blis_fast_at_runtime():
     import subprocess
     import sys
 
-    names = [".".join(("kernels", *p.relative_to(KERNELS).with_suffix("").parts)).removesuffix(".__init__")
+    names = [".".join(("blis_fast_kernels", *p.relative_to(KERNELS).with_suffix("").parts)).removesuffix(".__init__")
              for p in _modules()]
     code = ("import importlib, sys\n"
             f"for n in {names!r}: importlib.import_module(n)\n"

@@ -13,7 +13,7 @@ import pytest
 
 import entry as E
 from blis_fast.run.tables import next_pow2
-from kernels.kv.cache import kv_conserved
+from blis_fast_kernels.kv.cache import kv_conserved
 from naive.kv import NaiveKVCache
 from states import lengths_state
 

@@ -12,7 +12,7 @@ import pytest
 
 import entry as E
 from builders import lengths_workload
-from kernels.schema import (
+from blis_fast_kernels.schema import (
     INSTANCE_DT,
     N_SNAP,
     POLICY_WIDTH,
@@ -304,7 +304,7 @@ def test_switching_policies_never_recompiles():
     import numba
 
     from builders import sim
-    from kernels.engine.loop import run_events
+    from blis_fast_kernels.engine.loop import run_events
 
     if numba.config.DISABLE_JIT:
         pytest.skip("nothing is compiled with the JIT off")

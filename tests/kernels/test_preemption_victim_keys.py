@@ -8,7 +8,7 @@ import numpy as np
 import blis_fast
 import entry as E
 from blis_fast.workload import Workload
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 
 def test_victim_served_this_step_forgets_its_chunk_keys():

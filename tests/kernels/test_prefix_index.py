@@ -17,7 +17,7 @@ import pytest
 
 import entry as E
 from blis_fast.run.tables import next_pow2
-from kernels.schema import IndexState
+from blis_fast_kernels.schema import IndexState
 from naive.prefix_index import NaiveIndex
 from states import lengths_state
 

@@ -10,7 +10,7 @@ import pytest
 from blis_fast.config.sim import build_config
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
 from blis_fast.workload import Workload
-from kernels.structs import keycount
+from blis_fast_kernels.structs import keycount
 
 
 def _run(cfg, wl, all_shared, monkeypatch=None):

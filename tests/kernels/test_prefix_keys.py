@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import entry as E
-from kernels.structs.mix import splitmix64_sequence
-from kernels.workload.keys import chain_prompt_keys, hash_chain_states, hash_prompt_blocks
+from blis_fast_kernels.structs.mix import splitmix64_sequence
+from blis_fast_kernels.workload.keys import chain_prompt_keys, hash_chain_states, hash_prompt_blocks
 from naive.keys import (
     BLOCK_SEED,
     CHAIN_SALT,

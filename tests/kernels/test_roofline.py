@@ -6,7 +6,7 @@ import pytest
 
 import entry as st
 from blis_fast.config import load_hardware, load_model_config, roofline_params
-from kernels.schema import N_ROOFLINE, Roofline
+from blis_fast_kernels.schema import N_ROOFLINE, Roofline
 from naive.latency import naive_blackbox_us
 from naive.latency import naive_roofline_us as naive_step
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import entry as E
-from kernels.schema import INSTANCE_DT, KV_BLOCK_DT, REQUEST_DT
-from kernels.structs.keycount import REPEATED, SHARED, flag_keys
-from kernels.structs.sort import count_dominated_pairs
+from blis_fast_kernels.schema import INSTANCE_DT, KV_BLOCK_DT, REQUEST_DT
+from blis_fast_kernels.structs.keycount import REPEATED, SHARED, flag_keys
+from blis_fast_kernels.structs.sort import count_dominated_pairs
 from naive.dlist import NaiveLists
 from naive.hashtable import NaiveTable, naive_repeated, naive_shared
 from naive.sort import naive_sorted, quadratic_inversion_pairs

@@ -10,7 +10,7 @@ import numpy as np
 def brute_force_inversions(r) -> int:
     """Priority inversions of a Result, O(n²): completed pairs on the same instance and SLO
     class, i arrived strictly before j, E2E_i > 2·E2E_j."""
-    from kernels.schema import RequestState
+    from blis_fast_kernels.schema import RequestState
 
     q = r.state.reqs
     e2e = r.request_columns()["e2e_us"]

@@ -4,8 +4,8 @@ constants are taken from the kernels: they are data, not logic)."""
 
 from __future__ import annotations
 
-from kernels.structs import mix as M
-from kernels.workload import keys as K
+from blis_fast_kernels.structs import mix as M
+from blis_fast_kernels.workload import keys as K
 
 MASK = (1 << 64) - 1
 FMIX_M1, FMIX_M2, MUL = int(M.FMIX_M1), int(M.FMIX_M2), int(M.MUL)

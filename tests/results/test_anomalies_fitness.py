@@ -20,8 +20,8 @@ from blis_fast.results.fitness import FITNESS_KEYS, fitness
 from builders import lengths_workload, sim_base
 from naive.anomalies import brute_force_hol, brute_force_inversions
 from naive.sort import quadratic_inversion_pairs
-from kernels.schema import INSTANCE_DT, REQUEST_DT, RequestState
-from kernels.structs.sort import count_dominated_pairs
+from blis_fast_kernels.schema import INSTANCE_DT, REQUEST_DT, RequestState
+from blis_fast_kernels.structs.sort import count_dominated_pairs
 
 
 def random_workload(seed, n=50, distinct_arrivals=True, n_classes=2):

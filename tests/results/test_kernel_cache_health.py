@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import kernels
+import blis_fast_kernels as kernels
 from blis_fast import paths as P
-from kernels import cache as C
+from blis_fast_kernels import cache as C
 
 ROOT = Path(kernels.__file__).resolve().parent.parent
 
@@ -124,14 +124,14 @@ def test_cold_import_arms_the_notice_without_importing_numba(tmp_path):
         "class D:\n"
         "    def __init__(self, module):\n"
         "        self.py_func = type('F', (), {'__module__': module})()\n"
-        "for module in ('somebody.else', 'kernels.engine.loop', 'kernels.engine.step'):\n"
+        "for module in ('somebody.else', 'blis_fast_kernels.engine.loop', 'blis_fast_kernels.engine.step'):\n"
         "    with event.trigger_event('numba:compile', data={'dispatcher': D(module)}):\n"
         "        print('compiled', module, flush=True)\n"
     )
     out = _python(code, tmp_path / "cold")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["compiled somebody.else", "compiled kernels.engine.loop",
-                                       "compiled kernels.engine.step"]
+    assert out.stdout.splitlines() == ["compiled somebody.else", "compiled blis_fast_kernels.engine.loop",
+                                       "compiled blis_fast_kernels.engine.step"]
     notice = P.NOTICE.format(seconds=P.COMPILE_SECONDS)
     assert out.stderr.splitlines() == [notice]  # once, at our first compile
 

@@ -17,7 +17,7 @@ from blis_fast.results.metrics import (
     weighted_percentiles_us,
 )
 from builders import COMPAT, LOADED, LOADED_HORIZON, sim
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 
 def _multiset(values, counts):

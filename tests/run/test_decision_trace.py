@@ -11,7 +11,7 @@ import pytest
 from blis_fast.config.sim import build_config
 from blis_fast.results import Result
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
-from kernels.schema import N_TRACE_ALTERNATIVES, RequestState, TraceLevel
+from blis_fast_kernels.schema import N_TRACE_ALTERNATIVES, RequestState, TraceLevel
 
 LOADED = dict(num_requests=300, rate=60, num_instances=4, workload="chatbot", prefix_tokens=64, total_kv_blocks=120,
               max_num_seqs=16, seed=3)

@@ -10,7 +10,7 @@ import pytest
 import blis_fast
 from builders import HAND_STEPS, LOADED
 from naive.kv import assert_kv_recount
-from kernels.schema import RequestState, Status
+from blis_fast_kernels.schema import RequestState, Status
 
 
 def test_clock_is_monotone_and_steps_do_not_overlap(any_loaded):

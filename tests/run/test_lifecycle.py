@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from builders import HAND_STEPS, LOADED, lengths_workload, sim
-from kernels.schema import REQUEST_STATE_NAMES, RequestState
+from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 
 def test_request_conservation(any_loaded):

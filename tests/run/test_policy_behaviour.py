@@ -18,7 +18,7 @@ import pytest
 import blis_fast
 from blis_fast.workload import Workload
 from builders import lengths_workload, prompts_workload
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 BS = 16
 BASE = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=1000, check_invariants=True)

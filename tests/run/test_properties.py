@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import blis_fast
 from builders import COMPAT, engine_overrides, prompts_workload, random_prompts
-from kernels.schema import REQUEST_STATE_NAMES, RequestState
+from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 from naive import naive_simulate_instance
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

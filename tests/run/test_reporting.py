@@ -24,7 +24,7 @@ from builders import (
     single,
     trace_sim,
 )
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 
 # ============================================================================ summary format, percentiles

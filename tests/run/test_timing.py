@@ -19,7 +19,7 @@ from builders import (
     single,
     trunc,
 )
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 
 
 def llama_h100_tp1_coeffs():

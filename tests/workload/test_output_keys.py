@@ -30,7 +30,7 @@ from blis_fast.workload import (
     write_blis_trace,
     write_trace,
 )
-from kernels.workload.keys import hash_chain_states, hash_prompt_blocks
+from blis_fast_kernels.workload.keys import hash_chain_states, hash_prompt_blocks
 
 SPEC = {
     "seed": 5, "rate": 6, "duration_s": 25,
@@ -357,7 +357,7 @@ def test_hash_sequence_blocks_matches_naive(bs):
     """The kernel against tests/naive/keys.py: explicit outputs = the naive keys of prompt +
     output; unknown outputs = the naive prompt chain continued by fresh block hashes
     combine64(FRESH_SEED, seed) + k·MUL."""
-    from kernels.workload.keys import hash_sequence_blocks
+    from blis_fast_kernels.workload.keys import hash_sequence_blocks
     from naive.keys import (CHAIN_SALT, CHAIN_SEED, FRESH_SEED, MASK, MUL, i64, naive_chain_states, naive_combine,
                             naive_keys, u64)
 

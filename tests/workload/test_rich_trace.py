@@ -25,7 +25,7 @@ from blis_fast.workload import (
 from blis_fast.workload.stats import stats_of_file
 from builders import WORKLOAD_LABELS, workload_diff, write
 from naive.hashtable import naive_repeated
-from kernels.structs.keycount import REPEATED, SHARED, flag_keys
+from blis_fast_kernels.structs.keycount import REPEATED, SHARED, flag_keys
 
 SPEC = {
     "seed": 9, "rate": 8, "duration_s": 20,

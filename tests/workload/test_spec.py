@@ -14,7 +14,7 @@ from blis_fast.errors import WorkloadError
 from blis_fast.workload import MAX_TOKEN_ID, generate_requests, load_spec, parse_spec
 from blis_fast.workload.sampling import Z90, lognormal_from_mean_std, lognormal_from_percentiles
 from builders import WORKLOAD_EXAMPLES as EXAMPLES
-from kernels.workload.keys import hash_chain_states, hash_prompt_blocks
+from blis_fast_kernels.workload.keys import hash_chain_states, hash_prompt_blocks
 
 BASE = {
     "seed": 3,

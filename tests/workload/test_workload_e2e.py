@@ -13,7 +13,7 @@ import pytest
 import blis_fast
 from builders import ROOT, assert_one_error_line, cli, expect_cli_error, run_cli, write
 from builders import WORKLOAD_EXAMPLES as EXAMPLES
-from kernels.schema import RequestState
+from blis_fast_kernels.schema import RequestState
 FAST = ["--alpha-coeffs", "0,0,0", "--beta-coeffs", "2000,5,20"]  # quick, deterministic step times
 
 SESSIONS = {

@@ -182,8 +182,8 @@ def _load_slow(p: Path, name: str):
 def _load_fast(p: Path):
     """Byte-level parse with the numba kernels; None whenever anything is unusual (the
     caller then runs _load_slow, which names the problem or handles the oddity)."""
-    from kernels.schema import ScanStatus
-    from kernels.workload.trace_csv import LF, parse_int_lists, scan_csv_records
+    from blis_fast_kernels.schema import ScanStatus
+    from blis_fast_kernels.workload.trace_csv import LF, parse_int_lists, scan_csv_records
 
     data = p.read_bytes()
     buf = np.frombuffer(data, dtype=np.uint8)
