@@ -73,6 +73,8 @@ def run(
     snapshot_intervals: Annotated[Optional[str], _opt("--snapshot-intervals")] = None,
     prefix_index_capacity: Annotated[Optional[int], _opt("--prefix-index-capacity")] = None,
     fitness_weights: Annotated[Optional[str], _opt("--fitness-weights")] = None,
+    objectives: Annotated[Optional[str], _opt("--objectives")] = None,
+    evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
@@ -89,7 +91,8 @@ def run(
     bundle = load_policy_bundle(policy_config) if policy_config else None
     cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
                        policy_origin=f"--policy-config {policy_config}")
-    outputs = (("--results-path", results_path), ("--per-request-out", per_request_out))
+    outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
+               ("--evaluation-out", evaluation_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     from blis_fast.run.api import run_config
@@ -101,6 +104,9 @@ def run(
         atomic_write(results_path, result.write_results, "--results-path")
     if per_request_out:
         atomic_write(per_request_out, result.write_parquet, "--per-request-out")
+    if evaluation_out:
+        text = result.evaluate().to_json()
+        atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
     typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))
 
 

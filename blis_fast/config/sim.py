@@ -145,6 +145,11 @@ class SimConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    objectives: list | None = _opt(None, "objectives of Result.evaluate() and --evaluation-out: "
+                                         "metric[:min|max[:target[:weight]]],... e.g. ttft_p99_ms:min:200,"
+                                         "slo_attainment[class=realtime]:max (README 'Evaluation'); default "
+                                         "slo_attainment, goodput_rps, ttft_p99_ms, e2e_p99_ms",
+                                   parse=lambda value, where: _objectives(value, where))
 
     def __post_init__(self) -> None:
         check_fields(self, "")
@@ -218,6 +223,7 @@ FLAG_PATHS: dict[str, str] = {
     "snapshot_intervals": "policy.snapshot_intervals",
     "prefix_index_capacity": "policy.prefix_index_capacity",
     "fitness_weights": "policy.fitness_weights",
+    "objectives": "objectives",
 }
 _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():
@@ -311,9 +317,17 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
     return cfg
 
 
+def _objectives(value: Any, where: str) -> list[dict]:
+    from blis_fast.results.objectives import objectives_setting  # (results load numpy: only when used)
+
+    return objectives_setting(value, where)
+
+
 def validate(cfg: SimConfig) -> None:
     """Cross-field checks (each field's own range is checked by its dataclass)."""
     w, d = cfg.workload, cfg.deployment
+    if cfg.objectives is not None:
+        _objectives(cfg.objectives, "objectives")
     for name in ("alpha_coeffs", "beta_coeffs"):
         v = getattr(cfg, name)
         if v is not None and len(v) != 3:

@@ -30,10 +30,11 @@ ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING,
 class Result:
     """Summary metrics and per-request records of one simulation run."""
 
-    def __init__(self, setup, workload, state):
+    def __init__(self, setup, workload, state, wall_time_s: float | None = None):
         self.setup = setup
         self.workload = workload
         self.state = state
+        self.wall_time_s = wall_time_s  # the event loop's wall time (never written to results files)
 
     # ------------------------------------------------------------------ summary
     @property
@@ -109,6 +110,46 @@ class Result:
         out.update(self.anomalies())
         return out
 
+    # ------------------------------------------------------------------ evaluation
+    @cached_property
+    def outcomes(self) -> dict[str, np.ndarray]:
+        """Per-request outcome arrays (``scorecard.request_outcomes``): arrived, done,
+        rejected, met (SLO met), ttft_us, e2e_us, tpot_us."""
+        from .scorecard import request_outcomes
+
+        return request_outcomes(self)
+
+    @cached_property
+    def evaluation_metrics(self) -> dict[str, float]:
+        """Every whole-run metric an objective can name (``scorecard.overall_metrics``)."""
+        from .scorecard import overall_metrics
+
+        return overall_metrics(self)
+
+    @property
+    def seed(self) -> int:
+        """The workload seed in force (explicit, else the workload spec's, else 42)."""
+        s = self.setup.config.simulation.seed
+        if s is not None:
+            return int(s)
+        d = self.workload.description or {}
+        return int(d["seed"]) if isinstance(d.get("seed"), int) else self.setup.config.simulation.workload_seed
+
+    def evaluate(self, objectives=None, summarize: bool = False):
+        """An ``EvaluationResult`` against ``objectives`` (spec text such as
+        ``"ttft_p99_ms:min:200,slo_attainment:max"``, a list of Objective / mappings, or
+        None: the config's ``objectives``, else the defaults); ``summarize`` adds the
+        trace summary text."""
+        from .evaluation import evaluate
+
+        return evaluate(self, objectives, summarize)
+
+    def summary_text(self, objectives=None) -> str:
+        """The deterministic markdown trace summary (``blis_fast.results.trace_summary``)."""
+        from .trace_summary import summary_text
+
+        return summary_text(self, objectives)
+
     def anomalies(self) -> dict:
         """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
         lat = self.latencies
@@ -137,6 +178,9 @@ class Result:
             out["fitness"] = self.fitness
         if self.slo is not None:
             out["slo"] = self.slo
+        if self.setup.config.objectives is not None:  # asked for: the score and its vector
+            ev = self.evaluate()
+            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives}
         return out
 
     @cached_property

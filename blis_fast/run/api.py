@@ -11,6 +11,7 @@ validation stay instant.  Everything a run allocates is charged to its memory bu
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from blis_fast.config import memory
@@ -72,5 +73,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             wl = workload
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
+        start = time.perf_counter()
         state = run_to_end(build_state(setup, wl))
-        return Result(setup, wl, state)
+        return Result(setup, wl, state, wall_time_s=time.perf_counter() - start)

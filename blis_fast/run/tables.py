@@ -235,6 +235,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
     workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
+    # a decision trace records each candidate's matched prefix blocks: the router keeps its
+    # prefix index then even if the policy does not read it (routing is unchanged)
+    use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS
     n = len(workload)
     lat = setup.latency
     _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
@@ -246,7 +249,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     from blis_fast.config import memory
 
     shared = workload.key_shared
-    parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, pol.uses_prefix_index,
+    parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, use_index,
                                  pol.scheduler_kind, shared_known=shared is not None,
                                  n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
@@ -255,13 +258,13 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     caching = eng.enable_prefix_caching and len(keys) > 0
-    key_shared, n_shared = key_sharing(workload, keys, caching or pol.uses_prefix_index)
+    key_shared, n_shared = key_sharing(workload, keys, caching or use_index)
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
     # smaller keeps huge KV caches from costing memory
     ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
     pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
-        n_shared, n_inst, cfg.policy.prefix_index_capacity, pol.uses_prefix_index)
+        n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index)
     out_eff = reqs["output_len"]
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
     s = cfg.simulation
@@ -271,7 +274,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
     return S.State(
-        settings=settings_record(cfg, bs, pol.uses_prefix_index, pi_rows, max_events, event_skipping,
+        settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
                                  trace_level),
         loop=loop_record(),
         reqs=reqs,

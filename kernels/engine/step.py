@@ -450,6 +450,7 @@ def on_step(st, i, t):
     inst[i]["busy_us"] += dt
     inst[i]["sum_wq_len"] += wq_at_start
     inst[i]["sum_batch_len"] += inst[i]["batch_len"]
+    inst[i]["sum_kv_allocated"] += inst[i]["kv_allocated"]
     inst[i]["prefill_tokens"] += n_prefill
     inst[i]["decode_tokens"] += n_decode
     n_done = execute_step(st, i, t, dt, step_idx, m)

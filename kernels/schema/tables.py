@@ -116,6 +116,7 @@ INSTANCE_DT = np.dtype(
         ("busy_us", np.int64),  # sum of step durations
         ("sum_wq_len", np.int64),  # sum over steps of the wait-queue length at step start
         ("sum_batch_len", np.int64),  # sum over steps of the batch size
+        ("sum_kv_allocated", np.int64),  # sum over steps of the KV blocks allocated once the batch is formed
         ("prefill_tokens", np.int64),  # prefill tokens computed (cache hits excluded)
         ("decode_tokens", np.int64),  # decode tokens computed
         ("prefix_query_tokens", np.int64),  # prompt tokens looked up at admissions

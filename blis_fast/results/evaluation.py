@@ -1,0 +1,135 @@
+"""``EvaluationResult``: one run judged against objectives, as one object / one JSON
+document (``--evaluation-out``): the score in [0, 1], the normalized objective vector, the
+raw metrics, what was evaluated (policy id, workload id, seed) and, when asked, the trace
+summary.  Everything but ``wall_time_s`` is deterministic; ``to_dict()`` leaves the wall
+time out unless asked, so identical inputs give byte-identical files.
+
+- ``policy_id``: the first 16 hex digits of SHA-256 over the compiled policy arrays (kind
+  codes, parameter matrix) and the router's prefix-index capacity -- equal ids mean the
+  kernels saw the same candidate;
+- ``workload_id``: likewise over the workload's arrays (arrivals, prompt and output
+  lengths, block keys and their offsets, labels, closed-loop links, block size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STATUS_OK = "ok"
+
+
+@dataclass
+class EvaluationResult:
+    """A run judged against objectives (module docstring).  ``status`` is "ok" or an
+    error status (set by batch evaluators for candidates that could not run; then
+    ``score`` is 0 and ``message`` says why)."""
+
+    score: float
+    objectives: dict[str, float]  # metric -> normalized value in [0, 1]
+    metrics: dict[str, float]  # raw values: every whole-run metric + each objective's metric
+    policy_id: str = ""
+    workload_id: str = ""
+    seed: int | None = None
+    simulated_duration_s: float = 0.0
+    wall_time_s: float | None = None
+    status: str = STATUS_OK
+    message: str = ""
+    summary_text: str | None = None
+    # per objective: {metric, direction, target, weight, value, normalized, met}
+    details: list[dict] = field(default_factory=list)
+
+    def to_dict(self, include_wall_time: bool = False) -> dict:
+        """A JSON-able dict (keys in a fixed order); ``wall_time_s`` only when asked."""
+        out = {
+            "status": self.status,
+            "message": self.message,
+            "score": self.score,
+            "objectives": dict(self.objectives),
+            "details": [dict(d) for d in self.details],
+            "policy_id": self.policy_id,
+            "workload_id": self.workload_id,
+            "seed": self.seed,
+            "simulated_duration_s": self.simulated_duration_s,
+            "metrics": dict(self.metrics),
+        }
+        if include_wall_time:
+            out["wall_time_s"] = self.wall_time_s
+        if self.summary_text is not None:
+            out["summary_text"] = self.summary_text
+        return out
+
+    def to_json(self, include_wall_time: bool = False) -> str:
+        """``to_dict`` as indented JSON text (NaN-free) with a final newline."""
+        return json.dumps(self.to_dict(include_wall_time), indent=2, allow_nan=False) + "\n"
+
+    @classmethod
+    def failed(cls, status: str, message: str, *, policy_id: str = "", workload_id: str = "",
+               seed: int | None = None, wall_time_s: float | None = None) -> "EvaluationResult":
+        """The result of a candidate that could not be evaluated: score 0, no metrics."""
+        return cls(0.0, {}, {}, policy_id, workload_id, seed, 0.0, wall_time_s, status, message)
+
+
+def _digest(parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            a = np.ascontiguousarray(p)
+            h.update(str(a.dtype).encode() + str(a.shape).encode())
+            h.update(a.tobytes())
+        else:
+            h.update(repr(p).encode())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int) -> str:
+    """Hash of a compiled policy candidate (module docstring)."""
+    return _digest([np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)])
+
+
+def workload_id(workload) -> str:
+    """Hash of a workload's arrays (module docstring)."""
+    parts = [workload.arrival_us, workload.prompt_len, workload.output_len, workload.block_keys,
+             workload.key_offsets, int(workload.block_size)]
+    for name in workload.ATTRIBUTES:
+        parts.append(workload.column(name))
+    return _digest(parts)
+
+
+def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResult:
+    """Judge ``result`` against ``objectives`` (spec text, a list, or None: the run
+    config's ``objectives`` setting, else ``objectives.DEFAULT_SPEC``)."""
+    from blis_fast.results.objectives import metric_value, parse_objectives, score
+
+    if objectives is None:
+        objectives = result.setup.config.objectives
+    objs = parse_objectives(objectives)
+    total, normalized = score(result, objs)
+    metrics = dict(result.evaluation_metrics)
+    details = []
+    for o in objs:
+        v = metric_value(result, o.metric)
+        metrics[o.metric] = v
+        details.append({"metric": o.metric, "direction": o.direction, "target": o.target, "weight": o.weight,
+                        "value": v, "normalized": normalized[o.name], "met": o.met(v)})
+    st = result.state
+    cfg = result.setup.config
+    return EvaluationResult(
+        score=total,
+        objectives=normalized,
+        metrics=metrics,
+        policy_id=policy_id(st.policy_kind, st.policy_param, cfg.policy.prefix_index_capacity),
+        workload_id=workload_id(result.workload),
+        seed=result.seed,
+        simulated_duration_s=float(metrics["simulated_duration_s"]),
+        wall_time_s=result.wall_time_s,
+        summary_text=result.summary_text(objs) if summarize else None,
+        details=details,
+    )
+
+
+__all__ = ["EvaluationResult", "STATUS_OK", "evaluate", "policy_id", "workload_id"]

@@ -1,0 +1,299 @@
+"""Objectives: which metrics of a run matter, in which direction, and how each is turned
+into a number in [0, 1] (higher is better) so an optimizer gets one scalar score and a
+per-objective vector.
+
+An objective names any metric of ``blis_fast.results.scorecard`` (the cluster summary's
+numbers, goodput, fairness, utilization, ...), optionally for one group of requests or one
+instance with a selector: ``slo_attainment[class=realtime]``, ``ttft_p99_ms[tenant=acme]``,
+``goodput_rps[client=web]``, ``utilization[instance=2]``.
+
+Normalization of a raw value v (monotone: never decreasing in v for ``max``, never
+increasing for ``min``; always in [0, 1]):
+
+- with a target T (>= 0):  ``min``: 1 if v <= T else 1 / (1 + (v - T) / d),  d = T if T > 0
+  else the metric's scale (so for T > 0 it is T / v);  ``max``: 1 if v >= T else v / T.
+  A score of 1 means the target is met.
+- without a target:  fractions (metrics in [0, 1]: attainment, fairness, utilization, hit
+  rates, ``*_fraction``): ``max``: v, ``min``: 1 - v;  anything else: ``max``: v / (v + s),
+  ``min``: 1 / (1 + v / s), with the scale s = 1000 for ``*_ms`` metrics (1 s scores 0.5),
+  100 for requests/s, 10000 for tokens/s, 1 otherwise (or the objective's own ``scale``).
+
+score = Σ weightᵢ · normalizedᵢ / Σ weightᵢ.
+
+Spec text (``--objectives``): comma-separated ``metric[:direction[:target[:weight]]]``, e.g.
+``ttft_p99_ms:min:200,slo_attainment:max,goodput_rps::5:2`` (an empty field keeps its
+default; the direction defaults to ``min`` for latencies, counts of bad things and
+fractions of bad things, ``max`` otherwise).  YAML ``objectives:`` takes the same text or a
+list of mappings ``{metric, direction, target, weight, scale}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
+from blis_fast.errors import ConfigError
+
+DIRECTIONS = ("min", "max")
+SELECTOR_KINDS = ("class", "tenant", "client", "instance")
+MAX_OBJECTIVES = 64
+DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:min"
+
+# metrics that lie in [0, 1] by definition
+FRACTIONS = frozenset({
+    "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
+    "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
+    "busy_fraction", "rejected_fraction", "cached_token_fraction",
+})
+# metrics where less is better (the default direction)
+_LOWER_IS_BETTER = frozenset({
+    "rejected_fraction", "preemption_rate", "preemption_count", "preemptions", "dropped_unservable",
+    "rejected_requests", "still_queued", "still_running", "still_in_flight", "priority_inversions",
+    "hol_blocking_instances", "queue_depth_mean", "queue_depth_peak", "mean_wait_queue_len", "wait_queue_peak",
+    "kv_utilization_peak", "kv_peak_utilization", "utilization_imbalance", "vllm_estimated_duration_s",
+    "simulated_duration_s",
+})
+_SCALES = {"responses_per_sec": 100.0, "goodput_rps": 100.0, "tokens_per_sec": 10000.0}
+
+_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[([a-z]+)=([^\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective: a metric (with an optional selector), ``min`` or ``max``, an optional
+    target (same unit as the metric), a weight >= 0 and an optional normalization scale."""
+
+    metric: str
+    direction: str = "max"
+    target: float | None = None
+    weight: float = 1.0
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        check_objective(self, "objectives")
+
+    @property
+    def name(self) -> str:
+        """The objective's key in score vectors: the metric as written."""
+        return self.metric
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def normalize(self, value: float) -> float:
+        """The value mapped to [0, 1], higher is better (module docstring)."""
+        base = split_metric(self.metric, "objectives")[0]
+        scale = self.scale if self.scale is not None else _SCALES.get(base, 1000.0 if base.endswith("_ms") else 1.0)
+        v = float(value)
+        t = self.target
+        if t is not None:
+            if self.direction == "min":
+                if v <= t:
+                    return 1.0
+                d = t if t > 0 else scale
+                return 1.0 / (1.0 + (v - t) / d)
+            if v >= t:
+                return 1.0
+            return min(max(v / t, 0.0), 1.0) if t > 0 else 0.0
+        if base in FRACTIONS and self.scale is None:
+            v = min(max(v, 0.0), 1.0)
+            return v if self.direction == "max" else 1.0 - v
+        v = max(v, 0.0)
+        return v / (v + scale) if self.direction == "max" else 1.0 / (1.0 + v / scale)
+
+    def met(self, value: float) -> bool | None:
+        """Whether the target holds (None without a target)."""
+        if self.target is None:
+            return None
+        return value <= self.target if self.direction == "min" else value >= self.target
+
+
+def default_direction(metric: str) -> str:
+    """``min`` for latencies (``*_ms``) and counts or fractions of bad things, else ``max``."""
+    base = split_metric(metric, "objectives")[0]
+    return "min" if base.endswith("_ms") or base in _LOWER_IS_BETTER else "max"
+
+
+def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
+    """``"ttft_p99_ms[tenant=a]"`` -> ("ttft_p99_ms", "tenant", "a"); no selector -> (name, None, None)."""
+    m = _NAME.match(metric) if isinstance(metric, str) else None
+    if m is None:
+        raise ConfigError(where, f"metric must be a name with an optional [class=|tenant=|client=|instance=...] "
+                                 f"selector, got {show(metric)}")
+    base, kind, value = m.groups()
+    if kind is not None and kind not in SELECTOR_KINDS:
+        raise ConfigError(where, f"unknown selector {kind!r} in {show(metric)}; allowed: {', '.join(SELECTOR_KINDS)}")
+    if kind is not None and value == "":
+        raise ConfigError(where, f"empty selector value in {show(metric)}")
+    return base, kind, value
+
+
+def check_objective(o: Objective, where: str) -> None:
+    """ConfigError unless the metric is known (for its selector kind), the direction is
+    min/max, and target, weight and scale are finite numbers in range."""
+    from blis_fast.results.scorecard import known_metrics
+
+    as_str(o.metric, f"{where}.metric")
+    base, kind, _ = split_metric(o.metric, f"{where}.metric")
+    overall, group, instance = known_metrics()
+    allowed = overall if kind is None else instance if kind == "instance" else group
+    if base not in allowed:
+        what = "metric" if kind is None else f"metric for [{kind}=...]"
+        raise ConfigError(f"{where}.metric", f"unknown {what} {base!r}; known: {', '.join(allowed)}")
+    if o.direction not in DIRECTIONS:
+        raise ConfigError(f"{where}.direction", f"must be min or max, got {show(o.direction)}")
+    if o.target is not None:
+        as_float(o.target, f"{where}.target", 0, 1e300, text=False)
+    as_float(o.weight, f"{where}.weight", 0, 1e300, text=False)
+    if o.scale is not None:
+        as_float(o.scale, f"{where}.scale", 0, 1e300, lo_open=True, text=False)
+
+
+def _split_items(text: str) -> list[str]:
+    """Split at commas outside [...] (selector values may hold commas)."""
+    items, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        if ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    items.append("".join(cur))
+    return [s.strip() for s in items]
+
+
+def _from_text(item: str, where: str) -> Objective:
+    # the metric may contain ':' only inside its selector: split the rest from the right of ']'
+    head, sep, rest = item.partition("]")
+    if sep:
+        metric = head + "]"
+        parts = rest.split(":")
+        if parts[0] != "":
+            raise ConfigError(where, f"expected metric[:direction[:target[:weight]]], got {show(item)}")
+        fields = parts[1:]
+    else:
+        metric, *fields = item.split(":")
+    metric = metric.strip()
+    if len(fields) > 3:
+        raise ConfigError(where, f"expected metric[:direction[:target[:weight]]], got {show(item)}")
+    fields = [f.strip() for f in fields] + [""] * (3 - len(fields))
+    direction = fields[0] or default_direction(metric)
+    target = as_float(fields[1], f"{where}.target", 0, 1e300) if fields[1] else None
+    weight = as_float(fields[2], f"{where}.weight", 0, 1e300) if fields[2] else 1.0
+    return _make(metric, direction, target, weight, None, where)
+
+
+def _make(metric, direction, target, weight, scale, where) -> Objective:
+    try:
+        return Objective(metric, direction, target, weight, scale)
+    except ConfigError as exc:  # name the position in the user's list
+        field = exc.field.replace("objectives", where, 1)
+        raise ConfigError(field, exc.message) from None
+
+
+def _from_mapping(d: dict, where: str) -> Objective:
+    as_mapping(d, where, {"metric", "direction", "target", "weight", "scale"})
+    if "metric" not in d:
+        raise ConfigError(f"{where}.metric", "is required")
+    metric = as_str(d["metric"], f"{where}.metric")
+    direction = d.get("direction") or default_direction(metric)
+    target = d.get("target")
+    target = None if target is None else as_float(target, f"{where}.target", 0, 1e300)
+    weight = as_float(d.get("weight", 1.0), f"{where}.weight", 0, 1e300)
+    scale = d.get("scale")
+    scale = None if scale is None else as_float(scale, f"{where}.scale", 0, 1e300, lo_open=True)
+    return _make(metric, direction, target, weight, scale, where)
+
+
+def parse_objectives(spec, where: str = "objectives") -> list[Objective]:
+    """Objectives from spec text, a list of mappings / Objective, or None (the defaults:
+    ``DEFAULT_SPEC``).  ConfigError naming ``where`` (and the position) on anything else;
+    the weights must not all be 0 and metric names must not repeat."""
+    if spec is None:
+        return parse_objectives(DEFAULT_SPEC, where)
+    if isinstance(spec, Objective):
+        spec = [spec]
+    if isinstance(spec, str):
+        if len(spec) > 100_000:
+            raise ConfigError(where, f"is too long ({len(spec)} characters)")
+        items = [s for s in _split_items(spec) if s]
+        if not items:
+            raise ConfigError(where, "needs at least one metric[:direction[:target[:weight]]]")
+        out = [_from_text(s, f"{where}[{k}]") for k, s in enumerate(items)]
+    else:
+        items = as_list(spec, where, min_len=1, max_len=MAX_OBJECTIVES, what="a list of objectives")
+        out = []
+        for k, item in enumerate(items):
+            if isinstance(item, Objective):
+                out.append(item)
+            elif isinstance(item, str):
+                out.append(_from_text(item, f"{where}[{k}]"))
+            else:
+                out.append(_from_mapping(item, f"{where}[{k}]"))
+    if len(out) > MAX_OBJECTIVES:
+        raise ConfigError(where, f"at most {MAX_OBJECTIVES} objectives, got {len(out)}")
+    seen = set()
+    for k, o in enumerate(out):
+        if o.metric in seen:
+            raise ConfigError(f"{where}[{k}].metric", f"{o.metric!r} appears twice")
+        seen.add(o.metric)
+    if not any(o.weight > 0 for o in out):
+        raise ConfigError(where, "at least one objective needs a weight > 0")
+    return out
+
+
+def objectives_setting(value, where: str) -> list[dict]:
+    """The run config's ``objectives`` setting, validated, as plain mappings (JSON-able)."""
+    return [o.to_dict() for o in parse_objectives(value, where)]
+
+
+def metric_value(result, name: str) -> float:
+    """The value of metric ``name`` (with an optional selector) in a ``Result``.
+    ConfigError if the metric or the selected group is unknown."""
+    from blis_fast.results import scorecard
+
+    base, kind, value = split_metric(name, "objectives.metric")
+    overall, group, instance = scorecard.known_metrics()
+    if kind is None:
+        table = result.evaluation_metrics
+        if base not in table:
+            raise ConfigError("objectives.metric", f"unknown metric {base!r}; known: {', '.join(overall)}")
+        return float(table[base])
+    if kind == "instance":
+        if base not in instance:
+            raise ConfigError("objectives.metric", f"unknown metric for [instance=...] {base!r}; "
+                                                   f"known: {', '.join(instance)}")
+        used = result._used_instances().tolist()
+        key = value[len("instance_"):] if value.startswith("instance_") else value
+        if not key.isdigit() or int(key) not in used:
+            raise ConfigError("objectives.metric", f"{name}: no instance {value!r}; instances: "
+                                                   f"{', '.join(map(str, used))}")
+        import numpy as np
+
+        return float(scorecard.instance_metrics(result, np.array([int(key)]))[base])
+    if base not in group:
+        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {base!r}; known: {', '.join(group)}")
+    masks = scorecard.group_masks(result, kind)
+    if value not in masks:
+        raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
+                                               f"{kind}s: {', '.join(masks) or '(none)'}")
+    return float(scorecard.group_metrics(result, masks[value])[base])
+
+
+def score(result, objectives) -> tuple[float, dict[str, float]]:
+    """(weighted mean of the normalized objectives in [0, 1], {metric: normalized value})."""
+    objs = objectives if isinstance(objectives, list) and all(isinstance(o, Objective) for o in objectives) \
+        else parse_objectives(objectives)
+    normalized = {o.name: o.normalize(metric_value(result, o.metric)) for o in objs}
+    total_w = sum(o.weight for o in objs)
+    s = sum(o.weight * normalized[o.name] for o in objs) / total_w
+    return float(min(max(s, 0.0), 1.0)), normalized
+
+
+__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "default_direction", "metric_value", "objectives_setting",
+           "parse_objectives", "score", "split_metric"]

@@ -1,0 +1,207 @@
+"""The flat table of evaluation metrics an objective can name (blis_fast.results.objectives):
+the cluster summary's numbers plus goodput, fairness, utilization, KV, queue and rate
+metrics, for the whole run or one group of requests (an SLO class, tenant or client) or
+one instance.  Definitions (README "Evaluation metrics" has the full list with units):
+
+- a request *meets its SLO* when it completed and every target of its class holds
+  (``blis_fast.results.slo``); a class without targets only asks for completion;
+- ``slo_attainment`` = requests meeting their SLO / requests that arrived;
+- ``goodput_rps`` = requests meeting their SLO / simulated duration (s);
+- ``jain_fairness`` = Jain's index (Σx)² / (n·Σx²) over the tenants' goodput_rps
+  (``jain_fairness_throughput``: over their completed requests per second); tenants are
+  those with at least one arrived request; 1.0 with fewer than two or when all are 0;
+- ``utilization`` = busy time / duration, per instance (overall: the mean over instances);
+- ``kv_utilization_mean`` = mean over engine steps of allocated / total KV blocks;
+  ``kv_utilization_peak`` = peak allocated / total;
+- ``queue_depth_mean`` = mean wait-queue length at step start; ``queue_depth_peak``;
+- ``preemption_rate`` = preemptions per arrived request; ``rejected_fraction`` = rejected /
+  arrived.
+
+The simulated duration is the cluster summary's ``vllm_estimated_duration_s`` (end of the
+last engine step), so ``goodput_rps`` and ``responses_per_sec`` share a denominator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast_kernels.schema import RequestState
+
+from .metrics import percentiles_us
+
+GROUP_KINDS = {"class": "slo_class", "tenant": "tenant", "client": "client"}  # selector key -> request column
+
+# Metrics of any set of requests (the whole run or a group): computed by ``group_metrics``.
+GROUP_METRICS = (
+    "arrived_requests", "completed_requests", "rejected_requests", "slo_met_requests", "slo_attainment",
+    "goodput_rps", "responses_per_sec", "tokens_per_sec", "rejected_fraction", "preemption_rate",
+    "cached_token_fraction",
+    *(f"{m}_{s}_ms" for m in ("ttft", "e2e", "tpot") for s in ("mean", "p50", "p90", "p95", "p99")),
+)
+# Metrics of one instance (``[instance=i]``) and, averaged or pooled, of the cluster.
+INSTANCE_METRICS = ("utilization", "kv_utilization_mean", "kv_utilization_peak", "queue_depth_mean",
+                    "queue_depth_peak", "prefix_cache_hit_rate", "preemptions", "injected_requests",
+                    "completed_requests", "batch_size_mean")
+# Whole-run only.
+CLUSTER_METRICS = ("jain_fairness", "jain_fairness_throughput", "utilization_min", "utilization_max",
+                   "utilization_imbalance", "simulated_duration_s")
+
+
+def jain_index(values) -> float:
+    """Jain's fairness index (Σx)² / (n·Σx²) of non-negative values: 1 when all are equal,
+    1/n when one takes everything; 1.0 for fewer than two values or all zeros."""
+    x = np.asarray(values, dtype=np.float64)
+    sq = float((x * x).sum())
+    if x.size < 2 or sq == 0.0:
+        return 1.0
+    return float(x.sum()) ** 2 / (x.size * sq)
+
+
+def request_outcomes(result) -> dict[str, np.ndarray]:
+    """Per-request arrays: arrived, done, rejected, met (SLO met), ttft_us, e2e_us,
+    tpot_us (request order)."""
+    from .slo import request_slo_table
+
+    reqs = result.state.reqs
+    names = result.workload.names or {}
+    n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
+    slo_names = list(names.get("slo_class") or [str(i) for i in range(n_cls)])
+    tab = request_slo_table(reqs, slo_names, result.workload.slo_targets or {}, result.latencies)
+    state = reqs["state"]
+    # arrived = released at the cluster (closed-loop turns never released stay PENDING)
+    tab["arrived"] = state != RequestState.PENDING
+    tab["met"] = tab["met"] & tab["arrived"]
+    tab["rejected"] = state == RequestState.REJECTED
+    return tab
+
+
+def duration_s(result) -> float:
+    """The simulated duration metrics divide by (s): the cluster's vllm_estimated_duration_s."""
+    return float(result.cluster["vllm_estimated_duration_s"])
+
+
+def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
+    """``GROUP_METRICS`` of the requests where ``mask`` (None = all)."""
+    out_tab = result.outcomes
+    reqs = result.state.reqs
+    sel = np.ones(len(reqs), bool) if mask is None else mask
+    arrived = sel & out_tab["arrived"]
+    done = sel & out_tab["done"]
+    met = sel & out_tab["met"]
+    n_arr = int(arrived.sum())
+    n_done = int(done.sum())
+    n_met = int(met.sum())
+    n_rej = int((sel & out_tab["rejected"]).sum())
+    dur = duration_s(result)
+    gen = reqs["generated"][done]
+    if result.compat:
+        gen = np.maximum(gen - 1, 0)
+    admitted = sel & (reqs["instance"] >= 0)
+    prompt = int(reqs["prompt_len"][admitted].sum())
+    out: dict[str, float] = {
+        "arrived_requests": n_arr,
+        "completed_requests": n_done,
+        "rejected_requests": n_rej,
+        "slo_met_requests": n_met,
+        "slo_attainment": n_met / n_arr if n_arr else 0.0,
+        "goodput_rps": n_met / dur if dur > 0 else 0.0,
+        "responses_per_sec": n_done / dur if dur > 0 else 0.0,
+        "tokens_per_sec": int(gen.sum()) / dur if dur > 0 else 0.0,
+        "rejected_fraction": n_rej / n_arr if n_arr else 0.0,
+        "preemption_rate": int(reqs["preemptions"][sel].sum()) / n_arr if n_arr else 0.0,
+        "cached_token_fraction": int(reqs["cached_tokens"][admitted].sum()) / prompt if prompt else 0.0,
+    }
+    for name, values in (("ttft", out_tab["ttft_us"][sel & (out_tab["ttft_us"] >= 0)]),
+                         ("e2e", out_tab["e2e_us"][done]), ("tpot", out_tab["tpot_us"][done])):
+        out[f"{name}_mean_ms"] = float(values.mean()) / 1e3 if values.size else 0.0
+        for p, v in zip((50, 90, 95, 99), percentiles_us(values, (50, 90, 95, 99))):
+            out[f"{name}_p{p}_ms"] = v / 1e3
+    return out
+
+
+def instance_metrics(result, rows: np.ndarray) -> dict[str, float]:
+    """``INSTANCE_METRICS`` of the instance rows ``rows`` (several rows: utilization and
+    means averaged over instances, peaks the maximum, counts summed)."""
+    inst = result.state.inst[rows]
+    dur_us = duration_s(result) * 1e6
+    steps = inst["steps"].astype(np.float64)
+    per_step = np.maximum(steps, 1.0)
+    kv_total = np.maximum(inst["kv_total"], 1).astype(np.float64)
+    query = int(inst["prefix_query_tokens"].sum())
+    util = inst["busy_us"] / dur_us if dur_us > 0 else np.zeros(len(inst))
+    return {
+        "utilization": float(util.mean()) if len(inst) else 0.0,
+        "kv_utilization_mean": float((inst["sum_kv_allocated"] / per_step / kv_total).mean()) if len(inst) else 0.0,
+        "kv_utilization_peak": float((inst["kv_peak_allocated"] / kv_total).max()) if len(inst) else 0.0,
+        "queue_depth_mean": float((inst["sum_wq_len"] / per_step).mean()) if len(inst) else 0.0,
+        "queue_depth_peak": int(inst["wq_peak"].max()) if len(inst) else 0,
+        "prefix_cache_hit_rate": int(inst["prefix_hit_tokens"].sum()) / query if query else 0.0,
+        "preemptions": int(inst["preemptions"].sum()),
+        "injected_requests": int(inst["injected"].sum()),
+        "completed_requests": int(inst["completed"].sum()),
+        "batch_size_mean": float((inst["sum_batch_len"] / per_step).mean()) if len(inst) else 0.0,
+    }
+
+
+def group_masks(result, kind: str) -> dict[str, np.ndarray]:
+    """{group name: request mask} of a selector kind (class, tenant, client): every group
+    the workload names (or numbers) that has at least one request."""
+    col = GROUP_KINDS[kind]
+    ids = result.state.reqs[col]
+    names = list((result.workload.names or {}).get(col) or [])
+    n = max(len(names), int(ids.max()) + 1 if len(ids) else 0)
+    out = {}
+    for g in range(n):
+        m = ids == g
+        if m.any():
+            out[names[g] if g < len(names) else str(g)] = m
+    return out
+
+
+def overall_metrics(result) -> dict[str, float]:
+    """Every whole-run metric: the cluster summary's numbers, ``GROUP_METRICS`` over all
+    requests, ``INSTANCE_METRICS`` over the used instances and ``CLUSTER_METRICS``."""
+    cluster = result.cluster
+    out: dict[str, float] = {k: v for k, v in cluster.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    group = group_metrics(result, None)
+    for k in ("responses_per_sec", "tokens_per_sec", "completed_requests"):
+        group.pop(k)  # the summary's own values (same definitions; compat conventions included)
+    out.update(group)
+    used = result._used_instances()
+    inst = instance_metrics(result, used)
+    out.update({k: v for k, v in inst.items() if k not in ("injected_requests", "completed_requests")})
+    util = [instance_metrics(result, np.array([i]))["utilization"] for i in used.tolist()]
+    mean_util = float(np.mean(util)) if util else 0.0
+    out["utilization_min"] = float(min(util)) if util else 0.0
+    out["utilization_max"] = float(max(util)) if util else 0.0
+    # max / mean busy time: 1 = balanced, n = one instance did everything
+    out["utilization_imbalance"] = out["utilization_max"] / mean_util if mean_util > 0 else 1.0
+    tenants = group_masks(result, "tenant")
+    dur = duration_s(result)
+    tab = result.outcomes
+    goodput = [int((m & tab["met"]).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
+               if (m & tab["arrived"]).any()]
+    thr = [int((m & tab["done"]).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
+           if (m & tab["arrived"]).any()]
+    out["jain_fairness"] = jain_index(goodput)
+    out["jain_fairness_throughput"] = jain_index(thr)
+    out["simulated_duration_s"] = dur
+    return out
+
+
+def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(whole-run metrics, group metrics, instance metrics) by name: what an objective may
+    name without a selector, with [class=|tenant=|client=], and with [instance=]."""
+    from blis_fast.results.metrics import PERCENTILES
+
+    summary = ["completed_requests", "still_queued", "still_running", "injected_requests", "total_input_tokens",
+               "total_output_tokens", "vllm_estimated_duration_s", "responses_per_sec", "tokens_per_sec",
+               *(f"{m}_{s}_ms" for m in ("e2e", "ttft", "itl") for s in ("mean", *(f"p{p}" for p in PERCENTILES))),
+               "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable", "kv_total_blocks",
+               "kv_peak_used_blocks", "kv_peak_utilization", "prefix_cache_hit_rate", "prefill_tokens_computed",
+               "decode_tokens_computed", "steps", "mean_batch_size", "mean_wait_queue_len", "wait_queue_peak",
+               "batch_size_peak", "busy_fraction", "arrived_requests", "rejected_requests", "still_in_flight",
+               "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
+    overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS]))
+    return overall, GROUP_METRICS, INSTANCE_METRICS
