@@ -26,7 +26,15 @@ def simulate(config=None, workload=None, **overrides):
     return _simulate(config, workload, **overrides)
 
 
+def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=None, executor=None, **options):
+    """Evaluate policy candidates on scenarios in parallel; see
+    :func:`blis_fast.batch.evaluate.evaluate_many`."""
+    from blis_fast.batch.evaluate import evaluate_many as _evaluate_many
+
+    return _evaluate_many(candidates, scenarios, objectives, budget, workers, executor, **options)
+
+
 __all__ = [
     "BlisFastError", "ConfigError", "SimConfig", "SimulationError", "WorkloadError",
-    "build_config", "load_yaml", "simulate", "__version__",
+    "build_config", "evaluate_many", "load_yaml", "simulate", "__version__",
 ]

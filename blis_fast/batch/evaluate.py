@@ -1,0 +1,303 @@
+"""``evaluate_many``: every candidate on every scenario, on every core, one row each.
+
+    candidates ──load/validate──► Candidate (settings, or an error row)
+    scenarios  ──prepare (once)──► PreparedScenario (Setup + workload arrays + objectives)
+    (candidate, scenario) ──merge + compile (once per distinct policy)──► Task
+    Task ──evaluate_task (thread, process or Dask worker)──► EvaluationResult
+    results ──► pyarrow Table (one row per pair, candidate-major order)
+
+Parallelism: the event loop is ``njit(nogil=True)``, so by default tasks run on a thread
+pool that shares the prepared scenarios in memory (nothing is copied or pickled).  Any
+``concurrent.futures.Executor`` may be passed instead (a process pool, a Dask
+``Client.get_executor()``); it receives tasks grouped by scenario -- the prepared
+scenario (arrays) plus a list of compiled candidates -- and a Dask executor gets each
+prepared scenario scattered to its workers once.  An evaluation depends only on its task,
+so the rows are the same, byte for byte, serial or parallel, local or distributed.
+
+A candidate that cannot be evaluated -- bad YAML, an unknown scorer, a NaN weight, a
+program that fails, a run over its budget -- gets a row with score 0, a ``status`` and a
+one-line ``message``; ``evaluate_many`` raises only for bad arguments (ConfigError).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait, FIRST_COMPLETED
+from dataclasses import dataclass, replace
+from typing import Any, Callable, NamedTuple, Sequence
+
+from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
+from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
+from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
+from blis_fast.config.validate import as_int
+from blis_fast.errors import ConfigError, SimulationError
+
+BUDGET_EXCEEDED = "budget_exceeded"
+SIMULATION_FAILED = "simulation_error"  # the kernel stopped with an error status
+RUN_REFUSED = "config_error"  # e.g. the candidate's tables exceed the scenario's memory budget
+INTERNAL = "internal_error"  # a bug of ours: reported in the row, never raised
+MAX_WORKERS = 1024
+GROUP_SIZE = 8  # candidates per task handed to an external executor
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """One evaluation: a candidate's merged policy, compiled (or the error of doing so)."""
+
+    index: int  # position of the row
+    candidate_id: str
+    policy: Any = None  # PolicyConfig
+    compiled: Any = None  # CompiledPolicies
+    error: tuple[str, str] | None = None
+
+
+class BatchResult(NamedTuple):
+    """What ``evaluate_many`` returns (unpacks as ``table, results``)."""
+
+    table: Any  # pyarrow.Table
+    results: list  # EvaluationResult, in row order
+
+
+def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict | None = None,
+                  workers: int | None = None, executor: Executor | None = None, *, summarize: bool = False,
+                  include_wall_time: bool = False, progress: Callable[[int, int], None] | None = None,
+                  program_timeout_s: float | None = None) -> BatchResult:
+    """Evaluate every candidate on every scenario; returns ``BatchResult(table, results)``.
+
+    ``candidates``: a list of candidates -- bundle YAML text, a bundle dict, a file path
+    (``.yaml``/``.yml`` bundle or ``.py`` program with ``get_policy()``) -- or a mapping
+    {candidate id: candidate}.  ``scenarios``: a scenarios file, or Scenario objects /
+    mappings shaped like its entries (``blis_fast.batch.scenarios``).  ``objectives``: the
+    default objectives of scenarios that set none (spec text or list; None = the
+    project default).  ``budget``: per evaluation (``Budget`` or a mapping; None = the
+    default wall-clock cap).  ``workers``: threads (None = all cores, 1 = serial in this
+    thread); ``executor``: any ``concurrent.futures.Executor`` instead.  ``summarize``
+    adds each run's trace summary text; ``include_wall_time`` adds a wall_time_s column
+    (which makes the table differ run to run).  ``progress(done, total)`` is called in
+    this thread as evaluations finish.
+    """
+    budget = Budget.parse(budget)
+    n_workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False)
+    ids, sources = _named(candidates)
+    cands = [load_candidate(src, cid, program_timeout_s) for cid, src in zip(ids, sources)]
+    prepared = [prepare(s, objectives) for s in as_scenarios(scenarios)]
+    results = evaluate_prepared(cands, prepared, budget, n_workers, executor, summarize, progress)
+    return BatchResult(results_table(results, cands, prepared, summarize, include_wall_time), results)
+
+
+def default_workers() -> int:
+    """All cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover -- not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _named(candidates) -> tuple[list[str], list]:
+    if isinstance(candidates, dict):
+        ids = [str(k) for k in candidates]
+        sources = list(candidates.values())
+    elif isinstance(candidates, (list, tuple)):
+        sources = list(candidates)
+        ids = candidate_ids(sources)
+    else:
+        raise ConfigError("candidates", "must be a list of candidates (YAML text, dicts or file paths) or a mapping "
+                                        "{id: candidate}")
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ConfigError("candidates", f"two candidates are named {dup!r}; give each its own id")
+    return ids, sources
+
+
+def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedScenario], budget: Budget,
+                      workers: int = 1, executor: Executor | None = None, summarize: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> list:
+    """The rows of every (candidate, scenario) pair, candidate-major; the engine room of
+    ``evaluate_many`` (the adapters call it with scenarios prepared once)."""
+    from blis_fast.results.evaluation import EvaluationResult
+
+    n_s = len(prepared)
+    results: list = [None] * (len(cands) * n_s)
+    by_scenario: list[list[Task]] = [[] for _ in prepared]
+    compiled: dict = {}  # one compilation per distinct merged policy
+    for c_i, cand in enumerate(cands):
+        for s_i, ps in enumerate(prepared):
+            task = make_task(c_i * n_s + s_i, cand, ps, compiled)
+            if task.error is not None:
+                results[task.index] = failed(ps, task, *task.error)
+            else:
+                by_scenario[s_i].append(task)
+    pending = sum(len(t) for t in by_scenario)
+    total = len(results)
+    done = total - pending
+    if progress is not None:
+        progress(done, total)
+
+    def record(batch: list) -> None:
+        nonlocal done
+        for index, ev in batch:
+            results[index] = ev
+        done += len(batch)
+        if progress is not None:
+            progress(done, total)
+
+    if executor is not None:
+        _run_on_executor(executor, prepared, by_scenario, budget, summarize, record)
+    else:
+        flat = [(s_i, t) for s_i, tasks in enumerate(by_scenario) for t in tasks]
+        if workers <= 1 or len(flat) <= 1:
+            for s_i, t in flat:
+                record([(t.index, evaluate_task(prepared[s_i], t, budget, summarize))])
+        else:
+            # the first evaluation loads the compiled kernels in this thread, before any fan-out
+            s_i, t = flat[0]
+            record([(t.index, evaluate_task(prepared[s_i], t, budget, summarize))])
+            with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-eval") as pool:
+                futures = {pool.submit(evaluate_task, prepared[s_i], t, budget, summarize): t.index
+                           for s_i, t in flat[1:]}
+                _collect(futures, lambda f, idx: record([(idx, f.result())]))
+    assert all(isinstance(r, EvaluationResult) for r in results)
+    return results
+
+
+def _collect(futures: dict, on_done) -> None:
+    """Call ``on_done(future, key)`` in this thread as futures finish (any order)."""
+    left = set(futures)
+    while left:
+        finished, left = wait(left, return_when=FIRST_COMPLETED)
+        for f in finished:
+            on_done(f, futures[f])
+
+
+def _run_on_executor(executor: Executor, prepared, by_scenario, budget, summarize, record) -> None:
+    futures: dict[Future, None] = {}
+    for s_i, tasks in enumerate(by_scenario):
+        if not tasks:
+            continue
+        shared = _share(executor, prepared[s_i])
+        for k in range(0, len(tasks), GROUP_SIZE):
+            futures[executor.submit(evaluate_group, shared, tasks[k:k + GROUP_SIZE], budget, summarize)] = None
+    _collect(futures, lambda f, _: record(f.result()))
+
+
+def _share(executor: Executor, ps: PreparedScenario):
+    """The prepared scenario as the executor's tasks should receive it: scattered once to
+    the workers of a Dask executor (its tasks then get a reference), as is otherwise."""
+    client = getattr(executor, "_client", None)
+    if client is not None and hasattr(client, "scatter"):
+        return client.scatter(ps, broadcast=False)
+    return ps
+
+
+def evaluate_group(ps: PreparedScenario, tasks: list, budget: Budget, summarize: bool) -> list:
+    """[(row index, EvaluationResult)] of several candidates on one scenario (the unit of
+    work of an external executor)."""
+    return [(t.index, evaluate_task(ps, t, budget, summarize)) for t in tasks]
+
+
+def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict) -> Task:
+    """The candidate merged into the scenario's policy settings and compiled (``compiled``
+    caches compilations across scenarios with the same base policy)."""
+    from blis_fast.policy import compile_policies
+
+    if cand.error is not None:
+        return Task(index, cand.id, error=cand.error)
+    try:
+        policy = merged_policy(ps.setup.config.policy, cand.settings)
+        key = repr(policy)
+        if key not in compiled:
+            compiled[key] = compile_policies(policy)
+        return Task(index, cand.id, policy, compiled[key])
+    except ConfigError as exc:
+        return Task(index, cand.id, error=(INVALID, f"{exc}"))
+
+
+def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: bool = False):
+    """One candidate on one scenario -> EvaluationResult (never raises)."""
+    from blis_fast.config import memory
+    from blis_fast.results.result import Result
+    from blis_fast.run.tables import build_state
+
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + budget.max_wall_s if budget.max_wall_s is not None else None
+    cfg = replace(ps.setup.config, policy=task.policy)
+    setup = replace(ps.setup, config=cfg)
+    try:
+        with memory.memory_budget(cfg.simulation.max_memory):
+            state = build_state(setup, ps.workload, task.compiled)
+            t_run = time.perf_counter()
+            state = run_within(state, budget, deadline)
+            result = Result(setup, ps.workload, state, wall_time_s=time.perf_counter() - t_run)
+            ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
+    except BudgetExceeded as exc:
+        return failed(ps, task, BUDGET_EXCEEDED, str(exc), t0)
+    except SimulationError as exc:
+        return failed(ps, task, SIMULATION_FAILED, str(exc), t0)
+    except ConfigError as exc:
+        return failed(ps, task, RUN_REFUSED, str(exc), t0)
+    except MemoryError:
+        return failed(ps, task, RUN_REFUSED, "the machine ran out of memory; lower simulation.max_memory so that "
+                                             "such runs are refused up front", t0)
+    except Exception as exc:  # noqa: BLE001 -- one broken evaluation must not sink the batch
+        return failed(ps, task, INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please report)", t0)
+    ev.wall_time_s = time.perf_counter() - t0
+    return ev
+
+
+def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: float | None = None):
+    """The row of an evaluation that could not run: score 0, every objective 0."""
+    from blis_fast.results.evaluation import EvaluationResult, policy_id
+
+    pid = ""
+    if task.compiled is not None:
+        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity)
+    ev = EvaluationResult.failed(status, " ".join(str(message).split()), policy_id=pid,
+                                 workload_id=ps.workload_id, seed=ps.seed,
+                                 wall_time_s=None if t0 is None else time.perf_counter() - t0)
+    ev.objectives = {o.name: 0.0 for o in ps.objectives}
+    return ev
+
+
+# ----------------------------------------------------------------------------- the table
+
+# raw metrics every row carries (beside each objective's own metric), when the run has them
+KEY_METRICS = ("completed_requests", "rejected_requests", "slo_attainment", "goodput_rps", "responses_per_sec",
+               "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "preemption_count", "utilization_imbalance")
+
+
+def results_table(results: list, cands: Sequence[Candidate], prepared: Sequence[PreparedScenario],
+                  summarize: bool = False, include_wall_time: bool = False):
+    """One row per (candidate, scenario): candidate, scenario, seed, status, message,
+    score, ``objective.<name>`` (normalized, [0, 1]), ``metric.<name>`` (raw; null when
+    the run failed), simulated_duration_s, policy_id, workload_id (+ summary_text,
+    wall_time_s)."""
+    import pyarrow as pa
+
+    objective_names = list(dict.fromkeys(o.name for ps in prepared for o in ps.objectives))
+    metric_names = list(dict.fromkeys([*KEY_METRICS, *(o.metric for ps in prepared for o in ps.objectives)]))
+    n_s = len(prepared)
+    rows_c = [cands[i // n_s].id for i in range(len(results))]
+    rows_s = [prepared[i % n_s].name for i in range(len(results))]
+    cols: dict[str, Any] = {
+        "candidate": pa.array(rows_c, pa.string()),
+        "scenario": pa.array(rows_s, pa.string()),
+        "seed": pa.array([r.seed for r in results], pa.int64()),
+        "status": pa.array([r.status for r in results], pa.string()),
+        "message": pa.array([r.message for r in results], pa.string()),
+        "score": pa.array([float(r.score) for r in results], pa.float64()),
+    }
+    for name in objective_names:
+        cols[f"objective.{name}"] = pa.array([r.objectives.get(name) for r in results], pa.float64())
+    for name in metric_names:
+        values = [r.metrics.get(name) for r in results]
+        if any(v is not None for v in values):
+            cols[f"metric.{name}"] = pa.array([None if v is None else float(v) for v in values], pa.float64())
+    cols["simulated_duration_s"] = pa.array([float(r.simulated_duration_s) for r in results], pa.float64())
+    cols["policy_id"] = pa.array([r.policy_id for r in results], pa.string())
+    cols["workload_id"] = pa.array([r.workload_id for r in results], pa.string())
+    if summarize:
+        cols["summary_text"] = pa.array([r.summary_text for r in results], pa.string())
+    if include_wall_time:
+        cols["wall_time_s"] = pa.array([r.wall_time_s for r in results], pa.float64())
+    return pa.table(cols)

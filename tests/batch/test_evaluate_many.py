@@ -1,0 +1,151 @@
+"""evaluate_many: one row per (candidate, scenario), bad candidates as rows (never raised),
+budgets, serial == parallel byte for byte, scenario files."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import pyarrow.parquet as pq
+import pytest
+
+from builders import ROOT, write
+
+import blis_fast
+from blis_fast.batch import Budget, evaluate_many, load_scenarios_file
+from blis_fast.errors import ConfigError
+
+SMALL = {"num_instances": 2, "workload": "chatbot", "rate": 40, "num_requests": 120}
+SCENARIOS = [
+    {"name": "chat", "config": SMALL, "seed": 3, "slo_classes": {"default": {"ttft_ms": 200, "tpot_ms": 40}}},
+    {"name": "burst", "config": {**SMALL, "rate": 400}, "seed": 4},
+]
+OBJECTIVES = "slo_attainment:max,ttft_p99_ms:min:300"
+GOOD = "routing: least-loaded\nscheduler: sjf\n"
+BAD = {
+    "yaml": "routing: [least-loaded\n",
+    "scorer": "routing: {type: weighted, params: {scorers: {queue-lenght: 1}}}\n",
+    "nan": "routing: {type: weighted, params: {scorers: {queue-depth: .nan}}}\n",
+    "fitness": "fitness: {weights: {throughput: 1}}\n",
+    "section": "routeing: least-loaded\n",
+}
+
+
+def parquet_bytes(table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def test_rows_statuses_and_messages():
+    cands = {"good": GOOD, "busiest": {"routing": "always-busiest"}, **BAD}
+    table, results = evaluate_many(cands, SCENARIOS, objectives=OBJECTIVES, workers=1)
+    rows = table.to_pylist()
+    assert [(r["candidate"], r["scenario"]) for r in rows] == [(c, s["name"]) for c in cands for s in SCENARIOS]
+    assert len(results) == len(rows)
+    by = {(r["candidate"], r["scenario"]): r for r in rows}
+    for name in ("good", "busiest"):
+        for s in SCENARIOS:
+            r = by[(name, s["name"])]
+            assert r["status"] == "ok" and r["message"] == ""
+            assert 0.0 <= r["score"] <= 1.0
+            assert r["metric.completed_requests"] == 120
+            assert 0.0 <= r["objective.slo_attainment"] <= 1.0
+    # least-loaded beats sending everything to the busiest instance under the burst
+    assert by[("good", "burst")]["score"] > by[("busiest", "burst")]["score"]
+    needles = {"yaml": "malformed YAML", "scorer": "queue-lenght", "nan": "finite", "fitness": "fitness",
+               "section": "routeing"}
+    for name, needle in needles.items():
+        for s in SCENARIOS:
+            r = by[(name, s["name"])]
+            assert r["status"] == "invalid_policy"
+            assert r["score"] == 0.0 and r["objective.slo_attainment"] == 0.0
+            assert needle in r["message"] and "\n" not in r["message"]
+            assert r["metric.completed_requests"] is None
+
+
+def test_serial_threads_and_processes_byte_identical():
+    cands = [GOOD, {"routing": "round-robin"}, BAD["nan"], {"routing": "least-loaded", "priority": "slo-based"}]
+    serial = parquet_bytes(evaluate_many(cands, SCENARIOS, objectives=OBJECTIVES, workers=1).table)
+    assert parquet_bytes(evaluate_many(cands, SCENARIOS, objectives=OBJECTIVES, workers=1).table) == serial
+    assert parquet_bytes(evaluate_many(cands, SCENARIOS, objectives=OBJECTIVES, workers=2).table) == serial
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        table = evaluate_many(cands, SCENARIOS, objectives=OBJECTIVES, executor=pool).table
+    assert parquet_bytes(table) == serial
+
+
+def test_budget_limits_end_runaway_candidates():
+    cands = {"busiest": {"routing": "always-busiest"}, "balanced": {"routing": "least-loaded"}}
+    scen = [{"name": "burst", "config": {**SMALL, "rate": 400}}]
+    rows = evaluate_many(cands, scen, budget={"max_simulated_s": 3.8}, workers=1).table.to_pylist()
+    status = {r["candidate"]: r for r in rows}
+    # everything on one instance takes 3.96 simulated seconds to serve; balanced 3.60
+    assert status["busiest"]["status"] == "budget_exceeded" and status["busiest"]["score"] == 0.0
+    assert "max_simulated_s" in status["busiest"]["message"]
+    assert status["balanced"]["status"] == "ok"
+    rows = evaluate_many(cands, scen, budget=Budget(max_events=500), workers=1).table.to_pylist()
+    assert {r["status"] for r in rows} == {"budget_exceeded"}
+    assert all("max_events" in r["message"] for r in rows)
+
+
+def test_wall_clock_budget_is_checked_between_chunks():
+    from blis_fast.batch.budget import BudgetExceeded, run_within
+    from blis_fast.config.sim import build_config
+    from blis_fast.run import build_state, build_workload, resolve
+
+    cfg = build_config({}, SMALL)
+    state = build_state(resolve(cfg), build_workload(cfg))
+    with pytest.raises(BudgetExceeded, match="max_wall_s"):
+        run_within(state, Budget(max_wall_s=1.0), deadline=0.0, chunk_events=50)  # the deadline has passed
+
+
+def test_budget_and_argument_errors():
+    with pytest.raises(ConfigError, match="budget.max_events"):
+        Budget.parse({"max_events": 0})
+    with pytest.raises(ConfigError, match="budget.max_wall"):
+        Budget.parse({"max_wall": 3})
+    with pytest.raises(ConfigError, match="workers"):
+        evaluate_many([GOOD], SCENARIOS, workers=0)
+    with pytest.raises(ConfigError, match="two scenarios"):
+        evaluate_many([GOOD], [SCENARIOS[0], SCENARIOS[0]])
+    with pytest.raises(ConfigError, match=r"scenarios\[0\].config.num_instances"):
+        evaluate_many([GOOD], [{"name": "x", "config": {"num_instances": -1}}])
+    with pytest.raises(ConfigError, match="slo_classes"):
+        evaluate_many([GOOD], [{"name": "x", "config": SMALL, "slo_classes": {"a": {}, "b": {}}}])
+
+
+def test_scenarios_file_paths_relative_to_it(tmp_path):
+    spec = (ROOT / "configs" / "workloads" / "chat.yaml").read_text()
+    (tmp_path / "w").mkdir()
+    write(tmp_path / "w", "chat.yaml", spec)
+    f = write(tmp_path, "scenarios.yaml", {
+        "objectives": "slo_attainment:max",
+        "budget": {"max_wall_s": 30},
+        "scenarios": [{"name": "spec", "config": {"num_instances": 2}, "workload_spec": "w/chat.yaml", "seed": 5}],
+    })
+    scenarios, objectives, budget = load_scenarios_file(f)
+    assert scenarios[0].config.workload.spec_filepath == str(tmp_path / "w" / "chat.yaml")
+    assert [o.metric for o in objectives] == ["slo_attainment"] and budget == {"max_wall_s": 30}
+    bad = write(tmp_path, "bad.yaml", {"scenarios": [{"name": "a", "confg": {}}]})
+    with pytest.raises(ConfigError, match="confg"):
+        load_scenarios_file(bad)
+
+
+def test_python_program_candidates(tmp_path):
+    ok = write(tmp_path, "ok.py", "def get_policy():\n    return {'routing': {'type': 'least-loaded'}}\n")
+    raises = write(tmp_path, "raises.py", "def get_policy():\n    raise ValueError('no weights yet')\n")
+    loops = write(tmp_path, "loops.py", "def get_policy():\n    while True:\n        pass\n")
+    hogs = write(tmp_path, "hogs.py", "def get_policy():\n    a = []\n    while True:\n        a.append(bytearray(10**7))\n")
+    rows = evaluate_many([ok, raises, loops, hogs], SCENARIOS[:1], workers=1, program_timeout_s=1.0).table.to_pylist()
+    by = {r["candidate"]: r for r in rows}
+    assert by["ok"]["status"] == "ok"
+    assert by["raises"]["status"] == "program_error" and "ValueError: no weights yet (line 2)" in by["raises"]["message"]
+    assert by["loops"]["status"] == "program_error" and "within 1 s" in by["loops"]["message"]
+    assert by["hogs"]["status"] == "program_error" and "memory" in by["hogs"]["message"]
+    assert all(r["score"] == 0.0 for r in rows if r["status"] != "ok")
+
+
+def test_top_level_entry_point():
+    table, results = blis_fast.evaluate_many([GOOD], SCENARIOS[:1], workers=1)
+    assert table.num_rows == 1 and results[0].status == "ok"
