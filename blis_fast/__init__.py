@@ -26,6 +26,13 @@ def simulate(config=None, workload=None, **overrides):
     return _simulate(config, workload, **overrides)
 
 
+def capacity(slo, config=None, **options):
+    """The highest rate (or fewest instances) meeting SLOs; see :func:`blis_fast.studies.capacity.capacity`."""
+    from blis_fast.studies.capacity import capacity as _capacity
+
+    return _capacity(slo, config, **options)
+
+
 def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=None, executor=None, **options):
     """Evaluate policy candidates on scenarios in parallel; see
     :func:`blis_fast.batch.evaluate.evaluate_many`."""
@@ -36,5 +43,5 @@ def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=N
 
 __all__ = [
     "BlisFastError", "ConfigError", "SimConfig", "SimulationError", "WorkloadError",
-    "build_config", "evaluate_many", "load_yaml", "simulate", "__version__",
+    "build_config", "capacity", "evaluate_many", "load_yaml", "simulate", "__version__",
 ]

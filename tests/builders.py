@@ -88,6 +88,18 @@ def engine_overrides(cfg, compat=COMPAT):
     )
 
 
+# A FIFO single server for analytic tests: one instance serving one request at a time, no α
+# overheads, KV room for everything; with 1-token prompts and beta = (β0, 0, 0) a request with
+# N output tokens takes N steps of β0 µs.
+SINGLE_SERVER = dict(alpha_coeffs=[0, 0, 0], max_num_seqs=1, total_kv_blocks=200_000, num_instances=1)
+ONE_TOKEN_PROMPTS = dict(prompt_tokens=1, prompt_tokens_stdev=0, prompt_tokens_min=1, prompt_tokens_max=1)
+
+
+def constant_outputs(n: int) -> dict:
+    """Settings of exactly ``n`` output tokens per request."""
+    return dict(output_tokens=n, output_tokens_stdev=0, output_tokens_min=n, output_tokens_max=n)
+
+
 # ============================================================================ workloads
 
 

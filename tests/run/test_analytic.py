@@ -17,9 +17,7 @@ import numpy as np
 import pytest
 
 import blis_fast
-from builders import lengths_workload
-
-SERVER = dict(alpha_coeffs=[0, 0, 0], max_num_seqs=1, total_kv_blocks=200_000, num_instances=1)
+from builders import ONE_TOKEN_PROMPTS, SINGLE_SERVER as SERVER, constant_outputs, lengths_workload
 
 
 def lindley_waits(arrival_us, service_us):
@@ -60,7 +58,7 @@ def pk_ratio(result, beta0):
 
 
 LENGTHS = {
-    "M/D/1": dict(output_tokens=10, output_tokens_stdev=0, output_tokens_min=10, output_tokens_max=10),
+    "M/D/1": constant_outputs(10),
     "M/G/1": dict(output_tokens=10, output_tokens_stdev=4, output_tokens_min=1, output_tokens_max=40),
 }
 
@@ -74,8 +72,7 @@ def test_mean_wait_matches_pollaczek_khinchine(queue, rho):
     for seed in (11, 12, 13):
         r = blis_fast.simulate(**SERVER, beta_coeffs=[beta0, 0, 0], num_requests=n // 3, seed=seed,
                                arrival="poisson", rate=rho * 1e6 / (beta0 * LENGTHS[queue]["output_tokens"]),
-                               prompt_tokens=1, prompt_tokens_stdev=0, prompt_tokens_min=1, prompt_tokens_max=1,
-                               **LENGTHS[queue])
+                               **ONE_TOKEN_PROMPTS, **LENGTHS[queue])
         ratios.append(pk_ratio(r, beta0))
     assert abs(np.mean(ratios) - 1) < 0.02, ratios
 
@@ -109,8 +106,7 @@ def test_utilization_is_offered_load():
     """Little's law on the server: the busy fraction equals λ·E[S] (a long run at ρ = 0.6)."""
     beta0 = 1000
     r = blis_fast.simulate(**SERVER, beta_coeffs=[beta0, 0, 0], num_requests=20_000, seed=5, arrival="poisson",
-                           rate=60, prompt_tokens=1, prompt_tokens_stdev=0, prompt_tokens_min=1,
-                           prompt_tokens_max=1, **LENGTHS["M/D/1"])
+                           rate=60, **ONE_TOKEN_PROMPTS, **LENGTHS["M/D/1"])
     busy = int(r.state.inst[0]["busy_us"])
     span = int(r.state.inst[0]["last_step_end_us"]) - int(r.workload.arrival_us.min())
     s = np.maximum(r.workload.output_len, 1) * beta0

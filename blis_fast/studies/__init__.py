@@ -1,0 +1,8 @@
+"""Studies above single runs: many simulations answering one question.
+
+    capacity.py  the highest rate / fewest instances meeting SLOs (``blis_fast.capacity``)
+    slo.py       SLO predicates (``ttft_p99_ms<=200``) and their margins
+    runs.py      running configurations in parallel (threads: the kernel is nogil), seed statistics
+    measure.py   the metrics a study keeps of each run
+    plots.py     matplotlib figures (optional extra ``plot``)
+"""

@@ -1,0 +1,342 @@
+"""Capacity search: the highest arrival rate, or the fewest instances at a given rate,
+that meets every SLO predicate (``blis_fast.capacity``, ``blis-fast capacity``).
+
+Each *probe* simulates one rate (or instance count) once per seed -- the same seeds at
+every probe (common random numbers: with Poisson arrivals the gaps of seed s at rate r are
+the same exponential draws scaled by 1/r, so neighbouring probes differ by the rate, not
+by luck) -- and reduces every SLO metric to its mean over the seeds and a 95 % confidence
+interval.  A probe *meets* the SLOs when every predicate holds for the mean.
+
+Rate search, on x = log(rate):
+1. bracket: from the config's rate (or ``rate_min`` / ``rate_max``), step up while the
+   SLOs hold (or down while they fail) by factors 2, 4, 8, ... until a met and a failed
+   probe enclose the answer;
+2. refine with the ITP method (Oliveira and Takahashi, 2020): a regula-falsi step on the
+   probes' margins (``studies.slo``), truncated and projected so that it never needs more
+   probes than bisection (+1), and usually far fewer, until failed / met rate <= 1 +
+   ``tolerance``.
+The answer is the highest met rate.  It is *limited by seed noise* when, at the last met
+or the first failed probe, some metric's confidence interval contains its threshold: the
+seeds cannot tell the two sides apart, and more seeds or longer runs would be needed; the
+search then stops early rather than probing what it cannot resolve.
+
+Instance search: integers, doubling up from (or halving down to) the config's
+``num_instances``, then bisection to adjacent counts; the answer is the smallest count
+that met.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from blis_fast.config.sim import SimConfig
+from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, show
+from blis_fast.errors import ConfigError
+from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
+from blis_fast.studies.slo import SloPredicate, parse_slos
+
+SEARCHES = ("rate", "instances")
+MAX_RATE = 1e12
+DEFAULT_TOLERANCE = 0.01
+DEFAULT_SEEDS = 3
+MAX_PROBES = 40  # a search that has not converged by then stops with what it has
+EXPANSION_STEPS = 12  # bracketing steps each way: factors 2, 4, ..., 2^12 (a ~10^23 range)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One point of the search: the rate (req/s) or instance count, each SLO metric over
+    the seeds, whether every predicate holds for the means, the smallest margin, and
+    whether some metric's 95 % CI contains its threshold (the seeds disagree)."""
+
+    value: float
+    stats: dict[str, SeedStats]
+    met: bool
+    margin: float
+    uncertain: bool
+
+    def to_dict(self, slos: list[SloPredicate]) -> dict:
+        return {
+            "value": self.value, "met": self.met, "uncertain": self.uncertain,
+            "metrics": {p.metric: {"mean": self.stats[p.metric].mean, "ci95": self.stats[p.metric].half_width,
+                                   "per_seed": list(self.stats[p.metric].values)} for p in slos},
+        }
+
+
+@dataclass
+class CapacityResult:
+    """The answer of a capacity search and how it was found."""
+
+    search: str  # "rate" | "instances"
+    answer: float | None  # highest met rate (req/s) / fewest met instances; None if nothing met
+    slos: list[SloPredicate]
+    seeds: list[int]
+    tolerance: float
+    probes: list[Probe] = field(default_factory=list)
+    failed_neighbour: float | None = None  # the failed probe closest to the answer (rate: above; instances: below)
+    noise_limited: bool = False
+    message: str = ""
+
+    @property
+    def simulations(self) -> int:
+        return len(self.probes) * len(self.seeds)
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.search == "rate" else "instances"
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (deterministic: no wall-clock fields)."""
+        return {
+            "search": self.search, "answer": self.answer, "unit": self.unit,
+            "failed_neighbour": self.failed_neighbour, "noise_limited": self.noise_limited, "message": self.message,
+            "slos": [str(p) for p in self.slos], "seeds": self.seeds, "tolerance": self.tolerance,
+            "probes_count": len(self.probes), "simulations": self.simulations,
+            "probes": [p.to_dict(self.slos) for p in self.probes],
+        }
+
+    def table(self) -> str:
+        """The probes as a text table (in probe order), then the answer."""
+        head = [self.search, *(str(p) for p in self.slos), "met"]
+        rows = []
+        for pr in self.probes:
+            cells = [f"{pr.value:.6g}"]
+            for p in self.slos:
+                s = pr.stats[p.metric]
+                cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
+            cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
+            rows.append(cells)
+        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+        lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows]
+        lines.append("")
+        lines.append(self.message)
+        return "\n".join(lines)
+
+
+def _base_config(config, overrides: dict) -> SimConfig:
+    from blis_fast.config.sim import build_config, load_yaml
+
+    if isinstance(config, SimConfig):
+        from blis_fast.config.sim import with_overrides
+
+        return with_overrides(config, **overrides) if overrides else config
+    if config is None or isinstance(config, dict):
+        return build_config(config or {}, overrides)
+    if isinstance(config, str) or hasattr(config, "__fspath__"):
+        return build_config(load_yaml(config), overrides)
+    raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, got {show(config)}")
+
+
+class _Searcher:
+    """Runs probes (every seed of one value, in parallel) and keeps them."""
+
+    def __init__(self, cfg: SimConfig, search: str, slos: list[SloPredicate], seeds: list[int], jobs: int,
+                 on_run: Callable[[], None] | None, max_probes: int):
+        self.cfg, self.search, self.slos, self.seeds, self.jobs = cfg, search, slos, seeds, jobs
+        self.on_run, self.max_probes = on_run, max_probes
+        self.probes: list[Probe] = []
+        self.metrics = list(dict.fromkeys(p.metric for p in slos))
+
+    def settings(self, value: float) -> dict:
+        if self.search == "rate":
+            return {"rate": value}
+        return {"num_instances": int(value), "min_instances": None, "max_instances": None}
+
+    def probe(self, values: list[float]) -> list[Probe]:
+        """Probe ``values`` (all seeds of all of them in one parallel batch)."""
+        configs = [c for v in values for c in configs_for(self.cfg, self.settings(v), self.seeds)]
+        rows = run_all(configs, self.metrics, self.jobs, self.on_run)
+        n = len(self.seeds)
+        out = []
+        for k, v in enumerate(values):
+            per_seed = rows[k * n:(k + 1) * n]
+            stats = {m: seed_stats([r[m] for r in per_seed]) for m in self.metrics}
+            met = all(p.holds(stats[p.metric].mean) for p in self.slos)
+            margin = min(p.margin(stats[p.metric].mean) for p in self.slos)
+            uncertain = any(stats[p.metric].low <= p.threshold <= stats[p.metric].high
+                            and stats[p.metric].half_width > 0 for p in self.slos)
+            out.append(Probe(v, stats, met, margin, uncertain))
+        self.probes += out
+        return out
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self.probes) >= self.max_probes
+
+
+def _round_rate(r: float) -> float:
+    """Six significant digits: the printed rate reproduces the probe with ``--rate``."""
+    return float(f"{min(max(r, 1e-9), MAX_RATE):.6g}")
+
+
+def _search_rate(s: _Searcher, cfg: SimConfig, tol: float, rate_min: float | None, rate_max: float | None):
+    """(highest met probe, lowest failed probe above it) -- either may be None."""
+    lo = hi = None  # met probe, failed probe
+    if rate_min is not None or rate_max is not None:
+        given = [r for r in (rate_min, rate_max) if r is not None]
+        for p in s.probe([_round_rate(r) for r in given]):
+            if p.met and (lo is None or p.value > lo.value):
+                lo = p
+            if not p.met and (hi is None or p.value < hi.value):
+                hi = p
+        if lo is not None and hi is not None and lo.value > hi.value:
+            lo = None  # a met rate above a failed one: start again from the failed one
+        if rate_min is not None and rate_max is not None and (lo is None or hi is None):
+            return lo, hi  # the answer lies outside [rate_min, rate_max]
+    else:
+        p = s.probe([_round_rate(cfg.workload.rate)])[0]
+        lo, hi = (p, None) if p.met else (None, p)
+    step = 1.0
+    for _ in range(EXPANSION_STEPS):  # bracket: factors 2, 4, 8, ...
+        if (lo is None) == (hi is None) or s.exhausted:
+            break
+        step *= 2
+        if hi is None:
+            r = _round_rate(lo.value * step)
+            if r <= lo.value:
+                break
+            p = s.probe([r])[0]
+            lo, hi = (p, None) if p.met else (lo, p)
+        else:
+            r = _round_rate(hi.value / step)
+            if r >= hi.value:
+                break
+            p = s.probe([r])[0]
+            lo, hi = (p, hi) if p.met else (None, p)
+    if lo is None or hi is None:
+        return lo, hi
+    # ITP on x = log(rate), f = -margin (f(a) < 0 at the met end, f(b) > 0 at the failed end)
+    eps = math.log1p(tol) / 2
+    a, b = math.log(lo.value), math.log(hi.value)
+    n_max = max(0, math.ceil(math.log2(max((b - a) / (2 * eps), 1.0)))) + 1
+    k1, k2 = 0.2 / (b - a), 2.0
+    j = 0
+    while hi.value > lo.value * (1 + tol) and not s.exhausted:
+        if lo.uncertain and hi.uncertain:
+            break  # the seeds cannot tell the two ends apart: more probes would not resolve it
+        fa, fb = -lo.margin, -hi.margin
+        mid = (a + b) / 2
+        r = max(eps * 2.0 ** (n_max - j) - (b - a) / 2, 0.0)
+        delta = k1 * (b - a) ** k2
+        x_f = (b * fa - a * fb) / (fa - fb) if fb != fa else mid
+        sigma = 1.0 if mid >= x_f else -1.0
+        x_t = x_f + sigma * delta if delta <= abs(mid - x_f) else mid
+        x = x_t if abs(x_t - mid) <= r else mid - sigma * r
+        rate = _round_rate(math.exp(x))
+        if not lo.value < rate < hi.value:
+            rate = _round_rate(math.sqrt(lo.value * hi.value))
+            if not lo.value < rate < hi.value:
+                break  # six significant digits cannot split the bracket further
+        p = s.probe([rate])[0]
+        if p.met:
+            lo, a = p, math.log(p.value)
+        else:
+            hi, b = p, math.log(p.value)
+        j += 1
+    return lo, hi
+
+
+def _search_instances(s: _Searcher, cfg: SimConfig, max_instances: int):
+    """(fewest met probe, most failed probe below it) -- either may be None."""
+    n0 = cfg.deployment.num_instances
+    p = s.probe([n0])[0]
+    met, failed = (p, None) if p.met else (None, p)
+    while not s.exhausted:  # bracket by doubling / halving
+        if met is None:
+            n = min(int(failed.value) * 2, max_instances)
+            if n <= failed.value:
+                break
+            p = s.probe([n])[0]
+        elif failed is None:
+            if met.value <= 1:
+                break
+            p = s.probe([max(int(met.value) // 2, 1)])[0]
+        else:
+            break
+        met, failed = (p, failed) if p.met else (met, p)
+    while met is not None and failed is not None and met.value - failed.value > 1 and not s.exhausted:
+        if met.uncertain and failed.uncertain:
+            break
+        p = s.probe([(int(met.value) + int(failed.value)) // 2])[0]
+        met, failed = (p, failed) if p.met else (met, p)
+    return met, failed
+
+
+def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds: int = DEFAULT_SEEDS,
+             tolerance: float = DEFAULT_TOLERANCE, rate_min: float | None = None, rate_max: float | None = None,
+             max_instances: int = 1024, max_probes: int = MAX_PROBES, jobs: int | None = None,
+             on_run: Callable[[], None] | None = None, **overrides) -> CapacityResult:
+    """The highest arrival rate (``search="rate"``) or the fewest instances at the
+    config's rate (``search="instances"``) meeting every predicate of ``slo``
+    (``"ttft_p99_ms<=200,e2e_p99_ms<=5000"``; ``slo_classes`` applies them per SLO class).
+
+    ``config`` and ``overrides`` are as in ``blis_fast.simulate``; the config's rate (or
+    num_instances) is where the search starts.  Every probe runs ``seeds`` seeds (from
+    the config's seed on), ``jobs`` at a time (default: all cores).  ``on_run()`` is
+    called after each simulation (progress).  Bad input raises ConfigError.
+    """
+    search = as_choice(search, "--search", SEARCHES)
+    preds = parse_slos(slo, slo_classes)
+    n_seeds = check_seeds(seeds)
+    tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
+    max_probes = as_int(max_probes, "--max-probes", 1, 10_000)
+    jobs = check_jobs(jobs)
+    cfg = _base_config(config, overrides)
+    w = cfg.workload
+    if search == "rate" and (w.spec_filepath or w.type == "traces"):
+        raise ConfigError("--search", "rate search needs a workload whose rate --rate sets (distribution or a "
+                                      "preset); a workload spec or trace fixes its own arrival times")
+    if search != "rate" and (rate_min is not None or rate_max is not None):
+        raise ConfigError("--rate-min" if rate_min is not None else "--rate-max", "applies to --search rate only")
+    if rate_min is not None:
+        rate_min = as_float(rate_min, "--rate-min", 0, MAX_RATE, lo_open=True)
+    if rate_max is not None:
+        rate_max = as_float(rate_max, "--rate-max", 0, MAX_RATE, lo_open=True)
+    if rate_min is not None and rate_max is not None and not rate_min < rate_max:
+        raise ConfigError("--rate-min", f"must be below --rate-max ({rate_max:g}), got {rate_min:g}")
+    max_instances = as_int(max_instances, "--max-instances", 1, MAX_INSTANCES)
+    s = _Searcher(cfg, search, preds, seed_list(cfg, n_seeds), jobs, on_run, max_probes)
+    if search == "rate":
+        good, bad = _search_rate(s, cfg, tol, rate_min, rate_max)
+    else:
+        if cfg.deployment.num_instances > max_instances:
+            raise ConfigError("--max-instances", f"must be >= num_instances ({cfg.deployment.num_instances}), "
+                                                 f"got {max_instances}")
+        good, bad = _search_instances(s, cfg, max_instances)
+    out = CapacityResult(search, good.value if good else None, preds, s.seeds, tol, s.probes,
+                         bad.value if bad else None)
+    out.noise_limited = bool(good and bad and (good.uncertain or bad.uncertain))
+    out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
+    return out
+
+
+def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhausted: bool,
+             rate_min, rate_max, max_instances) -> str:
+    what = "rate" if out.search == "rate" else "instance count"
+    slos = ", ".join(str(p) for p in out.slos)
+    if good is None:
+        if out.search == "rate":
+            where = f" at or above --rate-min {rate_min:g}" if rate_min is not None else \
+                    f" down to {bad.value:.6g} req/s" if bad else ""
+        else:
+            where = f" up to {int(bad.value)} instances (--max-instances {max_instances})" if bad else ""
+        return f"no {what} meets {slos}{where}"
+    if bad is None:
+        if out.search == "rate":
+            top = f"--rate-max {rate_max:g}" if rate_max is not None else f"{good.value:.6g} req/s"
+            return f"every probed rate meets {slos}, up to {top}: raise --rate-max"
+        return f"1 instance meets {slos}"
+    if out.search == "rate":
+        text = (f"highest rate meeting {slos}: {good.value:.6g} req/s ({bad.value:.6g} fails; "
+                f"{len(out.probes)} probes x {len(out.seeds)} seeds = {out.simulations} simulations)")
+    else:
+        text = (f"fewest instances meeting {slos}: {int(good.value)} ({int(bad.value)} fails; "
+                f"{len(out.probes)} probes x {len(out.seeds)} seeds = {out.simulations} simulations)")
+    if out.noise_limited:
+        text += ("; limited by seed noise: a metric's 95 % CI contains its threshold at the bracket's end, so "
+                 "more --seeds or longer runs (--num-requests) are needed for a sharper answer")
+    elif exhausted and out.search == "rate" and bad.value > good.value * (1 + out.tolerance):
+        text += f"; stopped after {len(out.probes)} probes (--max-probes) before the {out.tolerance:g} tolerance"
+    return text
