@@ -13,7 +13,6 @@ interval (Student's t).
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -64,7 +63,9 @@ def seed_stats(values: Sequence[float]) -> SeedStats:
 def check_jobs(jobs, field: str = "--jobs") -> int:
     """Parallel runs: ``jobs`` checked, or the machine's cores when None."""
     if jobs is None:
-        return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+        from blis_fast.batch.evaluate import default_workers
+
+        return min(default_workers(), MAX_JOBS)
     return as_int(jobs, field, 1, MAX_JOBS)
 
 
