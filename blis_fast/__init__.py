@@ -8,9 +8,15 @@ Python API::
     result.requests_table()                 # per-request pyarrow Table
 
 See README.md and docs/ for the model and its semantics.
+
+Importing the package is cheap (the names below load on first use), so that the
+``blis-fast`` command can arm its Ctrl-C handling before numpy and the config load.
 """
 
-from blis_fast.config.sim import SimConfig, build_config, load_yaml
+from __future__ import annotations
+
+import importlib
+
 from blis_fast.errors import BlisFastError, ConfigError, SimulationError, WorkloadError
 from blis_fast.paths import guard_kernel_cache as _guard_kernel_cache
 
@@ -18,12 +24,24 @@ _guard_kernel_cache()  # a damaged compiled cache is cleared; a cold one announc
 
 __version__ = "0.1.0"
 
+_LAZY = {"SimConfig": "blis_fast.config.sim", "build_config": "blis_fast.config.sim",
+         "load_yaml": "blis_fast.config.sim", "simulate": "blis_fast.run.api", "Result": "blis_fast.results.result"}
+_SUBPACKAGES = {"batch", "cli", "config", "experiments", "policy", "results", "run", "studies", "workload", "errors", "paths",
+                "rng"}
 
-def simulate(config=None, workload=None, **overrides):
-    """Run one simulation; see :func:`blis_fast.run.api.simulate`."""
-    from blis_fast.run.api import simulate as _simulate
 
-    return _simulate(config, workload, **overrides)
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:  # ``import blis_fast; blis_fast.workload...``
+        return importlib.import_module(f"blis_fast.{name}")
+    raise AttributeError(f"module 'blis_fast' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def capacity(slo, config=None, **options):
@@ -42,6 +60,6 @@ def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=N
 
 
 __all__ = [
-    "BlisFastError", "ConfigError", "SimConfig", "SimulationError", "WorkloadError",
+    "BlisFastError", "ConfigError", "Result", "SimConfig", "SimulationError", "WorkloadError",
     "build_config", "capacity", "evaluate_many", "load_yaml", "simulate", "__version__",
 ]

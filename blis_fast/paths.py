@@ -93,8 +93,9 @@ def _is_ours(dispatcher) -> bool:
 
 
 def _install_notice(message: str) -> None:
-    """Print ``message`` on stderr when numba starts compiling one of our kernels (once)."""
-    import sys
+    """Log ``message`` (a warning of the ``blis_fast`` logger: on stderr unless the CLI's
+    --quiet) when numba starts compiling one of our kernels (once)."""
+    import logging
 
     from numba.core import event
 
@@ -104,7 +105,7 @@ def _install_notice(message: str) -> None:
         def on_start(self, ev):
             if not self.done and _is_ours((ev.data or {}).get("dispatcher")):
                 self.done = True
-                print(message, file=sys.stderr, flush=True)
+                logging.getLogger("blis_fast").warning(message)
 
         def on_end(self, ev):
             pass

@@ -5,8 +5,11 @@ as text for the shared checkers."""
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Annotated
 
 import typer
+
+from blis_fast.cli import feedback
 
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import PolicyConfig
@@ -65,3 +68,21 @@ def number_option(*names: str, help: str, metavar: str = "INTEGER"):
     return typer.Option(*names, help=help, show_default=False, parser=raw_text, metavar=metavar)
 
 
+
+
+def _set_quiet(value: bool) -> bool:
+    feedback.configure(quiet=value)
+    return value
+
+
+def _set_verbose(value: int) -> int:
+    feedback.configure(verbose=value)
+    return value
+
+
+# Every command takes these two (``quiet: Quiet = False, verbose: Verbose = 0``); they set
+# blis_fast.cli.feedback while the options are parsed, so the command need not.
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet,
+                                     help="no progress bars or notices on stderr (errors are still printed)")]
+Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_set_verbose,
+                                      help="more notices on stderr (-vv: debug details)")]

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app, field_help
+from blis_fast.cli import feedback
+from blis_fast.cli.app import Quiet, Verbose, app, field_help
 from blis_fast.cli.app import option as _opt
 from blis_fast.config.outputs import atomic_write, check_outputs
 from blis_fast.config.policy import load_policy_bundle
@@ -79,6 +80,8 @@ def run(
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
     max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Simulate a cluster and print the summary JSON (cluster + per instance) on stdout.
 
@@ -99,14 +102,18 @@ def run(
 
     # the output files hold one record per request: reserve their memory up front
     reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
-    result = run_config(cfg, output_bytes_per_request=reserve)
-    if results_path:
-        atomic_write(results_path, result.write_results, "--results-path")
-    if per_request_out:
-        atomic_write(per_request_out, result.write_parquet, "--per-request-out")
-    if evaluation_out:
-        text = result.evaluate().to_json()
-        atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
+    with feedback.progress("blis-fast run") as bar:
+        result = run_config(cfg, output_bytes_per_request=reserve, progress=bar.report)
+        if results_path:
+            bar.report(f"writing {results_path}", 0, None)
+            atomic_write(results_path, result.write_results, "--results-path")
+        if per_request_out:
+            bar.report(f"writing {per_request_out}", 0, None)
+            atomic_write(per_request_out, result.write_parquet, "--per-request-out")
+        if evaluation_out:
+            bar.report(f"writing {evaluation_out}", 0, None)
+            text = result.evaluate().to_json()
+            atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
     typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))
 
 

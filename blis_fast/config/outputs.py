@@ -9,6 +9,9 @@
   the target: a reader never sees a half-written file, and a failed write leaves the
   target exactly as it was (only the temporary file is removed).  Targets that are not
   regular files (``/dev/null``, a FIFO) are written in place.
+- ``remove_pending`` deletes the temporary files of writes still under way: the CLI's
+  Ctrl-C watchdog calls it when it has to end the process without unwinding
+  (blis_fast/cli/feedback.py).
 """
 
 from __future__ import annotations
@@ -82,6 +85,16 @@ def check_outputs(outputs: Iterable[tuple[str, str | Path | None]],
                                         "its own path")
 
 
+_pending: set[Path] = set()  # temporary files being written (at most one per output at a time)
+
+
+def remove_pending() -> None:
+    """Delete the temporary files of unfinished ``atomic_write`` calls."""
+    for tmp in list(_pending):
+        _remove(tmp)
+        _pending.discard(tmp)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> Path:
     """Call ``write(tmp)`` to write a temporary file next to ``path``, then rename it to
     ``path`` (atomic on POSIX).  On failure the temporary file is removed and ``path`` is
@@ -105,6 +118,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
         raise ConfigError(flag, f"cannot write in {show(str(parent))}: {exc.strerror or exc}") from None
     os.close(fd)
     tmp = Path(tmp_name)
+    _pending.add(tmp)
     try:
         mode = st.st_mode & 0o777 if st is not None else 0o666 & ~_umask()
         os.chmod(tmp, mode)
@@ -116,6 +130,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
     except BaseException:
         _remove(tmp)
         raise
+    finally:
+        _pending.discard(tmp)
     return p
 
 

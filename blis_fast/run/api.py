@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 from blis_fast.config import memory
 from blis_fast.config.sim import SimConfig, build_config, load_yaml
@@ -54,10 +55,19 @@ def simulate(config: SimConfig | dict | str | Path | None = None, workload: Work
     return run_config(cfg, workload)
 
 
-def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0):
+Progress = Callable[[str, float, "float | None", str], None]
+"""A progress callback ``(phase, done, total, unit)``: the phase in words ('generating the
+workload', 'simulating'), how far it is (``total`` None: unknown), and the unit counted."""
+
+
+def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0,
+               progress: Progress | None = None):
     """Run a validated config (``simulate`` without the argument handling) inside its memory
     budget; ``output_bytes_per_request`` reserves memory for outputs the caller will write
-    (the CLI's results file)."""
+    (the CLI's results file).  ``progress`` is told each phase and, while the kernel runs,
+    the requests finished (or, with a horizon, the simulated seconds) about every
+    ``run.runner.CHUNK_SECONDS`` -- at no cost to the kernel (blis_fast.cli.feedback draws
+    it)."""
     from blis_fast.config.sim import validate
     from blis_fast.results.result import Result
 
@@ -68,11 +78,35 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         setup = resolve(cfg)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
+            if progress is not None:
+                progress("generating the workload", 0, None, "")
             wl = build_workload(cfg)
         else:
             wl = workload
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
+        if progress is not None:
+            progress("preparing the tables", 0, None, "")
         start = time.perf_counter()
-        state = run_to_end(build_state(setup, wl))
+        state = build_state(setup, wl)
+        on_chunk = None
+        if progress is not None:
+            on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
+            progress("simulating", 0, None if cfg.simulation.horizon else len(wl), "")
+        state = run_to_end(state, progress=on_chunk)
+        if progress is not None:
+            progress("computing the results", 0, None, "")
         return Result(setup, wl, state, wall_time_s=time.perf_counter() - start)
+
+
+def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):
+    """run_to_end's per-chunk callback: requests finished (completed, rejected or dropped)
+    out of all, or, with a horizon, simulated seconds out of the horizon's."""
+    def on_chunk(state) -> None:
+        loop = state.loop[0]
+        if horizon_us:
+            progress("simulating", int(loop["clock_us"]) // 1_000_000, horizon_us // 1_000_000, "simulated s")
+        else:
+            done = int(loop["rejected"]) + int(state.inst["completed"].sum()) + int(state.inst["dropped"].sum())
+            progress("simulating", min(done, n_requests), n_requests, "requests")
+    return on_chunk

@@ -1,11 +1,13 @@
 """Drive the resumable event loop (kernels.engine.loop.run_events) to the end of a run.
 
 The loop returns whenever the logs need room (Status.LOG_FULL: we grow them and call
-again) or the simulated clock passes the pause time (Status.PAUSED: a progress callback
-runs and we call again).  Any other status but OK is an error."""
+again), after a chunk of events (Status.CHUNK_DONE: progress, Ctrl-C) or when the
+simulated clock passes the pause time (Status.PAUSED: a sample is taken).  Any other
+status but OK is an error."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -63,30 +65,46 @@ def grow_logs(state: State) -> State:
     return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log)
 
 
-CHUNK_EVENTS = 500_000  # events per kernel call: a few tenths of a second, so an interrupt or a
-#                         progress update is never far away, at no measurable cost
+CHUNK_EVENTS = 200_000  # events in the first kernel call; later calls are sized to take about
+CHUNK_SECONDS = 0.2  # this long, so that an interrupt or a progress update is never far away
+#                      (a call costs microseconds: no measurable cost) even when events are slow
+MIN_CHUNK_EVENTS, MAX_CHUNK_EVENTS = 10_000, 20_000_000
+
+
+def _next_chunk(chunk: int, seconds: float) -> int:
+    """The next call's event budget: ``chunk`` events took ``seconds``; aim at
+    CHUNK_SECONDS, changing by at most 4x per call."""
+    if seconds <= 0:
+        return min(chunk * 4, MAX_CHUNK_EVENTS)
+    want = chunk * CHUNK_SECONDS / seconds
+    return int(min(max(want, chunk / 4, MIN_CHUNK_EVENTS), chunk * 4, MAX_CHUNK_EVENTS))
 
 
 def run_to_end(state: State, progress: Callable[[State], None] | None = None,
                sample_every_us: int | None = None, on_sample: Callable[[State, int], None] | None = None,
-               chunk_events: int = CHUNK_EVENTS) -> State:
+               chunk_events: int | None = None) -> State:
     """Run the loop until the simulation ends; returns the final State (the logs may have
     been replaced by larger ones).  Raises SimulationError on an error status.
 
-    The kernel returns to Python every ``chunk_events`` events: ``progress(state)`` is
-    called then (the simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C
-    (KeyboardInterrupt) surfaces there.  With ``sample_every_us``, the loop also stops at
+    The kernel returns to Python every ``chunk_events`` events (default: as many as take
+    about CHUNK_SECONDS of wall time; 0: never): ``progress(state)`` is called then (the
+    simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C (KeyboardInterrupt)
+    surfaces there.  Where the kernel returns does not change the run.  With ``sample_every_us``, the loop also stops at
     every multiple of it on the simulated clock -- having processed every event up to that
     time -- and ``on_sample(state, t_us)`` records what it needs (time series)."""
     from blis_fast_kernels.engine.loop import run_events  # numba loads here, not at import
 
     settings = state.settings
-    settings["chunk_events"] = max(int(chunk_events), 0)
+    adaptive = chunk_events is None
+    settings["chunk_events"] = CHUNK_EVENTS if adaptive else max(int(chunk_events), 0)
     if sample_every_us:
         settings["pause_at_us"] = int(sample_every_us)
     while True:
+        started = time.perf_counter()
         run_events(state)
         status = int(state.loop[0]["status"])
+        if adaptive and status == Status.CHUNK_DONE:
+            settings["chunk_events"] = _next_chunk(int(settings[0]["chunk_events"]), time.perf_counter() - started)
         if status == Status.OK:
             return state
         if status == Status.LOG_FULL:

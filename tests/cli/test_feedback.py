@@ -1,0 +1,168 @@
+"""Feedback on stderr (blis_fast.cli.feedback): progress bars only for a terminal and never
+on stdout, --quiet, notices through logging, Ctrl-C -> one line and exit 130 (also when
+typer swallows the interrupt), no temporary or partial output file after an interrupt,
+and the watchdog that ends a process whose main thread does not unwind.  In this process
+except the watchdog (one small subprocess)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from blis_fast.cli import feedback
+from blis_fast.config.outputs import atomic_write
+from builders import ROOT, run_cli
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """A stand-in terminal for stderr (install it in the test body: pytest's capture swaps
+    sys.stderr again between set-up and call); bars show at once."""
+    monkeypatch.setenv("BLIS_FAST_PROGRESS_AFTER", "0")
+    feedback.configure(quiet=False, verbose=0)
+    yield FakeTerminal()
+    feedback.configure(quiet=False, verbose=0)
+
+
+def test_bar_draws_on_a_terminal_stderr_only(terminal, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with feedback.progress("sweeping", total=3, unit="runs") as bar:
+        for _ in range(3):
+            bar.advance()
+        with feedback.progress("inner run") as inner:  # stacks under the outer bar
+            inner.report("simulating", 5, 10, "requests")
+    drawn = terminal.getvalue()
+    assert "sweeping" in drawn and "runs" in drawn and "simulating" in drawn
+    assert capsys.readouterr().out == ""
+
+
+def test_no_bar_when_quiet_or_not_a_terminal(terminal, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", terminal)
+    feedback.configure(quiet=True)
+    with feedback.progress("sweeping", total=3) as bar:
+        bar.advance()
+    assert terminal.getvalue() == ""
+    feedback.configure(quiet=False)
+    plain = io.StringIO()  # a pipe or a file: isatty() is False
+    monkeypatch.setattr(sys, "stderr", plain)
+    with feedback.progress("sweeping", total=3) as bar:
+        bar.advance()
+    assert plain.getvalue() == ""
+
+
+def test_notices_follow_quiet_and_verbose(terminal, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", terminal)
+    log = logging.getLogger("blis_fast.test")
+    feedback.configure(quiet=False, verbose=0)
+    log.info("hidden by default")
+    log.warning("a warning")
+    feedback.configure(verbose=1)
+    log.info("shown with -v")
+    feedback.configure(quiet=True)
+    log.warning("hidden by --quiet")
+    assert terminal.getvalue().splitlines() == ["a warning", "shown with -v"]
+
+
+def test_interrupt_in_a_command_exits_130_with_one_line(monkeypatch, capsys, tmp_path):
+    """Inside the command typer turns KeyboardInterrupt into its exit code 130 (which was
+    dropped); the results file of the interrupted run is not created."""
+    import blis_fast.run.api as api
+
+    def interrupted_run(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "run_config", interrupted_run)
+    code, out, err = run_cli(capsys, "run", "--num-requests", "5", "--results-path", tmp_path / "r.json")
+    assert code == 130
+    assert out == ""
+    assert err.strip().splitlines() == [feedback.INTERRUPTED_LINE]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_write_leaves_the_target_and_no_temporary(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("before")
+
+    def write(tmp):
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, write, "--results-path")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert target.read_text() == "before"
+
+
+def test_remove_pending_deletes_unfinished_temporaries(tmp_path):
+    """What the watchdog calls before ending the process from another thread."""
+    from blis_fast.config import outputs
+
+    seen = []
+
+    def write(tmp):
+        tmp.write_text("half")
+        seen.append(tmp)
+        outputs.remove_pending()  # as if the watchdog fired now
+        assert not tmp.exists()
+        raise OSError("gone")
+
+    with pytest.raises(Exception):
+        atomic_write(tmp_path / "out.parquet", write, "--per-request-out")
+    assert seen and list(tmp_path.iterdir()) == []
+
+
+def test_watchdog_ends_a_process_that_does_not_unwind(tmp_path):
+    """A main thread that swallows KeyboardInterrupt (or sits in a long C call) is ended
+    by the watchdog: one line, exit 130, the pending temporary file removed."""
+    tmp = tmp_path / ".out.json.tmp"
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from pathlib import Path
+        from blis_fast.cli import feedback
+        from blis_fast.config import outputs
+        tmp = Path({str(tmp)!r})
+        tmp.write_text("half")
+        outputs._pending.add(tmp)
+        with feedback.interrupt_guard(grace_s=0.2):
+            sent = False
+            while True:
+                try:
+                    if not sent:
+                        sent = True
+                        os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    pass  # never unwinds
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 130, p.stderr
+    assert p.stderr.strip().splitlines() == [feedback.INTERRUPTED_LINE]
+    assert not tmp.exists()
+
+
+def test_guard_is_a_no_op_outside_the_main_thread():
+    import threading
+
+    done = []
+
+    def body():
+        with feedback.interrupt_guard():
+            done.append(signal.getsignal(signal.SIGINT))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert done
