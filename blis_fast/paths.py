@@ -27,8 +27,8 @@ def configs_dir() -> Path:
 # ----------------------------------------------------------------------------- compiled kernels
 
 NOTICE = "blis-fast: compiling kernels (first run after install or upgrade; about {seconds} s)..."
-NOTICE_HEALED = ("blis-fast: the compiled-kernel cache was damaged ({file}) and has been cleared; "
-                 "compiling kernels (about {seconds} s)...")
+NOTICE_HEALED = ("blis-fast: a compiled-kernel cache entry was damaged ({file}) and has been removed; "
+                 "compiling kernels again (up to about {seconds} s)...")
 COMPILE_SECONDS = 40  # a cold `blis-fast run` on a 2-core machine (bench/README.md: start-up)
 
 
@@ -205,7 +205,7 @@ def skip_numba_blas_probe() -> None:
 
 
 def guard_kernel_cache() -> str | None:
-    """Run on ``import blis_fast``: clear a damaged compiled-kernel cache
+    """Run on ``import blis_fast``: remove damaged compiled-kernel cache entries
     (``kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
     notice on stderr for the moment they start.  Returns the damaged file's name, if any.
     A warm cache costs ~2 ms here and prints nothing."""

@@ -137,10 +137,20 @@ def _read_checked(record: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _entry_files(path: Path) -> list[Path]:
+    """The files of the cache entry ``path`` belongs to: one function's index
+    ``mod.func-LINE.pyXY.nbi`` and its data files ``mod.func-LINE.pyXY.N.nbc`` (the index
+    names the data files, so neither is usable without the other)."""
+    stem = path.name.split(".py", 1)[0]  # "mod.func-LINE"
+    tag = path.name[len(stem):].split(".")[1]  # "pyXY"
+    return [p for p in path.parent.glob(f"{stem}.{tag}*") if p.name.endswith((".nbi", ".nbc"))]
+
+
 def heal(intact) -> str | None:
-    """Pass every cache file not yet seen intact to ``intact`` (Path -> bool); on the first damaged one,
-    clear this package's cache and return that file's name (else None).  Intact files are
-    recorded in ``blis_fast_kernels.checked`` so that they are not checked again."""
+    """Pass every cache file not yet seen intact to ``intact`` (Path -> bool); remove each
+    damaged file's whole entry (that function alone then recompiles: a damaged helper does
+    not cost a full compile) and return the first damaged file's name (else None).  Intact
+    files are recorded in ``blis_fast_kernels.checked`` so that they are not checked again."""
     root = cache_dirs()[0]
     record = root / _CHECKED
     checked = _read_checked(record)
@@ -148,10 +158,18 @@ def heal(intact) -> str | None:
     fresh = sorted(name for name, sig in now.items() if checked.get(name) != sig)
     if not fresh:
         return None
+    damaged = None
     for name in fresh:
-        if not intact(Path(name)):
-            clear()
-            return Path(name).name
+        path = Path(name)
+        if path.exists() and not intact(path):
+            damaged = damaged or path.name
+            for f in _entry_files(path):
+                try:
+                    f.unlink()
+                except OSError:
+                    pass
+    if damaged is not None:
+        now = _listing()  # without the removed entries
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
@@ -159,7 +177,7 @@ def heal(intact) -> str | None:
         os.replace(tmp, record)
     except OSError:
         pass
-    return None
+    return damaged
 
 
 # ----------------------------------------------------------------------------- cold cache

@@ -214,14 +214,35 @@ def request_summary_columns(reqs: np.ndarray, lat: dict[str, np.ndarray] | None 
     }
 
 
+def instance_clocks_us(inst: np.ndarray, reqs: np.ndarray, compat: bool, horizon_us: int | None) -> np.ndarray:
+    """Each instance's end-of-run clock (µs), the basis of the duration metrics.
+
+    Normal mode: the end of its last step.  Compat mode: the reference's clock -- the time
+    of the last event the instance processed, at most the horizon: step boundaries (a step
+    that started by the horizon but ends after it counts by its start) and its requests'
+    arrivals and queue entries (docs/semantics.md §11)."""
+    end = inst["last_step_end_us"].astype(np.int64)
+    if not compat:
+        return end
+    h = np.iinfo(np.int64).max if horizon_us is None else int(horizon_us)
+    clocks = np.where(end <= h, end, end - inst["last_dt_us"])
+    clocks = np.where(inst["steps"] > 0, clocks, 0)
+    at = reqs["instance"]
+    queued, routed = reqs["queued_us"], reqs["routed_us"]
+    t = np.where((queued >= 0) & (queued <= h), queued, np.where((routed >= 0) & (routed <= h), routed, -1))
+    seen = (at >= 0) & (t >= 0)
+    np.maximum.at(clocks, at[seen], t[seen])
+    return clocks
+
+
 def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | None, inst: np.ndarray,
-                    itl_value: np.ndarray, itl_count: np.ndarray, compat: bool, horizon_us: int | None = None) -> dict:
+                    itl_value: np.ndarray, itl_count: np.ndarray, compat: bool, duration_us: int) -> dict:
     """The summary object of a set of requests served by ``inst`` rows.
 
     ``cols`` are ``request_summary_columns``; ``rows`` the group's request ids in increasing
     order (None: every request).  Field names and order follow the reference's metrics
-    object; our extra fields follow.  The duration is the end of the last step; in compat
-    mode it is capped at the horizon (the reference reports min(clock, horizon)).
+    object; our extra fields follow.  ``duration_us``: the group's end-of-run clock (the
+    latest of its instances' ``instance_clocks_us``).
     """
     def col(key):
         return cols[key] if rows is None else cols[key][rows]
@@ -234,9 +255,6 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
     enqueued = done | queued | running  # reached an instance's queue and still counted there
     generated = col("generated")
     out_tokens = int(np.maximum(generated - 1, 0).sum()) if compat else int(generated.sum())
-    duration_us = int(inst["last_step_end_us"].max()) if inst.size else 0
-    if compat and horizon_us is not None:
-        duration_us = min(duration_us, horizon_us)
     duration_s = duration_us / 1e6
     completed = int(done.sum())
     n_dropped = int(dropped.sum())

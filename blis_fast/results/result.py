@@ -22,7 +22,7 @@ from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .fitness import fitness
-from .metrics import ItlIndex, request_latencies, request_summary_columns, stable_order, summarize_group
+from .metrics import ItlIndex, instance_clocks_us, request_latencies, request_summary_columns, stable_order, summarize_group
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
@@ -74,7 +74,9 @@ class Result:
         cols = self._cols
         used = self._used_instances()
         (cv, cc), itl_of = self._itl.by_instance(cols["state"] == RequestState.COMPLETED)
-        cluster = summarize_group("cluster", cols, None, st.inst[used], cv, cc, self.compat, self._horizon)
+        clocks = instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
+        cluster = summarize_group("cluster", cols, None, st.inst[used], cv, cc, self.compat,
+                                  int(clocks[used].max()) if used.size else 0)
         del cv, cc
         # each instance's requests in increasing id order: a stable sort by instance
         req_inst = np.ascontiguousarray(st.reqs["instance"])
@@ -85,7 +87,7 @@ class Result:
         for i, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
             values, counts = itl_of(i)
             instances.append(summarize_group(f"instance_{i}", cols, order[a:b], st.inst[[i]], values, counts,
-                                             self.compat, self._horizon))
+                                             self.compat, int(clocks[i])))
         return cluster, instances
 
     @cached_property

@@ -65,7 +65,7 @@ def test_intact_recognises_numba_layouts_and_damage(tmp_path, monkeypatch):
     assert P.intact(tmp_path / "vanished.nbc")  # numba copes with a missing file
 
 
-def test_heal_checks_each_file_once_and_clears_on_damage(tmp_path, monkeypatch):
+def test_heal_checks_each_file_once_and_removes_damaged_entries(tmp_path, monkeypatch):
     files = _fake_cache(monkeypatch, tmp_path)
     other = tmp_path / "elsewhere_0123" / "other.f-1.py311.nbi"  # another package's cache
     other.parent.mkdir()
@@ -82,7 +82,11 @@ def test_heal_checks_each_file_once_and_clears_on_damage(tmp_path, monkeypatch):
     files[3].write_bytes(b"garbage")  # overwritten: new size and mtime
     assert C.heal(intact) == files[3].name
     assert parsed == [files[3]]
-    assert not any(p.exists() for p in files) and other.exists()
+    # the damaged data file's entry (its index too) is gone; every other entry is kept
+    assert [p.exists() for p in files] == [True, True, False, False] + [True] * (len(files) - 4)
+    assert other.exists()
+    parsed.clear()
+    assert C.heal(intact) is None and parsed == []  # the rest was recorded intact
 
 
 def test_entry_cached(tmp_path, monkeypatch):
@@ -180,15 +184,19 @@ def test_damaged_cache_heals_with_one_notice(tmp_path, monkeypatch):
     assert warm.returncode == 0 and warm.stderr == "", warm.stderr  # warm: not a word
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))  # C.cache_dirs() -> the same folders
     dirs = [d for d in C.cache_dirs() if d.is_dir()]
-    index = next(p for d in dirs for p in d.glob("loop.run_events-*.nbi"))
-    data = next(p for d in dirs for p in d.glob("*.nbc") if "run_events" not in p.name)
+    # two small functions of a default run (the entry kernel is left alone: its recompile
+    # would cost ~40 s, and a damaged entry only recompiles that function)
+    index = next(p for d in dirs for p in d.glob("keys.chain_sequence_keys-*.nbi"))
+    data = next(p for d in dirs for p in d.glob("keys.hash_chain_states-*.nbc"))
     index.write_bytes(b"\x80garbage, not numba's index.")
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # truncated
+    intact_before = {p: p.read_bytes() for d in dirs for p in d.glob("loop.run_events-*")}
     healed = _run(cache)
     assert healed.returncode == 0, healed.stderr
     lines = healed.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("blis-fast:") and "compiling kernels" in lines[0], lines
     assert healed.stdout == warm.stdout  # the same results
+    assert all(p.read_bytes() == b for p, b in intact_before.items())  # not recompiled
     again = _run(cache)
     assert again.returncode == 0 and again.stderr == "" and again.stdout == warm.stdout
 

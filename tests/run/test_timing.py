@@ -260,3 +260,30 @@ def test_compat_zero_output_request_has_no_extra_itl_sample():
     reqs = sim(wl, compat=COMPAT, **HAND_STEPS).state.reqs
     assert reqs[0]["itl_sum_us"] == 0
     assert reqs[1]["itl_sum_us"] > 0
+
+
+@pytest.mark.parametrize("H, normal_s, compat_s", [
+    (2500, 0.003005, 0.002),  # the step [2000, 3005) started by H: compat counts its start
+    (3005, 0.00401, 0.003005),  # the step ending at H: its end; the next step starts at H
+    (10_000_000, 0.011045, 0.011045),  # no cut: both the end of the last step
+])
+def test_duration_compat_is_the_clock_of_the_last_processed_event(H, normal_s, compat_s):
+    """Steps at 0, 2000, 3005, ..., 10040, ending at 11045 (one request, 10 outputs).  Normal mode: the end
+    of the last step that ran.  Compat: the reference's clock -- its last processed event,
+    at most H (docs/semantics.md §11.7)."""
+    wl = lengths_workload([0], [100], [10])
+    normal = sim(wl, **HAND_STEPS, horizon=H)
+    compat = sim(wl, **HAND_STEPS, horizon=H, compat=COMPAT)
+    assert normal.cluster["vllm_estimated_duration_s"] == normal_s
+    assert compat.cluster["vllm_estimated_duration_s"] == compat_s
+    assert compat.instances[0]["vllm_estimated_duration_s"] == compat_s
+
+
+def test_duration_compat_counts_a_queue_entry_after_the_last_step():
+    """A request queued (at 2600) while the instance's cut step runs: compat's clock is that
+    event, later than the step's start."""
+    wl = lengths_workload([0, 2600], [100, 100], [10, 10])
+    compat = sim(wl, alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], horizon=2700, compat=COMPAT)
+    reqs = compat.state.reqs
+    assert reqs[1]["queued_us"] == 2600
+    assert compat.cluster["vllm_estimated_duration_s"] == 0.0026
