@@ -80,6 +80,8 @@ def run(
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
     max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
+    warmup_s: Annotated[Optional[float], _opt("--warmup-s")] = None,
+    cooldown_s: Annotated[Optional[float], _opt("--cooldown-s")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:

@@ -40,6 +40,7 @@ LATENCY_MODELS = ("blackbox", "roofline")
 MAX_RATE = 1e12  # requests per second
 MAX_LATENCY_US = 10**12
 MAX_COEFF = 1e9  # each α / β coefficient, µs (per token / request for α1, α2, β1, β2)
+MAX_WINDOW_S = MAX_TIME_US / 1e6  # warm-up / cool-down, seconds of simulated time
 MAX_STEP_US = 2**53  # a full step (β0 + β1·max_num_batched_tokens + β2·max_num_seqs) must stay below this
 TOKENS = MAX_REQUEST_TOKENS
 
@@ -111,6 +112,11 @@ class SimulationConfig:
                                   hi=MAX_LATENCY_US, unit="µs")
     routing_latency: int = _opt(0, "µs from admission to the routing decision (>= 0)", lo=0, hi=MAX_LATENCY_US,
                                 unit="µs")
+    warmup_s: float = _opt(0.0, "statistics leave out requests arriving in the first warmup_s seconds of simulated "
+                                "time (the start-up transient); 0: none", lo=0, hi=MAX_WINDOW_S, unit="s")
+    cooldown_s: float = _opt(0.0, "statistics leave out requests arriving in the last cooldown_s seconds before the "
+                                  "last arrival (the drain, when the load falls off); 0: none", lo=0,
+                             hi=MAX_WINDOW_S, unit="s")
     check_invariants: bool = _opt(False, "verify KV conservation and batch limits after every step (slow; tests)")
     max_events: int | None = _opt(None, "safety limit on processed events (default: generous bound from the workload)",
                                   lo=1, hi=MAX_TIME_US)
@@ -206,6 +212,8 @@ FLAG_PATHS: dict[str, str] = {
     "compat": "simulation.compat",
     "admission_latency": "simulation.admission_latency",
     "routing_latency": "simulation.routing_latency",
+    "warmup_s": "simulation.warmup_s",
+    "cooldown_s": "simulation.cooldown_s",
     "check_invariants": "simulation.check_invariants",
     "max_events": "simulation.max_events",
     "max_memory": "simulation.max_memory",

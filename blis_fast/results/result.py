@@ -23,6 +23,7 @@ from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 from .anomalies import hol_blocking_instances, priority_inversions
 from .fitness import fitness
 from .metrics import ItlIndex, instance_clocks_us, request_latencies, request_summary_columns, stable_order, summarize_group
+from .window import measurement_window, window_mask
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
@@ -67,27 +68,59 @@ class Result:
         return np.flatnonzero((inst["active"] != 0) | (inst["injected"] > 0))
 
     @cached_property
+    def window(self) -> tuple[int, int] | None:
+        """(first, last) arrival µs of the requests the statistics cover (``results.window``:
+        simulation.warmup_s / cooldown_s); None: every request."""
+        sim = self.setup.config.simulation
+        return measurement_window(self.state.reqs["arrival_us"], sim.warmup_s, sim.cooldown_s)
+
+    @cached_property
+    def in_window(self) -> np.ndarray | None:
+        """bool per request: it arrived in the measurement window; None without one."""
+        return None if self.window is None else window_mask(self.state.reqs["arrival_us"], self.window)
+
+    @property
+    def rate_duration_s(self) -> float:
+        """What the per-second rates divide by: the window's span, else the run's duration."""
+        if self.window is None:
+            return float(self.cluster["vllm_estimated_duration_s"])
+        return (self.window[1] - self.window[0]) / 1e6
+
+    @cached_property
     def _groups(self) -> tuple[dict, list[dict]]:
         """(cluster summary without the run-level fields, one summary per used instance);
         the ITL samples of all groups come from one pass over the step log."""
         st = self.state
         cols = self._cols
         used = self._used_instances()
-        (cv, cc), itl_of = self._itl.by_instance(cols["state"] == RequestState.COMPLETED)
+        win = self.in_window
+        measured = cols["state"] == RequestState.COMPLETED
+        rows, span = None, None
+        if win is not None:
+            measured &= win
+            rows = np.flatnonzero(win)
+            span = self.window[1] - self.window[0]
+        (cv, cc), itl_of = self._itl.by_instance(measured)
         clocks = instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
-        cluster = summarize_group("cluster", cols, None, st.inst[used], cv, cc, self.compat,
-                                  int(clocks[used].max()) if used.size else 0)
+        cluster = summarize_group("cluster", cols, rows, st.inst[used], cv, cc, self.compat,
+                                  int(clocks[used].max()) if used.size else 0, span)
         del cv, cc
         # each instance's requests in increasing id order: a stable sort by instance
         req_inst = np.ascontiguousarray(st.reqs["instance"])
         order = stable_order(req_inst)
+        if win is not None:
+            order = order[win[order]]
         lo = np.searchsorted(req_inst[order], used, side="left")
         hi = np.searchsorted(req_inst[order], used, side="right")
         instances = []
         for i, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
             values, counts = itl_of(i)
             instances.append(summarize_group(f"instance_{i}", cols, order[a:b], st.inst[[i]], values, counts,
-                                             self.compat, int(clocks[i])))
+                                             self.compat, int(clocks[i]), span))
+        if win is not None:
+            for group in [cluster, *instances]:
+                group["window_start_s"] = self.window[0] / 1e6
+                group["window_end_s"] = self.window[1] / 1e6
         return cluster, instances
 
     @cached_property
@@ -101,8 +134,7 @@ class Result:
         st = self.state
         out = dict(self._groups[0])
         stats = st.loop[0]
-        arrived = int(stats["injected"])
-        rejected = int(stats["rejected"])
+        arrived, rejected = self._arrived_rejected()
         out["arrived_requests"] = arrived
         out["rejected_requests"] = rejected
         out["still_in_flight"] = arrived - rejected - out["injected_requests"]
@@ -159,8 +191,16 @@ class Result:
             "priority_inversions": priority_inversions(self.state.reqs, lat["e2e_us"], lat["done"],
                                                        self.setup.config.policy.priority),
             "hol_blocking_instances": hol_blocking_instances(self.state.inst),
-            "rejected_requests": int(self.state.loop[0]["rejected"]),
+            "rejected_requests": self._arrived_rejected()[1],
         }
+
+    def _arrived_rejected(self) -> tuple[int, int]:
+        """(requests that arrived, requests rejected at admission), of the measurement
+        window if there is one (its requests all arrived, by definition)."""
+        if self.in_window is None:
+            return int(self.state.loop[0]["injected"]), int(self.state.loop[0]["rejected"])
+        rejected = self.in_window & (self.state.reqs["state"] == RequestState.REJECTED)
+        return int(self.in_window.sum()), int(rejected.sum())
 
     @cached_property
     def fitness(self) -> dict | None:

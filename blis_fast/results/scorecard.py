@@ -85,6 +85,8 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     out_tab = result.outcomes
     reqs = result.state.reqs
     sel = np.ones(len(reqs), bool) if mask is None else mask
+    if result.in_window is not None:  # only the requests of the measurement window (results.window)
+        sel = sel & result.in_window
     arrived = sel & out_tab["arrived"]
     done = sel & out_tab["done"]
     met = sel & out_tab["met"]
@@ -92,7 +94,7 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     n_done = int(done.sum())
     n_met = int(met.sum())
     n_rej = int((sel & out_tab["rejected"]).sum())
-    dur = duration_s(result)
+    dur = result.rate_duration_s
     gen = reqs["generated"][done]
     if result.compat:
         gen = np.maximum(gen - 1, 0)
@@ -178,7 +180,9 @@ def overall_metrics(result) -> dict[str, float]:
     # max / mean busy time: 1 = balanced, n = one instance did everything
     out["utilization_imbalance"] = out["utilization_max"] / mean_util if mean_util > 0 else 1.0
     tenants = group_masks(result, "tenant")
-    dur = duration_s(result)
+    if result.in_window is not None:  # only the requests of the measurement window (results.window)
+        tenants = {k: m & result.in_window for k, m in tenants.items()}
+    dur = result.rate_duration_s
     tab = result.outcomes
     goodput = [int((m & tab["met"]).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
                if (m & tab["arrived"]).any()]
@@ -186,7 +190,7 @@ def overall_metrics(result) -> dict[str, float]:
            if (m & tab["arrived"]).any()]
     out["jain_fairness"] = jain_index(goodput)
     out["jain_fairness_throughput"] = jain_index(thr)
-    out["simulated_duration_s"] = dur
+    out["simulated_duration_s"] = duration_s(result)
     return out
 
 

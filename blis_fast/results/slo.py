@@ -81,13 +81,14 @@ def slo_report(result) -> dict:
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
     slo_names = list(names.get("slo_class") or [str(i) for i in range(n_cls)])
     tab = request_slo_table(reqs, slo_names, wl.slo_targets or {}, result.latencies)
+    win = result.in_window  # only the requests of the measurement window (results.window)
     out: dict = {}
     for col, key in (("slo_class", "slo_classes"), ("tenant", "tenants"), ("client", "clients")):
         ids = reqs[col]
         lst = list(names.get(col) or [str(i) for i in range(int(ids.max()) + 1 if len(ids) else 0)])
         groups = {}
         for i, name in enumerate(lst):
-            m = ids == i
+            m = ids == i if win is None else (ids == i) & win
             if not m.any():
                 continue
             g = _group(reqs, tab, m)

@@ -85,6 +85,10 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             wl = workload
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
+        if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
+            from blis_fast.results.window import measurement_window
+
+            measurement_window(wl.arrival_us, cfg.simulation.warmup_s, cfg.simulation.cooldown_s)
         if progress is not None:
             progress("preparing the tables", 0, None, "")
         start = time.perf_counter()
