@@ -13,7 +13,8 @@ from blis_fast.cli.app import Quiet, Verbose, app, field_help
 from blis_fast.cli.app import option as _opt
 from blis_fast.config.outputs import atomic_write, check_outputs
 from blis_fast.config.policy import load_policy_bundle
-from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml
+from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml, replace
+from blis_fast.errors import ConfigError
 
 
 @app.command()
@@ -75,6 +76,12 @@ def run(
     prefix_index_capacity: Annotated[Optional[int], _opt("--prefix-index-capacity")] = None,
     fitness_weights: Annotated[Optional[str], _opt("--fitness-weights")] = None,
     objectives: Annotated[Optional[str], _opt("--objectives")] = None,
+    trace_level: Annotated[Optional[str], _opt("--trace-level")] = None,
+    counterfactual_k: Annotated[Optional[int], _opt("--counterfactual-k")] = None,
+    sample_interval_ms: Annotated[Optional[float], _opt("--sample-interval-ms")] = None,
+    timeseries_out: Annotated[Optional[Path], typer.Option("--timeseries-out", help="write the time series (per instance and cluster: waiting, running, KV utilization, cumulative arrivals / completions / preemptions / rejections; README 'Time series') here (Parquet); sampled every --sample-interval-ms (default 100)")] = None,
+    trace_out: Annotated[Optional[Path], typer.Option("--trace-out", help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
+    summarize_trace: Annotated[bool, typer.Option("--summarize-trace", help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
     evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
@@ -96,8 +103,10 @@ def run(
     bundle = load_policy_bundle(policy_config) if policy_config else None
     cfg = build_config(load_yaml(config) if config else {}, overrides, policy_settings=bundle,
                        policy_origin=f"--policy-config {policy_config}")
+    cfg = with_analysis_outputs(cfg, trace_level=trace_level, sample_interval_ms=sample_interval_ms,
+                                timeseries_out=timeseries_out, trace_out=trace_out, summarize_trace=summarize_trace)
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
-               ("--evaluation-out", evaluation_out))
+               ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     from blis_fast.run.api import run_config
@@ -114,9 +123,46 @@ def run(
             atomic_write(per_request_out, result.write_parquet, "--per-request-out")
         if evaluation_out:
             bar.report(f"writing {evaluation_out}", 0, None)
-            text = result.evaluate().to_json()
+            text = result.evaluate(summarize=summarize_trace).to_json()
             atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
-    typer.echo(json.dumps(result.summary(), indent=2, allow_nan=False))
+        if timeseries_out:
+            bar.report(f"writing {timeseries_out}", 0, None)
+            atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
+        if trace_out:
+            from blis_fast.results.trace_table import write_decision_trace
+
+            bar.report(f"writing {trace_out}", 0, None)
+            atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
+        summary = result.summary()
+        if summarize_trace:
+            summary["summary_text"] = result.summary_text()
+    typer.echo(json.dumps(summary, indent=2, allow_nan=False))
+
+
+DEFAULT_SAMPLE_INTERVAL_MS = 100.0
+
+
+def with_analysis_outputs(cfg: SimConfig, *, trace_level, sample_interval_ms, timeseries_out, trace_out,
+                          summarize_trace) -> SimConfig:
+    """The config with what the analysis outputs need: the decision trace for --trace-out /
+    --summarize-trace, a sampling interval for --timeseries-out.  A flag whose output is
+    not asked for is refused (it would change nothing)."""
+    sim = cfg.simulation
+    needs_trace = trace_out is not None or summarize_trace
+    if needs_trace and sim.trace_level == "none":
+        flag = "--trace-out" if trace_out is not None else "--summarize-trace"
+        raise ConfigError(flag, "needs the decision trace; drop trace_level none (or set --trace-level decisions)")
+    if trace_level == "decisions" and not (needs_trace or sim.counterfactual_k):
+        raise ConfigError("--trace-level", "decisions changes nothing without --trace-out, --summarize-trace or "
+                                           "--counterfactual-k")
+    if sample_interval_ms is not None and timeseries_out is None:
+        raise ConfigError("--sample-interval-ms", "needs --timeseries-out FILE (where the time series goes)")
+    changes = {}
+    if needs_trace and sim.trace_level is None:
+        changes["trace_level"] = "decisions"
+    if timeseries_out is not None and sim.sample_interval_ms is None:
+        changes["sample_interval_ms"] = DEFAULT_SAMPLE_INTERVAL_MS
+    return replace(cfg, simulation=replace(sim, **changes)) if changes else cfg
 
 
 RESULTS_BYTES_PER_REQUEST = 4096  # the results document's per-request records (dicts, then JSON text)

@@ -34,6 +34,8 @@ from blis_fast.errors import ConfigError
 from .engine import EngineConfig
 
 COMPAT_MODES = ("blis-2026.02",)
+TRACE_LEVELS = ("none", "decisions")
+MAX_REPLAYED = 100  # counterfactual_k
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")
 ARRIVAL_PROCESSES = ("poisson", "constant")
 LATENCY_MODELS = ("blackbox", "roofline")
@@ -120,6 +122,14 @@ class SimulationConfig:
     check_invariants: bool = _opt(False, "verify KV conservation and batch limits after every step (slow; tests)")
     max_events: int | None = _opt(None, "safety limit on processed events (default: generous bound from the workload)",
                                   lo=1, hi=MAX_TIME_US)
+    trace_level: str | None = _opt(None, "decision trace: none | decisions (admission, routing and preemption "
+                                         "records; default none, decisions when --trace-out, --counterfactual-k or "
+                                         "--summarize-trace needs it)", choices=TRACE_LEVELS)
+    sample_interval_ms: float | None = _opt(None, "time-series sampling interval on the simulated clock, ms "
+                                                  "(default: no time series; 100 with --timeseries-out)",
+                                            lo=0.001, hi=MAX_TIME_US / 1e3, unit="ms")
+    counterfactual_k: int = _opt(0, "replay the K routing decisions with the highest estimated regret under each "
+                                    "traced alternative (exact counterfactuals; 0 = none)", lo=0, hi=MAX_REPLAYED)
     max_memory: int | None = _opt(None, "memory budget of the run in bytes, e.g. 4GB, 512MiB or 2000000000: inputs "
                                         "whose tables would need more are refused before allocating (default: half "
                                         "the machine's RAM)", lo=2**20, hi=2**62, unit="bytes", parse=parse_bytes)
@@ -217,6 +227,9 @@ FLAG_PATHS: dict[str, str] = {
     "check_invariants": "simulation.check_invariants",
     "max_events": "simulation.max_events",
     "max_memory": "simulation.max_memory",
+    "trace_level": "simulation.trace_level",
+    "sample_interval_ms": "simulation.sample_interval_ms",
+    "counterfactual_k": "simulation.counterfactual_k",
     "admission_policy": "policy.admission",
     "token_bucket_capacity": "policy.token_bucket_capacity",
     "token_bucket_refill_rate": "policy.token_bucket_refill_rate",
@@ -336,6 +349,9 @@ def validate(cfg: SimConfig) -> None:
     w, d = cfg.workload, cfg.deployment
     if cfg.objectives is not None:
         _objectives(cfg.objectives, "objectives")
+    if cfg.simulation.counterfactual_k and cfg.simulation.trace_level == "none":
+        raise ConfigError("simulation.counterfactual_k", "needs the decision trace: drop trace_level none "
+                                                         "(or set it to decisions)")
     for name in ("alpha_coeffs", "beta_coeffs"):
         v = getattr(cfg, name)
         if v is not None and len(v) != 3:

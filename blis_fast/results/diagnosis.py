@@ -3,7 +3,7 @@ evidence (the Key issues of the trace summary, blis_fast.results.trace_summary).
 
 A *miss* is an arrived request that did not meet its SLO class's targets; when the
 workload defines no targets at all, a request that did not complete or whose TTFT exceeds
-twice the run's median TTFT.  Detectors (each names the policy slot to change):
+twice the run's 10th-percentile TTFT (taken as at least 1 ms).  Detectors (each names the policy slot to change):
 
 - ``routing_cache`` (routing, traced runs): routed while another instance's prefix index
   held at least one more leading block of its prompt;
@@ -62,9 +62,10 @@ def miss_mask(result) -> tuple[np.ndarray, str]:
         return tab["arrived"] & ~tab["met"], "missed its SLO class's targets"
     ttft = tab["ttft_us"]
     ok = ttft >= 0
-    median = float(np.median(ttft[ok])) if ok.any() else 0.0
-    slow = ~tab["done"] | (ttft > 2 * median)
-    return tab["arrived"] & slow, f"no SLO targets: did not complete or TTFT > 2 x median ({median / 1e3:.1f} ms)"
+    fast = max(float(np.percentile(ttft[ok], 10)), 1000.0) if ok.any() else 1000.0
+    slow = ~tab["done"] | (ttft > 2 * fast)
+    return tab["arrived"] & slow, (f"no SLO targets: did not complete, or TTFT over twice the run's 10th percentile "
+                                   f"({fast / 1e3:.1f} ms, at least 1 ms)")
 
 
 def _f(x: float) -> str:
@@ -205,7 +206,10 @@ def _inversions(result, miss) -> list[Issue]:
 def _worst_lines(result, log, regret, best) -> list[str]:
     if len(log) == 0:
         return []
-    order = np.lexsort((log["request"], -regret))[:3]
+    order = np.lexsort((log["request"], -regret))
+    order = order[regret[order] > 0][:3]
+    if len(order) == 0:
+        return ["No routing decision has a positive estimated regret."]
     tab = result.outcomes
     lines = []
     for k in order.tolist():
@@ -235,10 +239,10 @@ def _counterfactual_lines(result, regret) -> list[str]:
         base = rep["baseline"]
         lines.append(f"- request_{rep['request']} (estimated regret {rep['estimated_regret_ms']:.1f} ms): actual "
                      f"instance_{rep['chosen_instance']} TTFT {base['ttft_ms']:.1f} ms, E2E {base['e2e_ms']:.1f} ms, "
-                     f"score {base['score']:.3f}; replayed:")
+                     f"score {base['score']:.4f}; replayed:")
         for alt in rep["alternatives"]:
             lines.append(f"  - instance_{alt['instance']}: TTFT {alt['ttft_ms']:.1f} ms, E2E {alt['e2e_ms']:.1f} ms, "
-                         f"score {alt['score']:.3f}")
+                         f"score {alt['score']:.4f}")
     return lines
 
 

@@ -41,6 +41,7 @@ class EvaluationResult:
     summary_text: str | None = None
     # per objective: {metric, direction, target, weight, value, normalized, met}
     details: list[dict] = field(default_factory=list)
+    counterfactuals: list[dict] = field(default_factory=list)  # exact replays (run.counterfactual)
 
     def to_dict(self, include_wall_time: bool = False) -> dict:
         """A JSON-able dict (keys in a fixed order); ``wall_time_s`` only when asked."""
@@ -58,6 +59,8 @@ class EvaluationResult:
         }
         if include_wall_time:
             out["wall_time_s"] = self.wall_time_s
+        if self.counterfactuals:
+            out["counterfactuals"] = [dict(c) for c in self.counterfactuals]
         if self.summary_text is not None:
             out["summary_text"] = self.summary_text
         return out
@@ -129,6 +132,7 @@ def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResu
         wall_time_s=result.wall_time_s,
         summary_text=result.summary_text(objs) if summarize else None,
         details=details,
+        counterfactuals=list(result.counterfactuals),
     )
 
 

@@ -36,6 +36,8 @@ class Result:
         self.workload = workload
         self.state = state
         self.wall_time_s = wall_time_s  # the event loop's wall time (never written to results files)
+        self.timeseries = None  # TimeSeries (results.timeseries) when sample_interval_ms was set
+        self.counterfactuals: list[dict] = []  # exact replays (run.counterfactual) when counterfactual_k > 0
 
     # ------------------------------------------------------------------ summary
     @property
@@ -220,6 +222,8 @@ class Result:
             out["fitness"] = self.fitness
         if self.slo is not None:
             out["slo"] = self.slo
+        if self.counterfactuals:
+            out["counterfactuals"] = self.counterfactuals
         if self.setup.config.objectives is not None:  # asked for: the score and its vector
             ev = self.evaluate()
             out["evaluation"] = {"score": ev.score, "objectives": ev.objectives}

@@ -4,8 +4,8 @@ analysis, Worst decisions, Suggested focus.  Same run => same bytes (no wall tim
 number formats, ties broken by name).
 
 Key issues are the largest sources of misses (requests that did not meet their SLO; with
-no SLO targets in the workload, requests whose TTFT exceeds twice the run's median TTFT:
-``slow``).  Each detector (``blis_fast.results.diagnosis``) counts the requests it blames
+no SLO targets in the workload, requests whose TTFT exceeds twice the run's 10th-percentile
+TTFT).  Each detector (``blis_fast.results.diagnosis``) counts the requests it blames
 and how many of them missed; issues are ranked by misses blamed, ties by cause (upstream first).
 """
 
@@ -31,6 +31,45 @@ def _fmt(v) -> str:
     return f"{v:.3f}"
 
 
+MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
+
+
+def _group_lines(result) -> list[str]:
+    """One line per SLO class and tenant (when the workload names them)."""
+    from blis_fast.results.scorecard import group_masks, group_metrics
+
+    out = []
+    for kind in ("class", "tenant"):
+        masks = group_masks(result, kind)
+        if len(masks) < 2 and not (result.workload.names or {}):
+            continue
+        parts = []
+        for name, mask in list(masks.items())[:MAX_ROWS]:
+            g = group_metrics(result, mask)
+            parts.append(f"{name}: attainment {_fmt(g['slo_attainment'])}, TTFT p99 {_fmt(g['ttft_p99_ms'])} ms, "
+                         f"{g['arrived_requests']} arrived, {g['rejected_requests']} rejected")
+        more = f" (+{len(masks) - MAX_ROWS} more)" if len(masks) > MAX_ROWS else ""
+        if parts:
+            out.append(f"Per {'SLO class' if kind == 'class' else kind}{more}: " + "; ".join(parts) + ".")
+    return [""] + out if out else []
+
+
+def _instance_lines(result) -> list[str]:
+    """Utilization, mean queue and mean KV utilization per instance."""
+    import numpy as np
+
+    from blis_fast.results.scorecard import instance_metrics
+
+    used = result._used_instances().tolist()
+    parts = []
+    for i in used[:MAX_ROWS]:
+        m = instance_metrics(result, np.array([i]))
+        parts.append(f"instance_{i}: utilization {_fmt(m['utilization'])}, queue {_fmt(m['queue_depth_mean'])}, "
+                     f"KV {_fmt(m['kv_utilization_mean'])}, {m['injected_requests']} requests")
+    more = f" (+{len(used) - MAX_ROWS} more)" if len(used) > MAX_ROWS else ""
+    return ["", f"Per instance{more} (means over steps): " + "; ".join(parts) + "."] if parts else []
+
+
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
@@ -45,7 +84,7 @@ def summary_text(result, objectives=None) -> str:
     lines.append(f"Policy: admission `{pol.admission}`, routing `{pol.routing}`"
                  + (f" (scorers {dict(sorted(pol.scorers().items()))})" if pol.routing == "weighted" else "")
                  + f", priority `{pol.priority}`, scheduler `{pol.scheduler}`, preemption victim "
-                   f"`{pol.preemption_victim}`. {m['num_instances']} instances, {m['arrived_requests']} requests "
+                   f"`{pol.preemption_victim}`. Instances: {m['num_instances']}; {m['arrived_requests']} requests "
                    f"arrived over {_fmt(m['simulated_duration_s'])} s simulated.")
     lines += ["", "## Outcome", "", "| objective | value | target | normalized | met |", "|---|---|---|---|---|"]
     total_w = sum(o.weight for o in objs)
@@ -61,6 +100,7 @@ def summary_text(result, objectives=None) -> str:
                   f"E2E p99 {_fmt(m['e2e_p99_ms'])} ms, rejected {_fmt(m['rejected_fraction'])}, "
                   f"preemptions {m['preemption_count']}, prefix-cache hit rate {_fmt(m['prefix_cache_hit_rate'])}, "
                   f"utilization {_fmt(m['utilization_min'])}-{_fmt(m['utilization_max'])}."]
+    lines += _group_lines(result) + _instance_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]
     lines.append(f"Misses: {diag.misses} of {diag.arrived} arrived requests ({diag.miss_definition}).")

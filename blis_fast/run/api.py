@@ -91,16 +91,32 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             measurement_window(wl.arrival_us, cfg.simulation.warmup_s, cfg.simulation.cooldown_s)
         if progress is not None:
             progress("preparing the tables", 0, None, "")
-        start = time.perf_counter()
-        state = build_state(setup, wl)
+        sim = cfg.simulation
+        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
+        interval_us = sample_interval_us(cfg)
+        recorder = None
+        if interval_us:
+            from blis_fast.results.timeseries import TimeSeriesRecorder
+
+            recorder = TimeSeriesRecorder(len(state.inst))
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
             progress("simulating", 0, None if cfg.simulation.horizon else len(wl), "")
-        state = run_to_end(state, progress=on_chunk)
+        start = time.perf_counter()
+        state = run_to_end(state, progress=on_chunk, sample_every_us=interval_us, on_sample=recorder)
+        result = Result(setup, wl, state, wall_time_s=time.perf_counter() - start)
         if progress is not None:
             progress("computing the results", 0, None, "")
-        return Result(setup, wl, state, wall_time_s=time.perf_counter() - start)
+        if recorder is not None:
+            result.timeseries = recorder.series(result._used_instances())
+        if sim.counterfactual_k:
+            from blis_fast.run.counterfactual import replay_worst_decisions
+
+            if progress is not None:
+                progress("replaying counterfactuals", 0, None, "")
+            result.counterfactuals = replay_worst_decisions(result, sim.counterfactual_k)
+        return result
 
 
 def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):
@@ -114,3 +130,20 @@ def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None
             done = int(loop["rejected"]) + int(state.inst["completed"].sum()) + int(state.inst["dropped"].sum())
             progress("simulating", min(done, n_requests), n_requests, "requests")
     return on_chunk
+
+
+def trace_level_code(cfg: SimConfig) -> int:
+    """The kernel's TraceLevel of a config: decisions when asked for, or when counterfactual
+    replays need the decision records."""
+    from blis_fast_kernels.schema import TraceLevel
+
+    level = cfg.simulation.trace_level
+    if level is None:
+        level = "decisions" if cfg.simulation.counterfactual_k else "none"
+    return int(TraceLevel.DECISIONS if level == "decisions" else TraceLevel.NONE)
+
+
+def sample_interval_us(cfg: SimConfig) -> int | None:
+    """The time-series sampling interval in µs (None: no time series)."""
+    ms = cfg.simulation.sample_interval_ms
+    return None if ms is None else max(int(round(ms * 1000)), 1)

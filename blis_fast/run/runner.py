@@ -121,6 +121,25 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
             raise SimulationError(describe_error(state))
 
 
+def run_until(state: State, t_us: int) -> State:
+    """Run until every event at or before ``t_us`` is processed and the next one lies
+    beyond it (or the run ends); the returned State continues with ``run_to_end``."""
+    from blis_fast_kernels.engine.loop import run_events
+
+    settings = state.settings
+    settings["pause_at_us"] = int(t_us)
+    while True:
+        run_events(state)
+        status = int(state.loop[0]["status"])
+        if status in (Status.OK, Status.PAUSED):
+            settings["pause_at_us"] = np.iinfo(np.int64).max
+            return state
+        if status == Status.LOG_FULL:
+            state = grow_logs(state)
+        elif status != Status.CHUNK_DONE:
+            raise SimulationError(describe_error(state))
+
+
 def describe_error(state: State) -> str:
     """One line: what went wrong, where and when."""
     lp = state.loop[0]

@@ -217,6 +217,11 @@ def decision_logs(n_requests: int, trace_level: int):
     logs when decisions are traced (each request is decided once), 1 row otherwise; the
     preemption log grows as needed (run.runner.grow_logs)."""
     rows = max(n_requests, 1) if trace_level >= S.TraceLevel.DECISIONS else 1
+    if rows > 1:
+        from blis_fast.config import memory
+
+        memory.charge(rows * (S.ROUTE_DT.itemsize + S.ADMIT_DT.itemsize), f"the decision trace ({rows} requests)",
+                      "trace a smaller workload (simulation.trace_level none)")
     return (np.zeros(rows, S.ROUTE_DT), np.zeros(rows, S.ADMIT_DT),
             np.zeros(MIN_LOG_ROWS if trace_level >= S.TraceLevel.DECISIONS else 1, S.PREEMPT_DT))
 

@@ -1,0 +1,129 @@
+"""Time series of a run, sampled on the simulated clock (``sample_interval_ms``):
+per instance and for the cluster, at t = k·interval (k = 1, 2, ...) while events remain,
+each sample taken after every event at or before t.
+
+Columns (one row per sample time and instance; the cluster's row has instance = -1):
+
+| column | unit | definition |
+|---|---|---|
+| time_us / time_s | µs / s | the sample time |
+| instance | id | instance id, -1 = the whole cluster |
+| waiting | requests | in the wait queue (cluster: summed) |
+| running | requests | in the running batch |
+| routed_pending | requests | routed here, queueing overhead (α) not yet elapsed |
+| in_system | requests | cluster: arrived, not yet completed, rejected or dropped (includes requests in admission / routing latency); instance: waiting + running + routed_pending |
+| kv_blocks_used | blocks | KV blocks allocated |
+| kv_utilization | fraction | kv_blocks_used / KV blocks (cluster: pooled) |
+| arrivals | requests, cumulative | cluster: arrived at the cluster; instance: entered its queue (injected) |
+| completions | requests, cumulative | completed |
+| preemptions | count, cumulative | preemptions |
+| rejections | requests, cumulative | rejected by admission (cluster only; 0 per instance) |
+| dropped | requests, cumulative | dropped as unservable |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
+           "preemptions", "rejections", "dropped")
+ROW_BYTES = 8 * (len(COLUMNS) + 4)
+CHUNK = 1024  # samples charged to the memory budget at a time
+
+
+class TimeSeriesRecorder:
+    """``on_sample`` callback of ``run.runner.run_to_end``: records one sample of every
+    instance row in use and of the cluster."""
+
+    def __init__(self, n_inst: int):
+        self.n_inst = n_inst
+        self.times: list[int] = []
+        self.rows: list[np.ndarray] = []  # per sample: int64[n_inst + 1, len(COLUMNS)] (cluster last)
+        self.kv_total: np.ndarray | None = None
+
+    def __call__(self, state, t_us: int) -> None:
+        if len(self.times) % CHUNK == 0:
+            from blis_fast.config import memory
+
+            memory.charge(CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
+                          f"the time series ({len(self.times)} samples so far)",
+                          "raise simulation.sample_interval_ms (--sample-interval-ms)")
+        inst = state.inst
+        lp = state.loop[0]
+        a = np.empty((len(inst) + 1, len(COLUMNS)), np.int64)
+        a[:-1, 0] = inst["wq_len"]
+        a[:-1, 1] = inst["batch_len"]
+        a[:-1, 2] = inst["routed_pending"]
+        a[:-1, 3] = a[:-1, 0] + a[:-1, 1] + a[:-1, 2]
+        a[:-1, 4] = inst["kv_allocated"]
+        a[:-1, 5] = inst["injected"]
+        a[:-1, 6] = inst["completed"]
+        a[:-1, 7] = inst["preemptions"]
+        a[:-1, 8] = 0
+        a[:-1, 9] = inst["dropped"]
+        a[-1] = a[:-1].sum(axis=0)
+        a[-1, 5] = lp["injected"]
+        a[-1, 8] = lp["rejected"]
+        a[-1, 3] = a[-1, 5] - a[-1, 6] - a[-1, 8] - a[-1, 9]
+        self.times.append(int(t_us))
+        self.rows.append(a)
+        self.kv_total = inst["kv_total"].astype(np.int64)
+
+    def series(self, used: np.ndarray) -> "TimeSeries":
+        """The recorded samples of instances ``used`` and the cluster."""
+        n = len(self.times)
+        k = len(used) + 1
+        if n == 0:
+            data = np.zeros((0, len(COLUMNS)), np.int64)
+        else:
+            pick = np.concatenate([used, [self.rows[0].shape[0] - 1]])
+            data = np.stack(self.rows)[:, pick, :].reshape(n * k, len(COLUMNS))
+        times = np.repeat(np.asarray(self.times, np.int64), k)
+        instance = np.tile(np.concatenate([used, [-1]]).astype(np.int64), n)
+        total = np.zeros(k, np.int64)
+        if self.kv_total is not None:
+            total[:-1] = self.kv_total[used]
+            total[-1] = self.kv_total[used].sum()
+        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n))
+
+
+class TimeSeries:
+    """Sampled columns (module docstring), one row per (sample time, instance)."""
+
+    def __init__(self, time_us: np.ndarray, instance: np.ndarray, cols: dict[str, np.ndarray], kv_total: np.ndarray):
+        self.time_us = time_us
+        self.instance = instance
+        self.cols = cols
+        self.kv_total = kv_total
+
+    def __len__(self) -> int:
+        return len(self.time_us)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column, in the documented order."""
+        kv = np.divide(self.cols["kv_blocks_used"], self.kv_total, out=np.zeros(len(self)), where=self.kv_total > 0)
+        out = {"time_us": self.time_us, "time_s": self.time_us / 1e6, "instance": self.instance}
+        for c in COLUMNS:
+            out[c] = self.cols[c]
+            if c == "kv_blocks_used":
+                out["kv_utilization"] = kv
+        return out
+
+    def cluster(self) -> dict[str, np.ndarray]:
+        """The cluster's rows only."""
+        m = self.instance == -1
+        return {k: v[m] for k, v in self.columns().items()}
+
+    def table(self):
+        """A pyarrow Table of ``columns()``."""
+        import pyarrow as pa
+
+        return pa.table({k: pa.array(v) for k, v in self.columns().items()})
+
+    def write_parquet(self, path) -> None:
+        import pyarrow.parquet as pq
+
+        pq.write_table(self.table(), str(path))
+
+
+__all__ = ["COLUMNS", "TimeSeries", "TimeSeriesRecorder"]

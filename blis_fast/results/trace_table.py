@@ -1,0 +1,126 @@
+"""The decision trace as one table (``--trace-out FILE.parquet``): a row per admission,
+routing decision and preemption, in time order (admission, routing, preemption at equal
+times, then decision order), filled with the request's outcome.  Columns that do not apply
+to a record are null.
+
+| column | unit | records | definition |
+|---|---|---|---|
+| time_us | µs | all | when the decision was made (preemption: start of the step) |
+| record | text | all | admission, routing or preemption |
+| request | id | all | the request decided on (preemption: the victim) |
+| tenant | name | all | the request's tenant |
+| admitted | bool | admission | admitted (false = rejected) |
+| cost_tokens | tokens | admission | prompt tokens charged to the tenant's bucket |
+| bucket_tokens | tokens | admission | the token bucket after the decision (token-bucket admission) |
+| instance | id | routing, preemption | the chosen instance / where the preemption happened |
+| candidates | count | routing | active instances chosen among |
+| prompt_blocks | blocks | routing | full prompt blocks of the request |
+| forced | bool | routing | decision forced (counterfactual replay) |
+| score | policy units | routing | the routing policy's score of the chosen instance (higher = preferred) |
+| load | requests | routing | the snapshot's load of the chosen instance (queue + batch + routed pending) |
+| kv_utilization | fraction | routing | the snapshot's KV utilization of the chosen instance |
+| matched_blocks | blocks | routing | leading prompt blocks the chosen instance's prefix index held |
+| alt{k}_instance, alt{k}_score, alt{k}_load, alt{k}_kv_utilization, alt{k}_matched_blocks | as above | routing | the k-th best alternative by the policy's score (k = 1..4; null when fewer candidates) |
+| estimated_regret_ms | ms | routing | blis_fast/results/regret.py |
+| best_alternative | id | routing | the alternative with the lowest estimated cost |
+| for_request | id | preemption | the request whose KV allocation failed |
+| victim_generated | tokens | preemption | output tokens the victim had emitted |
+| victim_blocks | blocks | preemption | KV blocks it released |
+| ttft_ms, e2e_ms | ms | all | the request's outcome (null if it never got there) |
+| cached_tokens | tokens | all | prompt tokens found in the prefix cache at its first admission |
+| slo_met | bool | all | the request met its SLO class's targets |
+| final_state | text | all | the request's state at the end of the run |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast_kernels.schema import N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES
+
+RECORDS = ("admission", "routing", "preemption")
+
+
+def decision_table(result):
+    """The pyarrow Table of the run's decision trace (empty when not traced)."""
+    import pyarrow as pa
+
+    from blis_fast.results.regret import estimated_regret
+
+    st = result.state
+    lp = st.loop[0]
+    adm = st.admit_log[: int(lp["admit_records"])]
+    rte = st.route_log[: int(lp["route_records"])]
+    pre = st.preempt_log[: int(lp["preempt_records"])]
+    n_a, n_r, n_p = len(adm), len(rte), len(pre)
+    n = n_a + n_r + n_p
+    kind = np.repeat(np.arange(3), [n_a, n_r, n_p])
+    time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"]]).astype(np.int64)
+    request = np.concatenate([adm["request"], rte["request"], pre["victim"]]).astype(np.int64)
+    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p)])
+    order = np.lexsort((seq, kind, time_us))
+
+    starts = {0: 0, 1: n_a, 2: n_a + n_r}
+
+    def col(values_by_kind: dict, dtype, valid_by_kind: dict | None = None):
+        """One column: the values of the record kinds that have it (where valid), null elsewhere."""
+        out = np.zeros(n, dtype)
+        valid = np.zeros(n, bool)
+        for k, v in values_by_kind.items():
+            out[starts[k]: starts[k] + len(v)] = v
+            valid[starts[k]: starts[k] + len(v)] = True if valid_by_kind is None else valid_by_kind[k]
+        return pa.array(out[order], mask=~valid[order])
+
+    tenant_ids = st.reqs["tenant"][request]
+    names = (result.workload.names or {}).get("tenant") or []
+    tenant = [names[t] if t < len(names) else str(t) for t in tenant_ids[order].tolist()]
+    regret, best = estimated_regret(result, rte)
+    best_inst = rte["alt_instance"][np.arange(n_r), np.maximum(best, 0)] if n_r else np.zeros(0, np.int64)
+    cols = {
+        "time_us": pa.array(time_us[order]),
+        "record": pa.array([RECORDS[k] for k in kind[order].tolist()], pa.string()),
+        "request": pa.array(request[order]),
+        "tenant": pa.array(tenant, pa.string()),
+        "admitted": col({0: adm["admitted"] != 0}, bool),
+        "cost_tokens": col({0: adm["cost"]}, np.int64),
+        "bucket_tokens": col({0: adm["bucket_tokens"]}, np.float64),
+        "instance": col({1: rte["chosen_instance"], 2: pre["instance"]}, np.int64),
+        "candidates": col({1: rte["candidates"]}, np.int64),
+        "prompt_blocks": col({1: rte["prompt_blocks"]}, np.int64),
+        "forced": col({1: rte["forced"] != 0}, bool),
+        "score": col({1: rte["chosen_score"]}, np.float64),
+        "load": col({1: rte["chosen_load"]}, np.float64),
+        "kv_utilization": col({1: rte["chosen_kv_utilization"]}, np.float64),
+        "matched_blocks": col({1: rte["chosen_matched_blocks"]}, np.int64),
+    }
+    alt_fields = (("instance", "alt_instance", np.int64), ("score", "alt_score", np.float64),
+                  ("load", "alt_load", np.float64), ("kv_utilization", "alt_kv_utilization", np.float64),
+                  ("matched_blocks", "alt_matched_blocks", np.int64))
+    for a in range(N_TRACE_ALTERNATIVES):
+        present = rte["alt_instance"][:, a] >= 0
+        for name, field, dtype in alt_fields:
+            cols[f"alt{a + 1}_{name}"] = col({1: rte[field][:, a]}, dtype, {1: present})
+    cols["estimated_regret_ms"] = col({1: regret / 1e3}, np.float64)
+    cols["best_alternative"] = col({1: best_inst}, np.int64, {1: best >= 0})
+    cols["for_request"] = col({2: pre["for_request"]}, np.int64)
+    cols["victim_generated"] = col({2: pre["victim_generated"]}, np.int64)
+    cols["victim_blocks"] = col({2: pre["victim_blocks"]}, np.int64)
+    tab = result.outcomes
+    r = request[order]
+    ttft, e2e = tab["ttft_us"][r], tab["e2e_us"][r]
+    cols["ttft_ms"] = pa.array(ttft / 1e3, mask=ttft < 0)
+    cols["e2e_ms"] = pa.array(e2e / 1e3, mask=e2e < 0)
+    cols["cached_tokens"] = pa.array(st.reqs["cached_tokens"][r].astype(np.int64))
+    cols["slo_met"] = pa.array(tab["met"][r])
+    cols["final_state"] = pa.array([REQUEST_STATE_NAMES[s] for s in st.reqs["state"][r].tolist()], pa.string())
+    return pa.table(cols)
+
+
+def write_decision_trace(result, path) -> None:
+    """Write ``decision_table(result)`` as Parquet."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(decision_table(result), str(path))
+
+
+__all__ = ["RECORDS", "decision_table", "write_decision_trace"]

@@ -1,0 +1,108 @@
+"""Exact counterfactual replay of routing decisions: "what if request r had gone to
+instance j instead", answered by simulating it.
+
+A run is deterministic, so the run with only decision r changed is the original run with
+``settings.forced_request = r, forced_instance = j`` (the kernel routes r to j and
+everything else by the policy).  Replays resume from a copy of the state taken just
+before r's decision time instead of starting over: one pass runs the workload up to each
+replayed decision in time order (``runner.run_until``), and each alternative continues a
+copy from there to the end.  The replayed run equals a full run with that decision forced
+(tests/run/test_counterfactual.py).
+
+The K decisions replayed are those with the highest positive estimated regret
+(``blis_fast.results.regret``), ties to the lower request id; each is replayed under every
+traced alternative (up to ``N_TRACE_ALTERNATIVES``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast.run.runner import run_to_end, run_until
+from blis_fast.run.tables import build_state
+from blis_fast_kernels.schema import TraceLevel
+from blis_fast_kernels.schema.state import copy_state
+
+
+def _ms(us: int) -> float | None:
+    return None if us < 0 else us / 1e3
+
+
+def _outcome(result, r: int, objectives) -> dict:
+    from blis_fast.results.objectives import score
+
+    lat = result.latencies
+    total, vec = score(result, objectives)
+    return {"instance": int(result.state.reqs["instance"][r]), "ttft_ms": _ms(int(lat["ttft_us"][r])),
+            "e2e_ms": _ms(int(lat["e2e_us"][r])), "score": total, "objectives": vec}
+
+
+def forced_state(result, request: int, instance: int, trace_level: int = TraceLevel.NONE):
+    """A fresh State of ``result``'s run with request ``request`` routed to ``instance``."""
+    st = build_state(result.setup, result.workload, trace_level=trace_level)
+    st.settings["forced_request"] = request
+    st.settings["forced_instance"] = instance
+    return st
+
+
+def worst_decisions(result, k: int) -> np.ndarray:
+    """Rows of the routing log with the ``k`` highest estimated regrets (> 0 only: a
+    decision the model finds no better alternative for is not replayed), highest first,
+    ties to the lower request id."""
+    from blis_fast.results.regret import estimated_regret, routing_log
+
+    log = routing_log(result)
+    regret, _best = estimated_regret(result, log)
+    order = np.lexsort((log["request"], -regret))
+    return order[regret[order] > 0][:max(k, 0)]
+
+
+def replays(result, rows):
+    """Yield (row, alternative instance, Result of the replay) for every traced alternative
+    of the routing-log rows ``rows``, resuming copies of one pass over the run (module
+    docstring); rows are visited in decision-time order."""
+    from blis_fast.results.regret import routing_log
+    from blis_fast.results.result import Result
+
+    log = routing_log(result)
+    state = build_state(result.setup, result.workload, trace_level=TraceLevel.NONE)
+    for row in sorted(rows, key=lambda j: (int(log["time_us"][j]), int(log["request"][j]))):
+        rec = log[row]
+        state = run_until(state, int(rec["time_us"]) - 1)  # every event before the decision's time, none at it
+        for j in rec["alt_instance"].tolist():
+            if j < 0:
+                continue
+            replay = copy_state(state)
+            replay.settings["forced_request"] = rec["request"]
+            replay.settings["forced_instance"] = j
+            yield row, j, Result(result.setup, result.workload, run_to_end(replay))
+
+
+def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
+    """Replay the ``k`` highest-regret routing decisions of a traced ``result`` under each
+    traced alternative: per decision {request, time_us, chosen_instance,
+    estimated_regret_ms, baseline: outcome, alternatives: [outcome, ...]}, where an outcome
+    is {instance, ttft_ms, e2e_ms (None if it never got there), score, objectives} and the
+    score is under ``objectives`` (default: the config's).  Highest estimated regret first."""
+    from blis_fast.results.objectives import parse_objectives
+    from blis_fast.results.regret import estimated_regret, routing_log
+
+    log = routing_log(result)
+    picked = worst_decisions(result, k).tolist()
+    if not picked:
+        return []
+    objs = parse_objectives(objectives if objectives is not None else result.setup.config.objectives)
+    regret, _best = estimated_regret(result, log)
+    reports = {}
+    for row in picked:
+        r = int(log["request"][row])
+        reports[row] = {"request": r, "time_us": int(log["time_us"][row]),
+                        "chosen_instance": int(log["chosen_instance"][row]),
+                        "estimated_regret_ms": float(regret[row]) / 1e3, "baseline": _outcome(result, r, objs),
+                        "alternatives": []}
+    for row, _j, replayed in replays(result, picked):
+        reports[row]["alternatives"].append(_outcome(replayed, reports[row]["request"], objs))
+    return [reports[row] for row in picked]
+
+
+__all__ = ["forced_state", "replay_worst_decisions", "replays", "worst_decisions"]
