@@ -5,6 +5,7 @@
     feedback.py  progress bars and notices on stderr, Ctrl-C -> exit 130
     output.py    the human summary of a run (a terminal) or its JSON (--json, a pipe)
     run.py       blis-fast run
+    evaluate.py  blis-fast evaluate
     bench.py     blis-fast bench
     workload.py  blis-fast workload generate | stats
     cache.py     blis-fast clear-cache

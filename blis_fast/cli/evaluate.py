@@ -1,0 +1,145 @@
+"""``blis-fast evaluate``: every policy candidate on every scenario (blis_fast.batch), the
+rows written as Parquet, a ranking printed on stdout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from blis_fast.cli.app import app, number_option
+
+MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
+
+
+@app.command()
+def evaluate(
+    policies: Annotated[list[Path], typer.Option("--policies", help="candidate files (.yaml/.yml policy bundles, .py programs with get_policy()) or folders of them; repeatable")],
+    scenarios: Annotated[Path, typer.Option("--scenarios", help="scenarios YAML: scenarios: [{name, config, workload_spec|trace, seed, slo_classes, objectives}], objectives:, budget: (configs/evaluate/scenarios.yaml)")],
+    out: Annotated[Path, typer.Option("--out", help="write one row per (candidate, scenario) here (Parquet): score, objectives, metrics, status, message")],
+    workers: Annotated[Optional[str], number_option("--workers", help="threads evaluating in parallel (default: all cores; 1 = serial)")] = None,
+    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT (extra blis-fast[distributed])", show_default=False)] = None,
+    objectives: Annotated[Optional[str], typer.Option("--objectives", help="default objectives of scenarios that set none, e.g. 'ttft_p99_ms:min:200,slo_attainment:max' (overrides the file's)", show_default=False)] = None,
+    max_events: Annotated[Optional[str], number_option("--max-events", help="budget per evaluation: events (overrides the file's budget)")] = None,
+    max_simulated_s: Annotated[Optional[str], number_option("--max-simulated-s", help="budget per evaluation: simulated seconds", metavar="FLOAT")] = None,
+    max_wall_s: Annotated[Optional[str], number_option("--max-wall-s", help="budget per evaluation: wall-clock seconds (default 60)", metavar="FLOAT")] = None,
+    summaries: Annotated[bool, typer.Option("--summaries", help="add each run's trace-summary text (column summary_text)")] = False,
+    top: Annotated[Optional[str], number_option("--top", help="rows of the printed ranking (default 20; 0 = all)")] = None,
+) -> None:
+    """Evaluate policy candidates on scenarios in parallel.  Writes one Parquet row per
+    (candidate, scenario) and prints the candidates ranked by mean score.  Candidates
+    that fail (malformed, over budget) get score 0 and a message; the command still
+    exits 0."""
+    from blis_fast.batch.budget import Budget
+    from blis_fast.batch.candidates import candidate_files
+    from blis_fast.batch.scenarios import load_scenarios_file
+    from blis_fast.cli.run import input_files
+    from blis_fast.config.outputs import atomic_write, check_outputs
+    from blis_fast.config.validate import as_float, as_int
+    from blis_fast.errors import ConfigError
+    from blis_fast.results.objectives import parse_objectives
+
+    n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None
+    if n_workers is not None and dask_scheduler is not None:
+        raise ConfigError("--workers", "give --workers or --dask-scheduler, not both (Dask workers set their own)")
+    n_top = as_int(top, "--top", 0, 10**9) if top is not None else 20
+    files = candidate_files(policies)
+    scen, file_objectives, file_budget = load_scenarios_file(scenarios)
+    budget = dict(Budget.parse(file_budget, f"--scenarios {scenarios.name}: budget").to_dict())
+    if max_events is not None:
+        budget["max_events"] = as_int(max_events, "--max-events", 1, 2**62)
+    if max_simulated_s is not None:
+        budget["max_simulated_s"] = as_float(max_simulated_s, "--max-simulated-s", 0, 1e12, lo_open=True)
+    if max_wall_s is not None:
+        budget["max_wall_s"] = as_float(max_wall_s, "--max-wall-s", 0, 1e7, lo_open=True)
+    default_objectives = parse_objectives(objectives, "--objectives") if objectives is not None else file_objectives
+    inputs = [("--scenarios", scenarios)] + [("--policies", f) for f in files]
+    for s in scen:
+        inputs += input_files(s.config)
+    check_outputs([("--out", out)], inputs)  # before anything is evaluated
+
+    executor, client = (None, None)
+    if dask_scheduler is not None:
+        executor, client = dask_executor(dask_scheduler)
+    try:
+        batch = _run(files, scen, default_objectives, Budget.parse(budget), n_workers, executor, summaries)
+    finally:
+        if client is not None:
+            client.close()
+    import pyarrow.parquet as pq
+
+    atomic_write(out, lambda p: pq.write_table(batch.table, str(p)), "--out")
+    typer.echo(ranking_text(batch.table, n_top))
+
+
+def _run(files, scen, objectives, budget, workers, executor, summaries):
+    from blis_fast.batch.evaluate import evaluate_many
+
+    n = len(files) * len(scen)
+    with _progress(n) as report:
+        return evaluate_many(files, scen, objectives=objectives, budget=budget, workers=workers, executor=executor,
+                             summarize=summaries, progress=report)
+
+
+def _progress(total: int):
+    """A progress bar on stderr (blis_fast.cli.feedback) whose ``report(done, total)`` the
+    batch calls."""
+    from contextlib import contextmanager
+
+    try:
+        from blis_fast.cli.feedback import progress
+    except ImportError:  # pragma: no cover -- feedback lands separately
+        progress = None
+
+    @contextmanager
+    def bar():
+        if progress is None:
+            yield None
+            return
+        with progress("evaluating", total, unit="runs") as b:
+            yield lambda done, _total: b.update(done)
+
+    return bar()
+
+
+def dask_executor(address: str):
+    """(executor, client) of the Dask scheduler at ``address``; ConfigError naming
+    --dask-scheduler when the extra is missing or the scheduler cannot be reached."""
+    from blis_fast.errors import ConfigError
+
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ConfigError("--dask-scheduler", "needs Dask: pip install 'blis-fast[distributed]'") from None
+    try:
+        client = Client(address, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError("--dask-scheduler", f"cannot reach the scheduler at {address!r}: "
+                                              f"{' '.join(str(exc).split())[:200]}") from None
+    return client.get_executor(), client
+
+
+def ranking_text(table, top: int = 20) -> str:
+    """Candidates ranked by mean score over the scenarios (a failed evaluation counts 0;
+    ties by name): rank, candidate, mean and min score, evaluations ok, first failure."""
+    rows = table.select(["candidate", "score", "status", "message"]).to_pylist()
+    by: dict[str, list] = {}
+    for r in rows:
+        by.setdefault(r["candidate"], []).append(r)
+    ranked = sorted(by.items(), key=lambda kv: (-sum(r["score"] for r in kv[1]) / len(kv[1]), kv[0]))
+    shown = ranked if top == 0 else ranked[:top]
+    width = max([len("candidate")] + [len(c) for c, _ in shown])
+    lines = [f"{'rank':>4}  {'candidate':<{width}}  {'mean':>6}  {'min':>6}  {'ok':>7}  note"]
+    for k, (cand, rs) in enumerate(shown, 1):
+        scores = [r["score"] for r in rs]
+        ok = sum(r["status"] == "ok" for r in rs)
+        bad = next((r for r in rs if r["status"] != "ok"), None)
+        note = "" if bad is None else f"{bad['status']}: {bad['message']}"
+        if len(note) > MESSAGE_CHARS:
+            note = note[: MESSAGE_CHARS - 3] + "..."
+        lines.append(f"{k:>4}  {cand:<{width}}  {sum(scores) / len(scores):6.3f}  {min(scores):6.3f}  "
+                     f"{f'{ok}/{len(rs)}':>7}  {note}")
+    if len(shown) < len(ranked):
+        lines.append(f"({len(ranked) - len(shown)} more candidates in the output file)")
+    return "\n".join(lines)
