@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app, number_option
+from blis_fast.cli.app import Quiet, Verbose, app, number_option
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
 
@@ -26,6 +26,8 @@ def evaluate(
     max_wall_s: Annotated[Optional[str], number_option("--max-wall-s", help="budget per evaluation: wall-clock seconds (default 60)", metavar="FLOAT")] = None,
     summaries: Annotated[bool, typer.Option("--summaries", help="add each run's trace-summary text (column summary_text)")] = False,
     top: Annotated[Optional[str], number_option("--top", help="rows of the printed ranking (default 20; 0 = all)")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Evaluate policy candidates on scenarios in parallel.  Writes one Parquet row per
     (candidate, scenario) and prints the candidates ranked by mean score.  Candidates
@@ -87,16 +89,10 @@ def _progress(total: int):
     batch calls."""
     from contextlib import contextmanager
 
-    try:
-        from blis_fast.cli.feedback import progress
-    except ImportError:  # pragma: no cover -- feedback lands separately
-        progress = None
+    from blis_fast.cli.feedback import progress
 
     @contextmanager
     def bar():
-        if progress is None:
-            yield None
-            return
         with progress("evaluating", total, unit="runs") as b:
             yield lambda done, _total: b.update(done)
 
