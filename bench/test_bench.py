@@ -15,7 +15,7 @@ from blis_fast.experiments.bench import SCENARIOS, scenario_overrides
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
 from blis_fast_kernels.schema import RequestState, Status
 
-ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5}
+ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5, "100k-decisions": 5}
 
 
 @pytest.fixture(scope="module", params=[
@@ -33,8 +33,10 @@ def test_kernel(benchmark, scenario):
     benchmark.group = "kernel"
     benchmark.name = f"kernel[{name}]"
 
+    from blis_fast.run.api import trace_level_code
+
     def fresh_state():
-        return (build_state(setup, wl),), {}
+        return (build_state(setup, wl, trace_level=trace_level_code(setup.config)),), {}
 
     state = benchmark.pedantic(run_to_end, setup=fresh_state, rounds=ROUNDS.get(name, 5), warmup_rounds=1)
 

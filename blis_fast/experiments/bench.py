@@ -78,6 +78,10 @@ SCENARIOS: dict[str, dict] = {
     # the router's per-instance LRU index of prefix keys) on the 100k scenario
     "100k-weighted": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "weighted",
                       "routing_scorers": "prefix-affinity:3,queue-depth:2,kv-utilization:2,load-balance:1"},
+    # the cost of recording decisions (routing with the best alternatives and the snapshot
+    # they showed, admission, preemption; the router's prefix index kept for the trace) on
+    # the 100k scenario
+    "100k-decisions": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "trace_level": "decisions"},
     # the Go reference's workload shape: the BLIS `distribution` workload with its defaults
     # (prompt and output Normal(512, 256) clipped to [2, 7000], no shared prefix), 100K
     # requests on 16 instances at 480 req/s -- the same run as
@@ -88,7 +92,7 @@ SCENARIOS: dict[str, dict] = {
 # scenarios whose rate is given, not derived from the calibration
 FIXED_RATE = {"100k-ref"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k"}
+BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k"}
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",
@@ -189,8 +193,11 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     wl = build_workload(cfg)
     n = len(wl)
 
+    from blis_fast.run.api import trace_level_code
+
+    level = trace_level_code(cfg)
     # untimed warm-up (compiles or loads the kernels) doubling as the correctness check
-    ref = run_to_end(build_state(setup, wl))  # raises SimulationError on a bad status
+    ref = run_to_end(build_state(setup, wl, trace_level=level))  # raises SimulationError on a bad status
     completed = int((ref.reqs["state"] == RequestState.COMPLETED).sum())
     if completed != n:
         raise BlisFastError(f"scenario {name}: only {completed} of {n} requests completed")
@@ -199,7 +206,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
 
     times = []
     for _ in range(repeats):
-        state = build_state(setup, wl)
+        state = build_state(setup, wl, trace_level=level)
         t0 = time.perf_counter()
         state = run_to_end(state)
         times.append(time.perf_counter() - t0)
