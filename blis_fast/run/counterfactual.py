@@ -6,7 +6,7 @@ A run is deterministic, so the run with only decision r changed is the original 
 everything else by the policy).  Replays resume from a copy of the state taken just
 before r's decision time instead of starting over: one pass runs the workload up to each
 replayed decision in time order (``runner.run_until``), and each alternative continues a
-copy from there to the end.  The replayed run equals a full run with that decision forced
+copy from there to the end, on a thread pool as far as cores and the memory budget allow.  The replayed run equals a full run with that decision forced
 (tests/run/test_counterfactual.py).
 
 The K decisions replayed are those with the highest positive estimated regret
@@ -57,25 +57,56 @@ def worst_decisions(result, k: int) -> np.ndarray:
     return order[regret[order] > 0][:max(k, 0)]
 
 
+def replay_workers(state, wanted: int) -> int:
+    """Replays run at once: up to the cores this process may use and ``wanted``, and as
+    many state copies as the memory budget in force still holds (ConfigError naming
+    simulation.max_memory if not even one fits next to the pass's own state)."""
+    from blis_fast.batch.evaluate import default_workers
+    from blis_fast.config import memory
+
+    per_copy = sum(a.nbytes for a in state)
+    budget = memory.current_budget()
+    room = int((budget.limit - budget.used) // max(per_copy, 1)) - 1
+    workers = max(1, min(default_workers(), wanted, room))
+    memory.check((workers + 1) * per_copy, f"counterfactual replays ({workers} state copies of "
+                                           f"{memory.fmt_bytes(per_copy)} at once)",
+                 "lower simulation.counterfactual_k or make the workload smaller")
+    return workers
+
+
 def replays(result, rows):
     """Yield (row, alternative instance, Result of the replay) for every traced alternative
-    of the routing-log rows ``rows``, resuming copies of one pass over the run (module
-    docstring); rows are visited in decision-time order."""
+    of the routing-log rows ``rows``, in decision-time order: one pass runs the workload to
+    each decision, and a copy of the state continues from there under each alternative.
+    The copies run on a thread pool (the kernels release the GIL) as far as cores and the
+    memory budget allow; the results do not depend on it."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from blis_fast.results.regret import routing_log
     from blis_fast.results.result import Result
 
     log = routing_log(result)
     state = build_state(result.setup, result.workload, trace_level=TraceLevel.NONE)
+    tasks = []  # (row, alternative)
     for row in sorted(rows, key=lambda j: (int(log["time_us"][j]), int(log["request"][j]))):
-        rec = log[row]
-        state = run_until(state, int(rec["time_us"]) - 1)  # every event before the decision's time, none at it
-        for j in rec["alt_instance"].tolist():
-            if j < 0:
-                continue
+        tasks += [(row, j) for j in log["alt_instance"][row].tolist() if j >= 0]
+    if not tasks:
+        return
+    workers = replay_workers(state, len(tasks))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending = []  # futures in task order, at most ``workers`` ahead of the consumer
+        for row, j in tasks:
+            # every event before the decision's time, none at it (a no-op for the same row)
+            state = run_until(state, int(log["time_us"][row]) - 1)
             replay = copy_state(state)
-            replay.settings["forced_request"] = rec["request"]
+            replay.settings["forced_request"] = log["request"][row]
             replay.settings["forced_instance"] = j
-            yield row, j, Result(result.setup, result.workload, run_to_end(replay))
+            pending.append((row, j, pool.submit(run_to_end, replay)))
+            if len(pending) > workers:
+                r0, j0, fut = pending.pop(0)
+                yield r0, j0, Result(result.setup, result.workload, fut.result())
+        for r0, j0, fut in pending:
+            yield r0, j0, Result(result.setup, result.workload, fut.result())
 
 
 def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
@@ -105,4 +136,4 @@ def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
     return [reports[row] for row in picked]
 
 
-__all__ = ["forced_state", "replay_worst_decisions", "replays", "worst_decisions"]
+__all__ = ["forced_state", "replay_workers", "replay_worst_decisions", "replays", "worst_decisions"]
