@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+
+import blis_fast
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
@@ -141,6 +143,12 @@ def test_score_is_the_weighted_mean_and_evaluation_is_deterministic():
 def test_config_objectives_feed_evaluate_and_the_summary():
     r = sim(num_requests=20, objectives="ttft_p99_ms:min:50,goodput_rps:max")
     assert r.evaluate().objectives.keys() == {"ttft_p99_ms", "goodput_rps"}
+    # the YAML form: a list of mappings under objectives:
+    y = blis_fast.simulate({"objectives": [{"metric": "ttft_p99_ms", "target": 50}, {"metric": "goodput_rps"}],
+                            "workload": {"num_requests": 20}})
+    assert y.evaluate().to_json() == r.evaluate().to_json()
+    with pytest.raises(ConfigError, match=r"^objectives\[1\]\.direction"):
+        blis_fast.simulate({"objectives": [{"metric": "ttft_p99_ms"}, {"metric": "e2e_p99_ms", "direction": "up"}]})
     assert r.summary()["evaluation"]["score"] == r.evaluate().score
     assert "evaluation" not in sim(num_requests=20).summary()
 
