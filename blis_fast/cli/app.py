@@ -58,7 +58,8 @@ def option(*names: str, flag: str | None = None, help: str | None = None):
     extra = {}
     if f is not None:
         base = str(f.type).replace(" | None", "").strip()
-        extra = {"parser": raw_text, "metavar": "SIZE" if "parse" in f.metadata else _METAVARS.get(base, "TEXT")}
+        metavar = f.metadata.get("metavar") or ("SIZE" if "parse" in f.metadata else _METAVARS.get(base, "TEXT"))
+        extra = {"parser": raw_text, "metavar": metavar}
     return typer.Option(*names, help=help if help is not None else field_help(key), show_default=False, **extra)
 
 

@@ -165,7 +165,7 @@ class SimConfig:
                                          "metric[:min|max[:target[:weight]]],... e.g. ttft_p99_ms:min:200,"
                                          "slo_attainment[class=realtime]:max (README 'Evaluation'); default "
                                          "slo_attainment, goodput_rps, ttft_p99_ms, e2e_p99_ms",
-                                   parse=lambda value, where: _objectives(value, where))
+                                   parse=lambda value, where: _objectives(value, where), metavar="SPEC")
 
     def __post_init__(self) -> None:
         check_fields(self, "")

@@ -164,3 +164,13 @@ def test_cli_evaluation_out_and_bad_objectives(tmp_path, capsys):
     run_cli(capsys, "run", "--num-requests", "20", "--objectives", "e2e_p99_ms:min:100000", "--evaluation-out", out)
     assert out.read_bytes() == first
     expect_cli_error(capsys, "run", "--objectives", "ttft_p99_ms:sideways", needles=("--objectives", "min or max"))
+
+
+def test_known_metric_names_are_exactly_what_a_run_reports():
+    from blis_fast.results.scorecard import GROUP_METRICS, INSTANCE_METRICS, group_metrics, instance_metrics, known_metrics
+
+    r = hand_run()
+    overall, group, instance = known_metrics()
+    assert set(overall) == set(r.evaluation_metrics)
+    assert set(group) == set(GROUP_METRICS) == set(group_metrics(r, None))
+    assert set(instance) == set(INSTANCE_METRICS) == set(instance_metrics(r, np.array([0])))
