@@ -26,11 +26,13 @@ def _run_parameters() -> list[inspect.Parameter]:
     return [p for p in params if p.name in FLAG_PATHS or p.name in FILE_FLAGS]
 
 
-def with_run_flags(command):
-    """Decorator: ``command``'s own parameters, then every run flag (see the module
-    docstring); the run flags arrive as the ``run_flags`` keyword argument."""
+def with_run_flags(command=None, *, exclude: tuple[str, ...] = ()):
+    """Decorator: ``command``'s own parameters, then every run flag but ``exclude`` (see
+    the module docstring); the run flags arrive as the ``run_flags`` keyword argument."""
+    if command is None:
+        return functools.partial(with_run_flags, exclude=exclude)
     own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "run_flags"]
-    flags = [p for p in _run_parameters() if p.name not in {q.name for q in own}]
+    flags = [p for p in _run_parameters() if p.name not in {q.name for q in own} and p.name not in exclude]
     names = {p.name for p in flags}
 
     @functools.wraps(command)

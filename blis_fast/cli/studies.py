@@ -1,5 +1,6 @@
-"""``blis-fast capacity``: studies above single runs (blis_fast.studies), each taking every
-setting flag of ``blis-fast run`` (blis_fast.cli.runflags)."""
+"""``blis-fast capacity | sweep | compare``: studies above single runs (blis_fast.studies),
+each taking every setting flag of ``blis-fast run`` (blis_fast.cli.runflags), with a
+progress bar over its runs on stderr and its table on stdout."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app, number_option
+from blis_fast.cli import feedback
+from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import config_from_flags, input_paths, with_run_flags
 from blis_fast.config.outputs import atomic_write, check_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
-_SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default 3)"
+_SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
+_SET_HELP = ("a swept setting NAME=start:stop:step (stop included) or NAME=v1,v2,...; NAME is any flat setting "
+             "(rate, num_instances, max_num_seqs, routing_policy, ...) or a weight entry "
+             "(routing_scorers.queue-depth); repeat for a grid")
+_METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed); "
+                 "latencies, throughput, utilization and SLO attainment (per class) are always there")
+_OUT_HELP = "write the table of every point (metric means and 95 % CI half-widths) here: .parquet or .csv"
+_PLOT_HELP = ("draw latency percentiles, throughput vs offered load, utilization and SLO attainment per class vs "
+              "the first swept setting into this .png or .svg (needs: pip install 'blis-fast[plot]')")
+# the columns printed on stdout (the --out table has every metric)
+SHOWN = ("responses_per_sec", "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "slo_attainment", "utilization")
 
 
 def _write_text(path: Path, text: str, flag: str) -> None:
@@ -38,7 +50,7 @@ def capacity(
     search: Annotated[str, typer.Option("--search", help="rate: the highest arrival rate meeting the SLOs (from "
                                                          "--rate); instances: the fewest instances meeting them at "
                                                          "--rate (from --num-instances)")] = "rate",
-    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP)] = None,
+    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(3))] = None,
     tolerance: Annotated[Optional[str], number_option("--tolerance", metavar="FLOAT",
                                                       help="rate search: stop when failed/met rate <= 1 + this "
                                                            "(default 0.01)")] = None,
@@ -58,6 +70,8 @@ def capacity(
     plot: Annotated[Optional[Path], typer.Option("--plot", help="draw the probes (metric vs rate or instances, "
                                                                 "threshold, answer) into this .png or .svg "
                                                                 "(needs: pip install 'blis-fast[plot]')")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
     run_flags: dict = None,
 ) -> None:
     """Find the highest arrival rate (or fewest instances) meeting every SLO.
@@ -74,14 +88,105 @@ def capacity(
     check_outputs((("--out", out), ("--plot", plot)), input_paths(run_flags, cfg))
     if plot is not None:
         check_plot_path(plot)
-    result = run_capacity(
-        slo, cfg, search=search, slo_classes=slo_class, seeds=DEFAULT_SEEDS if seeds is None else seeds,
-        tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance, rate_min=rate_min, rate_max=rate_max,
-        max_instances=1024 if search_max_instances is None else search_max_instances,
-        max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs)
+    with feedback.progress("capacity search", None, "runs") as bar:
+        result = run_capacity(
+            slo, cfg, search=search, slo_classes=slo_class, seeds=DEFAULT_SEEDS if seeds is None else seeds,
+            tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance, rate_min=rate_min, rate_max=rate_max,
+            max_instances=1024 if search_max_instances is None else search_max_instances,
+            max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)
     text = json.dumps(result.to_dict(), indent=2, allow_nan=False)
     if out is not None:
         _write_text(out, text + "\n", "--out")
     if plot is not None:
         capacity_figure(result, plot)
     typer.echo(text if as_json else result.table())
+
+
+def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
+    from blis_fast.studies.plots import study_figure
+
+    if out is not None:
+        study.write_table(out)
+    if plot is not None:
+        study_figure(study, plot, title)
+    if as_json:
+        typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
+    else:
+        typer.echo(study.text([*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment["))]))
+
+
+def _check_study_outputs(out, plot, inputs) -> None:
+    from blis_fast.studies.plots import check_plot_path
+    from blis_fast.studies.sweep import check_table_path
+
+    check_outputs((("--out", out), ("--plot", plot)), inputs)
+    if out is not None:
+        check_table_path(out)
+    if plot is not None:
+        check_plot_path(plot)
+
+
+@app.command()
+@with_run_flags
+def sweep(
+    set_: Annotated[list[str], typer.Option("--set", help=_SET_HELP)],
+    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(1))] = None,
+    metrics: Annotated[Optional[str], typer.Option("--metrics", help=_METRICS_HELP)] = None,
+    jobs: Annotated[Optional[str], number_option("--jobs", help=_JOBS_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print every point as JSON instead of a table")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help=_OUT_HELP)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help=_PLOT_HELP)] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
+    run_flags: dict = None,
+) -> None:
+    """Run a grid of settings (--set, repeatable) and tabulate the metrics per point.
+
+    Every point runs --seeds seeds (the same at every point), all points in parallel.
+    Prints the key metrics; --out writes all of them, --plot draws the curves.
+    """
+    from blis_fast.studies.sweep import run_study
+
+    cfg = config_from_flags(run_flags)
+    _check_study_outputs(out, plot, input_paths(run_flags, cfg))
+    with feedback.progress("sweep", None, "runs") as bar:
+        study = run_study([(None, cfg)], set_, seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+    _finish_study(study, out, plot, as_json, "Sweep")
+
+
+@app.command()
+@with_run_flags(exclude=("config",))
+def compare(
+    configs: Annotated[list[Path], typer.Argument(help="run-config YAML files (as --config of 'blis-fast run'), "
+                                                       "each labelled by its file name")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help=_SET_HELP)] = None,
+    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(1))] = None,
+    metrics: Annotated[Optional[str], typer.Option("--metrics", help=_METRICS_HELP)] = None,
+    jobs: Annotated[Optional[str], number_option("--jobs", help=_JOBS_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print every point as JSON instead of a table")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help=_OUT_HELP)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help=_PLOT_HELP + "; one line per configuration")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
+    run_flags: dict = None,
+) -> None:
+    """Compare configurations side by side on the same workload and seeds.
+
+    Each YAML file is a run config; the flags given here (workload, rate, seeds, ...)
+    apply to every one of them, so the configurations differ only in what their files
+    set.  With --set, every configuration runs the whole grid.
+    """
+    from blis_fast.errors import ConfigError
+    from blis_fast.studies.sweep import run_study
+
+    labels = [p.stem for p in configs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("CONFIGS", f"the files' names label the columns and must differ, got {labels}")
+    bases = [(label, config_from_flags({**run_flags, "config": path})) for label, path in zip(labels, configs)]
+    inputs = [("CONFIGS", p) for p in configs] + [x for _, c in bases for x in input_paths(run_flags, c)]
+    _check_study_outputs(out, plot, inputs)
+    with feedback.progress("compare", None, "runs") as bar:
+        study = run_study(bases, set_ or (), seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+    _finish_study(study, out, plot, as_json, "Comparison")

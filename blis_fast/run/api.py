@@ -43,16 +43,21 @@ def simulate(config: SimConfig | dict | str | Path | None = None, workload: Work
         workload = None
     if workload is not None and not isinstance(workload, Workload):
         raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
+    return run_config(as_config(config, overrides), workload)
+
+
+def as_config(config: SimConfig | dict | str | Path | None, overrides: dict | None = None) -> SimConfig:
+    """The validated SimConfig of ``config`` (a SimConfig, a dict shaped like the YAML file,
+    a YAML file path or None) with flat ``overrides``, as ``simulate`` takes them."""
+    overrides = overrides or {}
     if isinstance(config, (str, Path)):
         config = load_yaml(config)
     if isinstance(config, SimConfig):
-        cfg = build_config(config.to_dict(), overrides) if overrides else config
-    elif config is None or isinstance(config, dict):
-        cfg = build_config(config or {}, overrides)
-    else:
-        raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
-                                    f"got {show(config)}")
-    return run_config(cfg, workload)
+        return build_config(config.to_dict(), overrides) if overrides else config
+    if config is None or isinstance(config, dict):
+        return build_config(config or {}, overrides)
+    raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
+                                f"got {show(config)}")
 
 
 Progress = Callable[[str, float, "float | None", str], None]

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from blis_fast.config.sim import SimConfig
-from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, show
+from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int
 from blis_fast.errors import ConfigError
+from blis_fast.run.api import as_config
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
 
@@ -113,20 +114,6 @@ class CapacityResult:
         lines.append("")
         lines.append(self.message)
         return "\n".join(lines)
-
-
-def _base_config(config, overrides: dict) -> SimConfig:
-    from blis_fast.config.sim import build_config, load_yaml
-
-    if isinstance(config, SimConfig):
-        from blis_fast.config.sim import with_overrides
-
-        return with_overrides(config, **overrides) if overrides else config
-    if config is None or isinstance(config, dict):
-        return build_config(config or {}, overrides)
-    if isinstance(config, str) or hasattr(config, "__fspath__"):
-        return build_config(load_yaml(config), overrides)
-    raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, got {show(config)}")
 
 
 class _Searcher:
@@ -283,7 +270,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 10_000)
     jobs = check_jobs(jobs)
-    cfg = _base_config(config, overrides)
+    cfg = as_config(config, overrides)
     w = cfg.workload
     if search == "rate" and (w.spec_filepath or w.type == "traces"):
         raise ConfigError("--search", "rate search needs a workload whose rate --rate sets (distribution or a "

@@ -83,7 +83,7 @@ def capacity_figure(result, path: Path) -> None:
     save(fig, path)
 
 
-WIDE = 20.0  # an axis whose positive values span more than this factor is drawn logarithmic
+WIDE = 10.0  # an axis whose positive values span more than this factor is drawn logarithmic
 
 
 def wide_scales(ax, xs, ys) -> None:
@@ -110,3 +110,111 @@ def _metric_label(metric: str) -> str:
         if base.endswith(suffix):
             return f"{base[: -len(suffix)]}{sep}{sel} ({unit})"
     return metric
+
+
+# the panels of a sweep / comparison figure: (title, y label, [(metric, line label)])
+STUDY_PANELS = (
+    ("Time to first token", "TTFT (ms)", [("ttft_mean_ms", "mean"), ("ttft_p90_ms", "p90"), ("ttft_p99_ms", "p99")]),
+    ("End-to-end latency", "E2E latency (ms)", [("e2e_mean_ms", "mean"), ("e2e_p90_ms", "p90"), ("e2e_p99_ms", "p99")]),
+    ("Inter-token latency", "ITL (ms)", [("itl_mean_ms", "mean"), ("itl_p99_ms", "p99")]),
+    ("Throughput", "throughput (requests/s)", [("responses_per_sec", "completed"), ("goodput_rps", "meeting SLO")]),
+    ("Utilization", "fraction", [("utilization", "busy time"), ("kv_peak_utilization", "KV peak")]),
+    ("SLO attainment", "fraction of requests", [("slo_attainment", "all")]),
+)
+_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
+_HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+_AXIS_LABELS = {"rate": "arrival rate (requests/s)", "num_instances": "instances", "max_num_seqs": "max_num_seqs "
+                "(requests per batch)", "max_num_batched_tokens": "max_num_batched_tokens (tokens per step)"}
+
+
+def _axis_label(name: str) -> str:
+    if name in _AXIS_LABELS:
+        return _AXIS_LABELS[name]
+    return f"{name} (s)" if name.endswith("_s") else f"{name} (µs)" if name.endswith("_latency") else name
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def study_figure(study, path: Path, title: str) -> None:
+    """Six panels against the first swept setting (or the configurations, when nothing is
+    swept): TTFT, E2E and ITL percentiles, throughput (against the offered rate when the
+    rate is swept, with the line y = x), utilization, and SLO attainment (all requests
+    and one line per SLO class).  One colour per series -- configuration and the other
+    swept settings -- and one line style per metric; 95 % CI bands with several seeds."""
+    plt = _pyplot()
+    x_axis = study.axes[0] if study.axes else None
+    compare = study.labels != [None]
+    if x_axis is None:
+        xs_all = [pt["config"] for pt in study.points]
+        series_of = [()] * len(study.points)
+    else:
+        xs_all = [pt[x_axis.name] for pt in study.points]
+        series_of = [tuple(([("config", pt["config"])] if compare else [])
+                           + [(a.name, pt[a.name]) for a in study.axes[1:]]) for pt in study.points]
+    categories = list(dict.fromkeys(xs_all))
+    categorical = not all(_is_number(v) for v in categories)
+    pos = {v: k for k, v in enumerate(categories)}
+    series = list(dict.fromkeys(series_of))
+    colors = plt.get_cmap("tab10")
+    classes = [m for m in study.metrics if m.startswith("slo_attainment[class=")]
+    panels = list(STUDY_PANELS)
+    panels[-1] = (panels[-1][0], panels[-1][1],
+                  panels[-1][2] + [(m, m[len("slo_attainment[class="):-1]) for m in classes])
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    for ax, (ptitle, ylabel, lines) in zip(axes.flat, panels):
+        lines = [(m, lb) for m, lb in lines if m in study.metrics]
+        bars = len(series) * len(lines)  # categorical x: grouped bars, one per (series, metric)
+        for si, key in enumerate(series):
+            idx = [k for k, s in enumerate(series_of) if s == key]
+            color = colors(si % 10)
+            for li, (metric, label) in enumerate(lines):
+                if categorical:
+                    b = si * len(lines) + li
+                    x = [pos[xs_all[k]] - 0.4 + (b + 0.5) * 0.8 / bars for k in idx]
+                    ax.bar(x, [study.stats[k][metric].mean for k in idx], width=0.8 / bars,
+                           yerr=[study.stats[k][metric].half_width for k in idx] if len(study.seeds) > 1 else None,
+                           color=color if len(series) > 1 else colors(li % 10),
+                           hatch=_HATCHES[li % len(_HATCHES)] if len(series) > 1 else None,
+                           edgecolor="white", label=label if len(series) == 1 else None, capsize=2)
+                    continue
+                x = [pos[xs_all[k]] if categorical else xs_all[k] for k in idx]
+                y = [study.stats[k][metric].mean for k in idx]
+                h = [study.stats[k][metric].half_width for k in idx]
+                name = label if len(series) == 1 else None
+                ax.plot(x, y, ls=_STYLES[li % len(_STYLES)], marker="o", ms=3, color=color, label=name)
+                if any(h):
+                    ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
+                                    alpha=0.15, lw=0)
+        if ptitle == "Throughput" and x_axis is not None and x_axis.name == "rate":
+            lo, hi = min(xs_all), max(xs_all)
+            ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--", label="offered load (y = x)")
+            ptitle = "Throughput vs offered load"
+        if len(series) > 1 and len(lines) > 1:  # line styles (hatches) name the metrics; colours the series
+            for li, (_, label) in enumerate(lines):
+                if categorical:
+                    ax.bar([], [], color="0.8", hatch=_HATCHES[li % len(_HATCHES)], label=label)
+                else:
+                    ax.plot([], [], ls=_STYLES[li % len(_STYLES)], color="k", label=label)
+        ax.set_title(ptitle)
+        ax.set_ylabel(ylabel)
+        if ylabel.startswith("fraction"):
+            ax.set_ylim(-0.02, 1.05)
+        if categorical:
+            ax.set_xticks(range(len(categories)), [str(c) for c in categories])
+        ax.set_xlabel("configuration" if x_axis is None else _axis_label(x_axis.name))
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="best")
+    if len(series) > 1:
+        handles = [plt.Line2D([], [], color=colors(si % 10), lw=2) for si in range(len(series))]
+        names = [", ".join(f"{v}" if k == "config" else f"{k}={v}" for k, v in key) for key in series]
+        fig.legend(handles, names, loc="lower center", ncol=min(len(series), 6), fontsize=9)
+    seeds = len(study.seeds)
+    what = (", ".join(str(lb) for lb in study.labels) if compare and x_axis is None
+            else f"{len(study.points)} points")
+    fig.suptitle(f"{title}: {what}, {seeds} seed{'s' if seeds > 1 else ''} per point"
+                 + (" (95 % confidence intervals)" if seeds > 1 else ""))
+    fig.tight_layout(rect=(0, 0.05 if len(series) > 1 else 0, 1, 1))
+    save(fig, path)

@@ -131,6 +131,7 @@ def test_bad_input_names_the_option(kwargs, field):
     assert e.value.field.startswith(field)
 
 
+@pytest.mark.slow
 def test_cli_capacity_table_json_and_plot(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     args = ["capacity", "--slo", MD1_SLO, "--rate", "40", "--num-requests", "600", "--seeds", "2",

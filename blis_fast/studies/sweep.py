@@ -1,0 +1,330 @@
+"""Parameter sweeps and side-by-side comparisons (``blis-fast sweep``, ``blis-fast compare``).
+
+A sweep runs every point of a grid -- the cartesian product of ``--set NAME=VALUES`` axes,
+in the order given -- ``seeds`` times each (the same seeds at every point), all in one
+parallel batch, and reduces each metric to its mean over the seeds and a 95 % confidence
+interval.  A comparison is the same thing over several base configurations: every
+configuration sees the same grid, the same workload settings and the same seeds, so the
+configurations are the only difference.
+
+``NAME`` is a flat setting (``rate``, ``num_instances``, ``max_num_seqs``,
+``token_bucket_capacity``, ``routing_policy`` ...: every name of ``FLAG_PATHS``) or one
+entry of a weight setting, ``routing_scorers.queue-depth``, ``scheduler_weights.priority``,
+``slo_class_weights.1`` (the rest of the setting stays as configured).  ``VALUES`` is a
+range ``start:stop:step`` (stop included) or a comma-separated list (numbers or names).
+Every point's configuration is built and validated before anything runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from blis_fast.config.sim import FLAG_PATHS, SimConfig, with_overrides
+from blis_fast.config.validate import as_str, parse_decimal, show
+from blis_fast.errors import ConfigError
+from blis_fast.studies.measure import TABLE_METRICS, check_metric
+from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, run_all, seed_list, seed_stats
+
+MAX_POINTS = 10_000  # grid points of one study (x configurations)
+MAX_AXES = 8
+TABLE_FORMATS = (".parquet", ".csv")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept setting: its name as given and its values in order."""
+
+    name: str
+    values: tuple
+
+
+def _number_or_name(text: str):
+    s = text.strip()
+    d = parse_decimal(s)
+    if d is None or not d.is_finite():
+        return as_str(s, "--set")
+    return int(d) if d == d.to_integral_value() and "." not in s and "e" not in s.lower() else float(d)
+
+
+def parse_values(text: str, field: str) -> tuple:
+    """``start:stop:step`` (stop included, ``step`` > 0; integers if all three are) or a
+    comma-separated list of numbers or names."""
+    if ":" in text:
+        parts = text.split(":")
+        nums = [parse_decimal(p.strip()) for p in parts]
+        if len(parts) != 3 or any(n is None or not n.is_finite() for n in nums):
+            raise ConfigError(field, f"a range is start:stop:step with three numbers, got {show(text)}")
+        start, stop, step = nums
+        if step <= 0 or stop < start:
+            raise ConfigError(field, f"a range needs step > 0 and stop >= start, got {show(text)}")
+        count = int((stop - start) / step) + 1
+        if count > MAX_POINTS:
+            raise ConfigError(field, f"{show(text)} has {count} values, more than {MAX_POINTS}")
+        exact = [start + k * step for k in range(count)]  # decimals: 0.1 steps stay exact
+        integral = all(x == x.to_integral_value() for x in (start, stop, step))
+        return tuple(int(x) if integral else float(x) for x in exact)
+    items = [s for s in text.split(",")]
+    if not items or any(not s.strip() for s in items):
+        raise ConfigError(field, f"expected start:stop:step or a comma-separated list, got {show(text)}")
+    if len(items) > MAX_POINTS:
+        raise ConfigError(field, f"more than {MAX_POINTS} values")
+    return tuple(_number_or_name(s) for s in items)
+
+
+def parse_axis(spec, field: str = "--set") -> Axis:
+    """``NAME=VALUES`` (module docstring) -> Axis; the name is checked here, the values
+    when each point's configuration is built."""
+    if isinstance(spec, Axis):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2:
+        name, values = spec
+        values = parse_values(values, f"{field} {name}") if isinstance(values, str) else tuple(values)
+    else:
+        text = as_str(spec, field)
+        name, sep, values_text = text.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(field, f"expected NAME=start:stop:step or NAME=v1,v2,..., got {show(text)}")
+        name = name.strip()
+        values = parse_values(values_text, f"{field} {name}")
+    head, dot, key = str(name).partition(".")
+    head = head.replace("-", "_")
+    if head not in FLAG_PATHS or (dot and not key):
+        raise ConfigError(field, f"unknown setting {show(name)}; use a flat setting name (rate, num_instances, "
+                                 f"max_num_seqs, ...: see 'blis-fast run --help') or WEIGHTS.KEY "
+                                 f"(routing_scorers.queue-depth)")
+    if not values:
+        raise ConfigError(f"{field} {name}", "needs at least one value")
+    return Axis(head + (f".{key}" if dot else ""), tuple(values))
+
+
+def point_settings(cfg: SimConfig, point: dict) -> dict:
+    """The flat overrides of one grid point (weight entries merged into the configured
+    weights)."""
+    out: dict = {}
+    for name, value in point.items():
+        head, dot, key = name.partition(".")
+        if not dot:
+            out[head] = value
+            continue
+        section, _, attr = FLAG_PATHS[head].rpartition(".")
+        current = out.get(head, getattr(getattr(cfg, section) if section else cfg, attr))
+        if head == "routing_scorers" and current is None:
+            current = cfg.policy.scorers()  # the defaults the weighted router would use
+        if isinstance(current, (list, tuple)) or (current is None and key.isdigit()):
+            items = list(current or [])
+            if not key.isdigit() or int(key) > len(items) + 1000:
+                raise ConfigError(f"--set {name}", f"{head} is a list: index it with a number, got {show(key)}")
+            idx = int(key)
+            items += [0.0] * (idx + 1 - len(items))
+            items[idx] = value
+            out[head] = items
+        else:
+            merged = dict(current or {})
+            merged[key] = value
+            out[head] = merged
+    return out
+
+
+@dataclass
+class SweepResult:
+    """Every point of a sweep (or comparison): its settings, and each metric over seeds."""
+
+    axes: list[Axis]
+    labels: list[str | None]  # configuration labels (compare); [None] for a sweep
+    seeds: list[int]
+    metrics: list[str]
+    points: list[dict] = field(default_factory=list)  # {"config": label, **axis values}
+    stats: list[dict[str, SeedStats]] = field(default_factory=list)
+    offered_rate: list[float | None] = field(default_factory=list)  # the point's --rate (None: spec/trace)
+
+    def rows(self) -> list[dict]:
+        """One flat dict per point: config label (compare), axis values, then per metric
+        its mean and, with several seeds, ``<metric>_ci95``."""
+        out = []
+        for pt, st, rate in zip(self.points, self.stats, self.offered_rate):
+            row = {} if self.labels == [None] else {"config": pt["config"]}
+            row.update({a.name: pt[a.name] for a in self.axes})
+            row["offered_rate"] = rate
+            row["seeds"] = len(self.seeds)
+            for m in self.metrics:
+                row[m] = st[m].mean
+                if len(self.seeds) > 1:
+                    row[f"{m}_ci95"] = st[m].half_width
+            out.append(row)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"axes": {a.name: list(a.values) for a in self.axes},
+                "configs": [lb for lb in self.labels if lb is not None], "seeds": self.seeds,
+                "metrics": self.metrics, "rows": self.rows()}
+
+    def write_table(self, path: Path, flag: str = "--out") -> None:
+        """The rows as Parquet or CSV (by suffix), atomically."""
+        import pyarrow as pa
+
+        from blis_fast.config.outputs import atomic_write
+
+        rows = self.rows()
+        names = list(rows[0]) if rows else []
+        columns = {}
+        for n in names:
+            values = [r[n] for r in rows]
+            if any(isinstance(v, str) for v in values):
+                values = [None if v is None else str(v) for v in values]
+            columns[n] = values
+        table = pa.table(columns)
+        suffix = Path(path).suffix.lower()
+
+        def write(tmp: Path) -> None:
+            if suffix == ".csv":
+                import pyarrow.csv as pcsv
+
+                pcsv.write_csv(table, str(tmp))
+            else:
+                import pyarrow.parquet as pq
+
+                pq.write_table(table, str(tmp))
+
+        atomic_write(path, write, flag)
+
+    def text(self, columns: Sequence[str] | None = None) -> str:
+        """A text table of the axes and the key metrics (all metrics if ``columns`` None);
+        a comparison without swept settings side by side: one column per configuration."""
+        shown = [m for m in (columns or self.metrics) if m in self.metrics]
+        if self.labels != [None] and not self.axes:
+            return self._side_by_side(shown)
+        head = (["config"] if self.labels != [None] else []) + [a.name for a in self.axes] + shown
+        body = []
+        for pt, st in zip(self.points, self.stats):
+            cells = ([str(pt["config"])] if self.labels != [None] else []) + [_fmt(pt[a.name]) for a in self.axes]
+            for m in shown:
+                s = st[m]
+                cells.append(f"{s.mean:.4g}" + (f" ± {s.half_width:.2g}" if len(self.seeds) > 1 else ""))
+            body.append(cells)
+        widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + body)
+
+
+    def _side_by_side(self, shown: list[str]) -> str:
+        head = ["metric", *(str(pt["config"]) for pt in self.points)]
+        body = [[m, *(f"{st[m].mean:.4g}" + (f" ± {st[m].half_width:.2g}" if len(self.seeds) > 1 else "")
+                      for st in self.stats)] for m in shown]
+        widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                         for r in [head] + body)
+
+
+def _fmt(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def check_table_path(path, flag: str = "--out") -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in TABLE_FORMATS:
+        raise ConfigError(flag, f"must end in .parquet or .csv, got {show(str(path))}")
+    return p
+
+
+def class_names(cfg: SimConfig) -> list[str]:
+    """The SLO classes of the config's workload spec (none for other workloads)."""
+    if not cfg.workload.spec_filepath:
+        return []
+    from blis_fast.workload.spec import load_spec
+
+    return list(load_spec(cfg.workload.spec_filepath).slo_classes)
+
+
+def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:
+    """TABLE_METRICS, SLO attainment per class of every configuration's workload, then
+    ``extra`` (names or comma-separated text), each checked."""
+    names = list(TABLE_METRICS)
+    for cfg in cfgs:
+        names += [f"slo_attainment[class={c}]" for c in class_names(cfg)]
+    if extra:
+        items = extra.split(",") if isinstance(extra, str) else list(extra)
+        for m in items:
+            m = str(m).strip()
+            check_metric(m, field)
+            names.append(m)
+    return list(dict.fromkeys(names))
+
+
+def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: int = 1, metrics=None,
+              jobs: int | None = None, on_run: Callable[[], None] | None = None,
+              on_start: Callable[[int], None] | None = None) -> SweepResult:
+    """Every (configuration, grid point) x seed, in one parallel batch: see the module
+    docstring.  ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
+    axes = [parse_axis(s) for s in ([sets] if isinstance(sets, (str, Axis)) else list(sets))]
+    if len(axes) > MAX_AXES:
+        raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
+    if len({a.name for a in axes}) != len(axes):
+        raise ConfigError("--set", "a setting is swept twice")
+    n_seeds = check_seeds(seeds)
+    jobs = check_jobs(jobs)
+    grid = list(itertools.product(*(a.values for a in axes))) or [()]
+    if len(grid) * len(bases) > MAX_POINTS:
+        raise ConfigError("--set", f"{len(grid) * len(bases)} points, more than {MAX_POINTS}")
+    names = study_metrics([c for _, c in bases], metrics)
+    seeds_used = seed_list(bases[0][1], n_seeds)
+    out = SweepResult(axes, [lb for lb, _ in bases], seeds_used, names)
+    configs = []
+    for label, base in bases:
+        for values in grid:
+            point = dict(zip((a.name for a in axes), values))
+            cfgs = _point_configs(base, point, seeds_used)
+            out.points.append({"config": label, **point})
+            w = cfgs[0].workload
+            out.offered_rate.append(None if (w.spec_filepath or w.type == "traces") else w.rate)
+            configs += cfgs
+    if on_start is not None:
+        on_start(len(configs))
+    rows = run_all(configs, names, jobs, on_run)
+    for k in range(len(out.points)):
+        per_seed = rows[k * n_seeds:(k + 1) * n_seeds]
+        out.stats.append({m: seed_stats([r[m] for r in per_seed]) for m in names})
+    return out
+
+
+def _point_configs(base: SimConfig, point: dict, seeds: list[int]) -> list[SimConfig]:
+    settings = point_settings(base, point)
+    where = ", ".join(f"{k}={v}" for k, v in point.items())
+    try:
+        return [with_overrides(base, **settings, seed=s) for s in seeds]
+    except ConfigError as exc:
+        raise ConfigError(f"--set {where}" if where else exc.field, f"{exc.field}: {exc.message}") from None
+
+
+def sweep(sets, config=None, *, seeds: int = 1, metrics=None, jobs: int | None = None,
+          on_run: Callable[[], None] | None = None, **overrides) -> SweepResult:
+    """Run the grid of ``sets`` (``"rate=10:100:10"``, a list of such texts, or
+    ``[("rate", [10, 20])]``) on ``config`` + ``overrides`` (as ``blis_fast.simulate``),
+    ``seeds`` seeds per point; ``metrics`` adds metric names to the table."""
+    from blis_fast.run.api import as_config
+
+    return run_study([(None, as_config(config, overrides))], sets, seeds=seeds, metrics=metrics, jobs=jobs,
+                     on_run=on_run)
+
+
+def compare(configs, sets=(), *, seeds: int = 1, metrics=None, jobs: int | None = None,
+            on_run: Callable[[], None] | None = None, **overrides) -> SweepResult:
+    """Run every configuration of ``configs`` (``{label: config}``, or a list of YAML
+    paths labelled by file name) on the same grid, workload settings (``overrides`` apply
+    to each) and seeds."""
+    from blis_fast.run.api import as_config
+
+    if isinstance(configs, dict):
+        items = list(configs.items())
+    elif isinstance(configs, (list, tuple)):
+        items = [(Path(c).stem if isinstance(c, (str, Path)) else f"config{k + 1}", c) for k, c in enumerate(configs)]
+    else:
+        raise ConfigError("configs", f"must be a mapping label -> config or a list of YAML files, got {show(configs)}")
+    if len(items) < 1:
+        raise ConfigError("configs", "needs at least one configuration")
+    labels = [str(lb) for lb, _ in items]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("configs", f"labels must differ, got {labels}")
+    bases = [(str(lb), as_config(c, overrides)) for lb, c in items]
+    return run_study(bases, sets, seeds=seeds, metrics=metrics, jobs=jobs, on_run=on_run)
