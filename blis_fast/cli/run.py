@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,6 +9,7 @@ import typer
 
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, field_help
+from blis_fast.cli.output import PER_INSTANCE_LIMIT, render, summary_json, wants_json
 from blis_fast.cli.app import option as _opt
 from blis_fast.config.outputs import atomic_write, check_outputs
 from blis_fast.config.policy import load_policy_bundle
@@ -83,16 +83,19 @@ def run(
     trace_out: Annotated[Optional[Path], typer.Option("--trace-out", help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
     summarize_trace: Annotated[bool, typer.Option("--summarize-trace", help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
     evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
-    results_path: Annotated[Optional[Path], typer.Option("--results-path", help="write the cluster summary + per-request records (JSON) here")] = None,
+    results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
     max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
     warmup_s: Annotated[Optional[float], _opt("--warmup-s")] = None,
     cooldown_s: Annotated[Optional[float], _opt("--cooldown-s")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON even on a terminal (it is JSON whenever stdout is not a terminal)")] = False,
+    per_instance: Annotated[bool, typer.Option("--per-instance", help=f"list every instance in the terminal summary (it lists them up to {PER_INSTANCE_LIMIT})")] = False,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
-    """Simulate a cluster and print the summary JSON (cluster + per instance) on stdout.
+    """Simulate a cluster and print its summary on stdout: tables on a terminal, JSON
+    (cluster + per instance) with --json or when stdout is a pipe or a file.
 
     With no options: llama-3.1-8b-instruct on one H100 (TP1, fitted coefficients),
     100 requests of the BLIS default distribution at 1 request/s.
@@ -136,7 +139,10 @@ def run(
         summary = result.summary()
         if summarize_trace:
             summary["summary_text"] = result.summary_text()
-    typer.echo(json.dumps(summary, indent=2, allow_nan=False))
+    if wants_json(json_out):
+        typer.echo(summary_json(summary))
+    else:
+        render(summary, per_instance=per_instance)
 
 
 DEFAULT_SAMPLE_INTERVAL_MS = 100.0

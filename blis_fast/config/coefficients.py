@@ -167,7 +167,8 @@ def coefficient_sets(path: str | Path | None = None) -> tuple[CoefficientSet, ..
     return _parse(str(path or coefficients_file()))[0]
 
 
-def _id_matches(requested: str, model_id: str) -> bool:
+def model_id_matches(requested: str, model_id: str) -> bool:
+    """True if ``requested`` names ``model_id`` (the full id, or its name after the last '/')."""
     req = requested.strip().lower()
     mid = model_id.lower()
     if "/" in req:
@@ -191,7 +192,7 @@ def find_coefficients(model_id: str, gpu: str, tp: int, vllm_version: str | None
     want_gpu = coefficient_gpu_name(gpu).lower()
     for s in coefficient_sets(path):
         if (s.tp == tp and coefficient_gpu_name(s.gpu).lower() == want_gpu
-                and _id_matches(model_id, s.model_id) and _version_matches(vllm_version, s.vllm_version)):
+                and model_id_matches(model_id, s.model_id) and _version_matches(vllm_version, s.vllm_version)):
             return s
     return None
 
@@ -199,7 +200,7 @@ def find_coefficients(model_id: str, gpu: str, tp: int, vllm_version: str | None
 def default_deployment(model_id: str, path: str | Path | None = None) -> DeploymentDefaults | None:
     """The ``defaults:`` entry for ``model_id`` (same id matching as find_coefficients), else None."""
     for d in _parse(str(path or coefficients_file()))[1]:
-        if _id_matches(model_id, d.model_id):
+        if model_id_matches(model_id, d.model_id):
             return d
     return None
 

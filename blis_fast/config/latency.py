@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from blis_fast.config.coefficients import CoefficientSet, find_coefficients
+from blis_fast.config.coefficients import CoefficientSet, coefficient_sets, find_coefficients, model_id_matches
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.hardware import HardwareConfig
 from blis_fast.config.model import ModelConfig
@@ -15,6 +16,10 @@ from blis_fast.config.validate import as_float, show
 from blis_fast.errors import ConfigError
 
 LATENCY_MODELS = ("blackbox", "roofline")
+AUTO = "auto"  # blackbox where a coefficient set exists, else roofline (what an unset choice does for models
+#                without any set)
+
+logger = logging.getLogger("blis_fast.config")
 MAX_COEFF = 1e9  # each α / β coefficient, µs (as blis_fast.config.sim)
 
 
@@ -97,18 +102,35 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
                           vllm_version: str | None = None) -> LatencyModel:
     """Pick blackbox or roofline, its coefficients and the KV-block budget (rules in docs/latency-models.md).
 
-    Explicit α/β win over the coefficient file; ``latency_model=None`` means blackbox if a
-    coefficient set exists for (model, GPU, TP[, version]) or β is given, else roofline.
+    Explicit α/β win over the coefficient file.  ``latency_model`` None or ``"auto"`` means
+    blackbox if a coefficient set exists for (model, GPU, TP[, version]) or β is given, else
+    roofline -- except that, unset, a model that *has* coefficient sets (for another GPU,
+    TP or version) is an error rather than a silent switch to the roofline model (its KV
+    budget and step times differ widely); ``"auto"`` or ``"roofline"`` accepts that.
     """
     alpha = _coeffs(alpha_coeffs, "--alpha-coeffs")
     beta = _coeffs(beta_coeffs, "--beta-coeffs")
+    auto = False
     if latency_model is not None:
         latency_model = str(latency_model).strip().lower()
-        if latency_model not in LATENCY_MODELS:
-            raise ConfigError("latency_model", f"must be one of {', '.join(LATENCY_MODELS)} (or unset = auto), "
+        if latency_model not in LATENCY_MODELS + (AUTO,):
+            raise ConfigError("latency_model", f"must be one of {', '.join(LATENCY_MODELS + (AUTO,))} (or unset), "
                                                f"got {show(latency_model)}")
+        if latency_model == AUTO:
+            latency_model, auto = None, True
     cs = find_coefficients(model_id, hardware.name, engine.tp, vllm_version)
     kind = latency_model or ("blackbox" if (cs is not None or beta is not None) else "roofline")
+    if latency_model is None and kind == "roofline":
+        where = f"{model_id} on {hardware.name} TP={engine.tp}" + (f", vLLM {vllm_version}" if vllm_version else "")
+        others = sorted({f"{s.gpu} TP{s.tp}" + (f" {s.vllm_version}" if vllm_version else "")
+                         for s in coefficient_sets() if model_id_matches(model_id, s.model_id)})
+        if others and not auto:
+            raise ConfigError("latency_model", f"no blackbox coefficient set for {where} (sets exist for: "
+                                               f"{', '.join(others[:6])}{' ...' if len(others) > 6 else ''}); "
+                                               "choose --latency-model roofline (analytical) or auto (blackbox "
+                                               "where a set exists, else roofline), or give --alpha-coeffs and "
+                                               "--beta-coeffs")
+        logger.info("blis-fast: no coefficient set for %s: using the roofline latency model", where)
     sources = []
     if kind == "blackbox":
         if beta is None and cs is None:

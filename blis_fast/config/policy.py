@@ -183,15 +183,16 @@ def parse_weights(text: str | dict, path: str) -> dict[str, float]:
 _BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness")
 
 
-def load_policy_bundle(path: str | Path) -> dict[str, Any]:
+def load_policy_bundle(path: str | Path, name: str = "--policy-config") -> dict[str, Any]:
     """Read a policy bundle YAML into flat ``policy`` settings (``{field: value}``).
 
     Accepted shapes, per section: ``{type|policy: NAME, params: {...}}`` and BLIS's bundle
     (``admission.token_bucket_capacity``, ``routing.scorers: [{name, weight}]``,
-    ``scheduler: NAME``).  Unknown keys and bad values raise ConfigError with the YAML path.
+    ``scheduler: NAME``).  Unknown keys and bad values raise ConfigError with the YAML path;
+    a file that cannot be read, with ``name`` (the flag or keyword that gave it).
     """
     p = Path(path)
-    data = read_yaml_mapping(p, "--policy-config")
+    data = read_yaml_mapping(p, name)
     return bundle_to_settings(data, p.name)
 
 

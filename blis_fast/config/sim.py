@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from blis_fast.config import effective
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, parse_weights
 from blis_fast.config.validate import (
@@ -38,7 +39,7 @@ TRACE_LEVELS = ("none", "decisions")
 MAX_REPLAYED = 100  # counterfactual_k
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")
 ARRIVAL_PROCESSES = ("poisson", "constant")
-LATENCY_MODELS = ("blackbox", "roofline")
+LATENCY_MODELS = ("blackbox", "roofline", "auto")  # (blis_fast.config.latency.resolve_latency_model)
 MAX_RATE = 1e12  # requests per second
 MAX_LATENCY_US = 10**12
 MAX_COEFF = 1e9  # each α / β coefficient, µs (per token / request for α1, α2, β1, β2)
@@ -150,7 +151,9 @@ class SimConfig:
     model: str = _opt("meta-llama/llama-3.1-8b-instruct", "model id or path to a HuggingFace config.json")
     hardware: str = _opt("H100", "GPU: H100 | A100", max_len=256)
     vllm_version: str | None = _opt(None, "coefficient-set vLLM version (default: first match)", max_len=256)
-    latency_model: str | None = _opt(None, "blackbox | roofline (default: blackbox when coefficients exist)",
+    latency_model: str | None = _opt(None, "blackbox | roofline | auto (default: blackbox when a coefficient set "
+                                           "exists for the model, GPU and TP; an error if the model has sets but "
+                                           "not this one; auto: then roofline)",
                                      choices=LATENCY_MODELS)
     alpha_coeffs: list[float] | None = _opt(None, "α0,α1,α2 (µs): queueing overhead α0+α1·L, output-token overhead α2",
                                             lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
@@ -263,19 +266,24 @@ def flag_for(path: str) -> str:
     return "--" + flag.replace("_", "-") if flag else path
 
 
-def load_yaml(path: str | Path) -> dict:
-    """Read a run-config YAML file (``--config``) into a dict."""
-    return read_yaml_mapping(path, "--config")
+def load_yaml(path: str | Path, name: str = "--config") -> dict:
+    """Read a run-config YAML file into a dict (errors name ``name``: the flag or keyword
+    that gave the file)."""
+    return read_yaml_mapping(path, name)
 
 
 def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,
-                 policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config") -> SimConfig:
+                 policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config",
+                 *, keywords: bool = False) -> SimConfig:
     """Defaults <- YAML data <- policy bundle settings <- CLI overrides (flat flag names;
     None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.config.policy.load_policy_bundle).
+    Errors name an override as its flag (``--num-instances``), or with ``keywords`` as the
+    Python keyword argument it came from (``num_instances``).
     Every value is converted and range-checked by the shared checkers
     (``blis_fast.config.validate``); errors name the YAML path or flag as the user spelled it."""
     nested: dict[str, Any] = {}
     origin: dict[str, str] = {}  # path -> how the user spelled it (for messages)
+    layer: dict[str, int] = {}  # path -> which layer set it (blis_fast.config.effective)
     yaml_data = as_mapping({} if yaml_data is None else yaml_data, "config", what="a mapping of settings")
     for key, value in yaml_data.items():
         if key in _SECTIONS and not (key in FLAG_PATHS and not isinstance(value, dict)):
@@ -289,22 +297,26 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
                                       f"unknown key; known: {', '.join(sorted(names))}")
                 nested[f"{key}.{sub}"] = v
                 origin[f"{key}.{sub}"] = f"{key}.{sub}"
+                layer[f"{key}.{sub}"] = effective.YAML
         elif key in FLAG_PATHS:
             nested[FLAG_PATHS[key]] = value
             origin[FLAG_PATHS[key]] = key
+            layer[FLAG_PATHS[key]] = effective.YAML
         else:
             known = sorted(set(FLAG_PATHS) | set(_SECTIONS))
             raise ConfigError(key_name(key), f"unknown key; known: {', '.join(known)}")
     for name, value in (policy_settings or {}).items():
         nested[f"policy.{name}"] = value
         origin[f"policy.{name}"] = f"{policy_origin} ({name})"
+        layer[f"policy.{name}"] = effective.BUNDLE
     for flag, value in (overrides or {}).items():
         if value is None:
             continue
         if not isinstance(flag, str) or flag not in FLAG_PATHS:
             raise ConfigError(key_name(flag), "unknown setting")
         nested[FLAG_PATHS[flag]] = value
-        origin[FLAG_PATHS[flag]] = "--" + flag.replace("_", "-")
+        origin[FLAG_PATHS[flag]] = flag if keywords else "--" + flag.replace("_", "-")
+        layer[FLAG_PATHS[flag]] = effective.FLAGS
 
     def where(path: str) -> str:
         if path in origin:
@@ -335,6 +347,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         validate(cfg)
     except ConfigError as exc:
         raise ConfigError(where(exc.field), exc.message) from None
+    effective.check_effective(cfg, layer, where)  # every given setting changes the run, or is refused
     return cfg
 
 

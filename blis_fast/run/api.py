@@ -11,11 +11,12 @@ validation stay instant.  Everything a run allocates is charged to its memory bu
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from blis_fast.config import memory
+from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, load_yaml
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
@@ -24,40 +25,10 @@ from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
 
+if TYPE_CHECKING:
+    from blis_fast.results.result import Result
+
 RESULT_BYTES_PER_REQUEST = 512  # metric arrays the Result computes per request
-
-
-def simulate(config: SimConfig | dict | str | Path | None = None, workload: Workload | str | None = None,
-             **overrides):
-    """Simulate one run and return a :class:`blis_fast.results.Result`.
-
-    ``config`` is a SimConfig, a dict shaped like the YAML file, the path of such a YAML
-    file, or None (defaults); ``overrides`` are flat setting names as on the CLI
-    (``num_instances=4``, ``rate=20``).  ``workload`` replaces the one the config describes
-    (it must use the engine's block size); a string is taken as the workload type
-    (``workload="chatbot"``).  Bad input raises ``ConfigError`` (a ValueError) naming the
-    setting.
-    """
-    if isinstance(workload, str):  # the flat setting ``workload="chatbot"``, not a Workload
-        overrides["workload"] = workload
-        workload = None
-    if workload is not None and not isinstance(workload, Workload):
-        raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
-    return run_config(as_config(config, overrides), workload)
-
-
-def as_config(config: SimConfig | dict | str | Path | None, overrides: dict | None = None) -> SimConfig:
-    """The validated SimConfig of ``config`` (a SimConfig, a dict shaped like the YAML file,
-    a YAML file path or None) with flat ``overrides``, as ``simulate`` takes them."""
-    overrides = overrides or {}
-    if isinstance(config, (str, Path)):
-        config = load_yaml(config)
-    if isinstance(config, SimConfig):
-        return build_config(config.to_dict(), overrides) if overrides else config
-    if config is None or isinstance(config, dict):
-        return build_config(config or {}, overrides)
-    raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
-                                f"got {show(config)}")
 
 
 Progress = Callable[[str, float, "float | None", str], None]
@@ -65,8 +36,83 @@ Progress = Callable[[str, float, "float | None", str], None]
 workload', 'simulating'), how far it is (``total`` None: unknown), and the unit counted."""
 
 
+def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = None,
+             workload: Workload | str | None = None, *,
+             policy: Mapping[str, Any] | str | os.PathLike | None = None,
+             progress: Progress | None = None,
+             **settings: Any) -> Result:
+    """Simulate one run and return its :class:`~blis_fast.results.result.Result`.
+
+    Parameters
+    ----------
+    config:
+        The run's settings: a :class:`~blis_fast.config.sim.SimConfig`, a dict shaped like
+        a run-config YAML file (``{"engine": {"max_num_seqs": 128}, "num_instances": 4}``),
+        the path of such a file (``configs/examples/cluster.yaml``), or None (defaults:
+        llama-3.1-8b-instruct on one H100, 100 requests at 1 request/s).
+    workload:
+        A :class:`~blis_fast.workload.Workload` to run instead of the one the config
+        describes (it must use the engine's block size), or a workload type name
+        (``"chatbot"``, as ``--workload chatbot``).
+    policy:
+        A policy bundle -- the path of a bundle YAML (``configs/policies/slo-aware.yaml``)
+        or a dict shaped like one (``{"routing": {"type": "least-loaded"}}``); it
+        overrides the config's ``policy`` section, as ``--policy-config`` does.
+    progress:
+        Called as ``progress(phase, done, total, unit)`` at each phase and while the
+        kernel runs (``blis_fast.cli.feedback.Bar.report`` draws it as a bar).
+    **settings:
+        Flat settings named like the CLI flags with ``_`` (``num_instances=4``,
+        ``rate=20.0``, ``routing_policy="weighted"``; ``blis-fast run --help`` lists
+        them); they override ``config`` and ``policy``.
+
+    Raises
+    ------
+    ConfigError
+        Bad input (a ValueError), naming the keyword argument or the YAML path at fault.
+    WorkloadError
+        A malformed trace or workload spec (a ConfigError).
+    SimulationError
+        The kernel stopped with an error status.
+    """
+    if isinstance(workload, str):  # the flat setting ``workload="chatbot"``, not a Workload
+        settings["workload"] = workload
+        workload = None
+    if workload is not None and not isinstance(workload, Workload):
+        raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
+    cfg = as_config(config, settings, policy=policy)
+    return run_config(cfg, workload, progress=progress)
+
+
+def as_config(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None,
+              overrides: Mapping[str, Any] | None = None, *,
+              policy: Mapping[str, Any] | str | os.PathLike | None = None) -> SimConfig:
+    """The validated SimConfig of ``config`` (a SimConfig, a dict shaped like the YAML file,
+    a YAML file path or None) with a policy bundle and flat ``overrides`` on top, as
+    ``simulate`` takes them; errors name the keyword argument (``config``, ``policy``,
+    ``num_instances``) or the YAML path."""
+    overrides = dict(overrides or {})
+    bundle = None
+    if isinstance(policy, (str, os.PathLike)):
+        bundle = load_policy_bundle(policy, "policy")
+    elif isinstance(policy, Mapping):
+        bundle = bundle_to_settings(dict(policy), "policy")
+    elif policy is not None:
+        raise ConfigError("policy", f"must be a policy bundle YAML path or a dict shaped like one, got {show(policy)}")
+    if isinstance(config, (str, os.PathLike)):
+        config = load_yaml(config, "config")
+    if isinstance(config, SimConfig):
+        if not overrides and bundle is None:
+            return config
+        config = config.to_dict()
+    elif config is not None and not isinstance(config, Mapping):
+        raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
+                                    f"got {show(config)}")
+    return build_config(dict(config or {}), overrides, policy_settings=bundle, policy_origin="policy", keywords=True)
+
+
 def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0,
-               progress: Progress | None = None):
+               progress: Progress | None = None) -> Result:
     """Run a validated config (``simulate`` without the argument handling) inside its memory
     budget; ``output_bytes_per_request`` reserves memory for outputs the caller will write
     (the CLI's results file).  ``progress`` is told each phase and, while the kernel runs,

@@ -65,6 +65,20 @@ def names(choices, weight: int = 6):
     return st.sampled_from(sorted(choices) * weight + ["", "bogus", "ROUND-ROBIN"])
 
 
+def without_inert(cand: dict) -> dict:
+    """The candidate without parameters of policies it does not select (refused as
+    settings that would change nothing: blis_fast.config.effective)."""
+    out = dict(cand)
+    if out.get("admission_policy") != "token-bucket":
+        out.pop("token_bucket_capacity", None)
+        out.pop("token_bucket_refill_rate", None)
+    if out.get("routing_policy") != "weighted":
+        out.pop("routing_scorers", None)
+    if out.get("priority_policy", "constant") == "constant":
+        out.pop("slo_class_weights", None)
+    return out
+
+
 # candidates whose every value is valid, extremes included (they must all run)
 VALID_WEIGHT = st.one_of(st.sampled_from([1e100, -1e100, 1e99, 1e-300, -1e-300, 2.2250738585072014e-308, 0.0, -0.0,
                                           1.0, -1.0, 3.0, 1e12]),
@@ -87,7 +101,7 @@ VALID_CANDIDATE = st.fixed_dictionaries({
     "snapshot_intervals": st.dictionaries(st.sampled_from(S.SNAPSHOT_FIELD_NAMES),
                                           st.one_of(st.integers(0, 10**7), st.just(2**53)), max_size=4),
     "prefix_index_capacity": st.one_of(st.integers(1, 5000), st.just(1)),
-})
+}).map(lambda cand: without_inert(cand))
 ANY_CANDIDATE = st.fixed_dictionaries({}, optional={
     "admission_policy": names(ADMISSION_POLICIES),
     "token_bucket_capacity": WEIGHT,

@@ -436,10 +436,13 @@ def test_policy_runs_are_deterministic():
 # ============================================================================ known bugs
 
 
-def test_constant_priority_ignores_slo_class_weights():
+def test_constant_priority_refuses_slo_class_weights():
+    """They would change nothing (blis_fast.config.effective)."""
+    from blis_fast.errors import ConfigError
+
     wl = _queue_workload(slo_class=[0, 0, 1, 0, 1, 0, 1, 0])
-    r = sim(wl, max_num_seqs=1, priority_policy="constant", slo_class_weights=[0, 5], scheduler="priority-fcfs")
-    assert service_order(r) == list(range(8))
+    with pytest.raises(ConfigError, match="slo_class_weights"):
+        sim(wl, max_num_seqs=1, priority_policy="constant", slo_class_weights=[0, 5], scheduler="priority-fcfs")
 
 
 def test_negative_tenant_is_rejected_or_isolated():

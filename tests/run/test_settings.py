@@ -78,20 +78,12 @@ def test_pool_bounds_violations(kw):
     assert "instances" in ei.value.field.replace("-", "_")
 
 
-def test_pool_bounds_ok_only_num_instances_active():
-    r = blis_fast.simulate(num_requests=12, rate=5, num_instances=2, min_instances=1, max_instances=5,
-                           total_kv_blocks=100, **HAND_STEPS)
-    assert r.cluster["num_instances"] == 2
-    assert [s["instance_id"] for s in r.instances] == ["instance_0", "instance_1"]
-    assert set(r.state.reqs["instance"].tolist()) == {0, 1}
-    assert r.cluster["completed_requests"] + r.cluster["dropped_unservable"] == 12
-
-
-def test_max_instances_headroom_does_not_change_cluster_metrics():
-    kw = dict(num_requests=12, rate=5, num_instances=2, total_kv_blocks=1000, **HAND_STEPS)
-    a = blis_fast.simulate(**kw).cluster
-    b = blis_fast.simulate(min_instances=1, max_instances=5, **kw).cluster
-    assert a == b
+@pytest.mark.parametrize("kw", [dict(min_instances=1, max_instances=5), dict(max_instances=5), dict(min_instances=1)])
+def test_pool_bounds_other_than_num_instances_are_refused(kw):
+    """No autoscaler yet: bounds that differ from num_instances would change nothing."""
+    with pytest.raises(ConfigError) as ei:
+        blis_fast.simulate(num_requests=12, rate=5, num_instances=2, **kw)
+    assert ei.value.field in ("min_instances", "max_instances") and "no autoscaler" in ei.value.message  # the keyword
 
 
 def test_min_equals_max_equals_num():

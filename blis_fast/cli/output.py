@@ -1,0 +1,183 @@
+"""What ``blis-fast run`` prints on stdout: for a person at a terminal a compact summary
+(rich tables); for a pipe, a file or ``--json`` the summary JSON exactly as
+``Result.summary()`` gives it (scripts parse it: ``blis-fast run > run.json``).
+
+The human summary rounds for reading -- times to 3 significant figures (at least one
+decimal below 100 ms), ratios as percentages with one decimal, rates to 3 significant
+figures; counts are exact.  Files and JSON keep the full values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+PER_INSTANCE_LIMIT = 8  # instances shown one per row without --per-instance
+
+
+def wants_json(json_flag: bool) -> bool:
+    """JSON for ``--json`` or when stdout is not a terminal (a pipe, a file)."""
+    if json_flag:
+        return True
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return True
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(summary, indent=2, allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- number formats
+
+
+def ms(x: Any) -> str:
+    """A time in ms for reading: 3 significant figures, e.g. 0.523, 32.9, 1,234."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    x = float(x)
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+
+
+def pct(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{100 * float(x):.1f}%"
+
+
+def rate(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    x = float(x)
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def count(x: Any) -> str:
+    return "-" if x is None else f"{int(x):,}"
+
+
+# ----------------------------------------------------------------------------- the summary
+
+
+def render(summary: dict, per_instance: bool = False, console=None) -> None:
+    """Print the human summary of one run's ``summary`` dict on ``console`` (stdout)."""
+    from rich.console import Console
+
+    console = console or Console()
+    run, c = summary["run"], summary["cluster"]
+    console.print(_headline(run, c))
+    console.print()
+    console.print(_latency_table(c))
+    console.print()
+    for line in _cluster_lines(c):
+        console.print(line, highlight=False)
+    instances = summary.get("instances") or []
+    if len(instances) > 1 and (per_instance or len(instances) <= PER_INSTANCE_LIMIT):
+        console.print()
+        console.print(_instance_table(instances))
+    elif len(instances) > PER_INSTANCE_LIMIT:
+        console.print(f"[dim]{len(instances)} instances (--per-instance lists them)[/dim]")
+    slo = (summary.get("slo") or {}).get("slo_classes")
+    if slo:
+        console.print()
+        console.print(_slo_table(slo))
+    console.print()
+    console.print(_anomalies(c), highlight=False)
+    if summary.get("fitness"):
+        console.print(_fitness(summary["fitness"]), highlight=False)
+    if summary.get("summary_text"):  # --summarize-trace: markdown, printed as it is
+        console.print()
+        console.print(summary["summary_text"], markup=False, highlight=False)
+
+
+def _headline(run: dict, c: dict):
+    from rich.text import Text
+
+    cfg = run.get("config") or {}
+    engine = cfg.get("engine") or {}
+    model = str(run.get("model", "")).rsplit("/", 1)[-1]
+    wl = run.get("workload") or {}
+    source = wl.get("source") or wl.get("kind") or (cfg.get("workload") or {}).get("type", "")
+    text = Text()
+    text.append(f"{model}", style="bold")
+    text.append(f" on {run.get('hardware')} TP{engine.get('tp', 1)} · {run.get('latency_model')} · "
+                f"{count(c.get('num_instances'))} instance{'s' if c.get('num_instances') != 1 else ''} · "
+                f"{count(run.get('num_requests'))} requests ({source})")
+    return text
+
+
+def _latency_table(c: dict):
+    from rich.table import Table
+
+    t = Table(title=None, box=None, pad_edge=False, show_edge=False, header_style="bold")
+    t.add_column("latency (ms)")
+    for q in ("mean", "p90", "p95", "p99"):
+        t.add_column(q, justify="right")
+    for name, key in (("TTFT", "ttft"), ("ITL", "itl"), ("E2E", "e2e")):
+        t.add_row(name, *(ms(c.get(f"{key}_{q}_ms")) for q in ("mean", "p90", "p95", "p99")))
+    return t
+
+
+def _cluster_lines(c: dict) -> list[str]:
+    done = c.get("completed_requests", 0)
+    arrived = c.get("arrived_requests", done)
+    return [" · ".join([f"completed {count(done)}/{count(arrived)}", f"{rate(c.get('responses_per_sec'))} req/s",
+                        f"{rate(c.get('tokens_per_sec'))} tok/s",
+                        f"simulated {rate(c.get('vllm_estimated_duration_s'))} s"]),
+            " · ".join([f"KV peak {pct(c.get('kv_peak_utilization'))}",
+                        f"prefix cache hits {pct(c.get('prefix_cache_hit_rate'))}",
+                        f"busy {pct(c.get('busy_fraction'))}", f"mean batch {rate(c.get('mean_batch_size'))}"])]
+
+
+def _instance_table(instances: list[dict]):
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name, right in (("instance", False), ("completed", True), ("TTFT p99 ms", True), ("E2E p99 ms", True),
+                        ("ITL p99 ms", True), ("KV peak", True), ("busy", True), ("preempted", True)):
+        t.add_column(name, justify="right" if right else "left")
+    for s in instances:
+        t.add_row(str(s.get("instance_id")), count(s.get("completed_requests")), ms(s.get("ttft_p99_ms")),
+                  ms(s.get("e2e_p99_ms")), ms(s.get("itl_p99_ms")), pct(s.get("kv_peak_utilization")),
+                  pct(s.get("busy_fraction")), count(s.get("preemption_count")))
+    return t
+
+
+def _slo_table(classes: dict):
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name, right in (("SLO class", False), ("arrived", True), ("completed", True), ("attained", True),
+                        ("TTFT p99 ms", True), ("TPOT p99 ms", True), ("E2E p99 ms", True), ("targets (ms)", False)):
+        t.add_column(name, justify="right" if right else "left")
+    for name, s in classes.items():
+        targets = " ".join(f"{k.removesuffix('_ms')}≤{ms(v)}" for k, v in (s.get("targets") or {}).items()
+                           if v is not None)
+        t.add_row(str(name), count(s.get("arrived")), count(s.get("completed")), pct(s.get("slo_attainment")),
+                  ms((s.get("ttft_ms") or {}).get("p99")), ms((s.get("tpot_ms") or {}).get("p99")),
+                  ms((s.get("e2e_ms") or {}).get("p99")), targets or "-")
+    return t
+
+
+ANOMALIES = (("rejected_requests", "rejected"), ("dropped_unservable", "dropped (never fit)"),
+             ("preemption_count", "preemptions"), ("priority_inversions", "priority inversions"),
+             ("hol_blocking_instances", "HOL-blocking instances"), ("still_queued", "still queued"),
+             ("still_running", "still running"))
+
+
+def _anomalies(c: dict) -> str:
+    seen = [f"{label} {count(c[key])}" for key, label in ANOMALIES if c.get(key)]
+    return "anomalies: " + (" · ".join(seen) if seen else "none")
+
+
+def _fitness(f: dict) -> str:
+    parts = [f"fitness {f.get('score', 0):.4g}"]
+    parts += [f"{k} {v:.3g}" for k, v in (f.get("components") or {}).items() if isinstance(v, (int, float))]
+    return " · ".join(parts)
