@@ -260,6 +260,8 @@ def metric_value(result, name: str) -> float:
     base, kind, value = split_metric(name, "objectives.metric")
     overall, group, instance = scorecard.known_metrics()
     if kind is None:
+        if base in group and base not in scorecard.SUMMARY_OWNED:  # (no cluster summary needed)
+            return float(result.request_metrics[base])
         table = result.evaluation_metrics
         if base not in table:
             raise ConfigError("objectives.metric", f"unknown metric {base!r}; known: {', '.join(overall)}")

@@ -156,6 +156,13 @@ class Result:
         return request_outcomes(self)
 
     @cached_property
+    def request_metrics(self) -> dict[str, float]:
+        """``scorecard.GROUP_METRICS`` over every request (of the measurement window)."""
+        from .scorecard import group_metrics
+
+        return group_metrics(self, None)
+
+    @cached_property
     def evaluation_metrics(self) -> dict[str, float]:
         """Every whole-run metric an objective can name (``scorecard.overall_metrics``)."""
         from .scorecard import overall_metrics

@@ -38,6 +38,9 @@ GROUP_METRICS = (
     "cached_token_fraction",
     *(f"{m}_{s}_ms" for m in ("ttft", "e2e", "tpot") for s in ("mean", "p50", "p90", "p95", "p99")),
 )
+# whole-run values the cluster summary reports itself (the rest of GROUP_METRICS, over all
+# requests, are ``Result.request_metrics`` -- cheap: no summary needed)
+SUMMARY_OWNED = ("responses_per_sec", "tokens_per_sec", "completed_requests")
 # Metrics of one instance (``[instance=i]``) and, averaged or pooled, of the cluster.
 INSTANCE_METRICS = ("utilization", "kv_utilization_mean", "kv_utilization_peak", "queue_depth_mean",
                     "queue_depth_peak", "prefix_cache_hit_rate", "preemptions", "injected_requests",
@@ -166,8 +169,8 @@ def overall_metrics(result) -> dict[str, float]:
     cluster = result.cluster
     out: dict[str, float] = {k: v for k, v in cluster.items()
                              if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    group = group_metrics(result, None)
-    for k in ("responses_per_sec", "tokens_per_sec", "completed_requests"):
+    group = dict(result.request_metrics)
+    for k in SUMMARY_OWNED:
         group.pop(k)  # the summary's own values (same definitions; compat conventions included)
     out.update(group)
     used = result._used_instances()
