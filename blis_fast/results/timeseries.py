@@ -69,15 +69,26 @@ class TimeSeriesRecorder:
         self.rows.append(a)
         self.kv_total = inst["kv_total"].astype(np.int64)
 
-    def series(self, used: np.ndarray) -> "TimeSeries":
-        """The recorded samples of instances ``used`` and the cluster."""
+    def series(self, used: np.ndarray, state=None) -> "TimeSeries":
+        """The recorded samples of instances ``used`` and the cluster; with the run's final
+        ``state``, requests in their last step count as running and in the system (below)."""
         n = len(self.times)
         k = len(used) + 1
         if n == 0:
             data = np.zeros((0, len(COLUMNS)), np.int64)
         else:
             pick = np.concatenate([used, [self.rows[0].shape[0] - 1]])
-            data = np.stack(self.rows)[:, pick, :].reshape(n * k, len(COLUMNS))
+            stacked = np.stack(self.rows)[:, pick, :]
+            if state is not None:
+                # The kernel counts a completion when it processes the request's last step, at
+                # the step's start; the last token is visible at the step's end + a2.  Until
+                # then the request is in the system (running while the step computes), not
+                # yet completed: Little's law holds on these columns (tests/run/test_analytic.py).
+                computing, unseen = _in_last_step(state, used, np.asarray(self.times, np.int64))
+                stacked[:, :, COLUMNS.index("running")] += computing
+                stacked[:, :, COLUMNS.index("in_system")] += unseen
+                stacked[:, :, COLUMNS.index("completions")] -= unseen
+            data = stacked.reshape(n * k, len(COLUMNS))
         times = np.repeat(np.asarray(self.times, np.int64), k)
         instance = np.tile(np.concatenate([used, [-1]]).astype(np.int64), n)
         total = np.zeros(k, np.int64)
@@ -85,6 +96,28 @@ class TimeSeriesRecorder:
             total[:-1] = self.kv_total[used]
             total[-1] = self.kv_total[used].sum()
         return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n))
+
+
+def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(computing, unseen): int64 [samples, len(used) + 1] each, per instance then the
+    cluster -- completed requests whose last step had started by sample time t and, for
+    ``computing``, had not ended (still running), for ``unseen``, whose last token (step
+    end + a2) was not yet visible (still in the system)."""
+    from blis_fast_kernels.schema import RequestState
+
+    reqs = state.reqs
+    done = reqs["state"] == RequestState.COMPLETED
+    inst = reqs["instance"][done]
+    visible = reqs["last_token_us"][done]
+    step_end = visible - np.trunc(state.inst["alpha2"]).astype(np.int64)[inst]
+    start = step_end - reqs["last_step_us"][done]
+    computing = np.zeros((len(times), len(used) + 1), np.int64)
+    unseen = np.zeros_like(computing)
+    for j, sel in enumerate([inst == i for i in used.tolist()] + [np.ones(len(inst), bool)]):
+        started = np.searchsorted(np.sort(start[sel]), times, side="right")
+        computing[:, j] = started - np.searchsorted(np.sort(step_end[sel]), times, side="right")
+        unseen[:, j] = started - np.searchsorted(np.sort(visible[sel]), times, side="right")
+    return computing, unseen
 
 
 class TimeSeries:

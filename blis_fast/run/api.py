@@ -160,7 +160,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if progress is not None:
             progress("computing the results", 0, None, "")
         if recorder is not None:
-            result.timeseries = recorder.series(result._used_instances())
+            result.timeseries = recorder.series(result._used_instances(), state)
         if sim.counterfactual_k:
             from blis_fast.run.counterfactual import replay_worst_decisions
 

@@ -113,3 +113,49 @@ def test_utilization_is_offered_load():
     assert busy == int(s.sum())  # every step is one token of one request
     lam = (len(s) - 1) / ((r.workload.arrival_us.max() - r.workload.arrival_us.min()) / 1e6)
     assert abs(busy / span - lam * s.mean() / 1e6) < 0.01
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_round_robin_cluster_is_its_analytic_split(k):
+    """Round-robin over k single-request servers: request i goes to instance i mod k, so
+    each instance is a FIFO single server fed every k-th arrival, and every wait equals
+    Lindley's recursion on that sub-stream (exact, per request)."""
+    rng = np.random.default_rng(k)
+    n = 1500
+    arrival = np.cumsum(rng.exponential(1e6 / (60 * k), n)).astype(np.int64)
+    n_out = rng.geometric(0.1, n)
+    beta0 = 1000
+    r = blis_fast.simulate(workload=lengths_workload(arrival, np.ones(n, int), n_out, seed=k),
+                           beta_coeffs=[beta0, 0, 0], **{**SERVER, "num_instances": k}, routing_policy="round-robin")
+    c = r.request_columns()
+    assert np.array_equal(c["instance"], np.arange(n) % k)
+    for i in range(k):
+        sub = np.arange(i, n, k)
+        assert np.array_equal(c["scheduling_delay_us"][sub], lindley_waits(arrival[sub], n_out[sub] * beta0))
+    # and each instance's busy time is its own offered work
+    assert [int(b) for b in r.state.inst["busy_us"][:k]] == [int(n_out[i::k].sum()) * beta0 for i in range(k)]
+
+
+@pytest.mark.parametrize("settings", [
+    dict(SERVER, beta_coeffs=[1000, 0, 0], rate=70, num_requests=400, **ONE_TOKEN_PROMPTS, **constant_outputs(10)),
+    dict(num_instances=3, rate=30, num_requests=300, workload="chatbot", max_num_seqs=16, total_kv_blocks=400),
+], ids=["single-server", "batched-cluster"])
+def test_littles_law_on_the_time_series(settings):
+    """L = λW on a whole run, from the time series: the time-average number of requests in
+    the system (cluster and each instance) equals the arrival rate times the mean time in
+    the system (the end-to-end time), within 0.5 % (sampling every 1 ms; a request in its
+    last step counts until its last token is visible).  The batch never exceeds its cap."""
+    step_ms = 1.0
+    r = blis_fast.simulate(**settings, sample_interval_ms=step_ms)
+    cols = r.timeseries.columns()
+    lat = r.request_columns()
+    assert (lat["e2e_us"] >= 0).all()  # every request completed: the system empties
+    span_s = cols["time_s"].max()
+    for inst in [-1, *range(settings["num_instances"])]:
+        rows = cols["instance"] == inst
+        L = cols["in_system"][rows].sum() * step_ms / 1e3 / span_s  # time-average requests in the system
+        mine = lat["e2e_us"] if inst < 0 else lat["e2e_us"][lat["instance"] == inst]
+        lam, W = len(mine) / span_s, mine.mean() / 1e6
+        assert L == pytest.approx(lam * W, rel=0.005)
+        if inst >= 0:
+            assert cols["running"][rows].max() <= settings.get("max_num_seqs", 1)
