@@ -66,5 +66,5 @@ def test_counterfactual_k_needs_and_implies_the_trace():
 
     r = blis_fast.simulate(num_requests=30, num_instances=2, counterfactual_k=1)
     assert len(r.counterfactuals) == 1 and int(r.state.settings[0]["trace_level"]) == 1
-    with pytest.raises(ConfigError, match="counterfactual-k"):
+    with pytest.raises(ConfigError, match="counterfactual.k: needs the decision trace"):
         blis_fast.simulate(num_requests=30, counterfactual_k=1, trace_level="none")
