@@ -6,6 +6,7 @@
     output.py    the human summary of a run (a terminal) or its JSON (--json, a pipe)
     run.py       blis-fast run
     evaluate.py  blis-fast evaluate
+    openevolve.py  blis-fast openevolve init
     bench.py     blis-fast bench
     workload.py  blis-fast workload generate | stats
     cache.py     blis-fast clear-cache

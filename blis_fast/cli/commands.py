@@ -10,7 +10,7 @@ import warnings
 
 import typer
 
-from blis_fast.cli import run, evaluate, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
+from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
 from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted
 from blis_fast.errors import BlisFastError

@@ -1,0 +1,106 @@
+"""GEPA adapter (extra ``blis-fast[gepa]``; checked against gepa 0.1.4).
+
+``BlisGEPAAdapter`` follows gepa's adapter protocol (a structural Protocol: no base class):
+
+- a candidate is ``{component: yaml_text}`` -- ``policy`` (a whole bundle) and/or bundle
+  sections (``admission``, ``routing``, ``scheduler``, ...), so GEPA can reflect on one
+  section at a time;
+- a data instance is a scenario name (``adapter.names``: pass them as trainset/valset);
+- ``evaluate(batch, candidate, capture_traces)`` returns scores in [0, 1] (higher is
+  better), ``objective_scores`` (each normalized objective, for Pareto fronts with
+  ``frontier_type="objective"|"hybrid"``), small picklable outputs, and with traces the
+  feedback text (``adapters.core.feedback_text``, incl. the run's trace summary); a bad
+  candidate scores 0 with the validation error -- nothing is raised;
+- ``make_reflective_dataset`` gives each component one record per scenario: Inputs (the
+  scenario and the component's text), Generated Outputs (key metrics), Feedback.
+
+``optimize_anything_evaluator(...)`` returns ``fn(candidate, example=None) -> (score,
+side_info)`` for ``gepa.optimize_anything``; ``side_info["scores"]`` carries the objective
+vector, ``side_info["Feedback"]`` the text.
+
+    from blis_fast.adapters.gepa import BlisGEPAAdapter
+    adapter = BlisGEPAAdapter("configs/evaluate/scenarios.yaml")
+    result = gepa.optimize(seed_candidate={"routing": "round-robin"}, trainset=adapter.names,
+                           adapter=adapter, reflection_lm=my_lm, max_metric_calls=200)
+
+gepa itself is imported only to build its ``EvaluationBatch``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blis_fast.adapters.core import FitnessSet, describe_scenario, feedback_text
+
+OUTPUT_METRICS = ("slo_attainment", "goodput_rps", "ttft_p99_ms", "e2e_p99_ms", "rejected_requests",
+                  "preemption_count", "simulated_duration_s")
+
+
+class BlisGEPAAdapter:
+    """gepa adapter over blis-fast scenarios (module docstring).  ``scenarios``: a
+    scenarios file or scenario dicts/objects; ``objectives``/``budget`` default to the
+    file's; ``workers``: threads per ``evaluate`` call (default all cores)."""
+
+    propose_new_texts = None  # gepa's default: LLM reflection on make_reflective_dataset
+
+    def __init__(self, scenarios, objectives=None, budget=None, workers: int | None = None):
+        self.fitness = FitnessSet(scenarios, objectives, budget, workers)
+
+    @property
+    def names(self) -> list[str]:
+        """The scenario names: gepa's data instances."""
+        return self.fitness.names
+
+    def evaluate(self, batch: list, candidate: dict[str, str], capture_traces: bool = False):
+        from gepa import EvaluationBatch
+
+        results = self.fitness.run(dict(candidate), batch, summarize=capture_traces)
+        outputs, trajectories = [], []
+        for item, ev in zip(batch, results):
+            ps = self.fitness.scenario(item)
+            outputs.append({"scenario": ps.name, "status": ev.status, "score": float(ev.score),
+                            "metrics": {k: float(ev.metrics[k]) for k in OUTPUT_METRICS if k in ev.metrics}})
+            if capture_traces:
+                trajectories.append({"scenario": ps.name, "status": ev.status, "feedback": feedback_text(ev, ps)})
+        return EvaluationBatch(
+            outputs=outputs,
+            scores=[float(ev.score) for ev in results],
+            trajectories=trajectories if capture_traces else None,
+            objective_scores=[{k: float(v) for k, v in ev.objectives.items()} for ev in results],
+        )
+
+    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch, components_to_update: list[str]) -> dict:
+        records = []
+        for out, traj in zip(eval_batch.outputs, eval_batch.trajectories or []):
+            ps = self.fitness.scenario(traj["scenario"])
+            generated = {"status": out["status"], "score": round(out["score"], 4)}
+            generated.update({k: round(v, 4) for k, v in out["metrics"].items()})
+            records.append((ps, generated, traj["feedback"]))
+        return {
+            comp: [{"Inputs": {"scenario": f"{ps.name}: {describe_scenario(ps)}",
+                               "component": comp, "current text": candidate.get(comp, "")},
+                    "Generated Outputs": generated,
+                    "Feedback": feedback} for ps, generated, feedback in records]
+            for comp in components_to_update
+        }
+
+
+def optimize_anything_evaluator(scenarios, objectives=None, budget=None, workers: int | None = None):
+    """``fn(candidate, example=None) -> (score, side_info)`` for ``gepa.optimize_anything``:
+    ``candidate`` is bundle YAML text (a str seed) or components {name: yaml}; ``example``
+    a scenario name (``dataset=fn.names``), or omitted: every scenario, scores averaged."""
+    fitness = FitnessSet(scenarios, objectives, budget, workers)
+
+    def evaluate(candidate: Any, example: Any = None, **_: Any):
+        items = [example] if example is not None else None
+        results = fitness.run(candidate, items, summarize=True)
+        names = [example] if example is not None else fitness.names
+        score = sum(ev.score for ev in results) / len(results)
+        keys = list(dict.fromkeys(k for ev in results for k in ev.objectives))
+        scores = {k: sum(ev.objectives.get(k, 0.0) for ev in results) / len(results) for k in keys}
+        feedback = "\n\n".join(feedback_text(ev, fitness.scenario(n)) for ev, n in zip(results, names))
+        return float(score), {"scores": scores, "Feedback": feedback}
+
+    evaluate.names = fitness.names
+    evaluate.fitness = fitness
+    return evaluate

@@ -1,0 +1,31 @@
+"""``blis-fast openevolve init DIR``: a starter OpenEvolve project (blis_fast.adapters.openevolve_starter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from blis_fast.cli.app import Quiet, Verbose, app
+
+openevolve_app = typer.Typer(no_args_is_help=True, help="OpenEvolve integration: blis-fast as the fitness function.")
+app.add_typer(openevolve_app, name="openevolve")
+
+
+@openevolve_app.command("init")
+def openevolve_init(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="folder to create the project in (must not hold its files)")],
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
+) -> None:
+    """Write an OpenEvolve project: evaluator.py (one line), scenarios.yaml, config.yaml
+    (YAML programs), config_python.yaml (.py programs) and seed programs in both forms;
+    prints the files written and the command to start."""
+    from blis_fast.adapters.openevolve_starter import write_starter
+
+    files = write_starter(directory)
+    for f in files:
+        typer.echo(str(f))
+    typer.echo(f"start: openevolve-run {directory / 'initial_program.yaml'} {directory / 'evaluator.py'} "
+               f"--config {directory / 'config.yaml'}")
