@@ -109,7 +109,7 @@ def dask_executor(address: str):
     except ImportError:
         raise ConfigError("--dask-scheduler", "needs Dask: pip install 'blis-fast[distributed]'") from None
     try:
-        client = Client(address, timeout="10s", set_as_default=False)
+        client = Client(address, timeout="5s", set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise ConfigError("--dask-scheduler", f"cannot reach the scheduler at {address!r}: "
                                               f"{' '.join(str(exc).split())[:200]}") from None
