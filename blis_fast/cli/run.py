@@ -84,7 +84,7 @@ def run(
     summarize_trace: Annotated[bool, typer.Option("--summarize-trace", help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
     evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
-    per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here (Parquet)")] = None,
+    per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here; the suffix picks the format: .parquet, .csv or .jsonl (the fields of the --results-path records)")] = None,
     check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
     max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
     warmup_s: Annotated[Optional[float], _opt("--warmup-s")] = None,
@@ -111,6 +111,10 @@ def run(
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
+    if per_request_out is not None:
+        from blis_fast.results.result import request_table_format
+
+        table_format = request_table_format(per_request_out, "--per-request-out")
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     from blis_fast.run.api import run_config
 
@@ -123,7 +127,7 @@ def run(
             atomic_write(results_path, result.write_results, "--results-path")
         if per_request_out:
             bar.report(f"writing {per_request_out}", 0, None)
-            atomic_write(per_request_out, result.write_parquet, "--per-request-out")
+            atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
         if evaluation_out:
             bar.report(f"writing {evaluation_out}", 0, None)
             text = result.evaluate(summarize=summarize_trace).to_json()

@@ -27,6 +27,30 @@ from .window import measurement_window, window_mask
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
+# table types of the per-request fields (any other: string); units are in the names, but
+# for BLIS's ``arrived_at`` (seconds)
+REQUEST_FIELD_TYPES = {
+    "arrived_at": "float64", "num_prefill_tokens": "int64", "num_decode_tokens": "int64", "ttft_ms": "float64",
+    "itl_ms": "float64", "e2e_ms": "float64", "scheduling_delay_ms": "float64", "preemptions": "int64",
+    "cached_prompt_tokens": "int64", "generated_tokens": "int64", "first_token_s": "float64",
+    "completion_s": "float64", "session": "int64", "turn": "int64", "session_id": "int64", "round_index": "int64",
+}
+REQUEST_TABLE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
+
+
+def request_table_format(path: str | Path, flag: str) -> str:
+    """The per-request file format named by ``path``'s suffix; ConfigError(flag) for any
+    other suffix (a Parquet file named .csv would mislead whoever opens it)."""
+    from blis_fast.config.validate import show
+    from blis_fast.errors import ConfigError
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in REQUEST_TABLE_FORMATS:
+        raise ConfigError(flag, f"the file name must end in {', '.join(REQUEST_TABLE_FORMATS)} (the format), "
+                                f"got {show(str(path))}")
+    return REQUEST_TABLE_FORMATS[suffix]
+
+
 
 class Result:
     """Summary metrics and per-request records of one simulation run."""
@@ -38,6 +62,20 @@ class Result:
         self.wall_time_s = wall_time_s  # the event loop's wall time (never written to results files)
         self.timeseries = None  # TimeSeries (results.timeseries) when sample_interval_ms was set
         self.counterfactuals: list[dict] = []  # exact replays (run.counterfactual) when counterfactual_k > 0
+
+    def __repr__(self) -> str:
+        """One line: what ran and how it went (computes the summary if not yet done)."""
+        cfg, c = self.setup.config, self.cluster
+        n_inst = c.get("num_instances", 0)
+
+        def ms(key):
+            v = c.get(key)
+            return "-" if v is None else f"{v:.4g} ms"
+        return (f"<Result {self.setup.model.name} on {self.setup.hardware.name} TP{cfg.engine.tp} "
+                f"({self.setup.latency.kind}), {n_inst} instance{'s' if n_inst != 1 else ''}, "
+                f"{len(self.workload)} requests: {c.get('completed_requests', 0)} completed, "
+                f"{c.get('rejected_requests', 0)} rejected; TTFT p99 {ms('ttft_p99_ms')}, "
+                f"E2E p99 {ms('e2e_p99_ms')}>")
 
     # ------------------------------------------------------------------ summary
     @property
@@ -300,24 +338,17 @@ class Result:
             "cached_prompt_tokens": reqs["cached_tokens"],
         }
 
-    def _record_columns(self) -> tuple[list[str], list[list]]:
-        """The per-request records as (field names, one Python list per field), in record
-        order: every request but those still pending; in compat mode, as the reference,
-        those that reached an instance (dropped ones removed), sorted by arrival time."""
+    def _fields(self, sel: np.ndarray, missing: float | None = None) -> dict[str, list]:
+        """The per-request fields of rows ``sel``, one list per field, shared by the JSON
+        records and every table format (so they always have the same fields).  Undefined
+        times are ``missing``."""
         c = self.request_columns()
         ids = self.workload.source_ids
         labels = self.request_labels()
-        sel = np.arange(len(c["state"]))
-        if self.compat:
-            sel = sel[np.isin(c["state"], ROUTED_STATES)]
-            sel = sel[np.argsort(c["arrival_us"][sel], kind="stable")]
-        else:
-            sel = sel[c["state"][sel] != RequestState.PENDING]
-        missing = 0.0 if self.compat else None
 
-        def ms(key):  # µs -> ms, undefined (< 0) -> missing
+        def scaled(key, scale):  # µs -> ms or s, undefined (< 0) -> missing
             v = c[key][sel]
-            return [x if ok else missing for x, ok in zip((v / 1000.0).tolist(), (v >= 0).tolist())]
+            return [x if ok else missing for x, ok in zip((v / scale).tolist(), (v >= 0).tolist())]
 
         rows = sel.tolist()
         inst = c["instance"][sel].tolist()
@@ -327,20 +358,36 @@ class Result:
             "arrived_at": (c["arrival_us"][sel] / 1e6).tolist(),
             "num_prefill_tokens": c["prompt_tokens"][sel].tolist(),
             "num_decode_tokens": c["output_tokens"][sel].tolist(),
-            "ttft_ms": ms("ttft_us"),
+            "ttft_ms": scaled("ttft_us", 1000.0),
             "itl_ms": (c["itl_mean_us"][sel] / 1000.0).tolist(),
-            "e2e_ms": ms("e2e_us"),
-            "scheduling_delay_ms": ms("scheduling_delay_us"),
+            "e2e_ms": scaled("e2e_us", 1000.0),
+            "scheduling_delay_ms": scaled("scheduling_delay_us", 1000.0),
             "handled_by": [f"instance_{k}" if k >= 0 else None for k in inst],
             "state": [names[k] for k in c["state"][sel].tolist()],
             "preemptions": c["preemptions"][sel].tolist(),
             "cached_prompt_tokens": c["cached_prompt_tokens"][sel].tolist(),
             "generated_tokens": c["generated_tokens"][sel].tolist(),
+            "first_token_s": scaled("first_token_us", 1e6),
+            "completion_s": scaled("completion_us", 1e6),
         }
         if ids is not None:
             cols["source_id"] = [ids[i] for i in rows]
         for key, values in labels.items():
             cols[key] = [values[i] for i in rows]
+        return cols
+
+    def _record_columns(self) -> tuple[list[str], list[list]]:
+        """The per-request records as (field names, one Python list per field), in record
+        order: every request but those still pending; in compat mode, as the reference,
+        those that reached an instance (dropped ones removed), sorted by arrival time."""
+        c = self.request_columns()
+        sel = np.arange(len(c["state"]))
+        if self.compat:
+            sel = sel[np.isin(c["state"], ROUTED_STATES)]
+            sel = sel[np.argsort(c["arrival_us"][sel], kind="stable")]
+        else:
+            sel = sel[c["state"][sel] != RequestState.PENDING]
+        cols = self._fields(sel, 0.0 if self.compat else None)
         return list(cols), list(cols.values())
 
     def request_records(self) -> list[dict]:
@@ -350,8 +397,9 @@ class Result:
 
     def request_labels(self) -> dict[str, list]:
         """Per-request workload labels for workload-spec runs (BLIS's ``slo_class`` and
-        ``tenant_id``, plus ``client``, ``priority_class``, ``session``, ``turn``); empty
-        for workloads without them."""
+        ``tenant_id``, plus ``client``, ``priority_class``, ``session``, ``turn`` and, under
+        BLIS's current names, ``session_id``, ``round_index``); empty for workloads
+        without them."""
         wl = self.workload
         if not wl.names:
             return {}
@@ -365,35 +413,26 @@ class Result:
         if wl.session is not None:
             out["session"] = reqs["session"].tolist()
             out["turn"] = reqs["turn"].tolist()
+            out["session_id"], out["round_index"] = out["session"], out["turn"]
         return out
 
     def requests_table(self):
-        """Per-request table as a pyarrow Table (all requests, request order)."""
+        """Per-request table as a pyarrow Table: every request, in request order, with the
+        fields of the JSON records (``request_records``)."""
         import pyarrow as pa
 
-        c = self.request_columns()
-        n = len(c["state"])
-        cols = {
-            "requestID": pa.array([f"request_{i}" for i in range(n)], pa.string()),
-            "handled_by": pa.array([f"instance_{i}" if i >= 0 else None for i in c["instance"].tolist()], pa.string()),
-            "state": pa.array([REQUEST_STATE_NAMES[s] for s in c["state"].tolist()], pa.string()),
-            "arrived_at": pa.array(c["arrival_us"] / 1e6, pa.float64()),
-            "num_prefill_tokens": pa.array(c["prompt_tokens"], pa.int64()),
-            "num_decode_tokens": pa.array(c["output_tokens"], pa.int64()),
-        }
-        for name, key in (("ttft_ms", "ttft_us"), ("e2e_ms", "e2e_us"), ("scheduling_delay_ms", "scheduling_delay_us"),
-                          ("first_token_s", "first_token_us"), ("completion_s", "completion_us")):
-            v = c[key]
-            scale = 1000.0 if name.endswith("_ms") else 1e6
-            cols[name] = pa.array(v / scale, pa.float64(), mask=v < 0)
-        cols["itl_ms"] = pa.array(c["itl_mean_us"] / 1000.0, pa.float64())
-        for name in ("generated_tokens", "preemptions", "cached_prompt_tokens"):
-            cols[name] = pa.array(c[name], pa.int64())
-        if self.workload.source_ids is not None:
-            cols["source_id"] = pa.array(self.workload.source_ids, pa.string())
-        for key, values in self.request_labels().items():
-            cols[key] = pa.array(values, pa.int64() if key in ("session", "turn") else pa.string())
-        return pa.table(cols)
+        cols = self._fields(np.arange(len(self.state.reqs)))
+        return pa.table({k: pa.array(v, REQUEST_FIELD_TYPES.get(k, pa.string())) for k, v in cols.items()})
+
+    def to_pandas(self):
+        """The per-request table as a pandas DataFrame (needs the ``pandas`` extra:
+        ``pip install 'blis-fast[pandas]'``)."""
+        import importlib.util
+
+        if importlib.util.find_spec("pandas") is None:
+            raise ImportError("Result.to_pandas() needs pandas: pip install 'blis-fast[pandas]' (or pandas); "
+                              "Result.requests_table() gives the same table as pyarrow")
+        return self.requests_table().to_pandas()
 
     # ------------------------------------------------------------------ files
     def _document_head(self) -> dict:
@@ -432,6 +471,24 @@ class Result:
         import pyarrow.parquet as pq
 
         pq.write_table(self.requests_table(), str(path))
+
+    def write_requests(self, path: str | Path, fmt: str | None = None) -> None:
+        """Write the per-request table as ``fmt`` (``parquet``, ``csv`` or ``jsonl``; None:
+        from the file name's suffix, ``request_table_format``); every format has the same
+        fields.  JSON Lines: one record per line, as the results file's records."""
+        fmt = fmt or request_table_format(path, "path")
+        if fmt == "parquet":
+            self.write_parquet(path)
+        elif fmt == "csv":
+            import pyarrow.csv as pc
+
+            pc.write_csv(self.requests_table(), str(path))
+        else:
+            cols = self._fields(np.arange(len(self.state.reqs)))
+            with open(path, "w", encoding="utf-8") as f:
+                for row in zip(*cols.values()):
+                    f.write(json.dumps(dict(zip(cols, row)), allow_nan=False) + "\n")
+
 
 
 def _json_column(col: list) -> list[str]:
