@@ -8,11 +8,12 @@ twice the run's 10th-percentile TTFT (taken as at least 1 ms).  Detectors (each 
 - ``routing_cache`` (routing, traced runs): routed while another instance's prefix index
   held at least one more leading block of its prompt;
 - ``load_imbalance`` (routing): traced -- routed to an instance whose load exceeded the
-  least-loaded candidate's by >= 2 requests; untraced -- on an instance busier than 1.25x
+  least-loaded candidate's by >= 2 requests and by half (load >= 1.5 x (least + 1)); untraced -- on an instance busier than 1.25x
   the mean instance (max/mean utilization > 1.25);
-- ``bursty_admitted`` (admission): a tenant whose peak arrival rate (windows of 1/50 of
-  the run, at least 0.1 s) reaches 4x its mean was admitted (< 10 % of its burst rejected):
-  the requests arriving during its burst windows and the window after;
+- ``bursty_admitted`` (admission): a tenant (or, if the tenant as a whole is not, one of
+  its clients) whose peak arrival rate (windows of 1/50 of the run, at least 0.1 s) reaches
+  4x its mean was admitted (< 10 % of its burst rejected): the requests arriving during
+  its burst windows and the window after;
 - ``kv_pressure`` (preemption / KV): preempted or dropped-unservable requests;
 - ``hol_blocking`` (scheduler): requests on instances whose mean wait queue exceeds twice
   the cluster mean;
@@ -90,7 +91,7 @@ def _routing_issues(result, miss, log) -> list[Issue]:
             f"{int(away.sum())} of {len(log)} decisions passed over an instance holding on average {_f(lost)} more "
             f"leading prompt blocks ({result.setup.config.engine.block_size} tokens each)."))
     min_alt_load = np.where(alt_ok, log["alt_load"], np.inf).min(axis=1)
-    heavier = (log["chosen_load"] - min_alt_load) >= 2
+    heavier = ((log["chosen_load"] - min_alt_load) >= 2) & (log["chosen_load"] >= 1.5 * (min_alt_load + 1))
     if heavier.any():
         gap = float((log["chosen_load"] - min_alt_load)[heavier].mean())
         out.append(Issue(
@@ -130,28 +131,38 @@ def _bursty(result, miss) -> list[Issue]:
         return []
     width = max(t_end / 50.0, 1e5)
     n_win = int(t_end // width) + 1
-    win = (t // width).astype(np.int64)
+    win = np.clip((t // width).astype(np.int64), 0, n_win - 1)
     from blis_fast.results.scorecard import group_masks
 
-    out = []
-    for name, mask in sorted(group_masks(result, "tenant").items()):
+    tenants = sorted(group_masks(result, "tenant").items())
+    clients = sorted(group_masks(result, "client").items())
+    out, flagged = [], set()
+    # a tenant whose own arrivals are bursty, else a bursty client of it (token buckets are per tenant)
+    for kind, name, mask in [("tenant", n, m) for n, m in tenants] + [("client", n, m) for n, m in clients]:
         m = mask & arrived
         if m.sum() < 10:
             continue
-        counts = np.bincount(win[m], minlength=n_win)[:n_win]
+        tenant_ids = np.unique(reqs["tenant"][m])
+        if kind == "client" and (len(tenant_ids) != 1 or int(tenant_ids[0]) in flagged):
+            continue
+        counts = np.bincount(win[m], minlength=n_win)
         mean = counts.mean()
-        if mean <= 0 or counts.max() < 4 * mean:
+        if counts.max() < 4 * mean:
             continue
         burst = counts >= 3 * mean
         in_burst = burst[win] & m
         if int(tab["rejected"][in_burst].sum()) >= 0.1 * int(in_burst.sum()):
             continue  # admission already pushed back
-        during = (burst | np.r_[False, burst[:-1]])[np.minimum(win, n_win - 1)] & arrived
-        tokens_per_s = float(reqs["prompt_len"][m].sum()) / (t_end / 1e6)
+        flagged.update(int(x) for x in tenant_ids)
+        during = (burst | np.r_[False, burst[:-1]])[win] & arrived
+        tenant = reqs["tenant"] == tenant_ids[0]
+        tokens_per_s = float(reqs["prompt_len"][tenant & arrived].sum()) / (t_end / 1e6)
         burst_tokens = float(reqs["prompt_len"][in_burst].sum()) / max(int(burst.sum()), 1)
+        tenant_name = next((n for n, tm in tenants if (tm & tenant).any()), str(int(tenant_ids[0])))
+        who = f"tenant {name!r}" if kind == "tenant" else f"client {name!r} (tenant {tenant_name!r})"
         out.append(Issue(
-            "bursty_admitted", f"bursty tenant {name!r} admitted", "admission",
-            f"rate-limit the tenant: --admission-policy token-bucket --token-bucket-refill-rate "
+            "bursty_admitted", f"bursty {who} admitted", "admission",
+            f"rate-limit tenant {tenant_name!r}: --admission-policy token-bucket --token-bucket-refill-rate "
             f"{tokens_per_s * 1.2:.0f} --token-bucket-capacity {max(burst_tokens / 2, 1):.0f} (prompt tokens)",
             int(during.sum()), int((during & miss).sum()),
             f"its peak {width / 1e6:.2f}-s window held {int(counts.max())} arrivals vs a mean of {_f(mean)}; "

@@ -61,7 +61,7 @@ def test_bursty_tenant_with_always_admit_names_admission(tmp_path):
     r = blis_fast.simulate(workload_spec=str(spec), total_kv_blocks=8000)
     text = r.summary_text()
     assert first_issue(text) == "bursty tenant 'bad' admitted"
-    assert focus(text).startswith("- admission: rate-limit the tenant: --admission-policy token-bucket")
+    assert focus(text).startswith("- admission: rate-limit tenant 'bad': --admission-policy token-bucket")
     # a token bucket sized as suggested pushes back: the detector no longer fires
     m = re.search(r"--token-bucket-refill-rate (\d+) --token-bucket-capacity (\d+)", text)
     limited = blis_fast.simulate(workload_spec=str(spec), total_kv_blocks=8000, admission_policy="token-bucket",
