@@ -51,6 +51,20 @@ def capacity(slo, config=None, **options):
     return _capacity(slo, config, **options)
 
 
+def sweep(sets, config=None, **options):
+    """Metrics over a grid of settings; see :func:`blis_fast.studies.sweep.sweep`."""
+    from blis_fast.studies.sweep import sweep as _sweep
+
+    return _sweep(sets, config, **options)
+
+
+def compare(configs, sets=(), **options):
+    """Configurations side by side on the same workload and seeds; see :func:`blis_fast.studies.sweep.compare`."""
+    from blis_fast.studies.sweep import compare as _compare
+
+    return _compare(configs, sets, **options)
+
+
 def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=None, executor=None, **options):
     """Evaluate policy candidates on scenarios in parallel; see
     :func:`blis_fast.batch.evaluate.evaluate_many`."""
@@ -61,5 +75,5 @@ def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=N
 
 __all__ = [
     "BlisFastError", "ConfigError", "Result", "SimConfig", "SimulationError", "WorkloadError",
-    "build_config", "capacity", "evaluate_many", "load_yaml", "simulate", "__version__",
+    "build_config", "capacity", "compare", "evaluate_many", "load_yaml", "simulate", "sweep", "__version__",
 ]

@@ -36,6 +36,7 @@ def run(
     workload_traces_filepath: Annotated[Optional[str], _opt("--workload-traces-filepath")] = None,
     workload_spec: Annotated[Optional[str], _opt("--workload-spec")] = None,
     rate: Annotated[Optional[float], _opt("--rate")] = None,
+    rate_scale: Annotated[Optional[float], _opt("--rate-scale")] = None,
     num_requests: Annotated[Optional[int], _opt("--num-requests")] = None,
     arrival: Annotated[Optional[str], _opt("--arrival")] = None,
     prefix_tokens: Annotated[Optional[int], _opt("--prefix-tokens")] = None,

@@ -56,6 +56,9 @@ class WorkloadConfig:
                      choices=WORKLOAD_TYPES)
     rate: float = _opt(1.0, "arrival rate, requests per second (> 0)", lo=0, lo_open=True, hi=MAX_RATE,
                        unit="requests/s")
+    rate_scale: float = _opt(1.0, "multiplies the arrival rate: --rate, or every rate-driven client's rate of a "
+                                  "workload spec (session follow-ups and trace timestamps keep their timing); for "
+                                  "load sweeps and capacity searches on specs", lo=0, lo_open=True, hi=1e6)
     num_requests: int = _opt(100, "number of requests to generate (>= 1)", lo=1, hi=MAX_REQUESTS)
     arrival: str | None = _opt(None, "arrival process: poisson | constant (default poisson; constant in compat mode)",
                                choices=ARRIVAL_PROCESSES)
@@ -208,6 +211,7 @@ FLAG_PATHS: dict[str, str] = {
     "workload_traces_filepath": "workload.traces_filepath",
     "workload_spec": "workload.spec_filepath",
     "rate": "workload.rate",
+    "rate_scale": "workload.rate_scale",
     "num_requests": "workload.num_requests",
     "arrival": "workload.arrival",
     "prefix_tokens": "workload.prefix_tokens",
@@ -377,6 +381,8 @@ def validate(cfg: SimConfig) -> None:
                                              f"take {step:.3g} µs, more than 2^53 µs; lower the coefficients")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
+    if w.type == "traces" and not w.spec_filepath and w.rate_scale != 1:
+        raise ConfigError("workload.rate_scale", "does not apply to a trace: its arrival times are recorded")
     lo, hi = d.bounds()
     if lo > hi:
         raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")

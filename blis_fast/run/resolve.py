@@ -100,7 +100,7 @@ def distribution_spec(config: SimConfig) -> DistributionSpec:
         value = getattr(w, f.name, None)
         if value is not None:
             params[f.name] = value
-    params["rate"] = w.rate
+    params["rate"] = w.rate * w.rate_scale
     params["num_requests"] = w.num_requests
     params["arrival"] = w.arrival or ("constant" if config.simulation.compat else "poisson")
     try:
@@ -109,15 +109,21 @@ def distribution_spec(config: SimConfig) -> DistributionSpec:
         raise ConfigError(f"{exc.field} ({flag_for(exc.field)})", exc.message) from None
 
 
+def workload_spec(config: SimConfig):
+    """The config's workload spec, its rates multiplied by ``workload.rate_scale``."""
+    from blis_fast.workload.spec import load_spec
+
+    return load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
+
+
 def build_workload(config: SimConfig) -> Workload:
     """Generate or load the workload the config describes."""
     w = config.workload
     bs = config.engine.block_size
     if w.spec_filepath:  # a workload spec replaces the workload type (docs/workloads.md)
         from blis_fast.workload.generate import generate_from_spec
-        from blis_fast.workload.spec import load_spec
 
-        spec = load_spec(w.spec_filepath)
+        spec = workload_spec(config)
         seed = config.simulation.seed if config.simulation.seed is not None else spec.effective_seed
         return generate_from_spec(spec, seed, bs)
     if w.type == "traces":
@@ -137,9 +143,7 @@ def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float]
     w = config.workload
     bs = config.engine.block_size
     if w.spec_filepath:
-        from blis_fast.workload.spec import load_spec
-
-        spec = load_spec(w.spec_filepath)
+        spec = workload_spec(config)
         n, tokens = spec.expected_size()
         from blis_fast.workload.generate import GEN_BYTES_PER_REQUEST, KEY_BYTES
 

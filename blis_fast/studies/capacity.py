@@ -7,7 +7,8 @@ the same exponential draws scaled by 1/r, so neighbouring probes differ by the r
 by luck) -- and reduces every SLO metric to its mean over the seeds and a 95 % confidence
 interval.  A probe *meets* the SLOs when every predicate holds for the mean.
 
-Rate search, on x = log(rate):
+Rate search, on x = log(rate) -- the offered rate: ``--rate``, or for a workload spec the
+total of its rate-driven clients' rates, which every probe scales (``workload.rate_scale``):
 1. bracket: from the config's rate (or ``rate_min`` / ``rate_max``), step up while the
    SLOs hold (or down while they fail) by factors 2, 4, 8, ... until a met and a failed
    probe enclose the answer;
@@ -124,11 +125,22 @@ class _Searcher:
         self.cfg, self.search, self.slos, self.seeds, self.jobs = cfg, search, slos, seeds, jobs
         self.on_run, self.max_probes = on_run, max_probes
         self.probes: list[Probe] = []
+        self.spec_rate = 0.0  # a workload spec's total client rate at rate_scale 1 (0: not a spec)
+        self.start = cfg.workload.rate * cfg.workload.rate_scale  # the offered rate the search starts from
+        if search == "rate" and cfg.workload.spec_filepath:
+            from blis_fast.workload.spec import load_spec
+
+            self.spec_rate = load_spec(cfg.workload.spec_filepath).total_rate
+            if not self.spec_rate > 0:
+                raise ConfigError("--search", "rate search needs rate-driven clients; this workload spec has none")
+            self.start = self.spec_rate * cfg.workload.rate_scale
         self.metrics = list(dict.fromkeys(p.metric for p in slos))
 
     def settings(self, value: float) -> dict:
+        if self.search == "rate" and self.spec_rate:  # a spec: scale its clients' rates to total ``value``
+            return {"rate_scale": value / self.spec_rate}
         if self.search == "rate":
-            return {"rate": value}
+            return {"rate": value, "rate_scale": 1.0}
         return {"num_instances": int(value), "min_instances": None, "max_instances": None}
 
     def probe(self, values: list[float]) -> list[Probe]:
@@ -173,7 +185,7 @@ def _search_rate(s: _Searcher, cfg: SimConfig, tol: float, rate_min: float | Non
         if rate_min is not None and rate_max is not None and (lo is None or hi is None):
             return lo, hi  # the answer lies outside [rate_min, rate_max]
     else:
-        p = s.probe([_round_rate(cfg.workload.rate)])[0]
+        p = s.probe([_round_rate(s.start)])[0]
         lo, hi = (p, None) if p.met else (None, p)
     step = 1.0
     for _ in range(EXPANSION_STEPS):  # bracket: factors 2, 4, 8, ...
@@ -272,9 +284,9 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     jobs = check_jobs(jobs)
     cfg = as_config(config, overrides)
     w = cfg.workload
-    if search == "rate" and (w.spec_filepath or w.type == "traces"):
-        raise ConfigError("--search", "rate search needs a workload whose rate --rate sets (distribution or a "
-                                      "preset); a workload spec or trace fixes its own arrival times")
+    if search == "rate" and w.type == "traces" and not w.spec_filepath:
+        raise ConfigError("--search", "rate search needs generated arrivals (a distribution, a preset or a "
+                                      "workload spec); a trace fixes its own arrival times")
     if search != "rate" and (rate_min is not None or rate_max is not None):
         raise ConfigError("--rate-min" if rate_min is not None else "--rate-max", "applies to --search rate only")
     if rate_min is not None:

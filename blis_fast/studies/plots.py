@@ -123,7 +123,7 @@ STUDY_PANELS = (
 )
 _STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 _HATCHES = ("", "//", "..", "xx", "\\\\", "++")
-_AXIS_LABELS = {"rate": "arrival rate (requests/s)", "num_instances": "instances", "max_num_seqs": "max_num_seqs "
+_AXIS_LABELS = {"rate": "arrival rate (requests/s)", "rate_scale": "rate scale (x the workload's rates)", "num_instances": "instances", "max_num_seqs": "max_num_seqs "
                 "(requests per batch)", "max_num_batched_tokens": "max_num_batched_tokens (tokens per step)"}
 
 
@@ -153,6 +153,9 @@ def study_figure(study, path: Path, title: str) -> None:
         xs_all = [pt[x_axis.name] for pt in study.points]
         series_of = [tuple(([("config", pt["config"])] if compare else [])
                            + [(a.name, pt[a.name]) for a in study.axes[1:]]) for pt in study.points]
+    # throughput against the offered rate when the load is what is swept
+    offered_x = (x_axis is not None and x_axis.name in ("rate", "rate_scale")
+                 and all(r is not None for r in study.offered_rate))
     categories = list(dict.fromkeys(xs_all))
     categorical = not all(_is_number(v) for v in categories)
     pos = {v: k for k, v in enumerate(categories)}
@@ -170,6 +173,11 @@ def study_figure(study, path: Path, title: str) -> None:
             idx = [k for k, s in enumerate(series_of) if s == key]
             color = colors(si % 10)
             for li, (metric, label) in enumerate(lines):
+                if offered_x and ptitle == "Throughput":
+                    x = [study.offered_rate[k] for k in idx]
+                    ax.plot(x, [study.stats[k][metric].mean for k in idx], ls=_STYLES[li % len(_STYLES)],
+                            marker="o", ms=3, color=color, label=label if len(series) == 1 else None)
+                    continue
                 if categorical:
                     b = si * len(lines) + li
                     x = [pos[xs_all[k]] - 0.4 + (b + 0.5) * 0.8 / bars for k in idx]
@@ -187,10 +195,11 @@ def study_figure(study, path: Path, title: str) -> None:
                 if any(h):
                     ax.fill_between(x, [a - b for a, b in zip(y, h)], [a + b for a, b in zip(y, h)], color=color,
                                     alpha=0.15, lw=0)
-        if ptitle == "Throughput" and x_axis is not None and x_axis.name == "rate":
-            lo, hi = min(xs_all), max(xs_all)
+        xlabel = "configuration" if x_axis is None else _axis_label(x_axis.name)
+        if offered_x and ptitle == "Throughput":
+            lo, hi = min(study.offered_rate), max(study.offered_rate)
             ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--", label="offered load (y = x)")
-            ptitle = "Throughput vs offered load"
+            ptitle, xlabel = "Throughput vs offered load", "offered load (requests/s)"
         if len(series) > 1 and len(lines) > 1:  # line styles (hatches) name the metrics; colours the series
             for li, (_, label) in enumerate(lines):
                 if categorical:
@@ -203,7 +212,7 @@ def study_figure(study, path: Path, title: str) -> None:
             ax.set_ylim(-0.02, 1.05)
         if categorical:
             ax.set_xticks(range(len(categories)), [str(c) for c in categories])
-        ax.set_xlabel("configuration" if x_axis is None else _axis_label(x_axis.name))
+        ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")

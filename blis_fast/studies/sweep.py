@@ -138,7 +138,7 @@ class SweepResult:
     metrics: list[str]
     points: list[dict] = field(default_factory=list)  # {"config": label, **axis values}
     stats: list[dict[str, SeedStats]] = field(default_factory=list)
-    offered_rate: list[float | None] = field(default_factory=list)  # the point's --rate (None: spec/trace)
+    offered_rate: list[float | None] = field(default_factory=list)  # requests/s offered (None: a trace)
 
     def rows(self) -> list[dict]:
         """One flat dict per point: config label (compare), axis values, then per metric
@@ -276,8 +276,7 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             point = dict(zip((a.name for a in axes), values))
             cfgs = _point_configs(base, point, seeds_used)
             out.points.append({"config": label, **point})
-            w = cfgs[0].workload
-            out.offered_rate.append(None if (w.spec_filepath or w.type == "traces") else w.rate)
+            out.offered_rate.append(offered_rate(cfgs[0]))
             configs += cfgs
     if on_start is not None:
         on_start(len(configs))
@@ -286,6 +285,17 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
         per_seed = rows[k * n_seeds:(k + 1) * n_seeds]
         out.stats.append({m: seed_stats([r[m] for r in per_seed]) for m in names})
     return out
+
+
+def offered_rate(cfg: SimConfig) -> float | None:
+    """The arrival rate a config offers, requests/s: --rate (x rate_scale), a workload
+    spec's rate-driven clients' total (x rate_scale), None for a trace."""
+    w = cfg.workload
+    if w.spec_filepath:
+        from blis_fast.run.resolve import workload_spec
+
+        return workload_spec(cfg).total_rate
+    return None if w.type == "traces" else w.rate * w.rate_scale
 
 
 def _point_configs(base: SimConfig, point: dict, seeds: list[int]) -> list[SimConfig]:

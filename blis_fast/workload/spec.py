@@ -255,6 +255,20 @@ class WorkloadSpec:
         """The spec's seed, else 42."""
         return DEFAULT_SEED if self.seed is None else self.seed
 
+    @property
+    def total_rate(self) -> float:
+        """The summed rate of the rate-driven clients, requests/s (0 if none)."""
+        return math.fsum(c.rate for c in self.clients if c.rate is not None)
+
+    def scaled(self, factor: float) -> "WorkloadSpec":
+        """This spec with every rate-driven client's rate (and the aggregate ``rate``)
+        multiplied by ``factor``; trace timestamps, explicit burst intervals and session
+        follow-ups keep their timing (``workload.rate_scale``)."""
+        if factor == 1:
+            return self
+        clients = [replace(c, rate=None if c.rate is None else c.rate * factor) for c in self.clients]
+        return replace(self, rate=None if self.rate is None else self.rate * factor, clients=clients)
+
     def expected_size(self) -> tuple[float, float]:
         """(requests, prompt + output tokens) the spec is expected to generate, from its
         parameters (distribution means; nothing is drawn): for sizing and the memory

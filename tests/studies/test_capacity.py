@@ -122,7 +122,8 @@ def test_slo_predicates():
     (dict(slo="ttft_p99_ms<=200", tolerance=0), "--tolerance"),
     (dict(slo="ttft_p99_ms<=200", rate_min=5, rate_max=5), "--rate-min"),
     (dict(slo="ttft_p99_ms<=200", search="instances", rate_max=5), "--rate-max"),
-    (dict(slo="ttft_p99_ms<=200", workload_spec="configs/workloads/chat.yaml"), "--search"),
+    (dict(slo="ttft_p99_ms<=200", workload="traces", workload_traces_filepath="t.csv"), "--search"),
+    (dict(slo="ttft_p99_ms<=200", slo_classes="a,,b"), "--slo-class"),
     (dict(slo="ttft_p99_ms<=200", jobs=0), "--jobs"),
 ])
 def test_bad_input_names_the_option(kwargs, field):
@@ -155,3 +156,25 @@ def test_cli_capacity_errors(capsys, tmp_path):
     expect_cli_error(capsys, "capacity", "--slo", "ttft_p99_ms<=200", "--plot", tmp_path / "x.jpg",
                      needles=["--plot", ".png or .svg"])
     expect_cli_error(capsys, "capacity", "--slo", "ttft_p99_ms<=200", "--rate", "-3", needles=["--rate"])
+
+
+def test_rate_search_on_a_workload_spec_scales_its_clients_per_slo_class(tmp_path):
+    """A spec's offered rate is its clients' total; each probe scales them (rate_scale).
+    --slo-class applies the predicate to each class's own requests."""
+    spec = tmp_path / "two-classes.yaml"
+    spec.write_text("seed: 5\nrate: 20\nduration_s: 20\nslo_classes: {fast: {ttft_ms: 50}, slow: {ttft_ms: 500}}\n"
+                    "clients:\n"
+                    "  - {name: a, slo_class: fast, rate_fraction: 0.5, prompt_tokens: {type: constant, value: 1},\n"
+                    "     output_tokens: {type: constant, value: 10}}\n"
+                    "  - {name: b, slo_class: slow, rate_fraction: 0.5, prompt_tokens: {type: constant, value: 1},\n"
+                    "     output_tokens: {type: constant, value: 10}}\n")
+    settings = dict(SINGLE_SERVER, beta_coeffs=[1000, 0, 0], workload_spec=str(spec), seeds=2, tolerance=0.05)
+    r = blis_fast.capacity("ttft_mean_ms<=11", slo_classes="fast,slow", **settings)
+    assert [p.metric for p in r.slos] == ["ttft_mean_ms[class=fast]", "ttft_mean_ms[class=slow]"]
+    assert r.probes[0].value == 20  # the spec's own total rate
+    assert r.answer is not None and r.answer < r.failed_neighbour
+    assert r.noise_limited or r.failed_neighbour <= r.answer * 1.05
+    # M/D/1 at the answer: a mean wait near 10 ms (TTFT = wait + the 1 ms prefill step), rho ~ 2/3
+    assert 0.5 < r.answer * 0.010 < 0.8, r.table()
+    at = blis_fast.simulate(workload_spec=str(spec), rate_scale=r.answer / 20, **SINGLE_SERVER)
+    assert len(at.workload) / (20 * r.answer) == pytest.approx(1, rel=0.15)  # the spec's rates were scaled

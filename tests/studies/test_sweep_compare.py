@@ -46,7 +46,7 @@ def test_axes_and_weight_entries():
 
 
 def test_sweep_points_are_the_mean_of_their_seed_runs():
-    s = sweep(["rate=20,40", "num_instances=1,2"], seeds=2, metrics="e2e_p95_ms", num_requests=60, **SHORT)
+    s = blis_fast.sweep(["rate=20,40", "num_instances=1,2"], seeds=2, metrics="e2e_p95_ms", num_requests=60, **SHORT)
     assert [(p["rate"], p["num_instances"]) for p in s.points] == [(20, 1), (20, 2), (40, 1), (40, 2)]
     assert s.seeds == [42, 43] and "e2e_p95_ms" in s.metrics
     for pt, st in zip(s.points, s.stats):
@@ -131,3 +131,19 @@ def test_cli_study_errors(capsys, tmp_path):
     cfg.write_text("deployment: {num_instances: 2}\n")
     expect_cli_error(capsys, "compare", cfg, cfg, needles=["must differ"])
     expect_cli_error(capsys, "compare", cfg, "--out", cfg, needles=["--out"])
+
+
+def test_rate_scale_multiplies_the_offered_rate(tmp_path):
+    r = blis_fast.simulate(rate=10, rate_scale=3, num_requests=50)
+    assert r.run_info()["workload"]["rate"] == 30
+    assert np.array_equal(r.workload.arrival_us, blis_fast.simulate(rate=30, num_requests=50).workload.arrival_us)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("seed: 1\nduration_s: 30\nclients:\n  - {name: a, rate: 4, prompt_tokens: {type: constant, "
+                    "value: 50}, output_tokens: {type: constant, value: 20}}\n")
+    s = sweep("rate_scale=1,2", workload_spec=str(spec), metrics="arrived_requests")
+    assert s.offered_rate == [4, 8]
+    n1, n2 = (st["arrived_requests"].mean for st in s.stats)
+    assert 1.6 < n2 / n1 < 2.4
+    with pytest.raises(blis_fast.ConfigError) as e:
+        blis_fast.simulate(workload="traces", workload_traces_filepath="x.csv", rate_scale=2)
+    assert "rate_scale" in e.value.field and "trace" in e.value.message
