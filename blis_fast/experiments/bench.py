@@ -115,7 +115,8 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s":
 def scenario_overrides(name: str) -> dict:
     """The flat overrides of a named scenario (BASE + its row)."""
     if name not in SCENARIOS:
-        raise ConfigError("scenarios", f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+        raise ConfigError("scenarios", f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}, batch-10k, "
+                                       "batch-100k")
     return {**BASE, **SCENARIOS[name]}
 
 
@@ -323,7 +324,11 @@ def bench_startup(cached_repeats: int = 3) -> dict:
 
 def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: bool = True) -> dict:
     """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict."""
-    names = list(SCENARIOS) if scenarios is None else [s.strip() for s in scenarios if s.strip()]
+    from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch
+
+    names = list(SCENARIOS) + ["batch-10k"] if scenarios is None else [s.strip() for s in scenarios if s.strip()]
+    batches = [n for n in names if n in BATCH_SCENARIOS]
+    names = [n for n in names if n not in BATCH_SCENARIOS]
     for name in names:
         scenario_overrides(name)  # fail fast on a typo, before minutes of measuring
     report = {
@@ -331,6 +336,7 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
         "settings": {"seed": SEED, "repeats": repeats, "target_load": TARGET_LOAD,
                      "saturation_rps_per_instance": SATURATION_RPS_PER_INSTANCE, "base": dict(BASE)},
         "scenarios": [bench_scenario(name, repeats) for name in names],
+        "batch": [bench_batch(name) for name in batches],
         "startup": bench_startup() if startup else None,
     }
     best = {r["name"]: r["kernel_best_s"] for r in report["scenarios"]}
@@ -405,6 +411,10 @@ def format_report(report: dict) -> str:
               f"{r['kernel_best_s']:.4f}", f"{r['x_floor']:.1f}"]
              for r in floors],
         )
+    if report.get("batch"):
+        from blis_fast.experiments.batch_bench import format_batch
+
+        out += format_batch(report["batch"])
     st = report.get("startup")
     if st:
         out += ["", f"start-up (fresh processes: {st['command']})"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,13 +95,22 @@ def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int)
     return _digest([np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)])
 
 
+_WORKLOAD_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def workload_id(workload) -> str:
-    """Hash of a workload's arrays (module docstring)."""
+    """Hash of a workload's arrays (module docstring); computed once per Workload object
+    (its arrays are never changed after it is built), so a batch evaluating thousands of
+    candidates on one workload hashes it once (~12 ms for 10K requests)."""
+    known = _WORKLOAD_IDS.get(workload)
+    if known is not None:
+        return known
     parts = [workload.arrival_us, workload.prompt_len, workload.output_len, workload.block_keys,
              workload.key_offsets, int(workload.block_size)]
     for name in workload.ATTRIBUTES:
         parts.append(workload.column(name))
-    return _digest(parts)
+    _WORKLOAD_IDS[workload] = out = _digest(parts)
+    return out
 
 
 def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResult:

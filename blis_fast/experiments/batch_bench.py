@@ -1,0 +1,129 @@
+"""``blis-fast bench`` batch scenarios: evaluations per second of ``blis_fast.batch`` --
+64 policy candidates on one standard scenario (``experiments.bench.SCENARIOS``), serial
+(one thread) and on every core (a thread per core; the event loop releases the GIL).
+
+Untimed: the scenario is prepared once (workload, resolved config), the candidates are
+compiled, one evaluation loads the kernels.  Timed: all candidates serially, then all on
+every core; the two tables must be identical and every evaluation ``ok`` (a fast wrong
+batch is no result).  Beside the rates, the time of one bare kernel run of the scenario
+(``run_to_end`` on a fresh state, best of 3) shows where an evaluation's time goes: the
+rest is building the state and judging the result (metrics, objectives, ids).  "busy
+cores" = CPU seconds / wall seconds of the parallel pass: about ``workers`` on an idle
+machine; less means other processes held the cores, and the speed-up says little.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from blis_fast.errors import BlisFastError
+
+N_CANDIDATES = 64
+# batch scenario -> the standard scenario it evaluates on, and whether the serial pass runs
+BATCH_SCENARIOS = {"batch-10k": ("10k", True), "batch-100k": ("100k", False)}
+SCORERS = ("queue-depth", "kv-utilization", "load-balance", "prefix-affinity")
+
+
+def bench_candidates(n: int = N_CANDIDATES, seed: int = 7) -> dict[str, dict]:
+    """``n`` deterministic, distinct, plausible candidates: round-robin and least-loaded
+    routing under every scheduler (fcfs, sjf, priority-fcfs) and priority (constant,
+    slo-based), then weighted routing with random scorer weights."""
+    rng = np.random.default_rng(seed)
+    schedulers, priorities = ("fcfs", "sjf", "priority-fcfs"), ("constant", "slo-based")
+    plain = [(r, s, p) for r in ("round-robin", "least-loaded") for s in schedulers for p in priorities]
+    out = {}
+    for i in range(n):
+        if i < len(plain):
+            routing, sched, prio = plain[i]
+        else:
+            w = np.round(rng.uniform(0.1, 3.0, len(SCORERS)), 2)
+            routing = {"type": "weighted", "params": {"scorers": {s: float(x) for s, x in zip(SCORERS, w)}}}
+            sched, prio = schedulers[i % 3], priorities[(i // 3) % 2]
+        out[f"c{i:02d}"] = {"routing": routing, "scheduler": sched, "priority": prio}
+    return out
+
+
+def bench_batch(name: str, workers: int | None = None, serial: bool | None = None) -> dict:
+    """Evaluations/s of a batch scenario, serial and on ``workers`` threads (default all
+    cores); see the module docstring."""
+    from blis_fast.batch.budget import Budget
+    from blis_fast.batch.candidates import load_candidate
+    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, make_task
+    from blis_fast.batch.scenarios import Scenario, prepare
+    from blis_fast.config.sim import build_config
+    from blis_fast.experiments.bench import scenario_overrides
+    from blis_fast.run import build_state, run_to_end
+
+    base, run_serial = BATCH_SCENARIOS[name]
+    run_serial = run_serial if serial is None else serial
+    workers = default_workers() if workers is None else workers
+    cfg = build_config({}, scenario_overrides(base))
+    t0 = time.perf_counter()
+    ps = prepare(Scenario(base, cfg))
+    prepare_s = time.perf_counter() - t0
+    cands = [load_candidate(src, cid) for cid, src in bench_candidates().items()]
+    budget = Budget(max_wall_s=None)
+    warm = evaluate_task(ps, make_task(0, cands[0], ps, {}), budget)  # loads the kernels
+    if warm.status != "ok":
+        raise BlisFastError(f"batch {name}: the warm-up evaluation failed: {warm.message}")
+    kernel = []
+    for _ in range(3):
+        state = build_state(ps.setup, ps.workload)
+        t = time.perf_counter()
+        run_to_end(state)
+        kernel.append(time.perf_counter() - t)
+
+    def timed(n_workers: int) -> tuple[float, float, list]:
+        c, t = time.process_time(), time.perf_counter()
+        results = evaluate_prepared(cands, [ps], budget, n_workers)
+        return time.perf_counter() - t, time.process_time() - c, results
+
+    serial_s, serial_cpu, serial_rows = timed(1) if run_serial else (None, None, None)
+    parallel_s, parallel_cpu, rows = timed(workers)
+    bad = [r for r in rows if r.status != "ok"]
+    if bad:
+        raise BlisFastError(f"batch {name}: {len(bad)} evaluations failed, e.g. {bad[0].status}: {bad[0].message}")
+    if serial_rows is not None and [r.to_dict() for r in serial_rows] != [r.to_dict() for r in rows]:
+        raise BlisFastError(f"batch {name}: the parallel results differ from the serial ones")
+    n = len(cands)
+    return {
+        "name": name,
+        "scenario": base,
+        "candidates": n,
+        "workers": workers,
+        "prepare_s": prepare_s,
+        "kernel_best_s": min(kernel),
+        "serial_s": serial_s,
+        "serial_evals_per_s": n / serial_s if serial_s else None,
+        "serial_cpu_s": serial_cpu,
+        "parallel_s": parallel_s,
+        "parallel_cpu_s": parallel_cpu,
+        # CPU seconds per wall second of the parallel pass: ~workers when the cores were free
+        "parallel_busy_cores": parallel_cpu / parallel_s,
+        "parallel_evals_per_s": n / parallel_s,
+        "speedup": serial_s / parallel_s if serial_s else None,
+        "serial_s_per_eval": serial_s / n if serial_s else None,
+        "mean_score": float(np.mean([r.score for r in rows])),
+    }
+
+
+def format_batch(rows: list[dict]) -> list[str]:
+    """Lines of the batch table (for ``experiments.bench.format_report``)."""
+    from blis_fast.experiments.bench import _table
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    out = ["", f"batch evaluation ({N_CANDIDATES} candidates per scenario; blis_fast.batch.evaluate_many's engine; "
+               "serial = 1 thread, parallel = a thread per core)"]
+    out += _table(
+        ["batch", "scenario", "workers", "serial s", "evals/s serial", "parallel s", "evals/s parallel", "speed-up",
+         "s/eval serial", "kernel s/run", "busy cores"],
+        [[r["name"], r["scenario"], str(r["workers"]), f(r["serial_s"], ".2f"), f(r["serial_evals_per_s"], ".2f"),
+          f"{r['parallel_s']:.2f}", f"{r['parallel_evals_per_s']:.2f}", f(r["speedup"], ".2f"),
+          f(r["serial_s_per_eval"], ".4f"), f"{r['kernel_best_s']:.4f}", f"{r['parallel_busy_cores']:.2f}"]
+         for r in rows],
+    )
+    return out
