@@ -69,8 +69,24 @@ def miss_mask(result) -> tuple[np.ndarray, str]:
                                    f"({fast / 1e3:.1f} ms, at least 1 ms)")
 
 
-def _f(x: float) -> str:
-    return f"{x:.2f}" if abs(x) < 100 else f"{x:.0f}"
+def fmt_value(v) -> str:
+    """A number as the summary shows it: integers as they are, 3 significant decimals
+    below 1, 2 below 100, none above; None as '-', booleans as yes / no."""
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    v = float(v)
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
 
 
 def _routing_issues(result, miss, log) -> list[Issue]:
@@ -88,7 +104,7 @@ def _routing_issues(result, miss, log) -> list[Issue]:
             "weight prefix affinity higher (--routing-policy weighted --routing-scorers prefix-affinity:5,...) "
             "or use prefix-affinity routing",
             int(away.sum()), int(miss[reqs[away]].sum()),
-            f"{int(away.sum())} of {len(log)} decisions passed over an instance holding on average {_f(lost)} more "
+            f"{int(away.sum())} of {len(log)} decisions passed over an instance holding on average {fmt_value(lost)} more "
             f"leading prompt blocks ({result.setup.config.engine.block_size} tokens each)."))
     min_alt_load = np.where(alt_ok, log["alt_load"], np.inf).min(axis=1)
     heavier = ((log["chosen_load"] - min_alt_load) >= 2) & (log["chosen_load"] >= 1.5 * (min_alt_load + 1))
@@ -98,9 +114,9 @@ def _routing_issues(result, miss, log) -> list[Issue]:
             "load_imbalance", "load imbalance (routed to busier instances)", "routing",
             "weight load higher (--routing-scorers queue-depth / load-balance) or use least-loaded routing",
             int(heavier.sum()), int(miss[reqs[heavier]].sum()),
-            f"{int(heavier.sum())} of {len(log)} decisions chose an instance carrying on average {_f(gap)} more "
+            f"{int(heavier.sum())} of {len(log)} decisions chose an instance carrying on average {fmt_value(gap)} more "
             f"requests than the least-loaded candidate; utilization max/mean "
-            f"{_f(result.evaluation_metrics['utilization_imbalance'])}."))
+            f"{fmt_value(result.evaluation_metrics['utilization_imbalance'])}."))
     return out
 
 
@@ -115,7 +131,7 @@ def _untraced_imbalance(result, miss) -> list[Issue]:
     return [Issue("load_imbalance", "load imbalance", "routing",
                   "weight load higher (--routing-scorers queue-depth / load-balance) or use least-loaded routing",
                   int(blamed.sum()), int((blamed & miss).sum()),
-                  f"utilization max/mean {_f(m['utilization_imbalance'])}; instances "
+                  f"utilization max/mean {fmt_value(m['utilization_imbalance'])}; instances "
                   f"{', '.join(f'instance_{i}' for i in hot.tolist())} carry the excess.")]
 
 
@@ -165,7 +181,7 @@ def _bursty(result, miss) -> list[Issue]:
             f"rate-limit tenant {tenant_name!r}: --admission-policy token-bucket --token-bucket-refill-rate "
             f"{tokens_per_s * 1.2:.0f} --token-bucket-capacity {max(burst_tokens / 2, 1):.0f} (prompt tokens)",
             int(during.sum()), int((during & miss).sum()),
-            f"its peak {width / 1e6:.2f}-s window held {int(counts.max())} arrivals vs a mean of {_f(mean)}; "
+            f"its peak {width / 1e6:.2f}-s window held {int(counts.max())} arrivals vs a mean of {fmt_value(mean)}; "
             f"{int(in_burst.sum())} burst requests admitted, {int(tab['rejected'][m].sum())} of its requests rejected "
             f"in all."))
     return out
@@ -183,8 +199,8 @@ def _kv_pressure(result, miss) -> list[Issue]:
         "--preemption-victim, or give instances more KV blocks (--total-kv-blocks) / lower --max-num-seqs",
         int(blamed.sum()), int((blamed & miss).sum()),
         f"{m['preemption_count']} preemptions of {int((reqs['preemptions'] > 0).sum())} requests, "
-        f"{m['dropped_unservable']} dropped as unservable; KV utilization mean {_f(m['kv_utilization_mean'])}, "
-        f"peak {_f(m['kv_utilization_peak'])}.")]
+        f"{m['dropped_unservable']} dropped as unservable; KV utilization mean {fmt_value(m['kv_utilization_mean'])}, "
+        f"peak {fmt_value(m['kv_utilization_peak'])}.")]
 
 
 def _hol(result, miss) -> list[Issue]:
@@ -228,11 +244,11 @@ def _worst_lines(result, log, regret, best) -> list[str]:
         r = int(rec["request"])
         b = int(best[k])
         ttft = tab["ttft_us"][r]
-        alt = (f"over instance_{int(rec['alt_instance'][b])} (load {_f(float(rec['alt_load'][b]))}, "
-               f"KV {_f(float(rec['alt_kv_utilization'][b]))}, {int(rec['alt_matched_blocks'][b])} prefix blocks)"
+        alt = (f"over instance_{int(rec['alt_instance'][b])} (load {fmt_value(float(rec['alt_load'][b]))}, "
+               f"KV {fmt_value(float(rec['alt_kv_utilization'][b]))}, {int(rec['alt_matched_blocks'][b])} prefix blocks)"
                if b >= 0 else "(no alternative)")
         lines.append(f"- request_{r} at {int(rec['time_us']) / 1e6:.3f} s: chose instance_{int(rec['chosen_instance'])} "
-                     f"(load {_f(float(rec['chosen_load']))}, KV {_f(float(rec['chosen_kv_utilization']))}, "
+                     f"(load {fmt_value(float(rec['chosen_load']))}, KV {fmt_value(float(rec['chosen_kv_utilization']))}, "
                      f"{int(rec['chosen_matched_blocks'])} prefix blocks) {alt}; estimated regret "
                      f"{regret[k] / 1e3:.1f} ms; TTFT {ttft / 1e3:.1f} ms" + (" (missed)" if bool(
                          miss_mask(result)[0][r]) else "") + ".")

@@ -11,25 +11,7 @@ and how many of them missed; issues are ranked by misses blamed, ties by cause (
 
 from __future__ import annotations
 
-import numpy as np
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    v = float(v)
-    if v == 0:
-        return "0"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    if abs(v) >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
-
+from blis_fast.results.diagnosis import fmt_value as _fmt
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 

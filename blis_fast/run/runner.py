@@ -82,7 +82,7 @@ def _next_chunk(chunk: int, seconds: float) -> int:
 
 def run_to_end(state: State, progress: Callable[[State], None] | None = None,
                sample_every_us: int | None = None, on_sample: Callable[[State, int], None] | None = None,
-               chunk_events: int | None = None) -> State:
+               chunk_events: int | None = None, until_us: int | None = None) -> State:
     """Run the loop until the simulation ends; returns the final State (the logs may have
     been replaced by larger ones).  Raises SimulationError on an error status.
 
@@ -91,7 +91,9 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C (KeyboardInterrupt)
     surfaces there.  Where the kernel returns does not change the run.  With ``sample_every_us``, the loop also stops at
     every multiple of it on the simulated clock -- having processed every event up to that
-    time -- and ``on_sample(state, t_us)`` records what it needs (time series)."""
+    time -- and ``on_sample(state, t_us)`` records what it needs (time series).  With
+    ``until_us`` (not with sampling) it returns instead once every event at or before
+    ``until_us`` is processed (``run_until``)."""
     from blis_fast_kernels.engine.loop import run_events  # numba loads here, not at import
 
     settings = state.settings
@@ -99,6 +101,8 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     settings["chunk_events"] = CHUNK_EVENTS if adaptive else max(int(chunk_events), 0)
     if sample_every_us:
         settings["pause_at_us"] = int(sample_every_us)
+    if until_us is not None:
+        settings["pause_at_us"] = int(until_us)
     while True:
         started = time.perf_counter()
         run_events(state)
@@ -106,12 +110,17 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
         if adaptive and status == Status.CHUNK_DONE:
             settings["chunk_events"] = _next_chunk(int(settings[0]["chunk_events"]), time.perf_counter() - started)
         if status == Status.OK:
+            if until_us is not None:
+                settings["pause_at_us"] = np.iinfo(np.int64).max
             return state
         if status == Status.LOG_FULL:
             state = grow_logs(state)
         elif status == Status.CHUNK_DONE:
             if progress is not None:
                 progress(state)
+        elif status == Status.PAUSED and until_us is not None:
+            settings["pause_at_us"] = np.iinfo(np.int64).max
+            return state
         elif status == Status.PAUSED:
             t = int(settings[0]["pause_at_us"])
             if on_sample is not None:
@@ -124,20 +133,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
 def run_until(state: State, t_us: int) -> State:
     """Run until every event at or before ``t_us`` is processed and the next one lies
     beyond it (or the run ends); the returned State continues with ``run_to_end``."""
-    from blis_fast_kernels.engine.loop import run_events
-
-    settings = state.settings
-    settings["pause_at_us"] = int(t_us)
-    while True:
-        run_events(state)
-        status = int(state.loop[0]["status"])
-        if status in (Status.OK, Status.PAUSED):
-            settings["pause_at_us"] = np.iinfo(np.int64).max
-            return state
-        if status == Status.LOG_FULL:
-            state = grow_logs(state)
-        elif status != Status.CHUNK_DONE:
-            raise SimulationError(describe_error(state))
+    return run_to_end(state, until_us=t_us)
 
 
 def describe_error(state: State) -> str:
