@@ -4,10 +4,11 @@ as text for the shared checkers."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from blis_fast.cli import feedback
 
@@ -16,12 +17,71 @@ from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help: long BLIS flag names are never truncated
+    rich_markup_mode=None,  # plain help: long BLIS flag names are never truncated, [brackets] stay text
     help="blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters.",
 )
+
+
+class GroupedHelpCommand(TyperCommand):
+    """A command whose --help lists its options in groups (the options'
+    ``rich_help_panel``, in PANELS order), in typer's plain format."""
+
+    def format_options(self, ctx, formatter) -> None:
+        groups: dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or OTHER, []).append(record)
+        for panel in sorted(groups, key=lambda p: PANELS.index(p) if p in PANELS else len(PANELS)):
+            with formatter.section(panel):
+                formatter.write_dl(groups[panel])
+
+
+MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
+    "Model & hardware", "Engine & cluster", "Workload", "Policies", "Simulation", "Output", "Options")
+PANELS = [MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER]
+_MODEL_SETTINGS = {"model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs", "tp", "pp",
+                   "dp"}
+_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "workload": WORKLOAD, "policy": POLICIES,
+                   "simulation": SIMULATION}
+
+
+def panel_of(flag: str) -> str:
+    """The help group of a flat setting."""
+    if flag in _MODEL_SETTINGS:
+        return MODEL
+    section = FLAG_PATHS[flag].rpartition(".")[0]
+    return _SECTION_PANELS.get(section, OUTPUT if flag == "objectives" else OTHER)
+
+
+_typer_command = app.command
+
+
+def _command(*args, cls=None, **kwargs):
+    """``app.command`` with grouped help by default (every command of the app)."""
+    return _typer_command(*args, cls=cls or GroupedHelpCommand, **kwargs)
+
+
+app.command = _command
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from blis_fast import __version__
+
+        typer.echo(f"blis-fast {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters."""
 
 _SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "workload": WorkloadConfig,
                     "simulation": SimulationConfig, "policy": PolicyConfig}
@@ -56,11 +116,15 @@ def option(*names: str, flag: str | None = None, help: str | None = None):
     key = flag or names[0].lstrip("-").replace("-", "_")
     f = _field(key) if key in FLAG_PATHS else None
     extra = {}
+    text = help if help is not None else field_help(key)
     if f is not None:
         base = str(f.type).replace(" | None", "").strip()
         metavar = f.metadata.get("metavar") or ("SIZE" if "parse" in f.metadata else _METAVARS.get(base, "TEXT"))
-        extra = {"parser": raw_text, "metavar": metavar}
-    return typer.Option(*names, help=help if help is not None else field_help(key), show_default=False, **extra)
+        extra = {"parser": raw_text, "metavar": metavar, "rich_help_panel": panel_of(key)}
+        default = f.default if f.default is not MISSING else None
+        if default is not None and default is not False and "default" not in text:
+            text += f"  [default: {default}]"
+    return typer.Option(*names, help=text, show_default=False, **extra)
 
 
 def number_option(*names: str, help: str, metavar: str = "INTEGER"):
@@ -83,7 +147,7 @@ def _set_verbose(value: int) -> int:
 
 # Every command takes these two (``quiet: Quiet = False, verbose: Verbose = 0``); they set
 # blis_fast.cli.feedback while the options are parsed, so the command need not.
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet,
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet, rich_help_panel=OUTPUT,
                                      help="no progress bars or notices on stderr (errors are still printed)")]
-Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_set_verbose,
+Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_set_verbose, rich_help_panel=OUTPUT,
                                       help="more notices on stderr (-vv: debug details)")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from blis_fast.cli import feedback
-from blis_fast.cli.app import Quiet, Verbose, app, field_help
+from blis_fast.cli.app import ENGINE, OUTPUT, POLICIES, SIMULATION, WORKLOAD, Quiet, Verbose, app, field_help
 from blis_fast.cli.output import PER_INSTANCE_LIMIT, render, summary_json, wants_json
 from blis_fast.cli.app import option as _opt
 from blis_fast.config.outputs import atomic_write, check_outputs
@@ -19,7 +19,7 @@ from blis_fast.errors import ConfigError
 
 @app.command()
 def run(
-    config: Annotated[Optional[Path], typer.Option("--config", help="YAML file with any of the settings below (flags override it)")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", rich_help_panel=WORKLOAD, help="YAML file with any of the settings below (flags override it)")] = None,
     model: Annotated[Optional[str], _opt("--model")] = None,
     hardware: Annotated[Optional[str], _opt("--hardware")] = None,
     tp: Annotated[Optional[int], _opt("--tp")] = None,
@@ -57,11 +57,11 @@ def run(
     max_num_scheduled_tokens: Annotated[Optional[int], _opt("--max-num-scheduled-tokens", "--max-num-batched-tokens")] = None,
     long_prefill_token_threshold: Annotated[Optional[int], _opt("--long-prefill-token-threshold")] = None,
     gpu_memory_utilization: Annotated[Optional[float], _opt("--gpu-memory-utilization")] = None,
-    enable_prefix_caching: Annotated[Optional[bool], typer.Option("--enable-prefix-caching/--disable-prefix-caching", help=field_help("enable_prefix_caching"), show_default=False)] = None,
+    enable_prefix_caching: Annotated[Optional[bool], typer.Option("--enable-prefix-caching/--disable-prefix-caching", rich_help_panel=ENGINE, help=field_help("enable_prefix_caching"), show_default=False)] = None,
     admission_latency: Annotated[Optional[int], _opt("--admission-latency")] = None,
     routing_latency: Annotated[Optional[int], _opt("--routing-latency")] = None,
     compat: Annotated[Optional[str], _opt("--compat")] = None,
-    policy_config: Annotated[Optional[Path], typer.Option("--policy-config", help="policy bundle YAML (admission, routing, priority, scheduler, preemption, observability, fitness); flags override it")] = None,
+    policy_config: Annotated[Optional[Path], typer.Option("--policy-config", rich_help_panel=POLICIES, help="policy bundle YAML (admission, routing, priority, scheduler, preemption, observability, fitness); flags override it")] = None,
     admission_policy: Annotated[Optional[str], _opt("--admission-policy")] = None,
     token_bucket_capacity: Annotated[Optional[float], _opt("--token-bucket-capacity")] = None,
     token_bucket_refill_rate: Annotated[Optional[float], _opt("--token-bucket-refill-rate")] = None,
@@ -80,18 +80,18 @@ def run(
     trace_level: Annotated[Optional[str], _opt("--trace-level")] = None,
     counterfactual_k: Annotated[Optional[int], _opt("--counterfactual-k")] = None,
     sample_interval_ms: Annotated[Optional[float], _opt("--sample-interval-ms")] = None,
-    timeseries_out: Annotated[Optional[Path], typer.Option("--timeseries-out", help="write the time series (per instance and cluster: waiting, running, KV utilization, cumulative arrivals / completions / preemptions / rejections; README 'Time series') here (Parquet); sampled every --sample-interval-ms (default 100)")] = None,
-    trace_out: Annotated[Optional[Path], typer.Option("--trace-out", help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
-    summarize_trace: Annotated[bool, typer.Option("--summarize-trace", help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
-    evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
-    results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
-    per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", help="write the per-request table here; the suffix picks the format: .parquet, .csv or .jsonl (the fields of the --results-path records)")] = None,
-    check_invariants: Annotated[bool, typer.Option("--check-invariants", help="verify KV conservation and batch limits after every step (slow)")] = False,
+    timeseries_out: Annotated[Optional[Path], typer.Option("--timeseries-out", rich_help_panel=OUTPUT, help="write the time series (per instance and cluster: waiting, running, KV utilization, cumulative arrivals / completions / preemptions / rejections; README 'Time series') here (Parquet); sampled every --sample-interval-ms (default 100)")] = None,
+    trace_out: Annotated[Optional[Path], typer.Option("--trace-out", rich_help_panel=OUTPUT, help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
+    summarize_trace: Annotated[bool, typer.Option("--summarize-trace", rich_help_panel=OUTPUT, help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
+    evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", rich_help_panel=OUTPUT, help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
+    results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", rich_help_panel=OUTPUT, help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
+    per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", rich_help_panel=OUTPUT, help="write the per-request table here; the suffix picks the format: .parquet, .csv or .jsonl (the fields of the --results-path records)")] = None,
+    check_invariants: Annotated[bool, typer.Option("--check-invariants", rich_help_panel=SIMULATION, help="verify KV conservation and batch limits after every step (slow)")] = False,
     max_memory: Annotated[Optional[str], _opt("--max-memory")] = None,
     warmup_s: Annotated[Optional[float], _opt("--warmup-s")] = None,
     cooldown_s: Annotated[Optional[float], _opt("--cooldown-s")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON even on a terminal (it is JSON whenever stdout is not a terminal)")] = False,
-    per_instance: Annotated[bool, typer.Option("--per-instance", help=f"list every instance in the terminal summary (it lists them up to {PER_INSTANCE_LIMIT})")] = False,
+    json_out: Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print the summary as JSON even on a terminal (it is JSON whenever stdout is not a terminal)")] = False,
+    per_instance: Annotated[bool, typer.Option("--per-instance", rich_help_panel=OUTPUT, help=f"list every instance in the terminal summary (it lists them up to {PER_INSTANCE_LIMIT})")] = False,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -112,11 +112,11 @@ def run(
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
+    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     if per_request_out is not None:
         from blis_fast.results.result import request_table_format
 
         table_format = request_table_format(per_request_out, "--per-request-out")
-    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
     from blis_fast.run.api import run_config
 
     # the output files hold one record per request: reserve their memory up front

@@ -13,8 +13,8 @@ class EngineConfig:
     """Per-instance vLLM engine configuration; validated on construction."""
 
     tp: int = _opt(1, "tensor parallelism: GPUs sharing each layer", lo=1, hi=64)
-    pp: int = _opt(1, "pipeline parallelism: stages the layers are split into", lo=1, hi=64)
-    dp: int = _opt(1, "data parallelism: engine replicas (MoE experts are spread over dp·tp GPUs)", lo=1, hi=1024)
+    pp: int = _opt(1, "pipeline parallelism: stages the layers are split into (not modelled yet: only 1 is accepted)", lo=1, hi=64)
+    dp: int = _opt(1, "data parallelism (not modelled yet: only 1 is accepted; simulate replicas as instances)", lo=1, hi=1024)
     max_num_seqs: int = _opt(256, "most requests in one batch (vLLM --max-num-seqs)", lo=1, hi=1_048_576)
     max_num_batched_tokens: int = _opt(
         2048, "token budget of one step (vLLM --max-num-batched-tokens)", lo=1, hi=INT32_MAX)

@@ -58,17 +58,17 @@ class PolicyConfig:
 
     admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all",
                           choices=ADMISSION_POLICIES)
-    token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0)", lo=0,
+    token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0; with admission token-bucket)", lo=0,
                                         hi=MAX_POLICY_WEIGHT)
-    token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0)", lo=0,
+    token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0; with admission token-bucket)", lo=0,
                                            hi=MAX_POLICY_WEIGHT)
     routing: str = _opt("round-robin", "routing policy: round-robin | least-loaded | weighted | prefix-affinity | "
                                        "always-busiest", choices=ROUTING_POLICIES)
     routing_scorers: dict[str, float] | None = _opt(
-        None, "weighted routing scorers name:weight (queue-depth, kv-utilization, load-balance, prefix-affinity); "
+        None, "routing weighted: scorers name:weight (queue-depth, kv-utilization, load-balance, prefix-affinity); "
               "default prefix-affinity:3,queue-depth:2,kv-utilization:2")
     priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo", choices=PRIORITY_AGE_WEIGHT)
-    slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...)",
+    slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...; with priority slo-based or inverted-slo)",
                                                  lo=-MAX_POLICY_WEIGHT, hi=MAX_POLICY_WEIGHT,
                                                  max_len=S.POLICY_WIDTH - 1)
     scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort",

@@ -87,8 +87,8 @@ class DeploymentConfig:
     """The replica pool: N identical instances, with bounds for later autoscaling."""
 
     num_instances: int = _opt(1, "instances serving at start (>= 1)", lo=1, hi=MAX_INSTANCES)
-    min_instances: int | None = _opt(None, "pool lower bound (default: num_instances)", lo=1, hi=MAX_INSTANCES)
-    max_instances: int | None = _opt(None, "pool upper bound (default: num_instances)", lo=1, hi=MAX_INSTANCES)
+    min_instances: int | None = _opt(None, "pool lower bound (no autoscaler yet: must equal num_instances)", lo=1, hi=MAX_INSTANCES)
+    max_instances: int | None = _opt(None, "pool upper bound (no autoscaler yet: must equal num_instances)", lo=1, hi=MAX_INSTANCES)
 
     def __post_init__(self) -> None:
         check_fields(self, "deployment")
@@ -109,7 +109,7 @@ class SimulationConfig:
 
     seed: int | None = _opt(None, "workload seed: with the config it fully determines the run (>= 0; default 42, "
                                   "or the workload spec's own seed)", lo=0, hi=INT64_MAX)
-    simulation_seed: int | None = _opt(None, "seed for stochastic policies (default: seed); the base model draws nothing",
+    simulation_seed: int | None = _opt(None, "seed for stochastic policies: none exists yet (nothing draws random numbers after the workload), so it is refused",
                                        lo=0, hi=INT64_MAX)
     horizon: int | None = _opt(None, "simulated time limit in µs: events at t > horizon are not executed (default: none)",
                                lo=0, hi=MAX_TIME_US, unit="µs")
