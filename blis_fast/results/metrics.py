@@ -237,14 +237,16 @@ def instance_clocks_us(inst: np.ndarray, reqs: np.ndarray, compat: bool, horizon
 
 def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | None, inst: np.ndarray,
                     itl_value: np.ndarray, itl_count: np.ndarray, compat: bool, duration_us: int,
-                    rate_span_us: int | None = None) -> dict:
+                    window_rates: tuple[int, np.ndarray] | None = None) -> dict:
     """The summary object of a set of requests served by ``inst`` rows.
 
     ``cols`` are ``request_summary_columns``; ``rows`` the group's request ids in increasing
     order (None: every request).  Field names and order follow the reference's metrics
     object; our extra fields follow.  ``duration_us``: the group's end-of-run clock (the
     latest of its instances' ``instance_clocks_us``).  The per-second rates divide by the
-    duration, or by ``rate_span_us`` (a measurement window's span, ``results.window``).
+    duration; with a measurement window (``results.window``) ``window_rates`` = (its span
+    µs, the ids of the group's requests whose last token falls inside it), and the rates
+    count those requests over the span: the throughput during the window.
     """
     def col(key):
         return cols[key] if rows is None else cols[key][rows]
@@ -258,8 +260,13 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
     generated = col("generated")
     out_tokens = int(np.maximum(generated - 1, 0).sum()) if compat else int(generated.sum())
     duration_s = duration_us / 1e6
-    rate_s = duration_s if rate_span_us is None else rate_span_us / 1e6
     completed = int(done.sum())
+    rate_s, rate_done, rate_tokens = duration_s, completed, out_tokens
+    if window_rates is not None:
+        span_us, finishing = window_rates
+        rate_s, rate_done = span_us / 1e6, len(finishing)
+        gen = cols["generated"][finishing]
+        rate_tokens = int(np.maximum(gen - 1, 0).sum()) if compat else int(gen.sum())
     n_dropped = int(dropped.sum())
     out: dict = {
         "instance_id": name,
@@ -270,8 +277,8 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
         "total_input_tokens": int(col("prompt_len")[enqueued].sum()),
         "total_output_tokens": out_tokens,
         "vllm_estimated_duration_s": duration_s,
-        "responses_per_sec": completed / rate_s if rate_s > 0 else 0.0,
-        "tokens_per_sec": out_tokens / rate_s if rate_s > 0 else 0.0,
+        "responses_per_sec": rate_done / rate_s if rate_s > 0 else 0.0,
+        "tokens_per_sec": rate_tokens / rate_s if rate_s > 0 else 0.0,
     }
     _stats_ms("e2e", col("e2e_us")[done], out)
     _stats_ms("ttft", col("ttft_us")[col("has_first")], out)

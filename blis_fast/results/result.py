@@ -119,6 +119,18 @@ class Result:
         """bool per request: it arrived in the measurement window; None without one."""
         return None if self.window is None else window_mask(self.state.reqs["arrival_us"], self.window)
 
+    @cached_property
+    def finished_in_window(self) -> np.ndarray | None:
+        """bool per request: completed, its last token visible inside the measurement
+        window -- what the per-second rates count (throughput during the window, whenever
+        the request arrived); None without a window."""
+        if self.window is None:
+            return None
+        lo, hi = self.window
+        done = self.state.reqs["state"] == RequestState.COMPLETED
+        last = self.state.reqs["last_token_us"]
+        return done & (last >= lo) & (last <= hi)
+
     @property
     def rate_duration_s(self) -> float:
         """What the per-second rates divide by: the window's span, else the run's duration."""
@@ -133,30 +145,36 @@ class Result:
         st = self.state
         cols = self._cols
         used = self._used_instances()
-        win = self.in_window
+        win, fin = self.in_window, self.finished_in_window
         measured = cols["state"] == RequestState.COMPLETED
-        rows, span = None, None
+        rows, rates = None, None  # rates: (window span µs, requests finishing in it), results.window
         if win is not None:
             measured &= win
             rows = np.flatnonzero(win)
-            span = self.window[1] - self.window[0]
+            rates = (self.window[1] - self.window[0], np.flatnonzero(fin))
         (cv, cc), itl_of = self._itl.by_instance(measured)
         clocks = instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
         cluster = summarize_group("cluster", cols, rows, st.inst[used], cv, cc, self.compat,
-                                  int(clocks[used].max()) if used.size else 0, span)
+                                  int(clocks[used].max()) if used.size else 0, rates)
         del cv, cc
+
+        def by_instance(order):  # (order, [start, end) of each used instance's requests in it)
+            keys = req_inst[order]
+            return order, np.searchsorted(keys, used, side="left"), np.searchsorted(keys, used, side="right")
+
         # each instance's requests in increasing id order: a stable sort by instance
         req_inst = np.ascontiguousarray(st.reqs["instance"])
         order = stable_order(req_inst)
-        if win is not None:
-            order = order[win[order]]
-        lo = np.searchsorted(req_inst[order], used, side="left")
-        hi = np.searchsorted(req_inst[order], used, side="right")
+        grouped = by_instance(order if win is None else order[win[order]])
+        finishing = by_instance(order[fin[order]]) if win is not None else None
         instances = []
-        for i, a, b in zip(used.tolist(), lo.tolist(), hi.tolist()):
+        for k, i in enumerate(used.tolist()):
             values, counts = itl_of(i)
-            instances.append(summarize_group(f"instance_{i}", cols, order[a:b], st.inst[[i]], values, counts,
-                                             self.compat, int(clocks[i]), span))
+            mine = grouped[0][grouped[1][k]:grouped[2][k]]
+            if finishing is not None:
+                rates = (rates[0], finishing[0][finishing[1][k]:finishing[2][k]])
+            instances.append(summarize_group(f"instance_{i}", cols, mine, st.inst[[i]], values, counts,
+                                             self.compat, int(clocks[i]), rates))
         if win is not None:
             for group in [cluster, *instances]:
                 group["window_start_s"] = self.window[0] / 1e6

@@ -88,7 +88,9 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     out_tab = result.outcomes
     reqs = result.state.reqs
     sel = np.ones(len(reqs), bool) if mask is None else mask
-    if result.in_window is not None:  # only the requests of the measurement window (results.window)
+    rated = sel & out_tab["done"]  # what the per-second rates count
+    if result.in_window is not None:  # the requests of the measurement window (results.window); the rates
+        rated = sel & result.finished_in_window  # count those finishing inside it (throughput during it)
         sel = sel & result.in_window
     arrived = sel & out_tab["arrived"]
     done = sel & out_tab["done"]
@@ -98,7 +100,7 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     n_met = int(met.sum())
     n_rej = int((sel & out_tab["rejected"]).sum())
     dur = result.rate_duration_s
-    gen = reqs["generated"][done]
+    gen = reqs["generated"][rated]
     if result.compat:
         gen = np.maximum(gen - 1, 0)
     admitted = sel & (reqs["instance"] >= 0)
@@ -109,8 +111,8 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
         "rejected_requests": n_rej,
         "slo_met_requests": n_met,
         "slo_attainment": n_met / n_arr if n_arr else 0.0,
-        "goodput_rps": n_met / dur if dur > 0 else 0.0,
-        "responses_per_sec": n_done / dur if dur > 0 else 0.0,
+        "goodput_rps": int((rated & out_tab["met"]).sum()) / dur if dur > 0 else 0.0,
+        "responses_per_sec": int(rated.sum()) / dur if dur > 0 else 0.0,
         "tokens_per_sec": int(gen.sum()) / dur if dur > 0 else 0.0,
         "rejected_fraction": n_rej / n_arr if n_arr else 0.0,
         "preemption_rate": int(reqs["preemptions"][sel].sum()) / n_arr if n_arr else 0.0,
@@ -183,13 +185,12 @@ def overall_metrics(result) -> dict[str, float]:
     # max / mean busy time: 1 = balanced, n = one instance did everything
     out["utilization_imbalance"] = out["utilization_max"] / mean_util if mean_util > 0 else 1.0
     tenants = group_masks(result, "tenant")
-    if result.in_window is not None:  # only the requests of the measurement window (results.window)
-        tenants = {k: m & result.in_window for k, m in tenants.items()}
-    dur = result.rate_duration_s
     tab = result.outcomes
-    goodput = [int((m & tab["met"]).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
+    finished = tab["done"] if result.in_window is None else result.finished_in_window  # results.window
+    dur = result.rate_duration_s
+    goodput = [int((m & tab["met"] & finished).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
                if (m & tab["arrived"]).any()]
-    thr = [int((m & tab["done"]).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
+    thr = [int((m & finished).sum()) / dur if dur > 0 else 0.0 for m in tenants.values()
            if (m & tab["arrived"]).any()]
     out["jain_fairness"] = jain_index(goodput)
     out["jain_fairness_throughput"] = jain_index(thr)

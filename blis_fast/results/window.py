@@ -2,12 +2,15 @@
 
 Statistics over a run that starts empty and ends draining are biased: the first requests
 find idle instances (warm-up), the last ones find the load falling off (cool-down).  With a
-window, the request statistics -- latencies and their percentiles, counts, SLO attainment,
-goodput, the per-second rates -- cover only the requests that *arrived* in
+window, the request statistics -- latencies and their percentiles, counts, SLO attainment --
+cover only the requests that *arrived* in
 
     [first arrival + warmup_s,  last arrival - cooldown_s]   (both ends included)
 
-and the per-second rates divide by that span instead of the run's duration.  Engine
+and the per-second rates (responses_per_sec, tokens_per_sec, goodput_rps) are the
+throughput *during* the window: requests whose last token became visible inside it
+(whenever they arrived), divided by its span -- past saturation they level off at the
+cluster's capacity instead of following the arrival rate.  Engine
 counters that are not per request (steps, batch sizes, KV peaks, busy fraction,
 utilization) still cover the whole run.  Without warm-up and cool-down every request counts
 and nothing changes.  A window that holds no request is an error naming the setting.

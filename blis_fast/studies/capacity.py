@@ -146,7 +146,8 @@ class _Searcher:
     def probe(self, values: list[float]) -> list[Probe]:
         """Probe ``values`` (all seeds of all of them in one parallel batch)."""
         configs = [c for v in values for c in configs_for(self.cfg, self.settings(v), self.seeds)]
-        rows = run_all(configs, self.metrics, self.jobs, self.on_run)
+        where = [f"{self.search}={v:.6g}" for v in values for _ in self.seeds]
+        rows = run_all(configs, self.metrics, self.jobs, self.on_run, where)
         n = len(self.seeds)
         out = []
         for k, v in enumerate(values):

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from blis_fast.config.sim import SimConfig, with_overrides
 from blis_fast.config.validate import as_int
+from blis_fast.errors import ConfigError
 from blis_fast.studies.measure import run_metrics
 
 MAX_JOBS = 256
@@ -91,23 +92,28 @@ def configs_for(cfg: SimConfig, settings: dict, seeds: Sequence[int]) -> list[Si
 
 
 def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
-            on_done: Callable[[], None] | None = None) -> list[dict[str, float]]:
+            on_done: Callable[[], None] | None = None, where: Sequence[str] | None = None) -> list[dict[str, float]]:
     """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each, in
     order; ``on_done()`` after each run.  The first error stops the study (runs not yet
-    started are cancelled) and is raised."""
+    started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800")."""
     from blis_fast.run.api import run_config
 
-    def one(cfg: SimConfig) -> dict[str, float]:
-        out = run_metrics(run_config(cfg), metrics)
+    def one(k: int) -> dict[str, float]:
+        cfg = configs[k]
+        try:
+            out = run_metrics(run_config(cfg), metrics)
+        except ConfigError as exc:  # e.g. a warm-up that leaves no request at this point's rate
+            at = f"{where[k]}, " if where else ""
+            raise type(exc)(exc.field, f"{exc.message} (in the run at {at}seed {cfg.simulation.seed})") from None
         if on_done is not None:
             on_done()
         return out
 
     if jobs <= 1 or len(configs) <= 1:
-        return [one(c) for c in configs]
+        return [one(k) for k in range(len(configs))]
     pool = ThreadPoolExecutor(max_workers=min(jobs, len(configs)), thread_name_prefix="blis-fast-run")
     try:
-        futures = [pool.submit(one, c) for c in configs]
+        futures = [pool.submit(one, k) for k in range(len(configs))]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:
             if f.done() and f.exception() is not None:

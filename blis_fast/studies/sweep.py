@@ -270,7 +270,7 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
     names = study_metrics([c for _, c in bases], metrics)
     seeds_used = seed_list(bases[0][1], n_seeds)
     out = SweepResult(axes, [lb for lb, _ in bases], seeds_used, names)
-    configs = []
+    configs, where = [], []
     for label, base in bases:
         for values in grid:
             point = dict(zip((a.name for a in axes), values))
@@ -278,9 +278,11 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             out.points.append({"config": label, **point})
             out.offered_rate.append(offered_rate(cfgs[0]))
             configs += cfgs
+            at = ", ".join([*([str(label)] if label is not None else []), *(f"{k}={v}" for k, v in point.items())])
+            where += [at] * len(cfgs)
     if on_start is not None:
         on_start(len(configs))
-    rows = run_all(configs, names, jobs, on_run)
+    rows = run_all(configs, names, jobs, on_run, where)
     for k in range(len(out.points)):
         per_seed = rows[k * n_seeds:(k + 1) * n_seeds]
         out.stats.append({m: seed_stats([r[m] for r in per_seed]) for m in names})

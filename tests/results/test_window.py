@@ -52,7 +52,11 @@ def test_statistics_cover_the_window_requests_only(runs):
     assert cl["arrived_requests"] == int(inside.sum()) and cl["still_in_flight"] == 0
     assert cl["ttft_p99_ms"] == pytest.approx(pct(c["ttft_us"][inside & (c["ttft_us"] >= 0)], 99))
     assert cl["e2e_mean_ms"] == pytest.approx(c["e2e_us"][done].mean() / 1e3)
-    assert cl["responses_per_sec"] == pytest.approx(done.sum() / ((hi - lo) / 1e6))
+    # rates: the requests whose last token is visible inside the window, over its span
+    last = win.state.reqs["last_token_us"]
+    finished = (c["e2e_us"] >= 0) & (last >= lo) & (last <= hi)
+    assert np.array_equal(win.finished_in_window, finished)
+    assert cl["responses_per_sec"] == pytest.approx(finished.sum() / ((hi - lo) / 1e6))
     assert (cl["window_start_s"], cl["window_end_s"]) == (lo / 1e6, hi / 1e6)
     # the whole run's engine counters are unchanged
     for key in ("engine_steps", "vllm_estimated_duration_s", "busy_fraction", "kv_peak_used_blocks"):
@@ -71,7 +75,7 @@ def test_slo_attainment_and_evaluation_metrics_follow_the_window(runs):
         assert metric_value(win, f"slo_attainment[class={name}]") == pytest.approx(met.sum() / mask.sum())
     assert metric_value(win, "arrived_requests") == int(win.in_window.sum())
     assert metric_value(win, "goodput_rps") == pytest.approx(
-        int((win.outcomes["met"] & win.in_window).sum()) / win.rate_duration_s)
+        int((win.outcomes["met"] & win.finished_in_window).sum()) / win.rate_duration_s)
     assert metric_value(full, "arrived_requests") == len(reqs)
 
 
@@ -89,3 +93,16 @@ def test_cli_window_flags(capsys):
     c = out["cluster"]
     assert c["window_start_s"] >= 2 and c["completed_requests"] < 300
     assert out["run"]["config"]["simulation"]["warmup_s"] == 2
+
+
+def test_windowed_throughput_levels_off_past_saturation():
+    """An overloaded single server (M/D/1 at rho = 2): every request completes in the end,
+    so completions / duration say little; during the window the server completes one
+    request per service time (100 req/s), half the arrival rate."""
+    from builders import ONE_TOKEN_PROMPTS, SINGLE_SERVER, constant_outputs
+
+    r = blis_fast.simulate(**SINGLE_SERVER, beta_coeffs=[1000, 0, 0], rate=200, num_requests=2000,
+                           warmup_s=1, cooldown_s=1, **ONE_TOKEN_PROMPTS, **constant_outputs(10))
+    assert r.cluster["responses_per_sec"] == pytest.approx(100, rel=0.01)
+    assert metric_value(r, "responses_per_sec") == pytest.approx(100, rel=0.01)
+    assert r.cluster["completed_requests"] == r.cluster["arrived_requests"]  # every window request finished
