@@ -116,19 +116,16 @@ def workload_id(workload) -> str:
 def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResult:
     """Judge ``result`` against ``objectives`` (spec text, a list, or None: the run
     config's ``objectives`` setting, else ``objectives.DEFAULT_SPEC``)."""
-    from blis_fast.results.objectives import metric_value, parse_objectives, score
+    from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 
     if objectives is None:
         objectives = result.setup.config.objectives
     objs = parse_objectives(objectives)
-    total, normalized = score(result, objs)
+    details = judge(result, objs)
+    total = weighted_score(details)
+    normalized = {d["metric"]: d["normalized"] for d in details}
     metrics = dict(result.evaluation_metrics)
-    details = []
-    for o in objs:
-        v = metric_value(result, o.metric)
-        metrics[o.metric] = v
-        details.append({"metric": o.metric, "direction": o.direction, "target": o.target, "weight": o.weight,
-                        "value": v, "normalized": normalized[o.name], "met": o.met(v)})
+    metrics.update({d["metric"]: d["value"] for d in details})
     st = result.state
     cfg = result.setup.config
     return EvaluationResult(

@@ -18,6 +18,9 @@ increasing for ``min``; always in [0, 1]):
   ``min``: 1 / (1 + v / s), with the scale s = 1000 for ``*_ms`` metrics (1 s scores 0.5),
   100 for requests/s, 10000 for tokens/s, 1 otherwise (or the objective's own ``scale``).
 
+A latency statistic of a set with no samples (nothing completed, no first token) scores 0:
+nothing measured, no credit (else rejecting everything would look fast).
+
 score = Σ weightᵢ · normalizedᵢ / Σ weightᵢ.
 
 Spec text (``--objectives``): comma-separated ``metric[:direction[:target[:weight]]]``, e.g.
@@ -287,15 +290,61 @@ def metric_value(result, name: str) -> float:
     return float(scorecard.group_metrics(result, masks[value])[base])
 
 
-def score(result, objectives) -> tuple[float, dict[str, float]]:
-    """(weighted mean of the normalized objectives in [0, 1], {metric: normalized value})."""
+_SAMPLED = ("ttft_", "e2e_", "tpot_", "itl_", "scheduling_delay_")  # statistics over per-request samples
+
+
+def measured(result, metric: str) -> bool:
+    """False for a latency statistic (``ttft_*``, ``e2e_*``, ``tpot_*``, ``itl_*``,
+    ``scheduling_delay_*``) of a set of requests with no sample (no first token, nothing
+    completed, nothing scheduled): its value 0 means "nothing measured", not "fast"."""
+    base, kind, value = split_metric(metric, "objectives.metric")
+    prefix = next((p for p in _SAMPLED if base.startswith(p)), None)
+    if prefix is None or kind == "instance":
+        return True
+    import numpy as np
+
+    from blis_fast.results.scorecard import group_masks
+
+    tab = result.outcomes
+    sel = np.ones(len(tab["done"]), bool) if kind is None else group_masks(result, kind)[value]
+    if result.in_window is not None:
+        sel = sel & result.in_window
+    if prefix == "ttft_":
+        population = tab["ttft_us"] >= 0
+    elif prefix == "scheduling_delay_":
+        population = result.latencies["scheduling_delay_us"] >= 0
+    else:
+        population = tab["done"]
+    return bool((sel & population).any())
+
+
+def judge(result, objectives) -> list[dict]:
+    """Per objective: {metric, direction, target, weight, value (raw), normalized, met}.
+    A latency statistic with no sample (``measured``) gets no credit: normalized 0, not met."""
     objs = objectives if isinstance(objectives, list) and all(isinstance(o, Objective) for o in objectives) \
         else parse_objectives(objectives)
-    normalized = {o.name: o.normalize(metric_value(result, o.metric)) for o in objs}
-    total_w = sum(o.weight for o in objs)
-    s = sum(o.weight * normalized[o.name] for o in objs) / total_w
-    return float(min(max(s, 0.0), 1.0)), normalized
+    out = []
+    for o in objs:
+        v = metric_value(result, o.metric)
+        ok = measured(result, o.metric)
+        out.append({"metric": o.metric, "direction": o.direction, "target": o.target, "weight": o.weight,
+                    "value": v, "normalized": o.normalize(v) if ok else 0.0,
+                    "met": (o.met(v) if ok else False) if o.target is not None else None})
+    return out
 
 
-__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "default_direction", "metric_value", "objectives_setting",
-           "parse_objectives", "score", "split_metric"]
+def weighted_score(rows: list[dict]) -> float:
+    """Σ weight · normalized / Σ weight of ``judge`` rows, in [0, 1]."""
+    total_w = sum(r["weight"] for r in rows)
+    s = sum(r["weight"] * r["normalized"] for r in rows) / total_w
+    return float(min(max(s, 0.0), 1.0))
+
+
+def score(result, objectives) -> tuple[float, dict[str, float]]:
+    """(weighted mean of the normalized objectives in [0, 1], {metric: normalized value})."""
+    rows = judge(result, objectives)
+    return weighted_score(rows), {r["metric"]: r["normalized"] for r in rows}
+
+
+__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "default_direction", "judge", "measured", "metric_value",
+           "objectives_setting", "parse_objectives", "score", "split_metric", "weighted_score"]

@@ -56,7 +56,7 @@ def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
     from blis_fast.results.diagnosis import diagnose
-    from blis_fast.results.objectives import metric_value, parse_objectives
+    from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 
     cfg = result.setup.config
     objs = parse_objectives(objectives if objectives is not None else cfg.objectives)
@@ -69,14 +69,11 @@ def summary_text(result, objectives=None) -> str:
                    f"`{pol.preemption_victim}`. Instances: {m['num_instances']}; {m['arrived_requests']} requests "
                    f"arrived over {_fmt(m['simulated_duration_s'])} s simulated.")
     lines += ["", "## Outcome", "", "| objective | value | target | normalized | met |", "|---|---|---|---|---|"]
-    total_w = sum(o.weight for o in objs)
-    score = 0.0
-    for o in objs:
-        v = metric_value(result, o.metric)
-        s = o.normalize(v)
-        score += o.weight * s
-        lines.append(f"| {o.metric} ({o.direction}) | {_fmt(v)} | {_fmt(o.target)} | {_fmt(s)} | {_fmt(o.met(v))} |")
-    lines += ["", f"Score {_fmt(score / total_w)} (weighted mean of the normalized objectives). "
+    rows = judge(result, objs)
+    for r in rows:
+        lines.append(f"| {r['metric']} ({r['direction']}) | {_fmt(r['value'])} | {_fmt(r['target'])} | "
+                     f"{_fmt(r['normalized'])} | {_fmt(r['met'])} |")
+    lines += ["", f"Score {_fmt(weighted_score(rows))} (weighted mean of the normalized objectives). "
                   f"SLO attainment {_fmt(m['slo_attainment'])}, goodput {_fmt(m['goodput_rps'])} req/s, "
                   f"TTFT p50/p99 {_fmt(m['ttft_p50_ms'])}/{_fmt(m['ttft_p99_ms'])} ms, "
                   f"E2E p99 {_fmt(m['e2e_p99_ms'])} ms, rejected {_fmt(m['rejected_fraction'])}, "

@@ -174,3 +174,13 @@ def test_known_metric_names_are_exactly_what_a_run_reports():
     assert set(overall) == set(r.evaluation_metrics)
     assert set(group) == set(GROUP_METRICS) == set(group_metrics(r, None))
     assert set(instance) == set(INSTANCE_METRICS) == set(instance_metrics(r, np.array([0])))
+
+
+def test_latency_with_nothing_measured_gets_no_credit():
+    """Rejecting everything must not look fast: a latency statistic over no samples scores 0."""
+    spec = "ttft_p99_ms:min:1000,e2e_p99_ms:min,ttft_p99_ms[class=fast]:min"
+    nothing = hand_run(admission_policy="reject-all").evaluate(spec)
+    assert nothing.metrics["ttft_p99_ms"] == 0.0 and nothing.score == 0.0
+    assert [d["met"] for d in nothing.details] == [False, None, None]
+    served = hand_run().evaluate(spec)
+    assert served.score > 0.9 and served.details[0]["met"] is True
