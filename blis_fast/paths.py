@@ -206,7 +206,7 @@ def skip_numba_blas_probe() -> None:
 
 def guard_kernel_cache() -> str | None:
     """Run on ``import blis_fast``: remove damaged compiled-kernel cache entries
-    (``kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
+    (``blis_fast_kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
     notice on stderr for the moment they start.  Returns the damaged file's name, if any.
     A warm cache costs ~2 ms here and prints nothing."""
     from blis_fast_kernels import cache

@@ -1,4 +1,4 @@
-"""``blis-fast clear-cache``: delete the compiled-kernel cache (kernels.cache); and the
+"""``blis-fast clear-cache``: delete the compiled-kernel cache (blis_fast_kernels.cache); and the
 command's lean start-up with cached kernels (``skip_numba_blas_probe``)."""
 
 from __future__ import annotations

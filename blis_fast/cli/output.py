@@ -105,6 +105,7 @@ def _headline(run: dict, c: dict):
     model = str(run.get("model", "")).rsplit("/", 1)[-1]
     wl = run.get("workload") or {}
     source = wl.get("source") or wl.get("kind") or (cfg.get("workload") or {}).get("type", "")
+    source = str(source).replace("\\", "/").rsplit("/", 1)[-1]  # the file name is enough here
     text = Text()
     text.append(f"{model}", style="bold")
     text.append(f" on {run.get('hardware')} TP{engine.get('tp', 1)} · {run.get('latency_model')} · "
@@ -139,9 +140,10 @@ def _cluster_lines(c: dict) -> list[str]:
 def _instance_table(instances: list[dict]):
     from rich.table import Table
 
-    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for name, right in (("instance", False), ("completed", True), ("TTFT p99 ms", True), ("E2E p99 ms", True),
-                        ("ITL p99 ms", True), ("KV peak", True), ("busy", True), ("preempted", True)):
+    t = Table(title="instances (times in ms)", title_justify="left", box=None, pad_edge=False, show_edge=False,
+              header_style="bold")
+    for name, right in (("instance", False), ("completed", True), ("TTFT p99", True), ("E2E p99", True),
+                        ("ITL p99", True), ("KV peak", True), ("busy", True), ("preempted", True)):
         t.add_column(name, justify="right" if right else "left")
     for s in instances:
         t.add_row(str(s.get("instance_id")), count(s.get("completed_requests")), ms(s.get("ttft_p99_ms")),
@@ -153,9 +155,10 @@ def _instance_table(instances: list[dict]):
 def _slo_table(classes: dict):
     from rich.table import Table
 
-    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for name, right in (("SLO class", False), ("arrived", True), ("completed", True), ("attained", True),
-                        ("TTFT p99 ms", True), ("TPOT p99 ms", True), ("E2E p99 ms", True), ("targets (ms)", False)):
+    t = Table(title="SLO classes (times in ms)", title_justify="left", box=None, pad_edge=False, show_edge=False,
+              header_style="bold")
+    for name, right in (("class", False), ("arrived", True), ("completed", True), ("attained", True),
+                        ("TTFT p99", True), ("TPOT p99", True), ("E2E p99", True), ("targets", False)):
         t.add_column(name, justify="right" if right else "left")
     for name, s in classes.items():
         targets = " ".join(f"{k.removesuffix('_ms')}≤{ms(v)}" for k, v in (s.get("targets") or {}).items()

@@ -30,13 +30,13 @@ class LatencyModel:
     kind: str = field(metadata={"help": "'blackbox' (β coefficients) or 'roofline' (analytical)"})
     alpha: np.ndarray = field(metadata={"help": "float64[3]: α0 + α1·L queueing µs, α2 µs per output token"})
     beta: np.ndarray = field(metadata={"help": "float64[3]: β0 + β1·prefill tokens + β2·decodes, µs (blackbox)"})
-    roofline: np.ndarray = field(metadata={"help": "float64[N_ROOFLINE] roofline parameters (kernels.schema.Roofline)"})
+    roofline: np.ndarray = field(metadata={"help": "float64[N_ROOFLINE] roofline parameters (blis_fast_kernels.schema.Roofline)"})
     total_kv_blocks: int = field(metadata={"help": "KV-cache blocks per instance"})
     source: str = field(metadata={"help": "where coefficients and the KV budget came from (for results)"})
 
 
 def roofline_params(model: ModelConfig, hardware: HardwareConfig, tp: int) -> np.ndarray:
-    """The roofline parameter vector (layout: ``kernels.schema.Roofline``) for ``model`` on ``hardware`` at TP ``tp``."""
+    """The roofline parameter vector (layout: ``blis_fast_kernels.schema.Roofline``) for ``model`` on ``hardware`` at TP ``tp``."""
     from blis_fast_kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
 
     p = np.zeros(N_ROOFLINE, dtype=np.float64)

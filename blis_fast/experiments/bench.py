@@ -9,7 +9,7 @@ of magnitude):
   fresh state (``build_state`` is untimed; ``run_to_end`` mutates the state).  Best and
   median kernel seconds, simulated requests/s and engine steps/s (both from the best).
 * **floor** -- in the same process, per scenario, seconds of a *minimal
-  continuous-batching loop* (``kernels.engine.minimal.run_minimal``: round-robin
+  continuous-batching loop* (``blis_fast_kernels.engine.minimal.run_minimal``: round-robin
   instances, a FIFO queue, max_num_seqs and the token budget, chunked prefill then one
   token per decode per step, the same blackbox step time; no events, KV cache, policies
   or logs) on the scenario's workload, timed like the kernel (one untimed warm-up, best
@@ -236,7 +236,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
 
 
 def floor_inputs(setup, wl) -> dict:
-    """The arguments of ``kernels.engine.minimal.run_minimal`` for a scenario: the requests
+    """The arguments of ``blis_fast_kernels.engine.minimal.run_minimal`` for a scenario: the requests
     with a known arrival time in arrival order (closed-loop followers, whose arrival is
     decided during the run, are left out), the engine limits and the β coefficients."""
     arrival = np.asarray(wl.arrival_us, np.int64)

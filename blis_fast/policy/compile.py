@@ -1,5 +1,5 @@
 """Compile a policy configuration into a candidate the kernels read: one kind code and one
-float64 parameter row per policy slot (layouts in ``kernels.schema``).
+float64 parameter row per policy slot (layouts in ``blis_fast_kernels.schema``).
 
 The kernels' signatures never change with the policy, so an evolutionary search can
 evaluate thousands of candidates without a single recompilation, and a candidate (being
@@ -21,7 +21,7 @@ from blis_fast_kernels import schema as S
 @dataclass(eq=False)
 class CompiledPolicies:
     """A policy candidate as the kernels read it: one kind per slot and one parameter row
-    per slot (layouts in ``kernels.schema``: PolicySlot, AdmissionParam, RouteWeight,
+    per slot (layouts in ``blis_fast_kernels.schema``: PolicySlot, AdmissionParam, RouteWeight,
     PriorityParam, SchedWeight, SnapField)."""
 
     kinds: np.ndarray  # int64[N_POLICY_SLOTS]

@@ -94,7 +94,7 @@ def weighted_percentile_us(values: np.ndarray, counts: np.ndarray, p: float) -> 
 
 class ItlIndex:
     """Rebuilds the ITL samples of any set of requests from the kernel's step log and
-    irregular-token log (kernels.schema.tables): a request's tokens inside a run of consecutive
+    irregular-token log (blis_fast_kernels.schema.tables): a request's tokens inside a run of consecutive
     steps have the durations of those steps as samples (+ a2 in compat mode); the other
     non-first tokens are logged one by one; compat adds one sample per completed request.
 

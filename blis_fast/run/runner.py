@@ -1,4 +1,4 @@
-"""Drive the resumable event loop (kernels.engine.loop.run_events) to the end of a run.
+"""Drive the resumable event loop (blis_fast_kernels.engine.loop.run_events) to the end of a run.
 
 The loop returns whenever the logs need room (Status.LOG_FULL: we grow them and call
 again), after a chunk of events (Status.CHUNK_DONE: progress, Ctrl-C) or when the

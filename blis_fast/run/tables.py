@@ -1,5 +1,5 @@
 """Allocate and fill the kernel's State for one run: one allocator per table family (the
-tests build states from the same functions).  Dtypes and layouts: ``kernels.schema``.
+tests build states from the same functions).  Dtypes and layouts: ``blis_fast_kernels.schema``.
 
 Everything is sized here, once; the event loop allocates nothing.  The only tables that
 grow are the logs, between calls of the loop (``runner.grow_logs``).

@@ -1,6 +1,6 @@
 """Compiled entry points to the kernels' helpers, for the unit tests.
 
-A ``kernels.jit.helper`` has no CPython wrapper: with the JIT on it cannot be called from
+A ``blis_fast_kernels.jit.helper`` has no CPython wrapper: with the JIT on it cannot be called from
 Python.  Each function here is a small ``@njit`` wrapper that calls one helper (or a short,
 fixed sequence of helpers) and returns its results; with ``NUMBA_DISABLE_JIT=1`` it is
 plain Python calling plain Python.  The wrappers add no logic of their own beyond what a
@@ -8,7 +8,7 @@ kernel caller does (e.g. probe a row, then write it).
 
 The wrappers are cached by numba, but numba revalidates a cached function only against its
 own source file, and each wrapper compiles the helpers it calls into itself.  So, like
-``kernels.cache``, on import we compare a digest of the kernel sources (and this file) with
+``blis_fast_kernels.cache``, on import we compare a digest of the kernel sources (and this file) with
 a stamp next to this module's cache and drop this module's cache files when it differs.
 """
 

@@ -61,10 +61,13 @@ def test_cli_picks_the_format_by_suffix_and_refuses_others(capsys, tmp_path):
     assert not (tmp_path / "req.json").exists()
 
 
-def test_to_pandas_and_a_clear_error_without_pandas(spec_result, monkeypatch):
+def test_to_pandas(spec_result):
     pd = pytest.importorskip("pandas")
     df = spec_result.to_pandas()
     assert isinstance(df, pd.DataFrame) and list(df.columns) == spec_result.requests_table().column_names
+
+
+def test_to_pandas_without_pandas_says_how_to_get_it(spec_result, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec

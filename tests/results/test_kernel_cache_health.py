@@ -1,4 +1,4 @@
-"""The compiled-kernel cache heals itself (``kernels.cache.heal``, driven by
+"""The compiled-kernel cache heals itself (``blis_fast_kernels.cache.heal``, driven by
 ``blis_fast.paths.guard_kernel_cache`` on ``import blis_fast``): a damaged cache file is
 found, the cache is cleared and the kernels compile again, with one notice line on stderr;
 a cold cache announces its compile; a warm one prints nothing.  Checking costs no numba
