@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app
+from blis_fast.cli import feedback
+from blis_fast.cli.app import Quiet, Verbose, app
 
 
 @app.command()
@@ -17,6 +18,8 @@ def bench(
     repeats: Annotated[int, typer.Option("--repeats", help="timed repetitions per scenario (best is reported)")] = 3,
     startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,
     calibrate: Annotated[bool, typer.Option("--calibrate", help="instead, re-measure one instance's saturation throughput and print the scenario rates at 80% load (JSON)")] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Benchmark the standard scenarios: kernel seconds once compiled, simulated req/s and
     steps/s, the kernel time as a multiple of a minimal continuous-batching loop on the
@@ -29,7 +32,9 @@ def bench(
 
         typer.echo(json.dumps(_calibrate(), indent=2))
         return
-    report = run_bench(scenarios=scenarios.split(",") if scenarios else None, repeats=repeats, startup=startup)
+    with feedback.progress("blis-fast bench") as bar:
+        report = run_bench(scenarios=scenarios.split(",") if scenarios else None, repeats=repeats, startup=startup,
+                           progress=bar.report)
     if json_out:
         typer.echo(json.dumps(report, indent=2))
     else:

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from blis_fast.cli.app import app, number_option
+from blis_fast.cli import feedback
+from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.config.validate import INT64_MAX, as_choice, as_int
 
 workload_app = typer.Typer(no_args_is_help=True, help="Workload specs and rich traces: generate a trace, summarize one.")
@@ -24,6 +25,8 @@ def workload_generate(
     seed: Annotated[Optional[str], number_option("--seed", help="seed (default: the spec's, else 42)")] = None,
     fmt: Annotated[Optional[str], typer.Option("--format", help="csv | parquet (default: from the --out extension)", show_default=False)] = None,
     max_memory: Annotated[Optional[str], number_option("--max-memory", help=MAX_MEMORY_HELP, metavar="SIZE")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
@@ -39,8 +42,9 @@ def workload_generate(
     limit = parse_bytes(max_memory, "--max-memory") if max_memory is not None else None
     # never overwrite the spec or a file it names; the folder must exist (checked before generating)
     check_outputs([("--out", out)], [("--spec", spec)] + [("--spec", p) for p in spec_files(spec)])
-    with memory_budget(limit, "--max-memory"):
+    with memory_budget(limit, "--max-memory"), feedback.progress("generating the workload") as bar:
         req = generate_requests(load_spec(spec), seed_v)
+        bar.report(f"writing {out}", 0, None)
         path = write_trace(req, out, fmt)
     typer.echo(json.dumps({"out": str(path), "num_requests": len(req), "seed": req.header.get("seed")}))
 
@@ -51,6 +55,8 @@ def workload_stats(
     block_size: Annotated[str, number_option("--block-size", help="KV block size for the prefix-sharing figures (tokens) [default: 16]")] = "16",
     seed: Annotated[Optional[str], number_option("--seed", help="seed when TRACE is a spec (default: the spec's)")] = None,
     max_memory: Annotated[Optional[str], number_option("--max-memory", help=MAX_MEMORY_HELP, metavar="SIZE")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
 ) -> None:
     """Summarize a workload as JSON: rates per client / tenant / SLO class, prompt and
     output length percentiles, sessions, and prefix sharing (ideal cache hit rate)."""
@@ -60,6 +66,6 @@ def workload_stats(
     bs = as_int(block_size, "--block-size", 1, 1024)
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
     limit = parse_bytes(max_memory, "--max-memory") if max_memory is not None else None
-    with memory_budget(limit, "--max-memory"):
+    with memory_budget(limit, "--max-memory"), feedback.progress(f"reading {trace}"):
         stats = stats_of_file(trace, bs, seed_v)
     typer.echo(json.dumps(stats, indent=2))

@@ -322,8 +322,11 @@ def bench_startup(cached_repeats: int = 3) -> dict:
     }
 
 
-def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: bool = True) -> dict:
-    """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict."""
+def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: bool = True,
+              progress=None) -> dict:
+    """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict.
+    ``progress(phase, done, total, unit)`` (as ``blis_fast.run.api.run_config`` takes it) is
+    told each step as it starts."""
     from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch
 
     names = list(SCENARIOS) + ["batch-10k"] if scenarios is None else [s.strip() for s in scenarios if s.strip()]
@@ -331,13 +334,24 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     names = [n for n in names if n not in BATCH_SCENARIOS]
     for name in names:
         scenario_overrides(name)  # fail fast on a typo, before minutes of measuring
+    total = len(names) + len(batches) + int(startup)
+    done = 0
+
+    def step(label: str, measure, *args):
+        nonlocal done
+        if progress is not None:
+            progress(f"bench: {label}", done, total, "steps")
+        out = measure(*args)
+        done += 1
+        return out
+
     report = {
         "machine": machine_info(),
         "settings": {"seed": SEED, "repeats": repeats, "target_load": TARGET_LOAD,
                      "saturation_rps_per_instance": SATURATION_RPS_PER_INSTANCE, "base": dict(BASE)},
-        "scenarios": [bench_scenario(name, repeats) for name in names],
-        "batch": [bench_batch(name) for name in batches],
-        "startup": bench_startup() if startup else None,
+        "scenarios": [step(name, bench_scenario, name, repeats) for name in names],
+        "batch": [step(name, bench_batch, name) for name in batches],
+        "startup": step("start-up (fresh processes)", bench_startup) if startup else None,
     }
     best = {r["name"]: r["kernel_best_s"] for r in report["scenarios"]}
     for r in report["scenarios"]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from blis_fast.errors import ConfigError
 
+FITNESS_UNITS = {"throughput": "req/s", "tokens_per_sec": "tokens/s"}  # every latency key: µs
 FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
 
 
@@ -36,7 +37,8 @@ def _latency_component(values_us: np.ndarray, how: str) -> tuple[float, float]:
 
 def fitness(weights: dict[str, float], responses_per_sec: float, tokens_per_sec: float,
             ttft_us: np.ndarray, e2e_us: np.ndarray) -> dict:
-    """{"score", "components": {key: component}, "values": {key: raw value}, "weights"}."""
+    """{"score", "components": {key: component}, "values": {key: raw value}, "units": {key:
+    unit of its value}, "weights"}."""
     comps: dict[str, float] = {}
     values: dict[str, float] = {}
     for key in weights:
@@ -50,4 +52,5 @@ def fitness(weights: dict[str, float], responses_per_sec: float, tokens_per_sec:
             how, _, metric = key.partition("_")
             values[key], comps[key] = _latency_component(ttft_us if metric == "ttft" else e2e_us, how)
     score = float(sum(weights[k] * comps[k] for k in weights))
-    return {"score": score, "components": comps, "values": values, "weights": dict(weights)}
+    units = {k: FITNESS_UNITS.get(k, "µs") for k in weights}  # BLIS's keys carry no unit: say it beside them
+    return {"score": score, "components": comps, "values": values, "units": units, "weights": dict(weights)}

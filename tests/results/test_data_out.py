@@ -111,3 +111,8 @@ def test_api_errors_name_the_keyword(kwargs, field):
         blis_fast.simulate(**kwargs)
     assert ei.value.field.split(" ")[0] == field
     assert "--" not in ei.value.field
+
+
+def test_fitness_values_say_their_units():
+    f = blis_fast.simulate(num_requests=5, fitness_weights="throughput:1,p99_ttft:1").summary()["fitness"]
+    assert f["units"] == {"throughput": "req/s", "p99_ttft": "µs"}
