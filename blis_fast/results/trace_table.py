@@ -12,6 +12,7 @@ to a record are null.
 | admitted | bool | admission | admitted (false = rejected) |
 | cost_tokens | tokens | admission | prompt tokens charged to the tenant's bucket |
 | bucket_tokens | tokens | admission | the token bucket after the decision (token-bucket admission) |
+| reason | text | admission | always-admit, reject-all, or (token-bucket) bucket / bucket-short |
 | instance | id | routing, preemption | the chosen instance / where the preemption happened |
 | candidates | count | routing | active instances chosen among |
 | prompt_blocks | blocks | routing | full prompt blocks of the request |
@@ -84,6 +85,7 @@ def decision_table(result):
         "admitted": col({0: adm["admitted"] != 0}, bool),
         "cost_tokens": col({0: adm["cost"]}, np.int64),
         "bucket_tokens": col({0: adm["bucket_tokens"]}, np.float64),
+        "reason": _admission_reasons(result.setup.config.policy.admission, adm, n, order, n_a),
         "instance": col({1: rte["chosen_instance"], 2: pre["instance"]}, np.int64),
         "candidates": col({1: rte["candidates"]}, np.int64),
         "prompt_blocks": col({1: rte["prompt_blocks"]}, np.int64),
@@ -114,6 +116,20 @@ def decision_table(result):
     cols["slo_met"] = pa.array(tab["met"][r])
     cols["final_state"] = pa.array([REQUEST_STATE_NAMES[s] for s in st.reqs["state"][r].tolist()], pa.string())
     return pa.table(cols)
+
+
+def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, n_a: int):
+    """Why each admission went as it did (null on other records): ``always-admit``,
+    ``reject-all``, or for token-bucket ``bucket`` (the tenant's bucket covered the prompt)
+    / ``bucket-short`` (it did not: rejected)."""
+    import pyarrow as pa
+
+    if policy == "token-bucket":
+        why = np.where(adm["admitted"] != 0, "bucket", "bucket-short")
+    else:
+        why = np.full(len(adm), policy, dtype=object)
+    values = why.tolist() + [None] * (n - n_a)  # admission rows come first before sorting
+    return pa.array([values[k] for k in order.tolist()], pa.string())
 
 
 def write_decision_trace(result, path) -> None:

@@ -74,7 +74,14 @@ def test_decision_table_rows_and_outcomes():
         assert t["ttft_ms"][k] == pytest.approx(r.latencies["ttft_us"][req] / 1e3)
         assert t["alt1_instance"][k] == 1 - t["instance"][k] and t["alt2_instance"][k] is None
         assert t["cached_tokens"][k] == reqs["cached_tokens"][req] and t["admitted"][k] is None
-    assert all(t["admitted"][k] for k, rec in enumerate(t["record"]) if rec == "admission")
+    assert all(t["admitted"][k] and t["reason"][k] == "always-admit"
+               for k, rec in enumerate(t["record"]) if rec == "admission")
+    assert t["reason"][routing[0]] is None
+    limited = decision_table(blis_fast.simulate(**KW, trace_level="decisions", admission_policy="token-bucket",
+                                                token_bucket_capacity=2000, token_bucket_refill_rate=3000)).to_pydict()
+    reasons = {(a, w) for a, w, rec in zip(limited["admitted"], limited["reason"], limited["record"])
+               if rec == "admission"}
+    assert reasons == {(True, "bucket"), (False, "bucket-short")}
 
 
 def test_cli_analysis_outputs_are_byte_identical(tmp_path, capsys):
