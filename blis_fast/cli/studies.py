@@ -117,7 +117,7 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
 
 def _check_study_outputs(out, plot, inputs) -> None:
     from blis_fast.studies.plots import check_plot_path
-    from blis_fast.studies.sweep import check_table_path
+    from blis_fast.studies.tables import check_table_path
 
     check_outputs((("--out", out), ("--plot", plot)), inputs)
     if out is not None:

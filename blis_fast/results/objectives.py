@@ -153,7 +153,7 @@ def check_objective(o: Objective, where: str) -> None:
         as_float(o.scale, f"{where}.scale", 0, 1e300, lo_open=True, text=False)
 
 
-def _split_items(text: str) -> list[str]:
+def split_items(text: str) -> list[str]:
     """Split at commas outside [...] (selector values may hold commas)."""
     items, depth, cur = [], 0, []
     for ch in text:
@@ -224,7 +224,7 @@ def parse_objectives(spec, where: str = "objectives") -> list[Objective]:
     if isinstance(spec, str):
         if len(spec) > 100_000:
             raise ConfigError(where, f"is too long ({len(spec)} characters)")
-        items = [s for s in _split_items(spec) if s]
+        items = [s for s in split_items(spec) if s]
         if not items:
             raise ConfigError(where, "needs at least one metric[:direction[:target[:weight]]]")
         out = [_from_text(s, f"{where}[{k}]") for k, s in enumerate(items)]

@@ -38,6 +38,7 @@ from blis_fast.errors import ConfigError
 from blis_fast.run.api import as_config
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
+from blis_fast.studies.tables import text_table
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -110,11 +111,7 @@ class CapacityResult:
                 cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
             cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
             rows.append(cells)
-        widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows]
-        lines.append("")
-        lines.append(self.message)
-        return "\n".join(lines)
+        return text_table(head, rows) + "\n\n" + self.message
 
 
 class _Searcher:

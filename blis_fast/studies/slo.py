@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from blis_fast.config.validate import as_float, show
 from blis_fast.errors import ConfigError
+from blis_fast.results.objectives import split_items
 
 OPS = ("<=", ">=", "<", ">")
 MAX_PREDICATES = 32
@@ -53,20 +54,6 @@ class SloPredicate:
         return f"{self.metric}{self.op}{self.threshold:g}"
 
 
-def _split(text: str) -> list[str]:
-    """Split at commas outside [...] (selector values may hold commas)."""
-    items, depth, cur = [], 0, []
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth <= 0:
-            items.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    items.append("".join(cur))
-    return items
-
-
 def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicate]:
     """The predicates of ``spec`` (text, or a list of texts / SloPredicate), each metric
     checked against the known metric names; with ``slo_classes``, every predicate without
@@ -75,7 +62,7 @@ def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicat
     if isinstance(spec, SloPredicate):
         spec = [spec]
     if isinstance(spec, str):
-        raw = _split(spec)
+        raw = split_items(spec)
     elif isinstance(spec, (list, tuple)) and spec:
         raw = list(spec)
     else:
@@ -107,7 +94,7 @@ def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicat
 def _class_names(slo_classes) -> list[str]:
     if slo_classes is None:
         return []
-    items = _split(slo_classes) if isinstance(slo_classes, str) else list(slo_classes)
+    items = split_items(slo_classes) if isinstance(slo_classes, str) else list(slo_classes)
     names = [str(c).strip() for c in items]
     if not names or any(not n or "]" in n for n in names):
         raise ConfigError("--slo-class", f"must be SLO class names of the workload spec, got {show(slo_classes)}")

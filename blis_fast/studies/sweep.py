@@ -27,10 +27,10 @@ from blis_fast.config.validate import as_str, parse_decimal, show
 from blis_fast.errors import ConfigError
 from blis_fast.studies.measure import TABLE_METRICS, check_metric
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, run_all, seed_list, seed_stats
+from blis_fast.studies.tables import text_table, write_rows
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
-TABLE_FORMATS = (".parquet", ".csv")
 
 
 @dataclass(frozen=True)
@@ -163,32 +163,7 @@ class SweepResult:
 
     def write_table(self, path: Path, flag: str = "--out") -> None:
         """The rows as Parquet or CSV (by suffix), atomically."""
-        import pyarrow as pa
-
-        from blis_fast.config.outputs import atomic_write
-
-        rows = self.rows()
-        names = list(rows[0]) if rows else []
-        columns = {}
-        for n in names:
-            values = [r[n] for r in rows]
-            if any(isinstance(v, str) for v in values):
-                values = [None if v is None else str(v) for v in values]
-            columns[n] = values
-        table = pa.table(columns)
-        suffix = Path(path).suffix.lower()
-
-        def write(tmp: Path) -> None:
-            if suffix == ".csv":
-                import pyarrow.csv as pcsv
-
-                pcsv.write_csv(table, str(tmp))
-            else:
-                import pyarrow.parquet as pq
-
-                pq.write_table(table, str(tmp))
-
-        atomic_write(path, write, flag)
+        write_rows(self.rows(), path, flag)
 
     def text(self, columns: Sequence[str] | None = None) -> str:
         """A text table of the axes and the key metrics (all metrics if ``columns`` None);
@@ -200,32 +175,19 @@ class SweepResult:
         body = []
         for pt, st in zip(self.points, self.stats):
             cells = ([str(pt["config"])] if self.labels != [None] else []) + [_fmt(pt[a.name]) for a in self.axes]
-            for m in shown:
-                s = st[m]
-                cells.append(f"{s.mean:.4g}" + (f" ± {s.half_width:.2g}" if len(self.seeds) > 1 else ""))
-            body.append(cells)
-        widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + body)
+            body.append(cells + [self._cell(st[m]) for m in shown])
+        return text_table(head, body)
 
+    def _cell(self, s: SeedStats) -> str:
+        return f"{s.mean:.4g}" + (f" ± {s.half_width:.2g}" if len(self.seeds) > 1 else "")
 
     def _side_by_side(self, shown: list[str]) -> str:
         head = ["metric", *(str(pt["config"]) for pt in self.points)]
-        body = [[m, *(f"{st[m].mean:.4g}" + (f" ± {st[m].half_width:.2g}" if len(self.seeds) > 1 else "")
-                      for st in self.stats)] for m in shown]
-        widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-        return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                         for r in [head] + body)
+        return text_table(head, [[m, *(self._cell(st[m]) for st in self.stats)] for m in shown], left=1)
 
 
 def _fmt(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
-def check_table_path(path, flag: str = "--out") -> Path:
-    p = Path(path)
-    if p.suffix.lower() not in TABLE_FORMATS:
-        raise ConfigError(flag, f"must end in .parquet or .csv, got {show(str(path))}")
-    return p
 
 
 def class_names(cfg: SimConfig) -> list[str]:
