@@ -294,6 +294,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     if rate_min is not None and rate_max is not None and not rate_min < rate_max:
         raise ConfigError("--rate-min", f"must be below --rate-max ({rate_max:g}), got {rate_min:g}")
     max_instances = as_int(max_instances, "--max-instances", 1, MAX_INSTANCES)
+    _check_classes(preds, cfg)
     s = _Searcher(cfg, search, preds, seed_list(cfg, n_seeds), jobs, on_run, max_probes)
     if search == "rate":
         good, bad = _search_rate(s, cfg, tol, rate_min, rate_max)
@@ -307,6 +308,19 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     out.noise_limited = bool(good and bad and (good.uncertain or bad.uncertain))
     out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
     return out
+
+
+def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
+    """Refuse, before running, a [class=NAME] the workload spec does not define."""
+    from blis_fast.results.objectives import split_metric
+    from blis_fast.studies.sweep import class_names
+
+    known = class_names(cfg)
+    for p in preds:
+        _, kind, name = split_metric(p.metric, "--slo")
+        if kind == "class" and name not in known:
+            raise ConfigError("--slo-class" if p.metric.endswith(f"[class={name}]") else "--slo",
+                              f"the workload has no SLO class {name!r}; its classes: {', '.join(known) or '(none)'}")
 
 
 def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhausted: bool,

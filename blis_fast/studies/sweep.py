@@ -224,6 +224,11 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
         raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
     if len({a.name for a in axes}) != len(axes):
         raise ConfigError("--set", "a setting is swept twice")
+    for a in axes:
+        if a.name == "seed":
+            raise ConfigError("--set seed", "every point runs the same seeds: use --seeds N (seeds from --seed on)")
+        if a.name == "rate" and any(c.workload.spec_filepath for _, c in bases):
+            raise ConfigError("--set rate", "a workload spec sets its own client rates: sweep rate_scale instead")
     n_seeds = check_seeds(seeds)
     jobs = check_jobs(jobs)
     grid = list(itertools.product(*(a.values for a in axes))) or [()]

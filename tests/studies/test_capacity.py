@@ -11,7 +11,7 @@ import pytest
 import blis_fast
 from blis_fast.studies import capacity as cap
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from builders import ONE_TOKEN_PROMPTS, SINGLE_SERVER, constant_outputs, expect_cli_error, run_cli
+from builders import ONE_TOKEN_PROMPTS, ROOT, SINGLE_SERVER, constant_outputs, expect_cli_error, run_cli
 
 # M/D/1: Poisson arrivals, service S = 10 steps x 1 ms = 10 ms; the mean end-to-end time is
 # W + S with the Pollaczek-Khinchine wait W = rho S / (2 (1 - rho)).  E2E <= 20 ms <=> W <= S
@@ -124,6 +124,8 @@ def test_slo_predicates():
     (dict(slo="ttft_p99_ms<=200", search="instances", rate_max=5), "--rate-max"),
     (dict(slo="ttft_p99_ms<=200", workload="traces", workload_traces_filepath="t.csv"), "--search"),
     (dict(slo="ttft_p99_ms<=200", slo_classes="a,,b"), "--slo-class"),
+    (dict(slo="ttft_p99_ms<=200", slo_classes="nope", workload_spec=str(ROOT / "configs" / "workloads" / "chat.yaml")), "--slo-class"),
+    (dict(slo="slo_attainment[class=x]>=0.9"), "--slo"),
     (dict(slo="ttft_p99_ms<=200", jobs=0), "--jobs"),
 ])
 def test_bad_input_names_the_option(kwargs, field):

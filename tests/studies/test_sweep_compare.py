@@ -127,6 +127,9 @@ def test_cli_study_errors(capsys, tmp_path):
     expect_cli_error(capsys, "sweep", "--set", "nope=1,2", needles=["--set", "unknown setting"])
     expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--out", tmp_path / "t.xlsx", needles=["--out"])
     expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--metrics", "ttft_p42_ms", needles=["--metrics"])
+    expect_cli_error(capsys, "sweep", "--set", "seed=1,2", needles=["--set seed", "--seeds"])
+    expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--workload-spec", ROOT / "configs" / "workloads" / "rag.yaml",
+                     needles=["--set rate", "rate_scale"])
     cfg = tmp_path / "a.yaml"
     cfg.write_text("deployment: {num_instances: 2}\n")
     expect_cli_error(capsys, "compare", cfg, cfg, needles=["must differ"])
