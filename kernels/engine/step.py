@@ -353,8 +353,8 @@ def execute_step(st, i, now, dt, step_idx, m):
     for e in range(m):
         r = st.explicit[e]
         n = st.work[e]
-        if n == 0:
-            continue
+        if n == 0 and not (reqs[r]["first_token_us"] < 0 and reqs[r]["computed"] >= reqs[r]["prefill_target"]):
+            continue  # no work this step (a fully cached prompt admitted in compat mode has none and is done)
         reqs[r]["computed"] += n
         if reqs[r]["computed"] < reqs[r]["prefill_target"]:
             continue  # a prefill chunk that does not finish the prompt

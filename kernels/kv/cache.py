@@ -199,6 +199,10 @@ def kv_admit(st, i, r, budget, cap):
     hits_free = 0
     if st.settings[0]["prefix_caching"] != 0:
         max_hits = min(reqs[r]["key_count"], (target - 1) // bs)
+        if st.settings[0]["compat"] != 0 and reqs[r]["generated"] == 0:
+            # the reference reuses every cached full block of the prompt: a block-aligned,
+            # fully cached prompt is admitted with nothing to compute (docs/semantics.md §11)
+            max_hits = min(reqs[r]["key_count"], target // bs)
         kstart = reqs[r]["key_start"]
         while hits < max_hits:
             b = key_lookup(st, i, kstart + hits)

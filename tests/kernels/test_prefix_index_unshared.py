@@ -40,8 +40,9 @@ def _prefix_groups_workload(n=400, groups=6, prefix=96, body=40, seed=3):
 @pytest.mark.parametrize("routing", ["weighted", "prefix-affinity"])
 def test_unshared_keys_route_like_real_keys(capacity, routing, monkeypatch):
     wl = _prefix_groups_workload()
+    scorers = {"routing_scorers": "prefix-affinity:3,queue-depth:1"} if routing == "weighted" else {}
     cfg = build_config({}, {"num_instances": 4, "routing_policy": routing, "prefix_index_capacity": capacity,
-                            "routing_scorers": "prefix-affinity:3,queue-depth:1"})
+                            **scorers})
     fast = _run(cfg, wl, all_shared=False)
     real = _run(cfg, wl, all_shared=True, monkeypatch=monkeypatch)
     assert np.array_equal(fast.reqs["instance"], real.reqs["instance"])

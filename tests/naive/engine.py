@@ -145,7 +145,7 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
             while wq and len(batch) < max_num_seqs and budget > 0:
                 r = wq[0]
                 r.target = r.L + r.generated
-                res = kv.admit(r.idx, r.keys, r.target, budget, cap)
+                res = kv.admit(r.idx, r.keys, r.target, budget, cap, reuse_all=compat and r.generated == 0)
                 if res is None:
                     break  # strict head-of-line
                 m, cached = res
@@ -177,7 +177,7 @@ def naive_simulate_instance(arrival_us, prompt_len, output_len, keys, *, block_s
         survivors = []
         for r in batch:
             m = work.get(r.idx, 0)
-            if m > 0:
+            if m > 0 or (r.first_token < 0 and r.computed >= r.target):  # compat: a fully cached prompt
                 r.computed += m
                 if r.computed >= r.target:  # prefill done (or recomputed), or a decode
                     if r.first_token < 0:

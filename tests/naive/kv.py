@@ -75,16 +75,17 @@ class NaiveKVCache:
                     self.cache[keys[j]] = b
         return True
 
-    def admit(self, r: int, keys: list[int], target: int, budget: int, cap: int):
+    def admit(self, r: int, keys: list[int], target: int, budget: int, cap: int, reuse_all: bool = False):
         """Admit request r (holding nothing) for a prefill of ``target`` tokens.
 
         Returns (n tokens to compute now, cached tokens) or None if the blocks are not free
-        (then nothing changed).
+        (then nothing changed).  ``reuse_all`` (compat, first admission): every cached full
+        block of the target may be reused, not only those before its last token.
         """
         assert not self.held.get(r), "admit of a request that holds blocks"
         hits: list[int] = []
         if self.prefix_caching:
-            for j in range(min(len(keys), (target - 1) // self.bs)):
+            for j in range(min(len(keys), (target if reuse_all else target - 1) // self.bs)):
                 b = self.cache.get(keys[j])
                 if b is None:
                     break

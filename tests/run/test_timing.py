@@ -15,6 +15,7 @@ from builders import (
     ROOT,
     assert_no_nan,
     lengths_workload,
+    prompts_workload,
     sim,
     single,
     trunc,
@@ -287,3 +288,24 @@ def test_duration_compat_counts_a_queue_entry_after_the_last_step():
     reqs = compat.state.reqs
     assert reqs[1]["queued_us"] == 2600
     assert compat.cluster["vllm_estimated_duration_s"] == 0.0026
+
+
+def test_compat_fully_cached_block_aligned_prompt_computes_nothing():
+    """A repeated 64-token prompt (4 full blocks, all cached): normal mode recomputes its last
+    block (the last prompt token is always computed, as in vLLM); the reference reuses all
+    four and admits it with nothing to compute -- its first step costs β0 alone."""
+    import numpy as np
+
+    prompt = np.arange(100, 164)
+    wl = prompts_workload([0, 1_000_000], [prompt, prompt], [2, 2])
+    normal = sim(wl, **HAND_STEPS).state.reqs[1]
+    compat = sim(wl, compat=COMPAT, **HAND_STEPS).state.reqs[1]
+    assert normal["cached_tokens"] == 48 and compat["cached_tokens"] == 64
+    assert normal["first_token_us"] - normal["first_scheduled_us"] == 1000 + 10 * 16
+    assert compat["first_token_us"] - compat["first_scheduled_us"] == 1000
+    assert compat["state"] == RequestState.COMPLETED
+    # a prompt one token longer is not block-aligned: both modes reuse 4 blocks
+    longer = np.arange(100, 165)
+    wl = prompts_workload([0, 1_000_000], [longer, longer], [2, 2])
+    assert sim(wl, compat=COMPAT, **HAND_STEPS).state.reqs[1]["cached_tokens"] == 64
+    assert sim(wl, **HAND_STEPS).state.reqs[1]["cached_tokens"] == 64
