@@ -80,10 +80,25 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
     budget = Budget.parse(budget)
     n_workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False)
     ids, sources = _named(candidates)
-    cands = [load_candidate(src, cid, program_timeout_s) for cid, src in zip(ids, sources)]
+    cands = load_candidates(ids, sources, n_workers, program_timeout_s)
     prepared = [prepare(s, objectives) for s in as_scenarios(scenarios)]
     results = evaluate_prepared(cands, prepared, budget, n_workers, executor, summarize, progress)
     return BatchResult(results_table(results, cands, prepared, summarize, include_wall_time), results)
+
+
+def load_candidates(ids: list[str], sources: list, workers: int, program_timeout_s: float | None) -> list[Candidate]:
+    """Load every candidate; ``.py`` programs (a child process each) on ``workers`` threads."""
+    from blis_fast.batch.candidates import PROGRAM_SUFFIXES
+
+    def load(pair):
+        return load_candidate(pair[1], pair[0], program_timeout_s)
+
+    pairs = list(zip(ids, sources))
+    programs = sum(1 for _, src in pairs if isinstance(src, (str, os.PathLike)) and str(src).endswith(PROGRAM_SUFFIXES))
+    if workers <= 1 or programs <= 1:
+        return [load(p) for p in pairs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-load") as pool:
+        return list(pool.map(load, pairs))
 
 
 def default_workers() -> int:
@@ -153,21 +168,30 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
             # the first evaluation loads the compiled kernels in this thread, before any fan-out
             s_i, t = flat[0]
             record([(t.index, evaluate_task(prepared[s_i], t, budget, summarize))])
-            with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-eval") as pool:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-eval")
+            try:
                 futures = {pool.submit(evaluate_task, prepared[s_i], t, budget, summarize): t.index
                            for s_i, t in flat[1:]}
                 _collect(futures, lambda f, idx: record([(idx, f.result())]))
+            finally:  # on Ctrl-C: drop what has not started; what runs ends within its budget
+                pool.shutdown(wait=True, cancel_futures=True)
     assert all(isinstance(r, EvaluationResult) for r in results)
     return results
 
 
 def _collect(futures: dict, on_done) -> None:
-    """Call ``on_done(future, key)`` in this thread as futures finish (any order)."""
+    """Call ``on_done(future, key)`` in this thread as futures finish (any order); on an
+    exception (Ctrl-C included) the futures not yet started are cancelled."""
     left = set(futures)
-    while left:
-        finished, left = wait(left, return_when=FIRST_COMPLETED)
-        for f in finished:
-            on_done(f, futures[f])
+    try:
+        while left:
+            finished, left = wait(left, return_when=FIRST_COMPLETED)
+            for f in finished:
+                on_done(f, futures[f])
+    except BaseException:
+        for f in left:
+            f.cancel()
+        raise
 
 
 def _run_on_executor(executor: Executor, prepared, by_scenario, budget, summarize, record) -> None:

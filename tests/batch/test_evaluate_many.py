@@ -137,7 +137,7 @@ def test_python_program_candidates(tmp_path):
     raises = write(tmp_path, "raises.py", "def get_policy():\n    raise ValueError('no weights yet')\n")
     loops = write(tmp_path, "loops.py", "def get_policy():\n    while True:\n        pass\n")
     hogs = write(tmp_path, "hogs.py", "def get_policy():\n    a = []\n    while True:\n        a.append(bytearray(10**7))\n")
-    rows = evaluate_many([ok, raises, hogs], SCENARIOS[:1], workers=1).table.to_pylist()
+    rows = evaluate_many([ok, raises, hogs], SCENARIOS[:1], workers=2).table.to_pylist()  # programs load in parallel
     rows += evaluate_many([loops], SCENARIOS[:1], workers=1, program_timeout_s=0.5).table.to_pylist()
     by = {r["candidate"]: r for r in rows}
     assert by["ok"]["status"] == "ok"
