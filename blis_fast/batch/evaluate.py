@@ -119,6 +119,8 @@ def _named(candidates) -> tuple[list[str], list]:
     else:
         raise ConfigError("candidates", "must be a list of candidates (YAML text, dicts or file paths) or a mapping "
                                         "{id: candidate}")
+    if not sources:
+        raise ConfigError("candidates", "needs at least one candidate")
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ConfigError("candidates", f"two candidates are named {dup!r}; give each its own id")
@@ -237,8 +239,11 @@ def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict)
         return Task(index, cand.id, error=(INVALID, f"{exc}"))
 
 
-def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: bool = False):
-    """One candidate on one scenario -> EvaluationResult (never raises)."""
+def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: bool = False,
+                  timings: dict | None = None):
+    """One candidate on one scenario -> EvaluationResult (never raises).  ``timings``
+    (optional) accumulates wall seconds per phase: ``build_s`` (the state), ``kernel_s``
+    (the event loop), ``judge_s`` (metrics, objectives, summary)."""
     from blis_fast.config import memory
     from blis_fast.results.result import Result
     from blis_fast.run.tables import build_state
@@ -249,11 +254,16 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     setup = replace(ps.setup, config=cfg)
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
-            state = build_state(setup, ps.workload, task.compiled)
+            state = build_state(setup, ps.workload, task.compiled, request_rows=ps.request_rows)
             t_run = time.perf_counter()
             state = run_within(state, budget, deadline)
-            result = Result(setup, ps.workload, state, wall_time_s=time.perf_counter() - t_run)
+            t_judge = time.perf_counter()
+            result = Result(setup, ps.workload, state, wall_time_s=t_judge - t_run)
             ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
+            if timings is not None:
+                for key, dt in (("build_s", t_run - t0), ("kernel_s", t_judge - t_run),
+                                ("judge_s", time.perf_counter() - t_judge)):
+                    timings[key] = timings.get(key, 0.0) + dt
     except BudgetExceeded as exc:
         return failed(ps, task, BUDGET_EXCEEDED, str(exc), t0)
     except SimulationError as exc:

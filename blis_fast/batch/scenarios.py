@@ -60,12 +60,17 @@ class PreparedScenario:
     workload: Any  # blis_fast.workload.Workload (SLO classes applied)
     objectives: list = field(default_factory=list)  # blis_fast.results.objectives.Objective
     workload_id: str = ""  # blis_fast.results.evaluation.workload_id of the workload
+    request_rows: Any = None  # run.tables.scenario_request_table: copied by every evaluation
 
     @property
-    def seed(self) -> int | None:
-        """The workload's seed (None for a trace)."""
-        seed = self.workload.description.get("seed")
-        return int(seed) if seed is not None else None
+    def seed(self) -> int:
+        """The workload seed in force, as ``Result.seed`` reports it: explicit, else the
+        workload spec's, else the default (42)."""
+        sim = self.setup.config.simulation
+        if sim.seed is not None:
+            return int(sim.seed)
+        seed = (self.workload.description or {}).get("seed")
+        return int(seed) if isinstance(seed, int) else sim.workload_seed
 
 
 def scenario_from_dict(data: Any, where: str, base_dir: Path | None = None) -> Scenario:
@@ -157,6 +162,7 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     from blis_fast.results.objectives import parse_objectives
     from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
     from blis_fast.run.resolve import build_workload, check_expected_size, resolve
+    from blis_fast.run.tables import scenario_request_table
 
     cfg = scenario.config
     try:
@@ -172,7 +178,8 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
         wl = with_slo_classes(wl, scenario.slo_classes, f"scenario {scenario.name}: slo_classes")
     wl.shared_keys()  # computed once here, not by every evaluation
     objectives = scenario.objectives if scenario.objectives is not None else parse_objectives(default_objectives)
-    return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl))
+    return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
+                            scenario_request_table(setup, wl))
 
 
 def with_slo_classes(wl, classes: dict, where: str):

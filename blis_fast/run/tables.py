@@ -226,11 +226,24 @@ def decision_logs(n_requests: int, trace_level: int):
             np.zeros(MIN_LOG_ROWS if trace_level >= S.TraceLevel.DECISIONS else 1, S.PREEMPT_DT))
 
 
-def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0) -> S.State:
+def scenario_request_table(setup, workload) -> np.ndarray:
+    """The initial request table of ``workload`` under ``setup``, after checking the
+    workload: what ``build_state(..., request_rows=)`` copies instead of building it again
+    (a batch evaluating many candidates on one scenario builds it once; it does not depend
+    on the policy)."""
+    workload.validate()
+    return request_table(workload, setup.config.engine.block_size, setup.latency.total_kv_blocks,
+                         setup.config.simulation.compat is not None)
+
+
+def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
+                request_rows: np.ndarray | None = None) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
-    the tests compare the event-skipping engine with; the results are identical)."""
+    the tests compare the event-skipping engine with; the results are identical).
+    ``request_rows``: ``scenario_request_table(setup, workload)``, copied rather than built
+    (the workload was checked when it was made)."""
     from blis_fast.policy import compile_policies
 
     cfg = setup.config
@@ -238,7 +251,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     bs = eng.block_size
     if workload.block_size != bs:
         raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
-    workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
+    if request_rows is None:
+        workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
     # prefix index then even if the policy does not read it (routing is unchanged)
@@ -258,7 +272,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                                  pol.scheduler_kind, shared_known=shared is not None,
                                  n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
-    reqs = request_table(workload, bs, kv_total, compat)
+    reqs = request_table(workload, bs, kv_total, compat) if request_rows is None else request_rows.copy()
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")

@@ -63,6 +63,7 @@ def test_rows_statuses_and_messages():
             assert r["score"] == 0.0 and r["objective.slo_attainment"] == 0.0
             assert needle in r["message"] and "\n" not in r["message"]
             assert r["metric.completed_requests"] is None
+            assert r["seed"] == by[("good", s["name"])]["seed"] == s["seed"]
 
 
 def test_serial_threads_and_processes_byte_identical():
@@ -101,6 +102,8 @@ def test_wall_clock_budget_is_checked_between_chunks():
 
 
 def test_budget_and_argument_errors():
+    with pytest.raises(ConfigError, match="at least one candidate"):
+        evaluate_many([], SCENARIOS)
     with pytest.raises(ConfigError, match="budget.max_events"):
         Budget.parse({"max_events": 0})
     with pytest.raises(ConfigError, match="budget.max_wall"):
@@ -150,3 +153,12 @@ def test_python_program_candidates(tmp_path):
 def test_top_level_entry_point():
     table, results = blis_fast.evaluate_many([GOOD], SCENARIOS[:1], workers=1)
     assert table.num_rows == 1 and results[0].status == "ok"
+
+
+def test_a_batch_row_is_the_evaluation_of_an_ordinary_run():
+    # the batch's shortcuts (request table copied from the prepared scenario, workload id
+    # hashed once, policy compiled once) change nothing
+    plain = blis_fast.simulate({**SMALL, "seed": 4, "routing_policy": "least-loaded"}).evaluate(OBJECTIVES)
+    batch = evaluate_many({"ll": {"routing": "least-loaded"}}, [{"name": "x", "config": SMALL, "seed": 4}],
+                          objectives=OBJECTIVES, workers=1).results[0]
+    assert batch.to_dict() == plain.to_dict()
