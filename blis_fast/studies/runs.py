@@ -2,7 +2,9 @@
 
 The event loop is compiled ``nogil``, so runs on threads use every core: Python-side work
 (workload generation, summaries) takes turns on the GIL, the kernel does not.  Each run
-keeps its own memory budget (``simulation.max_memory``: a context variable, per thread).
+keeps its own memory budget (``simulation.max_memory``: a context variable, per thread);
+without an explicit one, the runs side by side share the default (half the machine's
+memory) equally.
 Results come back in the order of the configurations, whatever order the runs finish in,
 so a study is deterministic.
 
@@ -96,10 +98,16 @@ def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
     """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each, in
     order; ``on_done()`` after each run.  The first error stops the study (runs not yet
     started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800")."""
+    from blis_fast.config.memory import default_max_memory
     from blis_fast.run.api import run_config
+
+    workers = max(1, min(jobs, len(configs)))
+    shared = default_max_memory() // workers  # runs side by side share the default budget
 
     def one(k: int) -> dict[str, float]:
         cfg = configs[k]
+        if workers > 1 and cfg.simulation.max_memory is None:
+            cfg = with_overrides(cfg, max_memory=max(shared, 2**20))
         try:
             out = run_metrics(run_config(cfg), metrics)
         except ConfigError as exc:  # e.g. a warm-up that leaves no request at this point's rate

@@ -109,6 +109,7 @@ def test_cli_sweep_tables_and_figure(capsys, tmp_path):
     assert code == 0 and [r["rate"] for r in json.loads(js)["rows"]] == [20, 40]
 
 
+@pytest.mark.slow
 def test_cli_compare_examples(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     files = sorted((ROOT / "configs" / "examples" / "compare" / "routing").glob("*.yaml"))
