@@ -92,7 +92,7 @@ def capacity(
         result = run_capacity(
             slo, cfg, search=search, slo_classes=slo_class, seeds=DEFAULT_SEEDS if seeds is None else seeds,
             tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance, rate_min=rate_min, rate_max=rate_max,
-            max_instances=1024 if search_max_instances is None else search_max_instances,
+            search_max_instances=1024 if search_max_instances is None else search_max_instances,
             max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)
     text = json.dumps(result.to_dict(), indent=2, allow_nan=False)
     if out is not None:

@@ -263,7 +263,7 @@ def _search_instances(s: _Searcher, cfg: SimConfig, max_instances: int):
 
 def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds: int = DEFAULT_SEEDS,
              tolerance: float = DEFAULT_TOLERANCE, rate_min: float | None = None, rate_max: float | None = None,
-             max_instances: int = 1024, max_probes: int = MAX_PROBES, jobs: int | None = None,
+             search_max_instances: int = 1024, max_probes: int = MAX_PROBES, jobs: int | None = None,
              on_run: Callable[[], None] | None = None, **overrides) -> CapacityResult:
     """The highest arrival rate (``search="rate"``) or the fewest instances at the
     config's rate (``search="instances"``) meeting every predicate of ``slo``
@@ -293,14 +293,14 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
         rate_max = as_float(rate_max, "--rate-max", 0, MAX_RATE, lo_open=True)
     if rate_min is not None and rate_max is not None and not rate_min < rate_max:
         raise ConfigError("--rate-min", f"must be below --rate-max ({rate_max:g}), got {rate_min:g}")
-    max_instances = as_int(max_instances, "--max-instances", 1, MAX_INSTANCES)
+    max_instances = as_int(search_max_instances, "--search-max-instances", 1, MAX_INSTANCES)
     _check_classes(preds, cfg)
     s = _Searcher(cfg, search, preds, seed_list(cfg, n_seeds), jobs, on_run, max_probes)
     if search == "rate":
         good, bad = _search_rate(s, cfg, tol, rate_min, rate_max)
     else:
         if cfg.deployment.num_instances > max_instances:
-            raise ConfigError("--max-instances", f"must be >= num_instances ({cfg.deployment.num_instances}), "
+            raise ConfigError("--search-max-instances", f"must be >= num_instances ({cfg.deployment.num_instances}), "
                                                  f"got {max_instances}")
         good, bad = _search_instances(s, cfg, max_instances)
     out = CapacityResult(search, good.value if good else None, preds, s.seeds, tol, s.probes,
@@ -332,7 +332,7 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
             where = f" at or above --rate-min {rate_min:g}" if rate_min is not None else \
                     f" down to {bad.value:.6g} req/s" if bad else ""
         else:
-            where = f" up to {int(bad.value)} instances (--max-instances {max_instances})" if bad else ""
+            where = f" up to {int(bad.value)} instances (--search-max-instances {max_instances})" if bad else ""
         return f"no {what} meets {slos}{where}"
     if bad is None:
         if out.search == "rate":
