@@ -31,18 +31,28 @@ class GroupedHelpCommand(TyperCommand):
 
     def format_options(self, ctx, formatter) -> None:
         groups: dict[str, list] = {}
+        help_record = None
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
+            if record is None:
+                continue
+            if param.name == "help":
+                help_record = record  # last, after every group
+            else:
                 groups.setdefault(getattr(param, "rich_help_panel", None) or OTHER, []).append(record)
-        for panel in sorted(groups, key=lambda p: PANELS.index(p) if p in PANELS else len(PANELS)):
+        panels = sorted(groups, key=lambda p: PANELS.index(p) if p in PANELS else len(PANELS))
+        if help_record is not None:
+            if not panels:
+                panels = [OTHER]
+            groups.setdefault(panels[-1], []).append(help_record)
+        for panel in panels:
             with formatter.section(panel):
                 formatter.write_dl(groups[panel])
 
 
 MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
     "Model & hardware", "Engine & cluster", "Workload", "Policies", "Simulation", "Output", "Options")
-PANELS = [MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER]
+PANELS = [OTHER, MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
 _MODEL_SETTINGS = {"model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs", "tp", "pp",
                    "dp"}
 _SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "workload": WORKLOAD, "policy": POLICIES,
@@ -150,4 +160,5 @@ def _set_verbose(value: int) -> int:
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet, rich_help_panel=OUTPUT,
                                      help="no progress bars or notices on stderr (errors are still printed)")]
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_set_verbose, rich_help_panel=OUTPUT,
+                                      show_default=False,
                                       help="more notices on stderr (-vv: debug details)")]
