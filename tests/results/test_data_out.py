@@ -116,3 +116,30 @@ def test_api_errors_name_the_keyword(kwargs, field):
 def test_fitness_values_say_their_units():
     f = blis_fast.simulate(num_requests=5, fitness_weights="throughput:1,p99_ttft:1").summary()["fitness"]
     assert f["units"] == {"throughput": "req/s", "p99_ttft": "µs"}
+
+
+def test_simulate_reports_progress(monkeypatch):
+    """Each phase, then requests finished while the kernel runs (its first chunk made tiny
+    so that it returns mid-run), never beyond the total; the run itself is unchanged."""
+    from blis_fast.run import runner
+
+    monkeypatch.setattr(runner, "CHUNK_EVENTS", 50)
+    seen = []
+    r = blis_fast.simulate(num_requests=200, rate=50, progress=lambda *a: seen.append(a))
+    phases = [p for p, *_ in seen]
+    assert phases[0] == "generating the workload" and phases[-1] == "computing the results"
+    chunks = [(done, total, unit) for p, done, total, unit in seen if p == "simulating" and unit]
+    assert chunks and all(0 <= d <= t == 200 and u == "requests" for d, t, u in chunks)
+    assert [d for d, _, _ in chunks] == sorted(d for d, _, _ in chunks)
+    monkeypatch.undo()
+    assert blis_fast.simulate(num_requests=200, rate=50).summary() == r.summary()
+
+
+def test_progress_with_a_horizon_counts_simulated_seconds(monkeypatch):
+    from blis_fast.run import runner
+
+    monkeypatch.setattr(runner, "CHUNK_EVENTS", 50)
+    seen = []
+    blis_fast.simulate(num_requests=200, rate=50, horizon=3_000_000, progress=lambda *a: seen.append(a))
+    chunks = [(done, total) for p, done, total, unit in seen if unit == "simulated s"]
+    assert chunks and all(0 <= d <= t == 3 for d, t in chunks)
