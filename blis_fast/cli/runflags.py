@@ -17,6 +17,9 @@ from pathlib import Path
 from blis_fast.config.sim import FLAG_PATHS, SimConfig
 
 FILE_FLAGS = ("config", "policy_config")
+# settings that only add outputs of a single run (evaluation score, fitness, traces, time
+# series, counterfactual replays): a study keeps none of them, so its commands leave them out
+SINGLE_RUN_OUTPUTS = ("objectives", "fitness_weights", "trace_level", "sample_interval_ms", "counterfactual_k")
 
 
 def _run_parameters() -> list[inspect.Parameter]:

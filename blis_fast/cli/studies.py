@@ -12,7 +12,7 @@ import typer
 
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
-from blis_fast.cli.runflags import config_from_flags, input_paths, with_run_flags
+from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
 from blis_fast.config.outputs import atomic_write, check_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
@@ -37,17 +37,17 @@ def _write_text(path: Path, text: str, flag: str) -> None:
 
 
 @app.command()
-@with_run_flags
+@with_run_flags(exclude=SINGLE_RUN_OUTPUTS)
 def capacity(
-    slo: Annotated[str, typer.Option("--slo", help="SLO predicates that must all hold for the mean over seeds: "
+    slo: Annotated[str, typer.Option("--slo", metavar="PREDICATES", help="SLO predicates that must all hold for the mean over seeds: "
                                                    "metric<=value, metric>=value (< and > too), comma-separated, "
                                                    "e.g. 'ttft_p99_ms<=200,e2e_p99_ms<=5000'; metrics as in "
                                                    "--objectives, selectors allowed "
                                                    "('slo_attainment[class=realtime]>=0.99')")],
-    slo_class: Annotated[Optional[str], typer.Option("--slo-class", help="apply each predicate without a selector "
+    slo_class: Annotated[Optional[str], typer.Option("--slo-class", metavar="CLASSES", help="apply each predicate without a selector "
                                                      "to these SLO classes of the workload spec instead of the whole "
                                                      "cluster (comma-separated names)")] = None,
-    search: Annotated[str, typer.Option("--search", help="rate: the highest arrival rate meeting the SLOs (from "
+    search: Annotated[str, typer.Option("--search", metavar="rate|instances", help="rate: the highest arrival rate meeting the SLOs (from "
                                                          "--rate); instances: the fewest instances meeting them at "
                                                          "--rate (from --num-instances)")] = "rate",
     seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(3))] = None,
@@ -65,9 +65,9 @@ def capacity(
                                                                             "(default 40)")] = None,
     jobs: Annotated[Optional[str], number_option("--jobs", help=_JOBS_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON instead of a table")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="also write the result (answer and probes) as JSON "
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help="also write the result (answer and probes) as JSON "
                                                               "here")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="draw the probes (metric vs rate or instances, "
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw the probes (metric vs rate or instances, "
                                                                 "threshold, answer) into this .png or .svg "
                                                                 "(needs: pip install 'blis-fast[plot]')")] = None,
     quiet: Quiet = False,
@@ -127,15 +127,15 @@ def _check_study_outputs(out, plot, inputs) -> None:
 
 
 @app.command()
-@with_run_flags
+@with_run_flags(exclude=SINGLE_RUN_OUTPUTS)
 def sweep(
-    set_: Annotated[list[str], typer.Option("--set", help=_SET_HELP)],
+    set_: Annotated[list[str], typer.Option("--set", metavar="NAME=VALUES", help=_SET_HELP)],
     seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(1))] = None,
-    metrics: Annotated[Optional[str], typer.Option("--metrics", help=_METRICS_HELP)] = None,
+    metrics: Annotated[Optional[str], typer.Option("--metrics", metavar="METRICS", help=_METRICS_HELP)] = None,
     jobs: Annotated[Optional[str], number_option("--jobs", help=_JOBS_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print every point as JSON instead of a table")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help=_OUT_HELP)] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help=_PLOT_HELP)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help=_OUT_HELP)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help=_PLOT_HELP)] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
     run_flags: dict = None,
@@ -156,17 +156,17 @@ def sweep(
 
 
 @app.command()
-@with_run_flags(exclude=("config",))
+@with_run_flags(exclude=("config", *SINGLE_RUN_OUTPUTS))
 def compare(
-    configs: Annotated[list[Path], typer.Argument(help="run-config YAML files (as --config of 'blis-fast run'), "
+    configs: Annotated[list[Path], typer.Argument(metavar="CONFIG.yaml", help="run-config YAML files (as --config of 'blis-fast run'), "
                                                        "each labelled by its file name")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help=_SET_HELP)] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="NAME=VALUES", help=_SET_HELP)] = None,
     seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(1))] = None,
-    metrics: Annotated[Optional[str], typer.Option("--metrics", help=_METRICS_HELP)] = None,
+    metrics: Annotated[Optional[str], typer.Option("--metrics", metavar="METRICS", help=_METRICS_HELP)] = None,
     jobs: Annotated[Optional[str], number_option("--jobs", help=_JOBS_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print every point as JSON instead of a table")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help=_OUT_HELP)] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help=_PLOT_HELP + "; one line per configuration")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE", help=_OUT_HELP)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help=_PLOT_HELP + "; one line per configuration")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
     run_flags: dict = None,
