@@ -10,7 +10,7 @@ conftest.py):
 - running: ``sim``, ``sim_base``, ``single``, ``trace_sim``;
 - files and the command line: ``write``, ``make_trace``, ``cli`` (fresh process),
   ``run_cli``/``run_main`` (in process), ``invoke`` + ``BOTH_WAYS`` (either),
-  ``expect_cli_error``, ``assert_one_error_line``;
+  ``expect_cli_error``, ``assert_one_error_line``, ``FakeTerminal`` (a stream that is a "terminal");
 - numbers: ``trunc``, ``pct``, ``walk_numbers``, ``assert_no_nan``;
 - references (slow, obviously correct recomputations; they belong in ``tests/naive/``):
   ``brute_force_inversions``, ``quadratic_inversion_pairs``, ``brute_force_hol``,
@@ -21,6 +21,7 @@ conftest.py):
 
 from __future__ import annotations
 
+import io
 import math
 import subprocess
 import sys
@@ -274,6 +275,13 @@ def expect_cli_error(capsys, *args, needles=()) -> str:
     assert code == 2, (code, out[-500:], err[-2000:])
     assert out == ""
     return assert_one_error_line(err, needles)
+
+
+class FakeTerminal(io.StringIO):
+    """A text stream that says it is a terminal (stdout / stderr of a person's session)."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def assert_one_error_line(err: str, needles=()) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_fast.config import effective
+from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, parse_weights
 from blis_fast.config.validate import (
@@ -39,7 +40,7 @@ TRACE_LEVELS = ("none", "decisions")
 MAX_REPLAYED = 100  # counterfactual_k
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")
 ARRIVAL_PROCESSES = ("poisson", "constant")
-LATENCY_MODELS = ("blackbox", "roofline", "auto")  # (blis_fast.config.latency.resolve_latency_model)
+LATENCY_CHOICES = LATENCY_MODELS + (AUTO,)  # (blis_fast.config.latency.resolve_latency_model)
 MAX_RATE = 1e12  # requests per second
 MAX_LATENCY_US = 10**12
 MAX_COEFF = 1e9  # each α / β coefficient, µs (per token / request for α1, α2, β1, β2)
@@ -157,7 +158,7 @@ class SimConfig:
     latency_model: str | None = _opt(None, "blackbox | roofline | auto (default: blackbox when a coefficient set "
                                            "exists for the model, GPU and TP; an error if the model has sets but "
                                            "not this one; auto: then roofline)",
-                                     choices=LATENCY_MODELS)
+                                     choices=LATENCY_CHOICES)
     alpha_coeffs: list[float] | None = _opt(None, "α0,α1,α2 (µs): queueing overhead α0+α1·L, output-token overhead α2",
                                             lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
     beta_coeffs: list[float] | None = _opt(None, "β0,β1,β2 (µs): step time β0 + β1·prefill tokens + β2·decode requests",

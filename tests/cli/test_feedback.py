@@ -18,12 +18,7 @@ import pytest
 
 from blis_fast.cli import feedback
 from blis_fast.config.outputs import atomic_write
-from builders import ROOT, run_cli
-
-
-class FakeTerminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+from builders import ROOT, FakeTerminal, run_cli
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ not a terminal.  In this process, stdout replaced by a stand-in terminal."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import sys
@@ -14,11 +13,7 @@ import pytest
 
 from blis_fast.cli import main
 from blis_fast.cli.output import count, ms, pct, rate
-
-
-class FakeTerminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+from builders import FakeTerminal
 
 
 def run_on_terminal(monkeypatch, capsys, *args) -> str:
