@@ -18,6 +18,7 @@ from blis_fast.batch.evaluate import default_workers, evaluate_prepared
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, load_scenarios_file, prepare
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
+from blis_fast.results.trace_summary import _fmt  # the trace summary's number format, for one voice
 
 SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability")
 WHOLE = "policy"  # the component holding a whole bundle
@@ -105,9 +106,9 @@ def feedback_text(ev, ps: PreparedScenario) -> str:
         return "\n".join(lines)
     lines.append(f"Score {ev.score:.3f} (1 = every objective met).")
     for d in ev.details:
-        target = "" if d["target"] is None else f", target {_num(d['target'])}"
+        target = "" if d["target"] is None else f", target {_fmt(d['target'])}"
         met = "" if d["met"] is None else (", met" if d["met"] else ", MISSED")
-        lines.append(f"- {d['metric']} ({d['direction']}): {_num(d['value'])}{target}{met} "
+        lines.append(f"- {d['metric']} ({d['direction']}): {_fmt(d['value'])}{target}{met} "
                      f"(normalized {d['normalized']:.3f})")
     if ev.summary_text:
         lines += ["", ev.summary_text.strip()]
@@ -121,16 +122,10 @@ def describe_scenario(ps: PreparedScenario) -> str:
     kind = d.get("kind", "workload")
     wl = f"{len(ps.workload)} requests ({kind}"
     if d.get("rate") is not None:
-        wl += f" at {_num(d['rate'])} req/s"
+        wl += f" at {_fmt(d['rate'])} req/s"
     wl += ")"
-    slo = "; ".join(f"{name}: " + ", ".join(f"{k} {_num(v)}" for k, v in (t or {}).items() if v is not None)
+    slo = "; ".join(f"{name}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in (t or {}).items() if v is not None)
                     for name, t in (ps.workload.slo_targets or {}).items())
     return (f"{cfg.deployment.num_instances} instances of {cfg.model} on {cfg.hardware}, {wl}"
             + (f"; SLO targets {slo}" if slo else "") + ".")
 
-
-def _num(v) -> str:
-    if v is None:
-        return "-"
-    v = float(v)
-    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"

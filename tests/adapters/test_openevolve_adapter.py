@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import signal
 
 import pytest
@@ -60,6 +61,8 @@ def test_openevolve_scores_the_seed_programs(project, name, suffix):
     assert 0.0 < metrics["combined_score"] <= 1.0
     assert set(FEATURE_METRICS) <= set(metrics) and {"score.quick", "score.more"} <= set(metrics)
     assert "Scenario quick" in artifacts["feedback"] and "error" not in artifacts
+    # nothing OpenEvolve's artifact filter would redact (alphanumeric runs of 32 or more)
+    assert re.search(r"[A-Za-z0-9]{32,}", artifacts["feedback"]) is None
 
 
 def test_both_seed_forms_are_the_same_policy(project):
