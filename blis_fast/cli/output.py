@@ -92,6 +92,13 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
     console.print(_anomalies(c), highlight=False)
     if summary.get("fitness"):
         console.print(_fitness(summary["fitness"]), highlight=False)
+    if summary.get("evaluation"):  # --objectives
+        ev = summary["evaluation"]
+        parts = [f"evaluation score {ev.get('score', 0):.3f}"]
+        parts += [f"{k} {v:.3f}" for k, v in (ev.get("objectives") or {}).items() if isinstance(v, (int, float))]
+        console.print(" · ".join(parts), highlight=False, markup=False)
+    if summary.get("counterfactuals"):
+        console.print(f"{len(summary['counterfactuals'])} counterfactual replays (--json shows them)", highlight=False)
     if summary.get("summary_text"):  # --summarize-trace: markdown, printed as it is
         console.print()
         console.print(summary["summary_text"], markup=False, highlight=False)
@@ -181,6 +188,7 @@ def _anomalies(c: dict) -> str:
 
 
 def _fitness(f: dict) -> str:
+    """The fitness score and its normalized components (BLIS's keys)."""
     parts = [f"fitness {f.get('score', 0):.4g}"]
     parts += [f"{k} {v:.3g}" for k, v in (f.get("components") or {}).items() if isinstance(v, (int, float))]
     return " · ".join(parts)

@@ -30,10 +30,11 @@ def run_on_terminal(monkeypatch, capsys, *args) -> str:
 
 def test_terminal_gets_the_human_summary(monkeypatch, capsys):
     out = run_on_terminal(monkeypatch, capsys, "--num-requests", "40", "--rate", "4", "--num-instances", "3",
-                          "--fitness-weights", "throughput:1")
+                          "--fitness-weights", "throughput:1", "--objectives", "ttft_p99_ms:min:200")
     assert not out.lstrip().startswith("{")
     for needle in ("llama-3.1-8b-instruct on H100 TP1", "blackbox", "latency (ms)", "TTFT", "E2E", "p99",
-                   "completed 40/40", "instance_2", "anomalies: none", "fitness"):
+                   "completed 40/40", "instance_2", "anomalies: none", "fitness", "evaluation score",
+                   "ttft_p99_ms"):
         assert needle in out, needle
 
 
