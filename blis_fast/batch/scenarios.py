@@ -82,7 +82,10 @@ def scenario_from_dict(data: Any, where: str, base_dir: Path | None = None) -> S
     name = as_str(data["name"], f"{where}.name", max_len=MAX_STR_LEN, numbers_ok=True)
     raw = data.get("config") or {}
     if isinstance(raw, (str, Path)):
-        raw = load_yaml(_rel(raw, base_dir))
+        try:
+            raw = load_yaml(_rel(raw, base_dir))
+        except ConfigError as exc:  # "--config ..." -> this scenario's key
+            raise ConfigError(f"{where}.config", exc.message) from None
     elif not isinstance(raw, dict):
         raise ConfigError(f"{where}.config", f"must be a mapping of run settings or a run-config file, got {show(raw)}")
     raw = dict(raw)
@@ -171,15 +174,20 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
             check_expected_size(cfg, setup, RESULT_BYTES_PER_REQUEST)
             wl = build_workload(cfg)
     except ConfigError as exc:
-        head = exc.field.split(" ")[0]
-        field = _OVERRIDE_KEYS.get(head, head) + exc.field[len(head):]
-        raise ConfigError(f"scenario {scenario.name}: {field}", exc.message) from None
+        raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:
         wl = with_slo_classes(wl, scenario.slo_classes, f"scenario {scenario.name}: slo_classes")
     wl.shared_keys()  # computed once here, not by every evaluation
     objectives = scenario.objectives if scenario.objectives is not None else parse_objectives(default_objectives)
     return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
                             scenario_request_table(setup, wl))
+
+
+def scenario_error(name: str, exc: ConfigError) -> ConfigError:
+    """``exc`` (raised while resolving scenario ``name``) naming the scenario, and its own
+    key instead of the CLI flag it stands for (``--workload-spec`` -> ``workload_spec``)."""
+    head = exc.field.split(" ")[0]
+    return ConfigError(f"scenario {name}: {_OVERRIDE_KEYS.get(head, head)}{exc.field[len(head):]}", exc.message)
 
 
 def with_slo_classes(wl, classes: dict, where: str):

@@ -35,7 +35,7 @@ def evaluate(
     exits 0."""
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import candidate_files
-    from blis_fast.batch.scenarios import load_scenarios_file
+    from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
     from blis_fast.cli.run import input_files
     from blis_fast.config.outputs import atomic_write, check_outputs
     from blis_fast.config.validate import as_float, as_int
@@ -58,7 +58,10 @@ def evaluate(
     default_objectives = parse_objectives(objectives, "--objectives") if objectives is not None else file_objectives
     inputs = [("--scenarios", scenarios)] + [("--policies", f) for f in files]
     for s in scen:
-        inputs += input_files(s.config)
+        try:
+            inputs += input_files(s.config)
+        except ConfigError as exc:  # e.g. a workload spec that does not exist
+            raise scenario_error(s.name, exc) from None
     check_outputs([("--out", out)], inputs)  # before anything is evaluated
 
     executor, client = (None, None)

@@ -80,3 +80,17 @@ def test_shipped_example_files_are_valid():
     cands = {f.stem: load_candidate(f, f.stem) for f in candidate_files([ROOT / "configs" / "evaluate" / "candidates"])}
     assert cands["typo"].error is not None  # the deliberately malformed example
     assert all(c.error is None for name, c in cands.items() if name != "typo")
+
+
+@pytest.mark.parametrize("scenario,needles", [
+    ({"name": "a", "config": "missing.yaml"}, ["scenarios[0].config", "missing.yaml"]),
+    ({"name": "a", "config": {"num_requests": 20}, "workload_spec": "nope/spec.yaml"}, ["scenario a: workload_spec"]),
+    ({"name": "a", "config": {"num_requests": 20}, "slo_classes": {"x": {"ttft_ms": -1}}},
+     ["scenarios[0].slo_classes.x.ttft_ms"]),
+    ({"name": "a", "config": {"num_requests": 20}, "objectives": "no_such_metric:max"}, ["no_such_metric"]),
+])
+def test_bad_scenarios_name_the_key(capsys, tmp_path, files, scenario, needles):
+    pol, _ = files
+    scen = write(tmp_path, "bad.yaml", {"scenarios": [scenario]})
+    expect_cli_error(capsys, "evaluate", "--policies", pol, "--scenarios", scen, "--out", tmp_path / "r.parquet",
+                     needles=needles)
