@@ -78,6 +78,9 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
     this thread as evaluations finish.
     """
     budget = Budget.parse(budget)
+    if executor is not None and not isinstance(executor, Executor):
+        raise ConfigError("executor", f"must be a concurrent.futures.Executor (e.g. a Dask client's get_executor()), "
+                                      f"got {type(executor).__name__}")
     n_workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False)
     ids, sources = _named(candidates)
     cands = load_candidates(ids, sources, n_workers, program_timeout_s)

@@ -110,6 +110,10 @@ def test_budget_and_argument_errors():
         Budget.parse({"max_wall": 3})
     with pytest.raises(ConfigError, match="workers"):
         evaluate_many([GOOD], SCENARIOS, workers=0)
+    with pytest.raises(ConfigError, match="executor"):
+        evaluate_many([GOOD], SCENARIOS, executor=object())
+    with pytest.raises(ConfigError, match="candidates"):
+        evaluate_many(GOOD, SCENARIOS)
     with pytest.raises(ConfigError, match="two scenarios"):
         evaluate_many([GOOD], [SCENARIOS[0], SCENARIOS[0]])
     with pytest.raises(ConfigError, match=r"scenarios\[0\].config.num_instances"):
