@@ -60,9 +60,9 @@ def parse_values(text: str, field: str) -> tuple:
         start, stop, step = nums
         if step <= 0 or stop < start:
             raise ConfigError(field, f"a range needs step > 0 and stop >= start, got {show(text)}")
+        if (stop - start) / step >= MAX_POINTS:
+            raise ConfigError(field, f"{show(text)} has more than {MAX_POINTS} values")
         count = int((stop - start) / step) + 1
-        if count > MAX_POINTS:
-            raise ConfigError(field, f"{show(text)} has {count} values, more than {MAX_POINTS}")
         exact = [start + k * step for k in range(count)]  # decimals: 0.1 steps stay exact
         integral = all(x == x.to_integral_value() for x in (start, stop, step))
         return tuple(int(x) if integral else float(x) for x in exact)
