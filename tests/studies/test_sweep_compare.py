@@ -151,3 +151,12 @@ def test_rate_scale_multiplies_the_offered_rate(tmp_path):
     with pytest.raises(blis_fast.ConfigError) as e:
         blis_fast.simulate(workload="traces", workload_traces_filepath="x.csv", rate_scale=2)
     assert "rate_scale" in e.value.field and "trace" in e.value.message
+
+
+def test_missing_matplotlib_is_one_line_naming_the_extra(capsys, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    line = expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--plot", tmp_path / "s.png",
+                            needles=["--plot", "pip install 'blis-fast[plot]'"])
+    assert not (tmp_path / "s.png").exists() and "Traceback" not in line
