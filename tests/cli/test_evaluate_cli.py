@@ -94,3 +94,24 @@ def test_bad_scenarios_name_the_key(capsys, tmp_path, files, scenario, needles):
     scen = write(tmp_path, "bad.yaml", {"scenarios": [scenario]})
     expect_cli_error(capsys, "evaluate", "--policies", pol, "--scenarios", scen, "--out", tmp_path / "r.parquet",
                      needles=needles)
+
+
+def test_progress_bar_on_a_terminal(monkeypatch, capsys, tmp_path, files):
+    import sys
+
+    from builders import FakeTerminal
+
+    from blis_fast.cli import feedback
+
+    pol, scen = files
+    monkeypatch.setenv("BLIS_FAST_PROGRESS_AFTER", "0")
+    term = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    try:
+        code, out, _ = run_cli(capsys, "evaluate", "--policies", pol, "--scenarios", scen, "--out",
+                               tmp_path / "r.parquet", "--workers", "1")
+    finally:
+        feedback.configure(quiet=False, verbose=0)
+    assert code == 0
+    assert "evaluating" in term.getvalue() and "runs" in term.getvalue()
+    assert "evaluating" not in out  # the bar is on stderr; stdout is the ranking
