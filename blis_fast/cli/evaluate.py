@@ -15,12 +15,12 @@ MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
 
 @app.command()
 def evaluate(
-    policies: Annotated[list[Path], typer.Option("--policies", help="candidate files (.yaml/.yml policy bundles, .py programs with get_policy()) or folders of them; repeatable")],
-    scenarios: Annotated[Path, typer.Option("--scenarios", help="scenarios YAML: scenarios: [{name, config, workload_spec|trace, seed, slo_classes, objectives}], objectives:, budget: (configs/evaluate/scenarios.yaml)")],
-    out: Annotated[Path, typer.Option("--out", help="write one row per (candidate, scenario) here (Parquet): score, objectives, metrics, status, message")],
+    policies: Annotated[list[Path], typer.Option("--policies", metavar="FILE_OR_DIR", help="candidate files (.yaml/.yml policy bundles, .py programs with get_policy()) or folders of them; repeatable")],
+    scenarios: Annotated[Path, typer.Option("--scenarios", metavar="FILE", help="scenarios YAML: scenarios: [{name, config, workload_spec|trace, seed, slo_classes, objectives}], objectives:, budget: (configs/evaluate/scenarios.yaml)")],
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="write one row per (candidate, scenario) here (Parquet): score, objectives, metrics, status, message")],
     workers: Annotated[Optional[str], number_option("--workers", help="threads evaluating in parallel (default: all cores; 1 = serial)")] = None,
-    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT (extra blis-fast[distributed])", show_default=False)] = None,
-    objectives: Annotated[Optional[str], typer.Option("--objectives", help="default objectives of scenarios that set none, e.g. 'ttft_p99_ms:min:200,slo_attainment:max' (overrides the file's)", show_default=False)] = None,
+    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", metavar="ADDR", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT (extra blis-fast[distributed])", show_default=False)] = None,
+    objectives: Annotated[Optional[str], typer.Option("--objectives", metavar="SPEC", help="default objectives of scenarios that set none, e.g. 'ttft_p99_ms:min:200,slo_attainment:max' (overrides the file's)", show_default=False)] = None,
     max_events: Annotated[Optional[str], number_option("--max-events", help="budget per evaluation: events (overrides the file's budget)")] = None,
     max_simulated_s: Annotated[Optional[str], number_option("--max-simulated-s", help="budget per evaluation: simulated seconds", metavar="FLOAT")] = None,
     max_wall_s: Annotated[Optional[str], number_option("--max-wall-s", help="budget per evaluation: wall-clock seconds (default 60)", metavar="FLOAT")] = None,

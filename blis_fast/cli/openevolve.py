@@ -15,7 +15,7 @@ app.add_typer(openevolve_app, name="openevolve")
 
 @openevolve_app.command("init")
 def openevolve_init(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="folder to create the project in (must not hold its files)")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", show_default=False, help="folder to create the project in (must not hold its files)")],
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
