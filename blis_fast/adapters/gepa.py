@@ -23,7 +23,10 @@ vector, ``side_info["Feedback"]`` the text.
     result = gepa.optimize(seed_candidate={"routing": "round-robin"}, trainset=adapter.names,
                            adapter=adapter, reflection_lm=my_lm, max_metric_calls=200)
 
-gepa itself is imported only to build its ``EvaluationBatch``.
+``REFLECTION_TEMPLATE`` (also ``BlisGEPAAdapter.reflection_template``) is a reflection
+prompt that lists the allowed policy names and asks for one fenced YAML block: pass it as
+``reflection_prompt_template=``.  gepa itself is imported only to build its
+``EvaluationBatch``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,30 @@ from __future__ import annotations
 from typing import Any
 
 from blis_fast.adapters.core import FitnessSet, describe_scenario, feedback_text
+
+# A reflection prompt that knows what a component is (gepa's placeholders: <curr_param>,
+# <side_info>); pass it as gepa.optimize(reflection_prompt_template=REFLECTION_TEMPLATE).
+REFLECTION_TEMPLATE = """You are tuning one component of a request-routing and scheduling policy for a cluster of \
+LLM inference servers, evaluated by the blis-fast simulator. The component is YAML (a section of a blis-fast \
+policy bundle, or a whole bundle):
+```
+<curr_param>
+```
+
+Allowed values: admission: always-admit | token-bucket (params capacity, refill_rate); routing: round-robin | \
+least-loaded | weighted (params scorers: queue-depth, kv-utilization, load-balance, prefix-affinity, each a \
+positive weight) | prefix-affinity; priority: constant | slo-based | inverted-slo (params slo_class_weights: a \
+list of numbers); scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort (params priority, arrival, \
+prompt_len, output_len); preemption: victim last | lowest-priority. A misspelled name or a non-finite number \
+scores 0.
+
+How the current component did on each scenario (objectives, targets, misses and the run's main problems):
+```
+<side_info>
+```
+
+Propose an improved version of this component that meets more objectives. Answer with the new YAML only, \
+inside one fenced code block."""
 
 OUTPUT_METRICS = ("slo_attainment", "goodput_rps", "ttft_p99_ms", "e2e_p99_ms", "rejected_requests",
                   "preemption_count", "simulated_duration_s")
@@ -42,6 +69,7 @@ class BlisGEPAAdapter:
     file's; ``workers``: threads per ``evaluate`` call (default all cores)."""
 
     propose_new_texts = None  # gepa's default: LLM reflection on make_reflective_dataset
+    reflection_template = REFLECTION_TEMPLATE
 
     def __init__(self, scenarios, objectives=None, budget=None, workers: int | None = None):
         self.fitness = FitnessSet(scenarios, objectives, budget, workers)

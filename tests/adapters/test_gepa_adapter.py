@@ -40,9 +40,18 @@ def adapter():
     return BlisGEPAAdapter(CONTENTION, objectives=OBJECTIVES, workers=2)
 
 
+PROMPTS: list[str] = []
+
+
+def recording_reflection(prompt) -> str:
+    PROMPTS.append(prompt)
+    return fake_reflection(prompt)
+
+
 def optimize(adapter, tmp_path=None):
     return gepa.optimize(seed_candidate={"routing": "always-busiest"}, trainset=adapter.names, adapter=adapter,
-                         reflection_lm=fake_reflection, max_metric_calls=16, reflection_minibatch_size=2,
+                         reflection_lm=recording_reflection, max_metric_calls=16, reflection_minibatch_size=2,
+                         reflection_prompt_template=adapter.reflection_template,
                          logger=Quiet(), seed=0, run_dir=None if tmp_path is None else str(tmp_path))
 
 
@@ -51,6 +60,8 @@ def test_optimize_improves_a_bad_seed_reproducibly(adapter):
     assert first.val_aggregate_scores[0] < max(first.val_aggregate_scores)
     assert first.best_candidate["routing"].strip() in ("round-robin", "least-loaded")
     assert first.best_idx != 0
+    # the reflection saw our prompt, the current text and the scenarios' feedback
+    assert "blis-fast simulator" in PROMPTS[0] and "always-busiest" in PROMPTS[0] and "Scenario busy" in PROMPTS[0]
     again = optimize(adapter)
     assert again.val_aggregate_scores == first.val_aggregate_scores
     assert again.candidates == first.candidates
