@@ -350,4 +350,6 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
                  "more --seeds or longer runs (--num-requests) are needed for a sharper answer")
     elif exhausted and out.search == "rate" and bad.value > good.value * (1 + out.tolerance):
         text += f"; stopped after {len(out.probes)} probes (--max-probes) before the {out.tolerance:g} tolerance"
+    if len(out.seeds) == 1:
+        text += "; one seed per probe, so seed noise is not assessed (--seeds 3 gives confidence intervals)"
     return text

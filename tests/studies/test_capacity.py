@@ -100,6 +100,7 @@ def test_unmet_everywhere_and_met_everywhere(monkeypatch):
     assert r.answer is None and r.message.startswith("no rate meets")
     r = cap.capacity(MD1_SLO, rate_min=10, rate_max=20, seeds=1, **MD1)
     assert r.answer == 20 and "raise --rate-max" in r.message and len(r.probes) == 2
+    assert "seed noise is not assessed" in r.message
 
 
 def test_slo_predicates():
