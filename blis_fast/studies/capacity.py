@@ -307,6 +307,8 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
                          bad.value if bad else None)
     out.noise_limited = bool(good and bad and (good.uncertain or bad.uncertain))
     out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
+    if n_seeds == 1:
+        out.message += "; one seed per probe, so seed noise is not assessed (--seeds 3 gives confidence intervals)"
     return out
 
 
@@ -350,6 +352,4 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
                  "more --seeds or longer runs (--num-requests) are needed for a sharper answer")
     elif exhausted and out.search == "rate" and bad.value > good.value * (1 + out.tolerance):
         text += f"; stopped after {len(out.probes)} probes (--max-probes) before the {out.tolerance:g} tolerance"
-    if len(out.seeds) == 1:
-        text += "; one seed per probe, so seed noise is not assessed (--seeds 3 gives confidence intervals)"
     return text
