@@ -50,10 +50,10 @@ def test_show_is_bounded_for_huge_values():
     nested = [[["x" * 1000] * 1000] * 1000] * 1000  # 10^9 strings by reference
     big = 10**100_000
     for v in (nested, big, "y" * 10**7, {i: list(range(1000)) for i in range(1000)}, b"\xff" * 10**6, object()):
-        t0 = time.monotonic()
+        t0 = time.process_time()
         s = show(v)
         assert len(s) <= 80, s
-        assert time.monotonic() - t0 < 0.05
+        assert time.process_time() - t0 < 0.5  # CPU work bound: nothing is walked or formatted whole
     assert "digits" in show(big)
 
 
@@ -183,13 +183,13 @@ def test_budget_charges_and_refuses():
 ])
 def test_loader_refuses(text, needle):
     tracemalloc.start()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     with pytest.raises(ConfigError, match=needle) as ei:
         load_yaml_text(text, "f.yaml")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert "\n" not in str(ei.value) and len(str(ei.value)) < 400
-    assert time.monotonic() - t0 < 1.0 and peak < 50 * 2**20
+    assert time.process_time() - t0 < 2.0 and peak < 50 * 2**20  # CPU work, not wall time
 
 
 def test_loader_keeps_merge_keys_and_small_aliases():

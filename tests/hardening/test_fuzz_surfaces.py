@@ -2,12 +2,15 @@
 bundles, BLIS trace CSVs, rich-trace headers and the Python API.  Whatever the input:
 exit 2 with one ``error: <field>: <message>`` line (ConfigError / WorkloadError from the
 API) or a valid run; the input files are unchanged; nothing warns.  A few dozen
-examples per surface run in the fast suite, more with ``-m slow``."""
+examples per surface run in the fast suite, more with ``-m slow`` (HARDENING_EXAMPLES per
+surface, default 60; a campaign: ``HARDENING_EXAMPLES=2000 python -m pytest -m slow
+tests/hardening/test_fuzz_surfaces.py``)."""
 
 from __future__ import annotations
 
 import copy
 import glob
+import os
 import warnings
 
 import pytest
@@ -23,7 +26,7 @@ from builders import ROOT, make_trace
 from hardening_helpers import assert_ok_or_clean_error, cli_in_process, digest, no_warnings
 
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-MORE = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+MORE = settings(max_examples=int(os.environ.get("HARDENING_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 TEXT_VALUES = st.one_of(
     st.sampled_from(["0", "-1", "1", "2", "3", "16", "1e3", "1e8", "1_0", "0x10", "nan", "inf", "-inf", "5e-324",

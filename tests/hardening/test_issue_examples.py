@@ -93,10 +93,20 @@ def test_flag_examples(case_id, args, needles):
     ["--prefix-index-capacity", "10000000", "--routing-policy", "prefix-affinity", "--num-instances", "4096",
      "--total-kv-blocks", "1000"],
 ], ids=["instances-max", "requests-max", "requests-1e8", "1e7-on-64", "prefix-1e9", "output-1e9", "prefix-index"])
-def test_documented_maxima_rejected_up_front_within_a_second(args):
-    t0 = time.monotonic()
+def test_documented_maxima_rejected_up_front_small(args):
+    """Refused from the estimate, before anything large is built: little memory and little
+    CPU (a work bound, not a wall-clock one: the machine may be loaded; the wall time is a
+    benchmark figure, docs/limits.md)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    t0 = time.process_time()
     line = assert_clean_error(*run_cli("run", *args), ["simulation.max_memory", "raise --max-memory"])
-    assert time.monotonic() - t0 < 1.0, line
+    cpu = time.process_time() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20, (peak, line)
+    assert cpu < 5.0, (cpu, line)  # no hang; typically ~0.1 s
     assert "GiB" in line or "TiB" in line or "PiB" in line, line
 
 
@@ -139,11 +149,12 @@ def test_alias_bomb_is_refused_fast_and_small(tmp_path):
     cfg = write(tmp_path, "bomb.yaml", ALIAS_BOMB + "model: *a8\n")
     assert len(cfg.read_bytes()) < 500
     tracemalloc.start()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert_clean_error(*run_cli("run", "--config", cfg), ["alias"])
+    cpu = time.process_time() - t0
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert time.monotonic() - t0 < 1.0
+    assert cpu < 5.0, cpu  # no expansion; typically milliseconds
     assert peak < 20 * 2**20, peak
 
 
@@ -206,9 +217,9 @@ def spec_with(**client) -> str:
 def test_workload_spec_examples(tmp_path, text, needles):
     spec = write(tmp_path, "spec.yaml", text)
     before = digest(spec)
-    t0 = time.monotonic()
+    t0 = time.process_time()
     line = assert_clean_error(*run_cli("run", "--workload-spec", spec, "--max-memory", "2GiB"), needles)
-    assert time.monotonic() - t0 < 5.0, line
+    assert time.process_time() - t0 < 5.0, line  # CPU work bound (no hang), not wall time
     assert digest(spec) == before
 
 

@@ -3,7 +3,8 @@ kind, weights from ordinary to extreme (1.7e308, 5e-324, NaN, infinities, huge i
 wrong types and names.  Each candidate either runs to the end with finite results or is
 refused by validation with a ConfigError naming the setting; nothing else.
 
-The suite runs a few dozen candidates (more with ``-m slow``).  For a long campaign:
+The suite runs a few dozen candidates (more with ``-m slow``: HARDENING_VALID_CANDIDATES and
+HARDENING_RANDOM_CANDIDATES, default 100 each).  For a long campaign:
 
     HARDENING_CANDIDATES=10000 HARDENING_REPORT=/tmp/candidates.json \\
         python -m pytest -q -m slow tests/hardening/test_policy_candidates.py -k campaign
@@ -173,7 +174,7 @@ def test_valid_extreme_candidates_all_run(scenario, cand):
 
 
 @pytest.mark.slow
-@settings(max_examples=int(os.environ.get("HARDENING_VALID_CANDIDATES", "300")), deadline=None,
+@settings(max_examples=int(os.environ.get("HARDENING_VALID_CANDIDATES", "100")), deadline=None,
           suppress_health_check=list(HealthCheck), database=None)
 @given(VALID_CANDIDATE)
 def test_valid_extreme_candidates_all_run_more(scenario, cand):
@@ -181,7 +182,8 @@ def test_valid_extreme_candidates_all_run_more(scenario, cand):
 
 
 @pytest.mark.slow
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=int(os.environ.get("HARDENING_RANDOM_CANDIDATES", "100")), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(CANDIDATE)
 def test_random_candidates_more(scenario, cand):
     evaluate(scenario, cand)
