@@ -106,15 +106,20 @@ def scenario_from_dict(data: Any, where: str, base_dir: Path | None = None) -> S
     slo = data.get("slo_classes")
     if slo is not None:
         slo = _slo_classes(slo, f"{where}.slo_classes")
-    objectives = data.get("objectives")
-    if objectives is not None:
-        from blis_fast.results.objectives import parse_objectives
+    return Scenario(name, cfg, slo, _objectives(data.get("objectives"), f"{where}.objectives"))
 
-        try:
-            objectives = parse_objectives(objectives)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}.objectives: {exc.field}", exc.message) from None
-    return Scenario(name, cfg, slo, objectives)
+
+def _objectives(spec, where: str):
+    """Parsed ``objectives`` of a scenario or a scenarios file (None when absent); errors
+    name ``where``."""
+    if spec is None:
+        return None
+    from blis_fast.results.objectives import parse_objectives
+
+    try:
+        return parse_objectives(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.field}", exc.message) from None
 
 
 def load_scenarios_file(path: str | Path) -> tuple[list[Scenario], Any, Any]:
@@ -127,15 +132,7 @@ def load_scenarios_file(path: str | Path) -> tuple[list[Scenario], Any, Any]:
     entries = as_list(data["scenarios"], "scenarios", min_len=1, max_len=MAX_SCENARIOS, what="a list of scenarios")
     scenarios = [scenario_from_dict(e, f"scenarios[{i}]", p.parent) for i, e in enumerate(entries)]
     check_unique_names(scenarios)
-    objectives = data.get("objectives")
-    if objectives is not None:
-        from blis_fast.results.objectives import parse_objectives
-
-        try:
-            objectives = parse_objectives(objectives)
-        except ConfigError as exc:
-            raise ConfigError(f"objectives: {exc.field}", exc.message) from None
-    return scenarios, objectives, data.get("budget")
+    return scenarios, _objectives(data.get("objectives"), "objectives"), data.get("budget")
 
 
 def as_scenarios(value: Any) -> list[Scenario]:
