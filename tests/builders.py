@@ -228,6 +228,15 @@ def make_trace(path: Path, n: int = 40, seed: int = 1, arrival_step_s: float = 0
     return path
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that the test interrupts: SIGINT back to its default.  A test
+    run started as a background job of a non-interactive shell inherits SIGINT *ignored*,
+    and Python then leaves it ignored (as a program started with ``nohup`` should)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args, cwd=None, env=None, timeout=300):
     """Run ``python -m blis_fast.cli`` in a fresh process (mark such tests slow)."""
     return subprocess.run([sys.executable, "-m", "blis_fast.cli", *map(str, args)], capture_output=True,

@@ -18,7 +18,7 @@ import pytest
 
 from blis_fast.cli import feedback
 from blis_fast.config.outputs import atomic_write
-from builders import ROOT, FakeTerminal, run_cli
+from builders import ROOT, FakeTerminal, default_sigint, run_cli
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_watchdog_ends_a_process_that_does_not_unwind(tmp_path):
                     pass  # never unwinds
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT),
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=default_sigint)
     assert p.returncode == 130, p.stderr
     assert p.stderr.strip().splitlines() == [feedback.INTERRUPTED_LINE]
     assert not tmp.exists()

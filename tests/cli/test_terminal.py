@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from blis_fast.cli.feedback import INTERRUPTED_LINE
-from builders import ROOT
+from builders import ROOT, default_sigint
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,8 @@ def run_on_terminal(args, *, interrupt_when: str | None = None, env=None, python
 
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, *python_flags, "-m", "blis_fast", *map(str, args)], stdout=subprocess.PIPE,
-                         stderr=slave, stdin=subprocess.DEVNULL, env=env or _env(), cwd=cwd)
+                         stderr=slave, stdin=subprocess.DEVNULL, env=env or _env(), cwd=cwd,
+                         preexec_fn=default_sigint)
     os.close(slave)
     raw, sent = b"", None
     deadline = time.monotonic() + timeout
