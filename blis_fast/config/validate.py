@@ -73,6 +73,9 @@ def _emit(v: Any, out: list[str], budget: list[int], depth: int) -> None:
         s = str(iv) if iv.bit_length() <= 240 else f"<integer of about {int(iv.bit_length() * 0.30103) + 1} digits>"
     elif isinstance(v, float):
         s = repr(v)
+    elif isinstance(v, str) and "/" in v and len(v) > budget[0] - 6 > 8:
+        # a long path: its end (the file name) says more than its start
+        s = repr("..." + v[-(budget[0] - 9):])
     elif isinstance(v, (str, bytes)):
         s = repr(v[: budget[0] + 2])
         if len(v) > budget[0] + 2:
