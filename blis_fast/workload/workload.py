@@ -2,7 +2,7 @@
 
 Request ``i`` is named ``request_<i>`` (0-based, in array order).  Token contents are not
 kept: only the chained keys of the full blocks of each request's token sequence -- its
-prompt, then its output tokens -- which is all the prefix cache needs (SEMANTICS §6): as
+prompt, then its output tokens -- which is all the prefix cache needs (docs/semantics.md §6): as
 in vLLM, a block that fills during decode is cached too, so a later request whose prompt
 repeats an earlier request's prompt *and output* (the next turn of a conversation) hits
 the blocks that request generated.
