@@ -35,7 +35,7 @@ from typing import Any
 
 from blis_fast.adapters.core import FitnessSet, describe_scenario, feedback_text
 
-# A reflection prompt that knows what a component is (gepa's placeholders: <curr_param>,
+# A reflection prompt that knows what a component is (gepa's template variables: <curr_param>,
 # <side_info>); pass it as gepa.optimize(reflection_prompt_template=REFLECTION_TEMPLATE).
 REFLECTION_TEMPLATE = """You are tuning one component of a request-routing and scheduling policy for a cluster of \
 LLM inference servers, evaluated by the blis-fast simulator. The component is YAML (a section of a blis-fast \
