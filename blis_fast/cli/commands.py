@@ -5,10 +5,12 @@ exit code 130 (``blis_fast.cli.feedback``), a usage error is one line naming the
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 
 import typer
+import typer.main
 
 from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
@@ -29,6 +31,15 @@ def _error(text: str) -> None:
     raise SystemExit(2)
 
 
+@functools.cache
+def _click_command():
+    """The click command typer builds from the app's signatures -- built once per process:
+    calling ``app(...)`` rebuilds it every time (~0.1 s), and the tests run many commands in
+    one process.  (Calling the click command skips only typer's pretty-traceback hook, which
+    the app disables: ``pretty_exceptions_enable=False``.)"""
+    return typer.main.get_command(app)
+
+
 def run_command(argv: list[str] | None = None) -> None:
     """Run one command.  Warnings raised while it runs are shown only if it succeeds (never
     before an error line)."""
@@ -37,7 +48,7 @@ def run_command(argv: list[str] | None = None) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            code = app(args, standalone_mode=False)
+            code = _click_command()(args, standalone_mode=False)
         except BlisFastError as exc:
             _error(str(exc))
         except MemoryError:
