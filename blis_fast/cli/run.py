@@ -81,7 +81,7 @@ def run(
     counterfactual_k: Annotated[Optional[int], _opt("--counterfactual-k")] = None,
     sample_interval_ms: Annotated[Optional[float], _opt("--sample-interval-ms")] = None,
     timeseries_out: Annotated[Optional[Path], typer.Option("--timeseries-out", rich_help_panel=OUTPUT, help="write the time series (per instance and cluster: waiting, running, KV utilization, cumulative arrivals / completions / preemptions / rejections; README 'Time series') here (Parquet); sampled every --sample-interval-ms (default 100)")] = None,
-    trace_out: Annotated[Optional[Path], typer.Option("--trace-out", rich_help_panel=OUTPUT, help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
+    trace_out: Annotated[Optional[Path], typer.Option("--trace-out", rich_help_panel=OUTPUT, help="write the decision trace (admission, routing with every candidate's snapshot values and matched prefix blocks, preemption; with --trace-level full also the schedulers' admissions to the batch and blocked queue heads; filled with outcomes; README 'Decision trace') here (Parquet); implies --trace-level decisions")] = None,
     summarize_trace: Annotated[bool, typer.Option("--summarize-trace", rich_help_panel=OUTPUT, help="add the markdown trace summary (outcome, key issues, counterfactuals, worst decisions, suggested focus) to the output as summary_text; implies --trace-level decisions")] = False,
     evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", rich_help_panel=OUTPUT, help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", rich_help_panel=OUTPUT, help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
@@ -162,10 +162,15 @@ def with_analysis_outputs(cfg: SimConfig, *, trace_level, sample_interval_ms, ti
     needs_trace = trace_out is not None or summarize_trace
     if needs_trace and sim.trace_level == "none":
         flag = "--trace-out" if trace_out is not None else "--summarize-trace"
-        raise ConfigError(flag, "needs the decision trace; drop trace_level none (or set --trace-level decisions)")
+        raise ConfigError(flag, "needs the decision trace; drop trace_level none (or set --trace-level decisions "
+                                "or full)")
     if trace_level == "decisions" and not (needs_trace or sim.counterfactual_k):
         raise ConfigError("--trace-level", "decisions changes nothing without --trace-out, --summarize-trace or "
                                            "--counterfactual-k")
+    if sim.trace_level == "full" and trace_out is None:
+        # the scheduling records only reach the trace file (replays trace nothing)
+        raise ConfigError("--trace-level" if trace_level else "simulation.trace_level",
+                          "full changes nothing without --trace-out")
     if sample_interval_ms is not None and timeseries_out is None:
         raise ConfigError("--sample-interval-ms", "needs --timeseries-out FILE (where the time series goes)")
     changes = {}

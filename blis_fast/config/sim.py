@@ -36,7 +36,7 @@ from blis_fast.errors import ConfigError
 from .engine import EngineConfig
 
 COMPAT_MODES = ("blis-2026.02",)
-TRACE_LEVELS = ("none", "decisions")
+TRACE_LEVELS = ("none", "decisions", "full")
 MAX_REPLAYED = 100  # counterfactual_k
 WORKLOAD_TYPES = ("distribution", "chatbot", "contentgen", "summarization", "multidoc", "traces")
 ARRIVAL_PROCESSES = ("poisson", "constant")
@@ -128,8 +128,10 @@ class SimulationConfig:
     max_events: int | None = _opt(None, "safety limit on processed events (default: generous bound from the workload)",
                                   lo=1, hi=MAX_TIME_US)
     trace_level: str | None = _opt(None, "decision trace: none | decisions (admission, routing and preemption "
-                                         "records; default none, decisions when --trace-out, --counterfactual-k or "
-                                         "--summarize-trace needs it)", choices=TRACE_LEVELS)
+                                         "records) | full (also the instance schedulers' records: admissions to the "
+                                         "batch, blocked wait-queue heads, preemption context); default none, "
+                                         "decisions when --trace-out, --counterfactual-k or --summarize-trace needs "
+                                         "it)", choices=TRACE_LEVELS)
     sample_interval_ms: float | None = _opt(None, "time-series sampling interval on the simulated clock, ms "
                                                   "(default: no time series; 100 with --timeseries-out)",
                                             lo=0.001, hi=MAX_TIME_US / 1e3, unit="ms")
@@ -369,7 +371,7 @@ def validate(cfg: SimConfig) -> None:
         _objectives(cfg.objectives, "objectives")
     if cfg.simulation.counterfactual_k and cfg.simulation.trace_level == "none":
         raise ConfigError("simulation.counterfactual_k", "needs the decision trace: drop trace_level none "
-                                                         "(or set it to decisions)")
+                                                         "(or set it to decisions or full)")
     for name in ("alpha_coeffs", "beta_coeffs"):
         v = getattr(cfg, name)
         if v is not None and len(v) != 3:

@@ -249,6 +249,14 @@ class Result:
 
         return summary_text(self, objectives)
 
+    def decision_table(self):
+        """The decision trace as a pyarrow Table (``--trace-out``; README 'Decision trace'):
+        empty unless the run traced decisions; with ``trace_level="full"`` it also has the
+        instance schedulers' records and their columns."""
+        from .trace_table import decision_table
+
+        return decision_table(self)
+
     def anomalies(self) -> dict:
         """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
         lat = self.latencies

@@ -1,7 +1,10 @@
 """The decision trace as one table (``--trace-out FILE.parquet``): a row per admission,
-routing decision and preemption, in time order (admission, routing, preemption at equal
-times, then decision order), filled with the request's outcome.  Columns that do not apply
-to a record are null.
+routing decision and preemption -- and with ``trace_level full`` per scheduling record
+(``scheduled``: a waiting request entered a batch; ``blocked``: a wait-queue head stayed
+waiting, one row per episode) -- in time order (admission, routing, preemption, scheduled,
+blocked at equal times, then decision order), filled with the request's outcome.  Columns
+that do not apply to a record are null; the scheduling columns (second table) exist only
+at ``full``, so a ``decisions`` trace is the same file with or without them.
 
 | column | unit | records | definition |
 |---|---|---|---|
@@ -31,15 +34,38 @@ to a record are null.
 | cached_tokens | tokens | all | prompt tokens found in the prefix cache at its first admission |
 | slo_met | bool | all | the request met its SLO class's targets |
 | final_state | text | all | the request's state at the end of the run |
+
+Added at ``trace_level full`` (kernels/schema/tables.py SCHED_DT; the scans behind a
+record look at the first SCHED_SCAN_DEPTH = 16 waiting requests only):
+
+| column | unit | records | definition |
+|---|---|---|---|
+| position | index | scheduled, blocked, preemption | wait-queue position when the step's admissions began (0 = head; = its rank among the step's admissions); preemption: the victim's batch slot |
+| queue_len | requests | scheduled, blocked | requests waiting at that moment, itself included |
+| priority | policy units | scheduled, blocked, preemption | the request's priority at that step (higher = more urgent; 0 under constant) |
+| sched_key | policy units | scheduled, blocked | the sort scheduler's key (lower = earlier; null under fcfs) |
+| wait_us | µs | scheduled, blocked | time since the request first entered a wait queue |
+| tokens | tokens | scheduled, blocked | scheduled: its first chunk; blocked: the prefill it needs (prompt + generated) |
+| hit_tokens | tokens | scheduled | prompt tokens found in the prefix cache at this admission |
+| budget_left | tokens | scheduled, blocked | the step's token budget left before it |
+| free_blocks | blocks | scheduled, blocked | the instance's free KV blocks before it |
+| readmission | bool | scheduled | it had been preempted before |
+| higher_priority_behind | requests | scheduled, blocked | of the first 16 left waiting behind it, those of strictly higher priority (priority inversion) |
+| block_reason | text | blocked | batch-full, token-budget, kv-blocks, preemption (no admissions in a step with a preemption) |
+| blocked_steps, blocked_until_us | steps, µs | blocked | the episode: consecutive steps of the instance with this head blocked for this reason, and the start of its last step |
+| fits_behind | requests | blocked | kv-blocks: of the first 16 behind the head, those whose first chunk would fit the free blocks without any cache hit (head-of-line blocking) |
+| batch_size, for_priority, lower_priority_running | requests, policy units, requests | preemption | the batch before the preemption; the priority of the request it was preempted for; running requests of strictly lower priority than the victim |
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from blis_fast_kernels.schema import N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES
+from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES, PolicySlot,
+                                     SchedRecord,
+                                     SchedulerKind, TraceLevel)
 
-RECORDS = ("admission", "routing", "preemption")
+RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked")
 
 
 def decision_table(result):
@@ -53,15 +79,22 @@ def decision_table(result):
     adm = st.admit_log[: int(lp["admit_records"])]
     rte = st.route_log[: int(lp["route_records"])]
     pre = st.preempt_log[: int(lp["preempt_records"])]
-    n_a, n_r, n_p = len(adm), len(rte), len(pre)
-    n = n_a + n_r + n_p
-    kind = np.repeat(np.arange(3), [n_a, n_r, n_p])
-    time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"]]).astype(np.int64)
-    request = np.concatenate([adm["request"], rte["request"], pre["victim"]]).astype(np.int64)
-    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p)])
+    full = int(st.settings[0]["trace_level"]) >= TraceLevel.FULL
+    sched = scheduling_records(result)
+    sch = sched[sched["kind"] == SchedRecord.SCHEDULED]
+    blk = sched[sched["kind"] == SchedRecord.BLOCKED]
+    vic = sched[sched["kind"] == SchedRecord.VICTIM]  # one per preemption row, in the same order
+    n_a, n_r, n_p, n_s, n_b = len(adm), len(rte), len(pre), len(sch), len(blk)
+    n = n_a + n_r + n_p + n_s + n_b
+    kind = np.repeat(np.arange(5), [n_a, n_r, n_p, n_s, n_b])
+    time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"], sch["time_us"],
+                              blk["time_us"]]).astype(np.int64)
+    request = np.concatenate([adm["request"], rte["request"], pre["victim"], sch["request"],
+                              blk["request"]]).astype(np.int64)
+    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p), np.arange(n_s), np.arange(n_b)])
     order = np.lexsort((seq, kind, time_us))
 
-    starts = {0: 0, 1: n_a, 2: n_a + n_r}
+    starts = {0: 0, 1: n_a, 2: n_a + n_r, 3: n_a + n_r + n_p, 4: n_a + n_r + n_p + n_s}
 
     def col(values_by_kind: dict, dtype, valid_by_kind: dict | None = None):
         """One column: the values of the record kinds that have it (where valid), null elsewhere."""
@@ -107,6 +140,8 @@ def decision_table(result):
     cols["for_request"] = col({2: pre["for_request"]}, np.int64)
     cols["victim_generated"] = col({2: pre["victim_generated"]}, np.int64)
     cols["victim_blocks"] = col({2: pre["victim_blocks"]}, np.int64)
+    if full:
+        cols.update(_scheduling_columns(result, col, sch, blk, vic))
     tab = result.outcomes
     r = request[order]
     ttft, e2e = tab["ttft_us"][r], tab["e2e_us"][r]
@@ -116,6 +151,52 @@ def decision_table(result):
     cols["slo_met"] = pa.array(tab["met"][r])
     cols["final_state"] = pa.array([REQUEST_STATE_NAMES[s] for s in st.reqs["state"][r].tolist()], pa.string())
     return pa.table(cols)
+
+
+def scheduling_records(result) -> np.ndarray:
+    """The run's scheduling records (kernels/schema/tables.py SCHED_DT, in decision order;
+    empty unless traced at ``full``)."""
+    st = result.state
+    if int(st.settings[0]["trace_level"]) < TraceLevel.FULL:
+        return st.sched_log[:0]
+    return st.sched_log[: int(st.loop[0]["sched_records"])]
+
+
+def _scheduling_columns(result, col, sch, blk, vic) -> dict:
+    """The columns a ``full`` trace adds (module docstring), through ``col``."""
+    import pyarrow as pa
+
+    sorting = int(result.state.policy_kind[PolicySlot.SCHEDULER]) == SchedulerKind.SORT
+    both = {3: sch, 4: blk}
+
+    def waiting(field, dtype):
+        return col({k: v[field] for k, v in both.items()}, dtype)
+
+    n_s, n_b = len(sch), len(blk)
+    reasons = col({4: blk["reason"]}, np.int64)
+    return {
+        "position": col({2: vic["position"], 3: sch["position"], 4: blk["position"]}, np.int64),
+        "queue_len": waiting("queue_len", np.int64),
+        "priority": col({2: vic["priority"], 3: sch["priority"], 4: blk["priority"]}, np.float64),
+        "sched_key": col({3: sch["sched_key"], 4: blk["sched_key"]}, np.float64,
+                         {3: np.full(n_s, sorting), 4: np.full(n_b, sorting)}),
+        "wait_us": waiting("wait_us", np.int64),
+        "tokens": waiting("tokens", np.int64),
+        "hit_tokens": col({3: sch["cached_tokens"]}, np.int64),
+        "budget_left": waiting("budget_left", np.int64),
+        "free_blocks": waiting("free_blocks", np.int64),
+        "readmission": col({3: sch["readmission"] != 0}, bool),
+        "higher_priority_behind": waiting("higher_behind", np.int64),
+        "block_reason": pa.array([None if r is None else BLOCK_REASON_NAMES[r] for r in reasons.to_pylist()],
+                                 pa.string()),
+        "blocked_steps": col({4: blk["steps"]}, np.int64),
+        "blocked_until_us": col({4: blk["last_time_us"]}, np.int64),
+        "fits_behind": col({4: blk["fits_behind"]}, np.int64,
+                           {4: blk["reason"] == BLOCK_REASON_NAMES.index("kv-blocks")}),
+        "batch_size": col({2: vic["queue_len"]}, np.int64),
+        "for_priority": col({2: vic["for_priority"]}, np.float64),
+        "lower_priority_running": col({2: vic["higher_behind"]}, np.int64),
+    }
 
 
 def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, n_a: int):
@@ -139,4 +220,4 @@ def write_decision_trace(result, path) -> None:
     pq.write_table(decision_table(result), str(path))
 
 
-__all__ = ["RECORDS", "decision_table", "write_decision_trace"]
+__all__ = ["RECORDS", "decision_table", "scheduling_records", "write_decision_trace"]

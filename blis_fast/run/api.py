@@ -184,14 +184,14 @@ def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None
 
 
 def trace_level_code(cfg: SimConfig) -> int:
-    """The kernel's TraceLevel of a config: decisions when asked for, or when counterfactual
-    replays need the decision records."""
+    """The kernel's TraceLevel of a config: as asked for (none | decisions | full), by default
+    decisions when counterfactual replays need the decision records, else none."""
     from blis_fast_kernels.schema import TraceLevel
 
     level = cfg.simulation.trace_level
     if level is None:
         level = "decisions" if cfg.simulation.counterfactual_k else "none"
-    return int(TraceLevel.DECISIONS if level == "decisions" else TraceLevel.NONE)
+    return int(getattr(TraceLevel, level.upper()))
 
 
 def sample_interval_us(cfg: SimConfig) -> int | None:

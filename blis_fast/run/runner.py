@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from blis_fast.errors import SimulationError
-from blis_fast_kernels.schema import State, Status
+from blis_fast_kernels.schema import State, Status, TraceLevel
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
@@ -62,7 +62,14 @@ def grow_logs(state: State) -> State:
         memory.charge(rows * preempt_log.dtype.itemsize, f"the preemption log ({used} records, growing to {rows})",
                       "set a simulation.horizon or trace fewer decisions")
         preempt_log = _grown(preempt_log, used, used + seqs)
-    return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log)
+    sched_log = state.sched_log
+    if state.settings[0]["trace_level"] >= TraceLevel.FULL and int(lp["sched_records"]) + seqs + 1 > sched_log.shape[0]:
+        used = int(lp["sched_records"])
+        rows = max(2 * sched_log.shape[0], used + seqs + 1, 1024)
+        memory.charge(rows * sched_log.dtype.itemsize, f"the scheduling trace ({used} records, growing to {rows})",
+                      "set a simulation.horizon or trace less (simulation.trace_level decisions)")
+        sched_log = _grown(sched_log, used, used + seqs + 1)
+    return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log, sched_log=sched_log)
 
 
 CHUNK_EVENTS = 200_000  # events in the first kernel call; later calls are sized to take about

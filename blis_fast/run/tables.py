@@ -226,6 +226,20 @@ def decision_logs(n_requests: int, trace_level: int):
             np.zeros(MIN_LOG_ROWS if trace_level >= S.TraceLevel.DECISIONS else 1, S.PREEMPT_DT))
 
 
+def scheduling_log(n_requests: int, n_inst: int, trace_level: int):
+    """(sched_log, sched_open): at TraceLevel.FULL a scheduling log with a row per request to
+    start with (each is admitted to a batch at least once; it grows as needed,
+    run.runner.grow_logs) and every instance's open-episode row at -1; 1 row each otherwise."""
+    if trace_level < S.TraceLevel.FULL:
+        return np.zeros(1, S.SCHED_DT), np.full(1, -1, np.int64)
+    rows = max(n_requests, MIN_LOG_ROWS)
+    from blis_fast.config import memory
+
+    memory.charge(rows * S.SCHED_DT.itemsize, f"the scheduling trace ({rows} records to start with)",
+                  "trace a smaller workload (simulation.trace_level decisions or none)")
+    return np.zeros(rows, S.SCHED_DT), np.full(n_inst, -1, np.int64)
+
+
 def scenario_request_table(setup, workload) -> np.ndarray:
     """The initial request table of ``workload`` under ``setup``, after checking the
     workload: what ``build_state(..., request_rows=)`` copies instead of building it again
@@ -292,6 +306,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
+    sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
     return S.State(
         settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
                                  trace_level),
@@ -320,6 +335,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         route_log=route_log,
         admit_log=admit_log,
         preempt_log=preempt_log,
+        sched_log=sched_log,
+        sched_open=sched_open,
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
         policy_kind=np.ascontiguousarray(pol.kinds, dtype=np.int64),
         policy_param=np.ascontiguousarray(pol.params, dtype=np.float64),

@@ -25,12 +25,14 @@ from ..latency.steptime import (blackbox_step_us, output_token_delay_us, rooflin
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind, Status
+from ..schema import (BlockReason, InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind,
+                      Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
 from .handlers import release_follower
-from .trace import log_irregular_token, log_preemption, log_step, tracing
+from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
+                    tracing_schedulers)
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -104,13 +106,23 @@ def admit_waiting(st, i, now, budget, cap, m):
     inst = st.inst
     reqs = st.reqs
     n_prefill = np.int64(0)
+    full = tracing_schedulers(st)
+    admitted = 0
+    free = np.int64(0)
+    reason = BlockReason.NONE
     while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
         r = inst[i]["wq_head"]
         target = reqs[r]["prompt_len"] + reqs[r]["generated"]
         reqs[r]["prefill_target"] = target
+        if full:
+            free = kv_free_blocks(inst, i)
         n, cached = kv_admit(st, i, r, budget, cap)
         if n < 0:
+            reason = BlockReason.KV_BLOCKS
             break  # head-of-line: no skipping
+        if full:
+            log_scheduled(st, i, now, r, admitted, budget, free, n, cached)
+            admitted += 1
         dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
         k = inst[i]["batch_len"]
         st.batch[i, k] = r
@@ -130,6 +142,8 @@ def admit_waiting(st, i, now, budget, cap, m):
         inst[i]["prefix_hit_tokens"] += cached
         budget -= n
         n_prefill += n
+    if full:
+        log_blocked_head(st, i, now, admitted, budget, cap, reason)
     if inst[i]["batch_len"] > inst[i]["batch_peak"]:
         inst[i]["batch_peak"] = inst[i]["batch_len"]
     return budget, n_prefill, m
@@ -195,6 +209,8 @@ def form_batch_all(st, i, now):
                     n_decode -= 1
                     decode_ctx -= context[j]
             released = reqs[batch[i, j]]["blocks_held"]
+            if tracing_schedulers(st):
+                log_victim(st, i, now, j, r, prio_params)
             victim = preempt_slot(st, i, j)
             if tracing(st):
                 log_preemption(st, i, now, victim, r, released)
@@ -224,8 +240,11 @@ def form_batch_all(st, i, now):
     if not preempted:
         budget, admitted, m = admit_waiting(st, i, now, budget, cap, m)
         n_prefill += admitted
-    elif inst[i]["batch_len"] > inst[i]["batch_peak"]:
-        inst[i]["batch_peak"] = inst[i]["batch_len"]
+    else:
+        if inst[i]["batch_len"] > inst[i]["batch_peak"]:
+            inst[i]["batch_peak"] = inst[i]["batch_len"]
+        if tracing_schedulers(st):
+            log_blocked_head(st, i, now, 0, budget, cap, BlockReason.PREEMPTION)
     return n_prefill, n_decode, decode_ctx, m
 
 

@@ -1,15 +1,21 @@
 """Writers of the run's logs: one step-log row per engine step, one irregular-ITL row per
 token that does not continue its request's run of consecutive steps, and -- when decisions
 are traced (settings.trace_level) -- one row per admission, routing decision and
-preemption (schema.tables).  The loop guarantees room before each step (``log_room``);
-the caller grows the logs when the loop returns Status.LOG_FULL.  The admission and
-routing logs have a row per request from the start."""
+preemption (schema.tables), and at TraceLevel.FULL the instance schedulers' records
+(SCHED_DT: admissions to the batch, blocked wait-queue heads, preemption context).  The
+loop guarantees room before each step (``log_room``); the caller grows the logs when the
+loop returns Status.LOG_FULL.  The admission and routing logs have a row per request from
+the start."""
 
 import numpy as np
 
 from ..jit import helper
+from ..kv.cache import kv_free_blocks
+from ..policies.priority import request_priority
 from ..policies.routing import _load
-from ..schema import N_TRACE_ALTERNATIVES, SnapField, TraceLevel
+from ..policies.scheduler import scheduler_key
+from ..schema import (N_TRACE_ALTERNATIVES, SCHED_SCAN_DEPTH, BlockReason, PolicySlot, SchedRecord, SchedulerKind,
+                      SnapField, TraceLevel)
 
 
 @helper
@@ -19,14 +25,22 @@ def tracing(st):
 
 
 @helper
+def tracing_schedulers(st):
+    """True if the instance schedulers' decisions are logged too (TraceLevel.FULL)."""
+    return st.settings[0]["trace_level"] >= TraceLevel.FULL
+
+
+@helper
 def log_room(st, i):
-    """True if the logs can take one more step of instance i (one step row, and one
-    irregular row per batch slot)."""
+    """True if the logs can take one more step of instance i (one step row, one irregular
+    row per batch slot; when tracing, one preemption row per batch slot and -- FULL -- at
+    most max_num_seqs + 1 scheduling rows: admissions or victims, and one blocked head)."""
     lp = st.loop
     seqs = st.inst[i]["max_num_seqs"]
     return (lp[0]["steps"] + 1 <= st.step_log.shape[0]
             and lp[0]["irregular_records"] + seqs <= st.irr_log.shape[0]
-            and (not tracing(st) or lp[0]["preempt_records"] + seqs <= st.preempt_log.shape[0]))
+            and (not tracing(st) or lp[0]["preempt_records"] + seqs <= st.preempt_log.shape[0])
+            and (not tracing_schedulers(st) or lp[0]["sched_records"] + seqs + 1 <= st.sched_log.shape[0]))
 
 
 @helper
@@ -141,3 +155,153 @@ def log_preemption(st, i, t, victim, for_request, blocks_released):
     log[k]["victim_generated"] = st.reqs[victim]["generated"]
     log[k]["victim_blocks"] = blocks_released
     lp[0]["preempt_records"] = k + 1
+
+
+# ----------------------------------------------------------------------------- scheduling records (FULL)
+
+
+@helper
+def _sched_row(st, kind, i, t, r):
+    """Append a scheduling record of ``kind`` about request r on instance i at time t, every
+    other field 0 (steps 1); returns its row."""
+    lp = st.loop
+    k = lp[0]["sched_records"]
+    log = st.sched_log
+    log[k]["time_us"] = t
+    log[k]["last_time_us"] = t
+    log[k]["instance"] = i
+    log[k]["kind"] = kind
+    log[k]["request"] = r
+    log[k]["position"] = 0
+    log[k]["queue_len"] = 0
+    log[k]["priority"] = 0.0
+    log[k]["sched_key"] = 0.0
+    log[k]["wait_us"] = 0
+    log[k]["tokens"] = 0
+    log[k]["cached_tokens"] = 0
+    log[k]["budget_left"] = 0
+    log[k]["free_blocks"] = 0
+    log[k]["reason"] = BlockReason.NONE
+    log[k]["steps"] = 1
+    log[k]["readmission"] = 0
+    log[k]["higher_behind"] = 0
+    log[k]["fits_behind"] = 0
+    log[k]["for_request"] = -1
+    log[k]["for_priority"] = 0.0
+    lp[0]["sched_records"] = k + 1
+    return k
+
+
+@helper
+def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
+    """Fill what a SCHEDULED or BLOCKED record says of waiting request r (still in the
+    wait queue): position, queue length, priority, the sort key, wait so far, the budget
+    and free blocks it met, and how many of the first SCHED_SCAN_DEPTH requests behind it
+    have a strictly higher priority."""
+    reqs = st.reqs
+    log = st.sched_log
+    # priorities as of t (a victim of this step was not in the queue when they were updated)
+    params = st.policy_param[PolicySlot.PRIORITY]
+    p = request_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], t)
+    log[k]["position"] = position
+    log[k]["queue_len"] = st.inst[i]["wq_len"]
+    log[k]["priority"] = p
+    if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.SORT:
+        log[k]["sched_key"] = scheduler_key(reqs, r, st.policy_param[PolicySlot.SCHEDULER])
+    log[k]["wait_us"] = t - reqs[r]["queued_us"]
+    log[k]["budget_left"] = budget
+    log[k]["free_blocks"] = free_blocks
+    higher = 0
+    q = reqs[r]["queue_next"]
+    seen = 0
+    while q >= 0 and seen < SCHED_SCAN_DEPTH:
+        if request_priority(params, reqs[q]["arrival_us"], reqs[q]["slo_class"], t) > p:
+            higher += 1
+        q = reqs[q]["queue_next"]
+        seen += 1
+    log[k]["higher_behind"] = higher
+
+
+@helper
+def log_scheduled(st, i, t, r, position, budget, free_blocks, n, cached):
+    """Record that waiting request r (the wait queue's head, about to leave it) enters
+    instance i's batch in the step starting at t: its first chunk is n tokens, ``cached``
+    prompt tokens came from the prefix cache; ``budget`` and ``free_blocks`` are what was
+    left before it."""
+    k = _sched_row(st, SchedRecord.SCHEDULED, i, t, r)
+    _waiting_fields(st, k, i, t, r, position, budget, free_blocks)
+    st.sched_log[k]["tokens"] = n
+    st.sched_log[k]["cached_tokens"] = cached
+    st.sched_log[k]["readmission"] = 1 if st.reqs[r]["preemptions"] > 0 else 0
+
+
+@helper
+def log_blocked_head(st, i, t, admitted, budget, cap, reason):
+    """At the end of instance i's batch formation in the step starting at t: record why the
+    wait queue's head stays waiting, after ``admitted`` admissions, with ``budget`` tokens
+    left -- ``reason`` (BlockReason) KV_BLOCKS or PREEMPTION as the caller saw it, else
+    (NONE) a full batch or a used-up budget -- extending the instance's open episode when
+    the same head stays blocked for the same reason; an empty queue closes the episode."""
+    inst = st.inst
+    if inst[i]["wq_len"] == 0:
+        st.sched_open[i] = -1
+        return
+    if reason == BlockReason.NONE:
+        reason = BlockReason.BATCH_FULL if inst[i]["batch_len"] >= inst[i]["max_num_seqs"] else BlockReason.TOKEN_BUDGET
+    h = inst[i]["wq_head"]
+    log = st.sched_log
+    k = st.sched_open[i]
+    if k >= 0 and log[k]["request"] == h and log[k]["reason"] == reason:
+        log[k]["steps"] += 1
+        log[k]["last_time_us"] = t
+        return
+    reqs = st.reqs
+    free = kv_free_blocks(inst, i)
+    k = _sched_row(st, SchedRecord.BLOCKED, i, t, h)
+    st.sched_open[i] = k
+    _waiting_fields(st, k, i, t, h, admitted, budget, free)
+    log[k]["tokens"] = reqs[h]["prompt_len"] + reqs[h]["generated"]
+    log[k]["reason"] = reason
+    if reason != BlockReason.KV_BLOCKS:
+        return
+    # head-of-line blocking: requests behind it whose first chunk would have fitted
+    bs = st.settings[0]["block_size"]
+    fits = 0
+    q = reqs[h]["queue_next"]
+    seen = 0
+    while q >= 0 and seen < SCHED_SCAN_DEPTH:
+        n = reqs[q]["prompt_len"] + reqs[q]["generated"]
+        if cap > 0 and n > cap:
+            n = cap
+        if n > budget:
+            n = budget
+        if (n + bs - 1) // bs <= free:
+            fits += 1
+        q = reqs[q]["queue_next"]
+        seen += 1
+    log[k]["fits_behind"] = fits
+
+
+@helper
+def log_victim(st, i, t, j, for_request, prio_params):
+    """Record the context of preempting batch slot j of instance i in the step starting at
+    t for ``for_request``: the victim's and that request's priorities, the batch size, and
+    how many running requests had a strictly lower priority than the victim."""
+    reqs = st.reqs
+    v = st.batch[i, j]
+    n = st.inst[i]["batch_len"]
+    k = _sched_row(st, SchedRecord.VICTIM, i, t, v)
+    p = request_priority(prio_params, reqs[v]["arrival_us"], reqs[v]["slo_class"], t)
+    lower = 0
+    for s in range(n):
+        q = st.batch[i, s]
+        if request_priority(prio_params, reqs[q]["arrival_us"], reqs[q]["slo_class"], t) < p:
+            lower += 1
+    log = st.sched_log
+    log[k]["position"] = j
+    log[k]["queue_len"] = n
+    log[k]["priority"] = p
+    log[k]["higher_behind"] = lower
+    log[k]["for_request"] = for_request
+    log[k]["for_priority"] = request_priority(prio_params, reqs[for_request]["arrival_us"],
+                                              reqs[for_request]["slo_class"], t)

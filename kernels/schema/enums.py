@@ -74,9 +74,36 @@ Status = _Status()
 class _TraceLevel(NamedTuple):
     NONE: int = 0  # no decision logs (nothing recorded, nothing allocated)
     DECISIONS: int = 1  # admission, routing (with the best alternatives) and preemption records
+    FULL: int = 2  # decisions, plus the instance schedulers' records (SCHED_DT, SchedRecord)
 
 
 TraceLevel = _TraceLevel()
+
+
+class _SchedRecord(NamedTuple):
+    """Kinds of scheduling records (SCHED_DT ``kind``; TraceLevel.FULL)."""
+
+    SCHEDULED: int = 0  # a waiting request entered the running batch (wait queue -> batch)
+    BLOCKED: int = 1  # the wait queue's head stayed waiting at the end of batch formation (an episode:
+    #                   consecutive steps of its instance with the same head and the same reason)
+    VICTIM: int = 2  # the context of a preemption (same order as the preemption log)
+
+
+SchedRecord = _SchedRecord()
+
+
+class _BlockReason(NamedTuple):
+    """Why the wait queue's head was not admitted (SCHED_DT ``reason`` of BLOCKED records)."""
+
+    NONE: int = 0  # (not a BLOCKED record)
+    BATCH_FULL: int = 1  # the batch held max_num_seqs requests
+    TOKEN_BUDGET: int = 2  # the step's max_num_batched_tokens were used up
+    KV_BLOCKS: int = 3  # its first chunk needed more free KV blocks than the instance had
+    PREEMPTION: int = 4  # a preemption happened in this step: no admissions (docs/semantics.md §3.2)
+
+
+BlockReason = _BlockReason()
+BLOCK_REASON_NAMES = ("", "batch-full", "token-budget", "kv-blocks", "preemption")
 
 
 class _LatencyKind(NamedTuple):
@@ -279,10 +306,10 @@ class _ScanStatus(NamedTuple):
 ScanStatus = _ScanStatus()
 
 __all__ = [
-    "AdmissionKind", "AdmissionParam", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key",
+    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
     "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",
-    "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
+    "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind",
 ]

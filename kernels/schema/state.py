@@ -43,6 +43,8 @@ class State(NamedTuple):
     route_log: np.ndarray  # ROUTE_DT: one row per routing decision (1 row when not tracing)
     admit_log: np.ndarray  # ADMIT_DT: one row per admission decision (likewise)
     preempt_log: np.ndarray  # PREEMPT_DT: one row per preemption (grows: Status.LOG_FULL)
+    sched_log: np.ndarray  # SCHED_DT: scheduling records at TraceLevel.FULL (grows likewise; 1 row otherwise)
+    sched_open: np.ndarray  # int64[n_inst]: row of the instance's open BLOCKED episode, -1 = none (FULL only)
     # --- latency model
     roofline: np.ndarray  # float64[N_ROOFLINE]
     # --- the policy candidate (kinds + parameter matrix) and its state

@@ -223,6 +223,44 @@ PREEMPT_DT = np.dtype(
     align=True,
 )
 
+# Scheduling records (settings.trace_level = TraceLevel.FULL): the instance schedulers'
+# decisions, in decision order.  Fields that do not apply to a record's kind are 0.
+# Sized by need: one SCHEDULED row per admission to a batch, one BLOCKED row per
+# episode (not per step), one VICTIM row per preemption; the log grows between calls
+# (Status.LOG_FULL).  The scans of the requests behind a record look at the first
+# SCHED_SCAN_DEPTH of them only, so a record costs O(1) whatever the queue length.
+SCHED_SCAN_DEPTH = 16
+SCHED_DT = np.dtype(
+    [
+        ("time_us", np.int64),  # start of the step (BLOCKED: of the episode's first step)
+        ("last_time_us", np.int64),  # BLOCKED: start of the episode's last step (else = time_us)
+        ("instance", np.int64),
+        ("kind", np.int64),  # SchedRecord
+        ("request", np.int64),  # the admitted request / the blocked head / the victim
+        ("position", np.int64),  # SCHEDULED / BLOCKED: wait-queue position when the step's admissions
+        #                          began (0 = head); VICTIM: the victim's batch slot
+        ("queue_len", np.int64),  # SCHEDULED / BLOCKED: requests waiting, itself included; VICTIM: batch size
+        ("priority", np.float64),  # the request's priority at that step (priority policy; higher = more urgent)
+        ("sched_key", np.float64),  # SCHEDULED / BLOCKED: the sort scheduler's key (lower = earlier; 0 under fcfs)
+        ("wait_us", np.int64),  # SCHEDULED / BLOCKED: time since it first entered a wait queue
+        ("tokens", np.int64),  # SCHEDULED: tokens of its first chunk; BLOCKED: prefill tokens it needs
+        ("cached_tokens", np.int64),  # SCHEDULED: prompt tokens found in the prefix cache
+        ("budget_left", np.int64),  # SCHEDULED / BLOCKED: step token budget left before it
+        ("free_blocks", np.int64),  # SCHEDULED / BLOCKED: free KV blocks of the instance before it
+        ("reason", np.int64),  # BLOCKED: BlockReason
+        ("steps", np.int64),  # BLOCKED: steps the episode lasted (else 1)
+        ("readmission", np.int64),  # SCHEDULED: 1 = it had been preempted before
+        ("higher_behind", np.int64),  # SCHEDULED / BLOCKED: of the first SCHED_SCAN_DEPTH requests left
+        #                               waiting behind it, those of strictly higher priority;
+        #                               VICTIM: running requests of strictly lower priority than the victim
+        ("fits_behind", np.int64),  # BLOCKED (kv-blocks): of the first SCHED_SCAN_DEPTH behind it, those
+        #                             whose first chunk would fit the free blocks without any cache hit
+        ("for_request", np.int64),  # VICTIM: the request whose KV allocation failed
+        ("for_priority", np.float64),  # VICTIM: its priority
+    ],
+    align=True,
+)
+
 # Run-wide settings (one record).
 SETTINGS_DT = np.dtype(
     [
@@ -243,7 +281,8 @@ SETTINGS_DT = np.dtype(
         ("event_skipping", np.int32),  # 1 = decode requests ride between their events (engine/calendar.py);
         #                                0 = every running request is visited every step (the reference path)
         ("calendar_size", np.int64),  # buckets of each instance's calendar (a power of two)
-        ("trace_level", np.int32),  # TraceLevel: 0 = none, 1 = decision logs (route, admit, preempt)
+        ("trace_level", np.int32),  # TraceLevel: 0 = none, 1 = decision logs (route, admit, preempt),
+        #                             2 = also the scheduling log (SCHED_DT)
         ("forced_request", np.int64),  # counterfactual replay: route this request to ...
         ("forced_instance", np.int64),  # ... this instance (-1 = nothing forced)
     ],
@@ -266,6 +305,7 @@ LOOP_DT = np.dtype(
         ("route_records", np.int64),  # rows of the decision logs
         ("admit_records", np.int64),
         ("preempt_records", np.int64),
+        ("sched_records", np.int64),  # rows of the scheduling log (TraceLevel.FULL)
         ("heap_peak", np.int64),  # largest event-heap size seen
         ("injected", np.int64),  # arrivals processed
         ("rejected", np.int64),
@@ -275,4 +315,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

@@ -103,7 +103,8 @@ def test_cli_analysis_outputs_are_byte_identical(tmp_path, capsys):
     (("--sample-interval-ms", "5"), ("--sample-interval-ms", "--timeseries-out")),
     (("--trace-level", "decisions"), ("--trace-level", "changes nothing")),
     (("--trace-level", "none", "--summarize-trace"), ("--summarize-trace", "decision trace")),
-    (("--trace-level", "full"), ("--trace-level", "none", "decisions")),
+    (("--trace-level", "fully"), ("--trace-level", "none", "decisions", "full")),
+    (("--trace-level", "full"), ("--trace-level", "full changes nothing", "--trace-out")),
     (("--sample-interval-ms", "0", "--timeseries-out", "x.parquet"), ("--sample-interval-ms",)),
     (("--counterfactual-k", "-1"), ("--counterfactual-k",)),
 ])
