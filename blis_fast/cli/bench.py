@@ -14,7 +14,7 @@ from blis_fast.cli.app import Quiet, Verbose, app
 @app.command()
 def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of a table")] = False,
-    scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k, 100k-weighted, 100k-decisions, 100k-ref, batch-10k (64 candidates x 10k, serial and on all cores), batch-100k (64 x 100k, all cores; not in the default) (default: all but batch-100k)")] = None,
+    scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k, 100k-weighted, 100k-decisions, 100k-full, 100k-ref, batch-10k (64 candidates x 10k, serial and on all cores), batch-100k (64 x 100k, all cores; not in the default) (default: all but batch-100k)")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="timed repetitions per scenario (best is reported)")] = 3,
     startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,
     calibrate: Annotated[bool, typer.Option("--calibrate", help="instead, re-measure one instance's saturation throughput and print the scenario rates at 80% load (JSON)")] = False,

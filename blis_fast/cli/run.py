@@ -167,10 +167,10 @@ def with_analysis_outputs(cfg: SimConfig, *, trace_level, sample_interval_ms, ti
     if trace_level == "decisions" and not (needs_trace or sim.counterfactual_k):
         raise ConfigError("--trace-level", "decisions changes nothing without --trace-out, --summarize-trace or "
                                            "--counterfactual-k")
-    if sim.trace_level == "full" and trace_out is None:
-        # the scheduling records only reach the trace file (replays trace nothing)
+    if sim.trace_level == "full" and not needs_trace:
+        # the scheduling records reach the trace file and the summary only (replays trace nothing)
         raise ConfigError("--trace-level" if trace_level else "simulation.trace_level",
-                          "full changes nothing without --trace-out")
+                          "full changes nothing without --trace-out or --summarize-trace")
     if sample_interval_ms is not None and timeseries_out is None:
         raise ConfigError("--sample-interval-ms", "needs --timeseries-out FILE (where the time series goes)")
     changes = {}

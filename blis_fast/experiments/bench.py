@@ -82,6 +82,9 @@ SCENARIOS: dict[str, dict] = {
     # they showed, admission, preemption; the router's prefix index kept for the trace) on
     # the 100k scenario
     "100k-decisions": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "trace_level": "decisions"},
+    # ... and with the instance schedulers' records too (admissions to a batch, blocked
+    # queue heads, preemption context: trace_level full)
+    "100k-full": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "trace_level": "full"},
     # the Go reference's workload shape: the BLIS `distribution` workload with its defaults
     # (prompt and output Normal(512, 256) clipped to [2, 7000], no shared prefix), 100K
     # requests on 16 instances at 480 req/s -- the same run as
@@ -92,7 +95,7 @@ SCENARIOS: dict[str, dict] = {
 # scenarios whose rate is given, not derived from the calibration
 FIXED_RATE = {"100k-ref"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k"}
+BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k"}
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",

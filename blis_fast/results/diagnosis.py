@@ -15,9 +15,14 @@ twice the run's 10th-percentile TTFT (taken as at least 1 ms).  Detectors (each 
   4x its mean was admitted (< 10 % of its burst rejected): the requests arriving during
   its burst windows and the window after;
 - ``kv_pressure`` (preemption / KV): preempted or dropped-unservable requests;
-- ``hol_blocking`` (scheduler): requests on instances whose mean wait queue exceeds twice
-  the cluster mean;
-- ``priority_inversions`` (priority): pairs counted by the anomaly counter.
+- ``hol_blocking`` (scheduler): with the scheduling records (``trace_level full``) --
+  requests that waited through an episode in which their instance's wait-queue head could
+  not get KV blocks while a request behind it would have fitted (``fits_behind`` > 0), and
+  were admitted after it began; otherwise requests on instances whose mean wait queue
+  exceeds twice the cluster mean;
+- ``priority_inversions`` (priority): pairs counted by the anomaly counter; with the
+  scheduling records also admissions that went ahead of a waiting request of strictly
+  higher priority (``higher_priority_behind`` > 0).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from blis_fast_kernels.schema import RequestState
+from blis_fast_kernels.schema import BlockReason, RequestState, SchedRecord, TraceLevel
 
 
 CAUSE_ORDER = ("routing_cache", "load_imbalance", "bursty_admitted", "kv_pressure", "hol_blocking",
@@ -203,7 +208,43 @@ def _kv_pressure(result, miss) -> list[Issue]:
         f"peak {fmt_value(m['kv_utilization_peak'])}.")]
 
 
-def _hol(result, miss) -> list[Issue]:
+def _held_behind_blocked_heads(result, sched) -> tuple[np.ndarray, np.ndarray]:
+    """(per-request flags of the requests held back, the head-of-line episodes): requests
+    admitted after a kv-blocks episode of their instance with ``fits_behind`` > 0 began,
+    having entered the wait queue before it ended (its head excluded)."""
+    reqs = result.state.reqs
+    held = np.zeros(len(reqs), bool)
+    hol = sched[(sched["kind"] == SchedRecord.BLOCKED) & (sched["reason"] == BlockReason.KV_BLOCKS)
+                & (sched["fits_behind"] > 0)]
+    admitted = sched[sched["kind"] == SchedRecord.SCHEDULED]
+    for i in np.unique(hol["instance"]).tolist():
+        ep = hol[hol["instance"] == i]  # in time order (the log is)
+        reach = np.maximum.accumulate(ep["last_time_us"])  # latest end among episodes begun so far
+        adm = admitted[admitted["instance"] == i]
+        k = np.searchsorted(ep["time_us"], adm["time_us"], side="left") - 1  # last episode begun before
+        r = adm["request"]
+        inside = (k >= 0) & (reach[np.maximum(k, 0)] >= reqs["queued_us"][r]) & ~np.isin(r, ep["request"])
+        held[r[inside]] = True
+    return held, hol
+
+
+def _traced_hol(result, miss, sched) -> list[Issue]:
+    held, hol = _held_behind_blocked_heads(result, sched)
+    if not held.any():
+        return []
+    n_inst = len(np.unique(hol["instance"]))
+    return [Issue("hol_blocking", "head-of-line blocking", "scheduler",
+                  "let smaller requests go first (--scheduler sjf or --scheduler-weights), or give instances more KV "
+                  "blocks (--total-kv-blocks)",
+                  int(held.sum()), int((held & miss).sum()),
+                  f"{len(hol)} episodes ({int(hol['steps'].sum())} steps) on {n_inst} "
+                  f"instance{'s' if n_inst != 1 else ''} in which the wait queue's head could not get KV blocks while up to "
+                  f"{int(hol['fits_behind'].max())} of the requests behind it would have fitted (scheduling records).")]
+
+
+def _hol(result, miss, sched) -> list[Issue]:
+    if sched is not None:
+        return _traced_hol(result, miss, sched)
     m = result.evaluation_metrics
     if m["hol_blocking_instances"] == 0:
         return []
@@ -220,14 +261,20 @@ def _hol(result, miss) -> list[Issue]:
                   f"({', '.join(f'instance_{i}' for i in hot.tolist())}).")]
 
 
-def _inversions(result, miss) -> list[Issue]:
+def _inversions(result, miss, sched) -> list[Issue]:
     n = int(result.evaluation_metrics["priority_inversions"])
-    if n == 0:
+    jumped = 0 if sched is None else int(np.count_nonzero(
+        (sched["kind"] == SchedRecord.SCHEDULED) & (sched["higher_behind"] > 0)))
+    if n == 0 and jumped == 0:
         return []
+    evidence = f"{n} pairs where an earlier request of the same class on the same instance took over 2x longer."
+    if sched is not None:
+        evidence += (f" {jumped} admissions to a batch went ahead of a waiting request of higher priority "
+                     f"(scheduling records).")
     return [Issue("priority_inversions", "priority inversions", "priority",
-                  "revisit --priority-policy / --slo-class-weights (earlier requests finishing far later)",
-                  min(n, int(result.outcomes["arrived"].sum())), 0,
-                  f"{n} pairs where an earlier request of the same class on the same instance took over 2x longer.")]
+                  "revisit --priority-policy / --slo-class-weights (earlier requests finishing far later), or let "
+                  "the scheduler sort by priority (--scheduler priority-fcfs)",
+                  min(max(n, jumped), int(result.outcomes["arrived"].sum())), 0, evidence)]
 
 
 def _worst_lines(result, log, regret, best) -> list[str]:
@@ -282,7 +329,11 @@ def diagnose(result) -> Diagnosis:
     log = routing_log(result)
     traced = int(result.state.settings[0]["trace_level"]) > 0
     issues = _routing_issues(result, miss, log) if traced else _untraced_imbalance(result, miss)
-    issues += _bursty(result, miss) + _kv_pressure(result, miss) + _hol(result, miss) + _inversions(result, miss)
+    from blis_fast.results.trace_table import scheduling_records
+
+    sched = scheduling_records(result) if int(result.state.settings[0]["trace_level"]) >= TraceLevel.FULL else None
+    issues += (_bursty(result, miss) + _kv_pressure(result, miss) + _hol(result, miss, sched)
+               + _inversions(result, miss, sched))
     issues = [i for i in issues if i.requests > 0]
     # most misses first; ties go to the cause upstream (a busy instance's long queue is the
     # imbalance's symptom), then to more requests

@@ -81,6 +81,19 @@ def test_tiny_kv_names_kv_pressure():
     assert focus(text).startswith("- preemption / KV:")
 
 
+def test_full_trace_names_head_of_line_blocking_from_the_scheduling_records():
+    """One instance, prompts of 16..2000 tokens, 150 KV blocks, fcfs: long heads wait for
+    blocks while short requests behind them would fit.  Only the scheduling records show it."""
+    kw = dict(num_requests=120, rate=20, total_kv_blocks=150, max_num_seqs=32, prompt_tokens=400,
+              prompt_tokens_stdev=600, prompt_tokens_min=16, prompt_tokens_max=2000, output_tokens=100)
+    full = blis_fast.simulate(**kw, trace_level="full")
+    text = full.summary_text()
+    assert first_issue(text) == "head-of-line blocking"
+    assert "(scheduling records)" in text and focus(text).startswith("- scheduler:")
+    assert blis_fast.simulate(**kw, trace_level="full").summary_text() == text
+    assert "head-of-line" not in blis_fast.simulate(**kw, trace_level="decisions").summary_text()
+
+
 def test_summary_is_deterministic_compact_markdown():
     kw = dict(num_requests=150, rate=30, num_instances=3, workload="chatbot", prefix_tokens=128, total_kv_blocks=200,
               max_num_seqs=8, counterfactual_k=2, objectives="ttft_p99_ms:min:500,slo_attainment:max")

@@ -204,6 +204,10 @@ def test_cli_full_trace_file_has_the_scheduling_records(tmp_path, capsys):
 
     records = pq.read_table(out).column("record").to_pylist()
     assert records.count("scheduled") == 40 and records.count("admission") == 40
+    code, stdout, err = run_cli(capsys, "run", "--num-requests", "40", "--rate", "20", "--trace-level", "full",
+                                "--summarize-trace", "--json")
+    assert code == 0, err
+    assert '"summary_text": "# Run summary' in stdout
 
 
 def test_yaml_full_without_an_output_is_refused(tmp_path, capsys):

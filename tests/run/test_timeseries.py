@@ -104,7 +104,7 @@ def test_cli_analysis_outputs_are_byte_identical(tmp_path, capsys):
     (("--trace-level", "decisions"), ("--trace-level", "changes nothing")),
     (("--trace-level", "none", "--summarize-trace"), ("--summarize-trace", "decision trace")),
     (("--trace-level", "fully"), ("--trace-level", "none", "decisions", "full")),
-    (("--trace-level", "full"), ("--trace-level", "full changes nothing", "--trace-out")),
+    (("--trace-level", "full"), ("--trace-level", "full changes nothing", "--trace-out", "--summarize-trace")),
     (("--sample-interval-ms", "0", "--timeseries-out", "x.parquet"), ("--sample-interval-ms",)),
     (("--counterfactual-k", "-1"), ("--counterfactual-k",)),
 ])
