@@ -12,6 +12,7 @@ conftest.py):
   ``run_cli``/``run_main`` (in process), ``invoke`` + ``BOTH_WAYS`` (either),
   ``expect_cli_error``, ``assert_one_error_line``, ``FakeTerminal`` (a stream that is a "terminal");
 - numbers: ``trunc``, ``pct``, ``walk_numbers``, ``assert_no_nan``;
+- randomized breadth: ``seeds`` (the first few fast, the rest ``slow``);
 - references (slow, obviously correct recomputations; they belong in ``tests/naive/``):
   ``brute_force_inversions``, ``quadratic_inversion_pairs``, ``brute_force_hol``,
   ``naive_repeated``, ``assert_kv_recount``.
@@ -331,3 +332,12 @@ def walk_numbers(obj, path="$"):
 def assert_no_nan(obj):
     bad = [(p, v) for p, v in walk_numbers(obj) if not math.isfinite(float(v))]
     assert not bad, bad[:5]
+
+
+# ============================================================================ randomized breadth
+
+
+def seeds(n: int, fast: int = 2) -> list:
+    """``range(n)`` as test parameters with all but the first ``fast`` marked slow: the fast
+    suite keeps a representative of each randomized comparison, the full suite (CI) its breadth."""
+    return [seed if seed < fast else pytest.param(seed, marks=pytest.mark.slow) for seed in range(n)]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import entry as E
+from builders import seeds
 from blis_fast.run.tables import next_pow2
 from blis_fast_kernels.kv.cache import kv_conserved
 from naive.kv import NaiveKVCache
@@ -289,7 +290,7 @@ def _drive_random(mode, seed, check=True, key_mode="hash"):
 
 @pytest.mark.parametrize("key_mode", ["hash", "flags"])
 @pytest.mark.parametrize("mode", ["random", "collide", "few"])
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", seeds(12))
 def test_random_operations_match_naive(mode, seed, key_mode):
     _drive_random(mode, seed, key_mode=key_mode)
 
@@ -544,7 +545,7 @@ def test_prefix_forget_only_removes_matching_block():
     assert not k.st.kv_table.any()
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", seeds(30, fast=4))
 def test_prefix_table_random_ops_match_dict(seed):
     rng = np.random.default_rng(seed)
     size = int(rng.choice([2, 4, 8, 16]))

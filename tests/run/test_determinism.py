@@ -117,6 +117,7 @@ def test_no_wall_clock_dependence(baselines, monkeypatch, name, clock_seed):
     assert doc_bytes(again) == doc_bytes(baselines[name])
 
 
+@pytest.mark.slow  # a second of sleep; test_no_wall_clock_dependence (fast) jumps the clocks instead
 def test_real_time_passing_does_not_matter(baselines):
     time.sleep(1.1)  # crosses at least one whole-second boundary
     assert doc_bytes(blis_fast.simulate(**SCENARIOS["horizon"])) == doc_bytes(baselines["horizon"])

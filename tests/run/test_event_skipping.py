@@ -12,6 +12,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,11 +101,21 @@ def check_same(wl, cfg):
     return la
 
 
+def check_random_case(seed, bs, sessions, cfg):
+    check_same(random_workload(seed, bs, sessions), dict(cfg, block_size_in_tokens=bs))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31), bs=st.sampled_from([1, 4, 16]), sessions=st.booleans(), cfg=config)
+def test_event_skipping_equals_visiting_every_request_quick(seed, bs, sessions, cfg):
+    check_random_case(seed, bs, sessions, cfg)
+
+
+@pytest.mark.slow
 @settings(max_examples=320, **SETTINGS)
 @given(seed=st.integers(0, 2**31), bs=st.sampled_from([1, 4, 16]), sessions=st.booleans(), cfg=config)
 def test_event_skipping_equals_visiting_every_request(seed, bs, sessions, cfg):
-    wl = random_workload(seed, bs, sessions)
-    check_same(wl, dict(cfg, block_size_in_tokens=bs))
+    check_random_case(seed, bs, sessions, cfg)
 
 
 @settings(max_examples=25, **SETTINGS)

@@ -186,13 +186,24 @@ def test_kv_starved_instance_preempts_like_the_naive_engine():
     assert int(res.state.inst["preemptions"][0]) == want["instance"]["preemptions"]
 
 
-@settings(max_examples=100, **SETTINGS)
-@given(scenarios())
-def test_deterministic(sc):
+def check_deterministic(sc):
     a, _ = simulate(*sc)
     b, _ = simulate(*sc)
     assert a.results_document() == b.results_document()
     assert np.array_equal(a.state.reqs, b.state.reqs)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(scenarios())
+def test_deterministic_quick(sc):
+    check_deterministic(sc)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, **SETTINGS)
+@given(scenarios())
+def test_deterministic(sc):
+    check_deterministic(sc)
 
 
 def check_each_instance_matches_naive_engine(sc):

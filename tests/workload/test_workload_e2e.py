@@ -91,8 +91,25 @@ def test_seed_flag_overrides_the_spec_seed(tmp_path):
     assert a.run_info()["workload"]["seed"] == 1 and c.run_info()["workload"]["seed"] == 2
 
 
-def test_generate_stats_and_replay(tmp_path, capsys):
-    spec = EXAMPLES[[p.stem for p in EXAMPLES].index("rag")]
+# configs/workloads/rag.yaml in small: two clients sharing a few documents (the example's 30
+# long documents make its trace header 600 KB of YAML, seconds to write and read: slow)
+SMALL_RAG = {
+    "seed": 7, "rate": 12, "duration_s": 20,
+    "prefix_groups": {"documents": {"count": 5, "length": {"type": "gaussian", "mean": 400, "std": 100, "min": 100,
+                                                           "max": 800}, "popularity": {"type": "zipf", "s": 1.0}}},
+    "clients": [
+        {"name": "search", "rate_fraction": 0.7, "prompt_tokens": {"type": "lognormal", "p50": 40, "p90": 150},
+         "output_tokens": 50, "prefix": {"group": "documents", "reuse_probability": 0.9}},
+        {"name": "support-bot", "rate_fraction": 0.3, "prompt_tokens": 60, "output_tokens": {"type": "exponential",
+                                                                                          "mean": 40, "max": 200},
+         "prefix": {"group": "documents", "reuse_probability": 0.6}},
+    ],
+}
+
+
+@pytest.mark.parametrize("which", ["small", pytest.param("rag", marks=pytest.mark.slow)])
+def test_generate_stats_and_replay(tmp_path, capsys, which):
+    spec = write(tmp_path, "small.yaml", SMALL_RAG) if which == "small" else EXAMPLES[[p.stem for p in EXAMPLES].index("rag")]
     outs = []
     for name in ("a.parquet", "b.parquet", "c.csv"):
         code, out, err = run_cli(capsys, "workload", "generate", "--spec", spec, "--out", tmp_path / name)
