@@ -207,7 +207,7 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     log[k]["queue_len"] = st.inst[i]["wq_len"]
     log[k]["priority"] = p
     if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.SORT:
-        log[k]["sched_key"] = scheduler_key(reqs, r, st.policy_param[PolicySlot.SCHEDULER])
+        log[k]["sched_key"] = scheduler_key(reqs, r, p, st.policy_param[PolicySlot.SCHEDULER])
     log[k]["wait_us"] = t - reqs[r]["queued_us"]
     log[k]["budget_left"] = budget
     log[k]["free_blocks"] = free_blocks

@@ -8,10 +8,10 @@ from ..structs.sort import merge_sort
 
 
 @helper
-def scheduler_key(reqs, r, weights):
-    """The sort scheduler's key of request r: Σ weights·(priority, arrival, prompt length,
-    output length); lower is scheduled earlier."""
-    return (weights[SchedWeight.PRIORITY] * reqs[r]["priority"]
+def scheduler_key(reqs, r, priority, weights):
+    """The sort scheduler's key of request r whose priority is ``priority``: Σ weights·
+    (priority, arrival, prompt length, output length); lower is scheduled earlier."""
+    return (weights[SchedWeight.PRIORITY] * priority
             + weights[SchedWeight.ARRIVAL] * reqs[r]["arrival_us"]
             + weights[SchedWeight.PROMPT_LEN] * reqs[r]["prompt_len"]
             + weights[SchedWeight.OUTPUT_LEN] * reqs[r]["output_len"])
@@ -29,7 +29,7 @@ def reorder_wait_queue(st, i, weights):
     r = inst[i]["wq_head"]
     for k in range(n):
         st.sort_ids[k] = r
-        st.sort_k1[k] = scheduler_key(reqs, r, weights)
+        st.sort_k1[k] = scheduler_key(reqs, r, reqs[r]["priority"], weights)
         st.sort_k2[k] = reqs[r]["arrival_us"]
         r = reqs[r]["queue_next"]
     _, in_tmp = merge_sort(st.sort_ids, st.sort_k1, st.sort_k2, st.tmp_ids, st.tmp_k1, st.tmp_k2, n, 0.0)

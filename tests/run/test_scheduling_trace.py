@@ -217,3 +217,19 @@ def test_yaml_full_without_an_output_is_refused(tmp_path, capsys):
     expect_cli_error(capsys, "run", "--config", cfg, needles=("simulation.trace_level", "full changes nothing"))
     cfg = write(tmp_path, "bad.yaml", {"simulation": {"trace_level": "all"}})
     expect_cli_error(capsys, "run", "--config", cfg, needles=("simulation.trace_level", "none", "decisions", "full"))
+
+
+def test_the_scheduling_log_is_charged_to_the_memory_budget():
+    from blis_fast.config import memory
+    from blis_fast.errors import ConfigError
+    from blis_fast.run.tables import scheduling_log
+    from blis_fast_kernels.schema import SCHED_DT
+
+    n = 1_000_000
+    with memory.memory_budget(n * SCHED_DT.itemsize // 2) as budget:
+        assert len(scheduling_log(n, 4, TraceLevel.DECISIONS)[0]) == 1 and budget.used == 0
+        with pytest.raises(ConfigError, match="simulation.max_memory.*scheduling trace"):
+            scheduling_log(n, 4, TraceLevel.FULL)
+    with memory.memory_budget(2**31) as budget:
+        log, open_rows = scheduling_log(n, 4, TraceLevel.FULL)
+        assert budget.used == log.nbytes and (open_rows == -1).all() and len(open_rows) == 4
