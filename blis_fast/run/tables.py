@@ -92,15 +92,26 @@ def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) ->
     return inst
 
 
-def calendar_size(block_size: int) -> int:
-    """Buckets of each instance's calendar: a decode request's next event is at most
-    block_size steps ahead, so next_pow2(block_size + 1) buckets never need an idle
-    wake-up (capped: a larger block size only adds a wake-up every 255 steps)."""
+def calendar_size(block_size: int, counted_kv: bool = True) -> int:
+    """Buckets of each instance's calendar.  With named KV blocks a decode request's next
+    event is at most block_size steps ahead, so next_pow2(block_size + 1) buckets never
+    need an idle wake-up (capped: a larger block size only adds a wake-up every 255
+    steps).  With counted blocks (kernels/kv/cache.py) its next event is its last token:
+    1024 buckets wake a long request every 1023 steps."""
+    if counted_kv:
+        return 1024
     return next_pow2(min(block_size, 255) + 1)
 
 
+def counted_kv(event_skipping: bool, caching: bool, n_shared: int) -> bool:
+    """True if the run's KV blocks start out counted rather than named: no block can be
+    found by a key until some request is preempted (prefix caching off, or no key that
+    two requests share), and event skipping is on (kernels/kv/cache.py)."""
+    return bool(event_skipping) and (not caching or n_shared == 0)
+
+
 def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int,
-                    event_skipping: bool = True, trace_level: int = 0) -> np.ndarray:
+                    event_skipping: bool = True, trace_level: int = 0, counted: bool = False) -> np.ndarray:
     """The SETTINGS_DT record of a run."""
     s = config.simulation
     rec = np.zeros(1, S.SETTINGS_DT)
@@ -120,7 +131,7 @@ def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows
     rec["trace_level"] = trace_level
     rec["forced_request"] = -1
     rec["forced_instance"] = -1
-    rec["calendar_size"] = calendar_size(block_size)
+    rec["calendar_size"] = calendar_size(block_size, counted)
     return rec
 
 
@@ -182,7 +193,7 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
     sort = scheduler_kind == S.SchedulerKind.SORT
     per_request = (S.REQUEST_DT.itemsize + 8 + 8 + S.EVENT_DT.itemsize + 2 * S.STEP_DT.itemsize
                    + (48 if sort else 0) + 16)
-    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * calendar_size(eng.block_size)
+    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * (calendar_size(eng.block_size) + eng.block_size)
                     + 8 * S.N_SNAP + 4 * S.EVENT_DT.itemsize + 8 * 2 + 8)
     parts = {
         "request table": n * per_request,
@@ -307,9 +318,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
     sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
+    counted = counted_kv(event_skipping, caching, n_shared)
+    inst["kv_named"] = 0 if counted else 1
     return S.State(
         settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
-                                 trace_level),
+                                 trace_level, counted),
         loop=loop_record(),
         reqs=reqs,
         arrival_order=arrival_order(workload),
@@ -324,7 +337,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         explicit=np.zeros(seqs, np.int64),
         due=np.zeros(seqs, np.int64),
         done=np.zeros(seqs, np.int64),
-        calendar=np.full((n_inst, calendar_size(bs)), -1, np.int64),
+        calendar=np.full((n_inst, calendar_size(bs, counted)), -1, np.int64),
+        ride_phase=np.zeros((n_inst, bs), np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
         blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),
         kv_table=np.zeros((n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows

@@ -22,11 +22,20 @@ it exactly one token (the engine falls back to visiting everybody otherwise, see
 engine/step.py).  ``ride_count`` and ``ride_ctx`` (Σ of the riders' KV tokens) give the
 step's decode count and, for the roofline model, its total decode context without a
 visit.
+
+With counted KV blocks (kv/cache.py: no block can be found by key yet) a rider's new
+blocks need no visit either: a rider with c KV tokens at the start of step s takes a new
+block exactly in the steps s' with (c + s' - s) divisible by the block size, so
+``ride_phase[i, p]`` counts the riders whose new blocks fall in the steps congruent to p,
+the step takes ``ride_phase[i, s % block_size]`` blocks at once, and ``materialize``
+derives a rider's block count from its tokens.  Its only remaining event is its last
+token.
 """
 
 import numpy as np
 
 from ..jit import helper
+from ..kv.cache import key_deferred
 from ..latency.steptime import output_token_delay_us
 
 
@@ -51,21 +60,32 @@ def materialize(st, i, r, s):
     reqs[r]["last_token_step"] = inst[i]["prev_step"]
     reqs[r]["last_step_us"] = inst[i]["last_dt_us"]
     reqs[r]["sync_step"] = s
+    if inst[i]["kv_named"] == 0:  # its blocks were counted in aggregate: derive them
+        bs = st.settings[0]["block_size"]
+        reqs[r]["blocks_held"] = (reqs[r]["computed"] + bs - 1) // bs
 
 
 @helper
-def steps_to_next_event(st, r, c, g, held):
-    """Steps from now until decode request r (KV tokens c, g tokens emitted, ``held``
-    blocks, as of the start of a step) needs a visit: 0 = this step."""
+def ride_phase_of(st, r):
+    """The step phase (mod block size) of riding request r's new blocks."""
+    bs = st.settings[0]["block_size"]
+    return (st.reqs[r]["sync_step"] - st.reqs[r]["computed"]) % bs
+
+
+@helper
+def steps_to_next_event(st, i, r, c, g, held):
+    """Steps from now until decode request r of instance i (KV tokens c, g tokens
+    emitted, ``held`` blocks, as of the start of a step) needs a visit: 0 = this step."""
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
     d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
+    named = st.inst[i]["kv_named"] != 0
     d_alloc = held * bs - c  # the step whose token needs a new block
-    if d_alloc < d:
+    if named and d_alloc < d:
         d = d_alloc
-    if st.settings[0]["prefix_caching"] != 0:
+    if named and st.settings[0]["prefix_caching"] != 0:
         j = c // bs  # the block its next tokens fill
-        if j < reqs[r]["key_count"]:
+        if j < reqs[r]["key_count"] and not key_deferred(st, r, reqs[r]["key_start"] + j):
             d_fill = bs - 1 - (c - j * bs)  # the step whose token completes block j
             if d_fill < d:
                 d = d_fill
@@ -84,6 +104,8 @@ def calendar_insert(st, i, r, due):
     st.calendar[i, b] = r
     st.inst[i]["ride_count"] += 1
     st.inst[i]["ride_ctx"] += st.reqs[r]["computed"]
+    if st.inst[i]["kv_named"] == 0:
+        st.ride_phase[i, ride_phase_of(st, r)] += 1
 
 
 @helper
@@ -101,6 +123,8 @@ def calendar_take_due(st, i, s):
         nxt = reqs[r]["cal_next"]
         # ride_ctx holds its KV tokens as of the start of this step (advanced every step)
         inst[i]["ride_count"] -= 1
+        if inst[i]["kv_named"] == 0:
+            st.ride_phase[i, ride_phase_of(st, r)] -= 1
         materialize(st, i, r, s)
         inst[i]["ride_ctx"] -= reqs[r]["computed"]
         # insertion sort by admission order (a bucket holds a few requests)
@@ -124,6 +148,8 @@ def calendar_clear(st, i, s):
         materialize(st, i, st.batch[i, k], s)
     for b in range(st.settings[0]["calendar_size"]):
         st.calendar[i, b] = -1
+    for p in range(st.settings[0]["block_size"]):
+        st.ride_phase[i, p] = 0
     inst[i]["ride_count"] = 0
     inst[i]["ride_ctx"] = 0
 

@@ -19,7 +19,8 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks, kv_grow, kv_release
+from ..kv.cache import (key_deferred, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks, kv_grow, kv_release,
+                        register_deferred_keys)
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -46,6 +47,7 @@ def preempt_slot(st, i, j):
     inst = st.inst
     reqs = st.reqs
     v = st.batch[i, j]
+    register_deferred_keys(st, i, v)  # before its first preemption counts (and while it is in the batch)
     n = inst[i]["batch_len"]
     for k in range(j, n - 1):
         st.batch[i, k] = st.batch[i, k + 1]
@@ -95,7 +97,8 @@ def decode_fills_block(st, r, c):
     if st.settings[0]["prefix_caching"] == 0:
         return False
     bs = st.settings[0]["block_size"]
-    return (c + 1) % bs == 0 and (c + 1) // bs <= st.reqs[r]["key_count"]
+    j = (c + 1) // bs  # blocks complete after this token
+    return (c + 1) % bs == 0 and j <= st.reqs[r]["key_count"] and not key_deferred(st, r, st.reqs[r]["key_start"] + j - 1)
 
 
 @helper
@@ -276,8 +279,15 @@ def form_batch_riding(st, i, now, s, n_due):
             n = 1
         demand += n
         need += (c + n + bs - 1) // bs - reqs[r]["blocks_held"]
-    if demand > budget or need > kv_free_blocks(inst, i):
+    riders_new = np.int64(0)  # counted KV: the riders' new blocks (engine/calendar.py)
+    if inst[i]["kv_named"] == 0:
+        riders_new = st.ride_phase[i, s % bs]
+    if demand > budget or need + riders_new > kv_free_blocks(inst, i):
         return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    if riders_new > 0:
+        inst[i]["kv_allocated"] += riders_new
+        if inst[i]["kv_allocated"] > inst[i]["kv_peak_allocated"]:
+            inst[i]["kv_peak_allocated"] = inst[i]["kv_allocated"]
 
     n_prefill = np.int64(0)
     n_decode = np.int64(0)
@@ -309,7 +319,7 @@ def form_batch_riding(st, i, now, s, n_due):
             n_decode += 1
             decode_ctx += c
         else:  # rides on: back into the calendar at its next event
-            due = s + 1 + steps_to_next_event(st, r, c + 1, g + 1, reqs[r]["blocks_held"])
+            due = s + 1 + steps_to_next_event(st, i, r, c + 1, g + 1, reqs[r]["blocks_held"])
             calendar_insert(st, i, r, due)
     budget -= demand
     budget, admitted, m = admit_waiting(st, i, now, budget, cap, m)
@@ -426,7 +436,7 @@ def reschedule_explicit(st, i, s, m, step_idx):
         c = reqs[r]["computed"]
         due = s + 1
         if c >= reqs[r]["prefill_target"] and reqs[r]["last_token_step"] == step_idx:
-            due += steps_to_next_event(st, r, c, reqs[r]["generated"], reqs[r]["blocks_held"])
+            due += steps_to_next_event(st, i, r, c, reqs[r]["generated"], reqs[r]["blocks_held"])
         calendar_insert(st, i, r, due)
 
 

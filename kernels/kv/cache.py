@@ -17,9 +17,30 @@ Per instance i (a row of the instance table):
   (key value, block + 1)) in rows [ht_offset, ht_offset + ht_mask] of ``kv_table``.
   Both give the same answers a single hash table would.  A block records the key
   number it caches (``key_index``, -1 = none).
+- deferred registration: with event skipping on, an unshared key of a request that was
+  never preempted is registered only when that request is preempted
+  (``register_deferred_keys``), not when its block fills.  Nobody else can look it up,
+  and the request itself looks keys up only when it is admitted again, after a
+  preemption; before its first preemption none of its unshared keys can be registered
+  already, so registering later gives the same blocks the same keys.  A completing request
+  never registers them at all (nobody will ever ask).  This spares the engine a visit to
+  every decode request at every block it fills (engine/calendar.py), and the eviction of
+  such a block its key bookkeeping.
 
 Request r's blocks are the first ``blocks_held`` entries of its slice
 ``req_blocks[block_start : block_start + block_cap]``.  Allocation is all-or-nothing.
+
+Named and counted blocks.  Which block a request gets matters only once some block can
+be found by its key: before that, every free block is as good as any other, and the
+cache is just a count (``kv_allocated`` of ``kv_total``).  An instance starts *counted*
+(``kv_named == 0``) when nothing can ever be found by key before a preemption -- prefix
+caching off, or no key shared by two requests (with deferred registration, above) -- and
+event skipping is on: requests then hold a number of blocks and nothing else (no block
+table, free list or key slots are touched, and riding decode requests need no visit when
+they take a new block: engine/calendar.py counts them).  The first preemption that must
+register keys names the blocks (``name_blocks``): every held block gets an identity, the
+rest become never-used blocks -- which is exactly the state a named cache would be in,
+because no block carried a key.  An instance never goes back to counting.
 """
 
 import numpy as np
@@ -73,6 +94,14 @@ def key_lookup(st, i, q):
 
 
 @helper
+def key_deferred(st, r, q):
+    """True if the registration of request r's key number q waits for r's preemption
+    (module docstring: deferred registration)."""
+    return (st.settings[0]["event_skipping"] != 0 and st.key_shared[q] == 0
+            and st.reqs[r]["preemptions"] == 0)
+
+
+@helper
 def key_register(st, i, q, b):
     """Make block b the cache entry of key number q unless another block already holds
     that content; True if it did."""
@@ -98,8 +127,34 @@ def key_forget(st, i, q, b):
 
 @helper
 def kv_free_blocks(inst, i):
-    """Free blocks of instance i: never used + released."""
-    return inst[i]["kv_offset"] + inst[i]["kv_total"] - inst[i]["kv_virgin_next"] + inst[i]["free_len"]
+    """Free blocks of instance i (named: never used + released)."""
+    return inst[i]["kv_total"] - inst[i]["kv_allocated"]
+
+
+@helper
+def name_blocks(st, i):
+    """Give instance i's counted blocks identities (module docstring): the running
+    requests' blocks, in batch order, become blocks kv_offset, kv_offset + 1, ...; the
+    others never-used blocks.  Every running request must be up to date (riders synced)."""
+    inst = st.inst
+    reqs = st.reqs
+    blocks = st.blocks
+    b = inst[i]["kv_offset"]
+    for k in range(inst[i]["batch_len"]):
+        r = st.batch[i, k]
+        start = reqs[r]["block_start"]
+        for j in range(reqs[r]["blocks_held"]):
+            st.req_blocks[start + j] = b
+            blocks[b]["ref_count"] = 1
+            blocks[b]["key_index"] = -1
+            blocks[b]["lru_prev"] = -1
+            blocks[b]["lru_next"] = -1
+            b += 1
+    inst[i]["kv_virgin_next"] = b
+    inst[i]["free_head"] = -1
+    inst[i]["free_tail"] = -1
+    inst[i]["free_len"] = 0
+    inst[i]["kv_named"] = 1
 
 
 @helper
@@ -157,23 +212,29 @@ def kv_grow(st, i, r, n):
     c = reqs[r]["computed"]
     held = reqs[r]["blocks_held"]
     need = (c + n + bs - 1) // bs - held
+    named = st.inst[i]["kv_named"] != 0
     if need > 0:
         if need > kv_free_blocks(st.inst, i):
             return False
-        start = reqs[r]["block_start"]
-        for k in range(need):
-            st.req_blocks[start + held + k] = _take_block(st, i)
+        if named:
+            start = reqs[r]["block_start"]
+            for k in range(need):
+                st.req_blocks[start + held + k] = _take_block(st, i)
+        else:
+            st.inst[i]["kv_allocated"] += need
         reqs[r]["blocks_held"] = held + need
         _note_peak(st.inst, i)
-    if st.settings[0]["prefix_caching"] != 0:
+    if named and st.settings[0]["prefix_caching"] != 0:  # (counted: no key is registered yet)
         # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
         last = min((c + n) // bs, reqs[r]["key_count"])
         # these blocks are either taken just now or the partly filled last one: never keyed
         # yet (cache hits attached at admission lie before c // bs)
         block_key = st.blocks["key_index"]
         for j in range(c // bs, last):
-            b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
             q = reqs[r]["key_start"] + j
+            if key_deferred(st, r, q):
+                continue
+            b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
             if key_register(st, i, q, b):
                 block_key[b] = q
             # else another block already caches this content: leave this one unkeyed
@@ -197,7 +258,7 @@ def kv_admit(st, i, r, budget, cap):
     block_ref = st.blocks["ref_count"]
     hits = 0
     hits_free = 0
-    if st.settings[0]["prefix_caching"] != 0:
+    if st.settings[0]["prefix_caching"] != 0 and inst[i]["kv_named"] != 0:  # counted: nothing to find
         max_hits = min(reqs[r]["key_count"], (target - 1) // bs)
         if st.settings[0]["compat"] != 0 and reqs[r]["generated"] == 0:
             # the reference reuses every cached full block of the prompt: a block-aligned,
@@ -243,6 +304,8 @@ def kv_forget_chunk(st, i, r, c, n):
     could count never-computed KV as cached."""
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
+    if st.inst[i]["kv_named"] == 0:
+        return  # counted: no key is registered
     last = min((c + n) // bs, reqs[r]["key_count"])
     block_key = st.blocks["key_index"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
@@ -254,10 +317,35 @@ def kv_forget_chunk(st, i, r, c, n):
 
 
 @helper
+def register_deferred_keys(st, i, r):
+    """Register the deferred keys of the blocks request r has filled (before r, never
+    preempted so far, is preempted and releases them).  Names the instance's blocks first
+    if they are counted."""
+    if st.settings[0]["prefix_caching"] == 0:
+        return
+    if st.inst[i]["kv_named"] == 0:
+        name_blocks(st, i)
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    block_key = st.blocks["key_index"]
+    last = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
+    for j in range(last):
+        q = reqs[r]["key_start"] + j
+        if key_deferred(st, r, q):
+            b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
+            if key_register(st, i, q, b):
+                block_key[b] = q
+
+
+@helper
 def kv_release(st, i, r):
     """Release all of request r's blocks, last to first (its tail is evicted first)."""
     reqs = st.reqs
     inst = st.inst
+    if inst[i]["kv_named"] == 0:
+        inst[i]["kv_allocated"] -= reqs[r]["blocks_held"]
+        reqs[r]["blocks_held"] = 0
+        return
     start = reqs[r]["block_start"]
     block_ref = st.blocks["ref_count"]
     prev = st.blocks["lru_prev"]
@@ -275,13 +363,24 @@ def kv_release(st, i, r):
 
 @kernel
 def kv_conserved(st, i):
-    """Block conservation by recount: blocks with ref > 0 == kv_allocated, and allocated +
-    free == total."""
+    """Block conservation by recount: named, blocks with ref > 0 == kv_allocated, and
+    allocated + free == total; counted, the blocks the running requests' KV tokens fill
+    (as of the instance's next step; a riding request's count is derived, engine/
+    calendar.py) == kv_allocated."""
     inst = st.inst
+    if inst[i]["kv_named"] == 0:
+        bs = st.settings[0]["block_size"]
+        held = 0
+        for k in range(inst[i]["batch_len"]):
+            r = st.batch[i, k]
+            c = st.reqs[r]["computed"] + max(0, inst[i]["steps"] - st.reqs[r]["sync_step"])
+            held += (c + bs - 1) // bs
+        return held == inst[i]["kv_allocated"] and held <= inst[i]["kv_total"]
     lo = inst[i]["kv_offset"]
     used = 0
     ref = st.blocks["ref_count"]
     for b in range(lo, lo + inst[i]["kv_total"]):
         if ref[b] > 0:
             used += 1
-    return used == inst[i]["kv_allocated"] and used + kv_free_blocks(inst, i) == inst[i]["kv_total"]
+    free = inst[i]["kv_offset"] + inst[i]["kv_total"] - inst[i]["kv_virgin_next"] + inst[i]["free_len"]
+    return used == inst[i]["kv_allocated"] and used + free == inst[i]["kv_total"]

@@ -89,7 +89,8 @@ INSTANCE_DT = np.dtype(
         ("free_head", np.int64),  # free list of used-then-released blocks, LRU first (dlist)
         ("free_tail", np.int64),
         ("free_len", np.int64),
-        ("kv_allocated", np.int64),  # blocks with ref_count > 0
+        ("kv_allocated", np.int64),  # blocks held by requests (ref_count > 0 when named)
+        ("kv_named", np.int32),  # 1 = blocks have identities (block table, free list); 0 = only counted (kv/cache.py)
         ("kv_peak_allocated", np.int64),
         ("ht_offset", np.int64),  # this instance's rows of the prefix hash table
         ("ht_mask", np.int64),  # number of those rows - 1 (a power of two)

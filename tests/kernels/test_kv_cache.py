@@ -53,6 +53,11 @@ class KernelKV:
             st.inst["ht_offset"] = np.arange(n_inst) * ht_size
             st.inst["ht_mask"] = ht_size - 1
         assert int(st.settings[0]["prefix_caching"]) == int(prefix_caching)
+        # the naive cache registers every key when its block fills; with event skipping the
+        # engine defers unshared keys until a preemption (kv/cache.py), which the event-
+        # skipping tests (tests/run/test_event_skipping.py) check end to end
+        st.settings["event_skipping"] = 0
+        st.inst["kv_named"] = 1  # blocks with identities from the start (kv/cache.py)
         assert st.reqs["block_cap"].tolist() == [-(-int(m) // bs) for m in max_tokens]
         # a request that can never fit is dropped at its instance and gets no block slice:
         # it must not be admitted here either
