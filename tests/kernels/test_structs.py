@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import entry as E
+from builders import seeds
 from blis_fast_kernels.schema import INSTANCE_DT, KV_BLOCK_DT, REQUEST_DT
 from blis_fast_kernels.structs.keycount import REPEATED, SHARED, flag_keys
 from blis_fast_kernels.structs.sort import count_dominated_pairs
@@ -120,7 +121,7 @@ def _colliding_universe(rng, mask, n_homes, per_home):
 
 
 @pytest.mark.parametrize("width", [2, 3])
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", seeds(10, fast=3))
 def test_hashtable_random_ops_match_dict(seed, width):
     rng = np.random.default_rng(seed)
     mask = int(rng.choice([1, 3, 7, 15]))
