@@ -28,47 +28,43 @@ STATUS_MESSAGES = {
 }
 
 
-def _grown(log: np.ndarray, used: int, need: int) -> np.ndarray:
-    rows = max(2 * log.shape[0], need, 1024)
+def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> np.ndarray:
+    """``log`` if it has room for ``extra`` rows after its ``used`` ones, else a copy grown
+    to at least twice its size, charged to the memory budget in force as ``what`` (a
+    format string of ``used`` and ``rows``)."""
+    from blis_fast.config import memory
+
+    if used + extra <= log.shape[0]:
+        return log
+    rows = max(2 * log.shape[0], used + extra, 1024)
+    memory.charge(rows * log.dtype.itemsize, what.format(used=used, rows=rows), hint)
     out = np.zeros(rows, log.dtype)
     out[:used] = log[:used]
     return out
 
 
 def grow_logs(state: State) -> State:
-    """A State whose step and irregular-ITL logs have room for at least one more step of
-    any instance (the used rows are kept).  The growth is charged to the memory budget in
-    force (ConfigError naming simulation.max_memory when it does not fit)."""
-    from blis_fast.config import memory
-
+    """A State whose logs have room for at least one more step of any instance (the used
+    rows are kept): the step and irregular-ITL logs, and when tracing the preemption and
+    scheduling logs.  The growth is charged to the memory budget in force (ConfigError
+    naming simulation.max_memory when it does not fit)."""
     lp = state.loop[0]
-    steps, irr = int(lp["steps"]), int(lp["irregular_records"])
     seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
-    step_log, irr_log = state.step_log, state.irr_log
-    if steps + 1 > step_log.shape[0]:
-        rows = max(2 * step_log.shape[0], steps + 1, 1024)
-        memory.charge(rows * step_log.dtype.itemsize, f"the step log ({steps} steps so far, growing to {rows})",
-                      "set a simulation.horizon or make the workload smaller")
-        step_log = _grown(step_log, steps, steps + 1)
-    if irr + seqs > irr_log.shape[0]:
-        rows = max(2 * irr_log.shape[0], irr + seqs, 1024)
-        memory.charge(rows * irr_log.dtype.itemsize, f"the inter-token log ({irr} records so far, growing to {rows})",
-                      "set a simulation.horizon or make the workload smaller")
-        irr_log = _grown(irr_log, irr, irr + seqs)
-    preempt_log = state.preempt_log
-    if state.settings[0]["trace_level"] > 0 and int(lp["preempt_records"]) + seqs > preempt_log.shape[0]:
-        used = int(lp["preempt_records"])
-        rows = max(2 * preempt_log.shape[0], used + seqs, 1024)
-        memory.charge(rows * preempt_log.dtype.itemsize, f"the preemption log ({used} records, growing to {rows})",
-                      "set a simulation.horizon or trace fewer decisions")
-        preempt_log = _grown(preempt_log, used, used + seqs)
-    sched_log = state.sched_log
-    if state.settings[0]["trace_level"] >= TraceLevel.FULL and int(lp["sched_records"]) + seqs + 1 > sched_log.shape[0]:
-        used = int(lp["sched_records"])
-        rows = max(2 * sched_log.shape[0], used + seqs + 1, 1024)
-        memory.charge(rows * sched_log.dtype.itemsize, f"the scheduling trace ({used} records, growing to {rows})",
-                      "set a simulation.horizon or trace less (simulation.trace_level decisions)")
-        sched_log = _grown(sched_log, used, used + seqs + 1)
+    level = int(state.settings[0]["trace_level"])
+    smaller = "set a simulation.horizon or make the workload smaller"
+    step_log = _with_room(state.step_log, int(lp["steps"]), 1, "the step log ({used} steps so far, growing to {rows})",
+                          smaller)
+    irr_log = _with_room(state.irr_log, int(lp["irregular_records"]), seqs,
+                         "the inter-token log ({used} records so far, growing to {rows})", smaller)
+    preempt_log, sched_log = state.preempt_log, state.sched_log
+    if level >= TraceLevel.DECISIONS:
+        preempt_log = _with_room(preempt_log, int(lp["preempt_records"]), seqs,
+                                 "the preemption log ({used} records, growing to {rows})",
+                                 "set a simulation.horizon or trace fewer decisions")
+    if level >= TraceLevel.FULL:  # admissions or victims of one step, and one blocked head
+        sched_log = _with_room(sched_log, int(lp["sched_records"]), seqs + 1,
+                               "the scheduling trace ({used} records, growing to {rows})",
+                               "set a simulation.horizon or trace less (simulation.trace_level decisions)")
     return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log, sched_log=sched_log)
 
 

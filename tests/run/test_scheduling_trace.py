@@ -125,6 +125,7 @@ def test_full_trace_changes_no_result_and_is_consistent():
         n = int(st.loop[0][count])
         assert getattr(st_d, name)[:n].tobytes() == getattr(st, name)[:n].tobytes()
     log = st.sched_log[: int(st.loop[0]["sched_records"])]
+    assert len(log) > 1024  # more than the log's first allocation: it grew during the run (Status.LOG_FULL)
     reqs = st.reqs
     sch = log[log["kind"] == SchedRecord.SCHEDULED]
     vic = log[log["kind"] == SchedRecord.VICTIM]
