@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import entry as E
-from builders import lengths_workload
+from builders import lengths_workload, seeds
 from blis_fast_kernels.schema import (
     INSTANCE_DT,
     N_SNAP,
@@ -145,7 +145,7 @@ def _view(snap, i):
 
 
 @pytest.mark.parametrize("policy", ROUTING)
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", seeds(4))
 def test_choose_instance_matches_naive(policy, seed):
     rng = np.random.default_rng(100 * seed + ROUTING.index(policy))
     kind = ROUTING_KIND[policy]

@@ -64,7 +64,7 @@ class KernelLists:
 
 
 @pytest.mark.parametrize("through", ["requests", "blocks"])
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", seeds(8, fast=3))
 def test_dlist_random_operations_match_python_lists(seed, through):
     rng = np.random.default_rng(seed)
     n_elems, n_owners = int(rng.integers(1, 30)), int(rng.integers(1, 4))

@@ -142,12 +142,23 @@ def unique_workload(seed: int, bs: int):
     return prompts_workload(arrivals, prompts, outputs, bs)
 
 
-@settings(max_examples=120, **SETTINGS)
-@given(seed=st.integers(0, 2**31), bs=st.sampled_from([1, 4, 16]), cfg=config)
-def test_event_skipping_equals_visiting_every_request_counted_kv(seed, bs, cfg):
+def check_unique_case(seed, bs, cfg):
     wl = unique_workload(seed, bs)
     assert not wl.shared_keys().any()
     check_same(wl, dict(cfg, block_size_in_tokens=bs))
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(seed=st.integers(0, 2**31), bs=st.sampled_from([1, 4, 16]), cfg=config)
+def test_event_skipping_equals_visiting_every_request_counted_kv_quick(seed, bs, cfg):
+    check_unique_case(seed, bs, cfg)
+
+
+@pytest.mark.slow
+@settings(max_examples=120, **SETTINGS)
+@given(seed=st.integers(0, 2**31), bs=st.sampled_from([1, 4, 16]), cfg=config)
+def test_event_skipping_equals_visiting_every_request_counted_kv(seed, bs, cfg):
+    check_unique_case(seed, bs, cfg)
 
 
 def test_counted_blocks_are_named_at_the_first_preemption():
