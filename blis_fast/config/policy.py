@@ -291,7 +291,7 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             elif k == "prefix_index_capacity":
                 out["prefix_index_capacity"] = v
             else:
-                raise ConfigError(f"observability.{k}", "unknown key; allowed: snapshot_refresh_interval, fields, prefix_index_capacity")
+                raise ConfigError(f"observability.{key_name(k)}", "unknown key; allowed: snapshot_refresh_interval, fields, prefix_index_capacity")
     if "fitness" in data:
         fit = data["fitness"]
         if isinstance(fit, dict) and set(fit) <= {"weights"} and "weights" in fit:

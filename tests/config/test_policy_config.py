@@ -353,3 +353,10 @@ def test_bad_slo_class_weight_names_its_origin(tmp_path, capsys, source):
     else:
         path = write(tmp_path, "bundle.yaml", "priority: {type: slo-based, params: {slo_class_weights: [0, .inf]}}\n")
         _expect_one_line_error(capsys, ["--policy-config", path], ["--policy-config"])
+
+
+def test_bundle_key_with_a_newline_is_named_on_one_line():
+    """The API's error (not only the CLI's, which joins lines) is one line: an odd key is quoted."""
+    with pytest.raises(ConfigError) as ei:
+        blis_fast.simulate(num_requests=3, policy={"observability": {"re\nfresh": 5}})
+    assert ei.value.field.startswith("observability.") and "\n" not in str(ei.value)
