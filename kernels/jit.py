@@ -11,6 +11,8 @@ step, per token or per KV block):
   * ``no_cpython_wrapper`` / ``no_cfunc_wrapper``: a helper is never called from Python,
     and the wrappers (which unbox every array of the State record) cost ~0.25 s of
     compile time per helper.  Tests reach helpers through kernel entry points.
+A helper called with a literal constant (``f(st, 1)``) is compiled once more for that
+literal's type: call sites pass such constants as ``np.int64(1)``.
 ``_nrt`` and the wrapper flags are long-standing but underscored or internal numba
 options: if a numba release drops one, change it here only.
 """

@@ -7,6 +7,8 @@ the next event of the request's life with ``push_event``.  The Step handler is i
 ``step.py``.
 """
 
+import numpy as np
+
 from ..jit import helper
 from ..latency.steptime import queueing_delay_us
 from ..policies.admission import admit
@@ -23,7 +25,7 @@ def on_arrival(st, r, t):
     """Request r reaches the cluster: the admission decision follows after its latency."""
     st.loop[0]["injected"] += 1
     st.reqs[r]["state"] = RequestState.ADMITTING
-    push_event(st, t + st.settings[0]["admission_latency_us"], event_priority(ClusterEvent.ADMISSION, -1), r)
+    push_event(st, t + st.settings[0]["admission_latency_us"], event_priority(ClusterEvent.ADMISSION, np.int64(-1)), r)
 
 
 @helper
@@ -38,7 +40,7 @@ def on_admission(st, r, t):
         reqs[r]["state"] = RequestState.REJECTED
         st.loop[0]["rejected"] += 1
         return
-    push_event(st, t + st.settings[0]["routing_latency_us"], event_priority(ClusterEvent.ROUTING, -1), r)
+    push_event(st, t + st.settings[0]["routing_latency_us"], event_priority(ClusterEvent.ROUTING, np.int64(-1)), r)
 
 
 @helper
@@ -105,7 +107,7 @@ def on_queued(st, i, r, t):
         start = t
         if st.settings[0]["compat"] == 0 and inst[i]["busy_until_us"] > t:
             start = inst[i]["busy_until_us"]  # the instance is still running a step
-        push_event(st, start, event_priority(InstanceEvent.STEP, i), -1)
+        push_event(st, start, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1
 
 
@@ -118,4 +120,4 @@ def release_follower(st, r):
     if nxt >= 0:
         ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
         reqs[nxt]["arrival_us"] = ta
-        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, -1), nxt)
+        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)

@@ -247,7 +247,7 @@ def form_batch_all(st, i, now):
         if inst[i]["batch_len"] > inst[i]["batch_peak"]:
             inst[i]["batch_peak"] = inst[i]["batch_len"]
         if tracing_schedulers(st):
-            log_blocked_head(st, i, now, 0, budget, cap, BlockReason.PREEMPTION)
+            log_blocked_head(st, i, now, np.int64(0), budget, cap, BlockReason.PREEMPTION)
     return n_prefill, n_decode, decode_ctx, m
 
 
@@ -308,7 +308,7 @@ def form_batch_riding(st, i, now, s, n_due):
             m += 1
             n_prefill += n
             continue
-        kv_grow(st, i, r, 1)  # a new block and/or a filled block's key
+        kv_grow(st, i, r, np.int64(1))  # a new block and/or a filled block's key
         g = reqs[r]["generated"]
         if g + 1 >= reqs[r]["output_len"] or reqs[r]["last_token_step"] != prev_step:
             # its last token, or a token that does not follow its previous one: visit it
@@ -407,7 +407,7 @@ def execute_step(st, i, now, dt, step_idx, m):
                 # and the last token's KV written before the release -- a block it fills is
                 # keyed (a later turn of the conversation finds it); no room: nothing happens
                 reqs[r]["itl_sum_us"] += dt + a2
-                kv_grow(st, i, r, 1)
+                kv_grow(st, i, r, np.int64(1))
             kv_release(st, i, r)
             reqs[r]["state"] = RequestState.COMPLETED
             inst[i]["completed"] += 1
@@ -501,5 +501,5 @@ def on_step(st, i, t):
             lp[0]["error_instance"] = i
             return
     if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0:
-        push_event(st, end, event_priority(InstanceEvent.STEP, i), -1)
+        push_event(st, end, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1

@@ -26,7 +26,7 @@ from ..structs.hashtable import row_empty, table_delete_at, table_find, table_pr
 @helper
 def _gmap_set_bit(gmap, key, i):
     """Record that instance i's index holds ``key``."""
-    h, _ = table_probe(gmap, 0, gmap.shape[0] - 1, key)
+    h, _ = table_probe(gmap, np.int64(0), gmap.shape[0] - 1, key)
     gmap[h, 0] = key
     gmap[h, 1 + i // 64] |= np.int64(1) << (i % 64)
 
@@ -35,12 +35,12 @@ def _gmap_set_bit(gmap, key, i):
 def _gmap_clear_bit(gmap, key, i):
     """Record that instance i's index no longer holds ``key``; drop the row when empty."""
     mask = gmap.shape[0] - 1
-    h = table_find(gmap, 0, mask, key)
+    h = table_find(gmap, np.int64(0), mask, key)
     if h < 0:
         return
     gmap[h, 1 + i // 64] &= ~(np.int64(1) << (i % 64))
     if row_empty(gmap, h):
-        table_delete_at(gmap, 0, mask, h)
+        table_delete_at(gmap, np.int64(0), mask, h)
 
 
 # ----------------------------------------------------------------------------- per-instance LRU
@@ -178,7 +178,7 @@ def leading_matches(st, kstart, kcount):
     any_alive = counts.shape[0] > 0
     depth = 0
     while any_alive and depth < kcount:
-        row = table_find(gmap, 0, gmask, st.keys[kstart + depth])
+        row = table_find(gmap, np.int64(0), gmask, st.keys[kstart + depth])
         any_alive = False
         for w in range(n_words):
             now = alive[w] & gmap[row, 1 + w] if row >= 0 else np.int64(0)

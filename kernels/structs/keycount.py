@@ -24,7 +24,7 @@ def flag_keys(keys, mode):
     row_of = np.empty(n, np.int64)
     out = np.zeros(n, np.uint8)
     for j in range(n):
-        h, found = table_probe(rows, 0, mask, keys[j])
+        h, found = table_probe(rows, np.int64(0), mask, keys[j])
         if found:
             if mode == REPEATED:
                 out[j] = 1
