@@ -139,12 +139,14 @@ class Result:
         return (self.window[1] - self.window[0]) / 1e6
 
     @cached_property
-    def _groups(self) -> tuple[dict, list[dict]]:
-        """(cluster summary without the run-level fields, one summary per used instance);
-        the ITL samples of all groups come from one pass over the step log."""
+    def _measured(self):
+        """(requests measured -- completed, in the window if any --, rows of the window or
+        None, rates: (window span µs, requests finishing in it) or None, used instances,
+        each instance's clock, ITL histograms: a one-item list holding the cluster's
+        (values, counts) -- taken out once the cluster is summarized, so that they are not
+        kept -- and the per-instance function)."""
         st = self.state
         cols = self._cols
-        used = self._used_instances()
         win, fin = self.in_window, self.finished_in_window
         measured = cols["state"] == RequestState.COMPLETED
         rows, rates = None, None  # rates: (window span µs, requests finishing in it), results.window
@@ -152,11 +154,33 @@ class Result:
             measured &= win
             rows = np.flatnonzero(win)
             rates = (self.window[1] - self.window[0], np.flatnonzero(fin))
-        (cv, cc), itl_of = self._itl.by_instance(measured)
         clocks = instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
-        cluster = summarize_group("cluster", cols, rows, st.inst[used], cv, cc, self.compat,
-                                  int(clocks[used].max()) if used.size else 0, rates)
-        del cv, cc
+        cluster_itl, itl_of = self._itl.by_instance(measured)
+        return measured, rows, rates, self._used_instances(), clocks, ([cluster_itl], itl_of)
+
+    def _with_window(self, group: dict) -> dict:
+        if self.window is not None:
+            group["window_start_s"] = self.window[0] / 1e6
+            group["window_end_s"] = self.window[1] / 1e6
+        return group
+
+    @cached_property
+    def _cluster_group(self) -> dict:
+        """The cluster summary without the run-level fields (the per-instance summaries
+        are computed only when asked for: an evaluation reads the cluster's)."""
+        _, rows, rates, used, clocks, (cluster_itl, _) = self._measured
+        cv, cc = cluster_itl.pop()
+        st = self.state
+        return self._with_window(summarize_group("cluster", self._cols, rows, st.inst[used], cv, cc, self.compat,
+                                                 int(clocks[used].max()) if used.size else 0, rates))
+
+    @cached_property
+    def instances(self) -> list[dict]:
+        """One summary object per instance that was ever active (the ITL samples of all
+        instances come from one pass over the step log)."""
+        st = self.state
+        win, fin = self.in_window, self.finished_in_window
+        _, _, rates, used, clocks, (_, itl_of) = self._measured
 
         def by_instance(order):  # (order, [start, end) of each used instance's requests in it)
             keys = req_inst[order]
@@ -173,24 +197,15 @@ class Result:
             mine = grouped[0][grouped[1][k]:grouped[2][k]]
             if finishing is not None:
                 rates = (rates[0], finishing[0][finishing[1][k]:finishing[2][k]])
-            instances.append(summarize_group(f"instance_{i}", cols, mine, st.inst[[i]], values, counts,
-                                             self.compat, int(clocks[i]), rates))
-        if win is not None:
-            for group in [cluster, *instances]:
-                group["window_start_s"] = self.window[0] / 1e6
-                group["window_end_s"] = self.window[1] / 1e6
-        return cluster, instances
-
-    @cached_property
-    def instances(self) -> list[dict]:
-        """One summary object per instance that was ever active."""
-        return self._groups[1]
+            instances.append(self._with_window(summarize_group(f"instance_{i}", self._cols, mine, st.inst[[i]],
+                                                               values, counts, self.compat, int(clocks[i]), rates)))
+        return instances
 
     @cached_property
     def cluster(self) -> dict:
         """The cluster-wide summary object (requests pooled over instances)."""
         st = self.state
-        out = dict(self._groups[0])
+        out = dict(self._cluster_group)
         stats = st.loop[0]
         arrived, rejected = self._arrived_rejected()
         out["arrived_requests"] = arrived
