@@ -57,7 +57,7 @@ def request_table(workload, block_size: int, kv_total: int | None = None, compat
     for name in workload.ATTRIBUTES:
         reqs[name] = workload.column(name)
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
-              "first_token_us", "last_token_us", "run_start_step", "last_token_step", "cal_next"):
+              "first_token_us", "last_token_us", "run_start_step", "last_token_step", "cal_next", "ride_phase"):
         reqs[f] = -1
     return reqs
 
@@ -85,6 +85,8 @@ def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) ->
     inst["kv_total"] = kv_total
     inst["kv_offset"] = np.arange(n_inst, dtype=np.int64) * kv_total
     inst["kv_virgin_next"] = inst["kv_offset"]
+    inst["head_units"] = kv_total  # every block free, anonymous until it needs an id
+    inst["id_pool"] = -1
     inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_rows
     inst["ht_mask"] = ht_rows - 1
     for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
@@ -92,26 +94,34 @@ def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) ->
     return inst
 
 
-def calendar_size(block_size: int, counted_kv: bool = True) -> int:
-    """Buckets of each instance's calendar.  With named KV blocks a decode request's next
-    event is at most block_size steps ahead, so next_pow2(block_size + 1) buckets never
-    need an idle wake-up (capped: a larger block size only adds a wake-up every 255
-    steps).  With counted blocks (kernels/kv/cache.py) its next event is its last token:
-    1024 buckets wake a long request every 1023 steps."""
-    if counted_kv:
-        return 1024
-    return next_pow2(min(block_size, 255) + 1)
+# Buckets of each instance's calendar (kernels/engine/calendar.py): a counted rider's
+# next event is its last token, so a long request wakes up idly every 1023 steps.
+CALENDAR_SIZE = 1024
 
 
-def counted_kv(event_skipping: bool, caching: bool, n_shared: int) -> bool:
-    """True if the run's KV blocks start out counted rather than named: no block can be
-    found by a key until some request is preempted (prefix caching off, or no key that
-    two requests share), and event skipping is on (kernels/kv/cache.py)."""
-    return bool(event_skipping) and (not caching or n_shared == 0)
+def named_positions(reqs: np.ndarray, key_shared: np.ndarray, caching: bool, event_skipping: bool) -> np.ndarray:
+    """Each request's ``named_upto`` (kernels/kv/cache.py): the positions of its blocks
+    that may carry a key before it is ever preempted -- up to its last key that another
+    request shares (its other keys are its own: registered only at a preemption); none
+    without prefix caching; all without event skipping (the reference path)."""
+    from blis_fast_kernels.kv.cache import ALL_NAMED
+
+    n = len(reqs)
+    if not event_skipping:
+        return np.full(n, ALL_NAMED, np.int64)
+    out = np.zeros(n, np.int64)
+    if not caching or n == 0:
+        return out
+    shared = np.flatnonzero(key_shared)
+    if shared.size:
+        starts = reqs["key_start"]
+        owner = np.searchsorted(starts, shared, side="right") - 1  # a request with no keys shares the next one's start
+        np.maximum.at(out, owner, shared - starts[owner] + 1)
+    return out
 
 
 def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows: int, max_events: int,
-                    event_skipping: bool = True, trace_level: int = 0, counted: bool = False) -> np.ndarray:
+                    event_skipping: bool = True, trace_level: int = 0) -> np.ndarray:
     """The SETTINGS_DT record of a run."""
     s = config.simulation
     rec = np.zeros(1, S.SETTINGS_DT)
@@ -131,7 +141,7 @@ def settings_record(config, block_size: int, uses_prefix_index: bool, index_rows
     rec["trace_level"] = trace_level
     rec["forced_request"] = -1
     rec["forced_instance"] = -1
-    rec["calendar_size"] = calendar_size(block_size, counted)
+    rec["calendar_size"] = CALENDAR_SIZE
     return rec
 
 
@@ -193,7 +203,7 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
     sort = scheduler_kind == S.SchedulerKind.SORT
     per_request = (S.REQUEST_DT.itemsize + 8 + 8 + S.EVENT_DT.itemsize + 2 * S.STEP_DT.itemsize
                    + (48 if sort else 0) + 16)
-    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * (calendar_size(eng.block_size) + eng.block_size)
+    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * (CALENDAR_SIZE + eng.block_size)
                     + 8 * S.N_SNAP + 4 * S.EVENT_DT.itemsize + 8 * 2 + 8)
     parts = {
         "request table": n * per_request,
@@ -318,11 +328,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
     sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
-    counted = counted_kv(event_skipping, caching, n_shared)
-    inst["kv_named"] = 0 if counted else 1
+    reqs["named_upto"] = named_positions(reqs, key_shared, caching, event_skipping)
     return S.State(
         settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
-                                 trace_level, counted),
+                                 trace_level),
         loop=loop_record(),
         reqs=reqs,
         arrival_order=arrival_order(workload),
@@ -337,7 +346,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         explicit=np.zeros(seqs, np.int64),
         due=np.zeros(seqs, np.int64),
         done=np.zeros(seqs, np.int64),
-        calendar=np.full((n_inst, calendar_size(bs, counted)), -1, np.int64),
+        calendar=np.full((n_inst, CALENDAR_SIZE), -1, np.int64),
         ride_phase=np.zeros((n_inst, bs), np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
         blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),

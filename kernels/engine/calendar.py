@@ -23,13 +23,15 @@ engine/step.py).  ``ride_count`` and ``ride_ctx`` (Σ of the riders' KV tokens) 
 step's decode count and, for the roofline model, its total decode context without a
 visit.
 
-With counted KV blocks (kv/cache.py: no block can be found by key yet) a rider's new
-blocks need no visit either: a rider with c KV tokens at the start of step s takes a new
-block exactly in the steps s' with (c + s' - s) divisible by the block size, so
-``ride_phase[i, p]`` counts the riders whose new blocks fall in the steps congruent to p,
-the step takes ``ride_phase[i, s % block_size]`` blocks at once, and ``materialize``
-derives a rider's block count from its tokens.  Its only remaining event is its last
-token.
+A *counted* rider needs no visit for its blocks either: one whose named blocks
+(kv/cache.py) are all allocated and full, so that every block it still takes is
+anonymous and no block it fills gets a key.  With c KV tokens at the start of step s it
+takes a new block exactly in the steps s' with (c + s' - s) divisible by the block size,
+so ``st.ride_phase[i, p]`` counts the counted riders whose new blocks fall in the steps
+congruent to p (``reqs["ride_phase"]`` is the rider's p, -1 for others), the step takes
+``st.ride_phase[i, s % block_size]`` anonymous blocks at once, and ``materialize``
+derives a counted rider's block count from its tokens.  Its only remaining event is its
+last token.
 """
 
 import numpy as np
@@ -60,16 +62,16 @@ def materialize(st, i, r, s):
     reqs[r]["last_token_step"] = inst[i]["prev_step"]
     reqs[r]["last_step_us"] = inst[i]["last_dt_us"]
     reqs[r]["sync_step"] = s
-    if inst[i]["kv_named"] == 0:  # its blocks were counted in aggregate: derive them
+    if reqs[r]["ride_phase"] >= 0:  # its blocks were taken in aggregate: derive them
         bs = st.settings[0]["block_size"]
         reqs[r]["blocks_held"] = (reqs[r]["computed"] + bs - 1) // bs
 
 
 @helper
-def ride_phase_of(st, r):
-    """The step phase (mod block size) of riding request r's new blocks."""
-    bs = st.settings[0]["block_size"]
-    return (st.reqs[r]["sync_step"] - st.reqs[r]["computed"]) % bs
+def rides_counted(st, r, c):
+    """True if request r, riding with c KV tokens, is a counted rider: all its named
+    blocks are allocated and full."""
+    return c // st.settings[0]["block_size"] >= st.reqs[r]["named_upto"]
 
 
 @helper
@@ -79,7 +81,7 @@ def steps_to_next_event(st, i, r, c, g, held):
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
     d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
-    named = st.inst[i]["kv_named"] != 0
+    named = not rides_counted(st, r, c)
     d_alloc = held * bs - c  # the step whose token needs a new block
     if named and d_alloc < d:
         d = d_alloc
@@ -96,16 +98,20 @@ def steps_to_next_event(st, i, r, c, g, held):
 
 
 @helper
-def calendar_insert(st, i, r, due):
-    """Put request r into instance i's bucket of local step ``due``."""
+def calendar_insert(st, i, r, due, c):
+    """Put request r, which has c KV tokens after the step just formed or executed, into
+    instance i's bucket of local step ``due`` (as a counted rider if it is one)."""
+    reqs = st.reqs
     size = st.settings[0]["calendar_size"]
     b = due & (size - 1)
-    st.reqs[r]["cal_next"] = st.calendar[i, b]
+    reqs[r]["cal_next"] = st.calendar[i, b]
     st.calendar[i, b] = r
     st.inst[i]["ride_count"] += 1
-    st.inst[i]["ride_ctx"] += st.reqs[r]["computed"]
-    if st.inst[i]["kv_named"] == 0:
-        st.ride_phase[i, ride_phase_of(st, r)] += 1
+    st.inst[i]["ride_ctx"] += reqs[r]["computed"]
+    if rides_counted(st, r, c):
+        p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % st.settings[0]["block_size"]
+        reqs[r]["ride_phase"] = p
+        st.ride_phase[i, p] += 1
 
 
 @helper
@@ -123,9 +129,11 @@ def calendar_take_due(st, i, s):
         nxt = reqs[r]["cal_next"]
         # ride_ctx holds its KV tokens as of the start of this step (advanced every step)
         inst[i]["ride_count"] -= 1
-        if inst[i]["kv_named"] == 0:
-            st.ride_phase[i, ride_phase_of(st, r)] -= 1
+        p = reqs[r]["ride_phase"]
+        if p >= 0:
+            st.ride_phase[i, p] -= 1
         materialize(st, i, r, s)
+        reqs[r]["ride_phase"] = -1
         inst[i]["ride_ctx"] -= reqs[r]["computed"]
         # insertion sort by admission order (a bucket holds a few requests)
         seq = reqs[r]["admit_seq"]
@@ -146,6 +154,7 @@ def calendar_clear(st, i, s):
     inst = st.inst
     for k in range(inst[i]["batch_len"]):
         materialize(st, i, st.batch[i, k], s)
+        st.reqs[st.batch[i, k]]["ride_phase"] = -1
     for b in range(st.settings[0]["calendar_size"]):
         st.calendar[i, b] = -1
     for p in range(st.settings[0]["block_size"]):

@@ -19,8 +19,8 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import (key_deferred, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks, kv_grow, kv_release,
-                        register_deferred_keys)
+from ..kv.cache import (ALL_NAMED, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
+                        kv_grow, kv_release, register_deferred_keys, take_anonymous)
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -47,7 +47,7 @@ def preempt_slot(st, i, j):
     inst = st.inst
     reqs = st.reqs
     v = st.batch[i, j]
-    register_deferred_keys(st, i, v)  # before its first preemption counts (and while it is in the batch)
+    register_deferred_keys(st, i, v)  # (before its first preemption counts: kv/cache.py)
     n = inst[i]["batch_len"]
     for k in range(j, n - 1):
         st.batch[i, k] = st.batch[i, k + 1]
@@ -56,6 +56,8 @@ def preempt_slot(st, i, j):
         st.context[k] = st.context[k + 1]
     inst[i]["batch_len"] = n - 1
     kv_release(st, i, v)
+    if st.settings[0]["prefix_caching"] != 0:
+        reqs[v]["named_upto"] = ALL_NAMED  # its keys are no longer deferred: every block may carry one
     reqs[v]["computed"] = 0
     reqs[v]["state"] = RequestState.QUEUED
     reqs[v]["preemptions"] += 1
@@ -98,7 +100,27 @@ def decode_fills_block(st, r, c):
         return False
     bs = st.settings[0]["block_size"]
     j = (c + 1) // bs  # blocks complete after this token
-    return (c + 1) % bs == 0 and j <= st.reqs[r]["key_count"] and not key_deferred(st, r, st.reqs[r]["key_start"] + j - 1)
+    return ((c + 1) % bs == 0 and j <= st.reqs[r]["key_count"] and j <= st.reqs[r]["named_upto"]
+            and not key_deferred(st, r, st.reqs[r]["key_start"] + j - 1))
+
+
+@helper
+def registers_over_free_block(st, i, r, c, n):
+    """True if request r's tokens [c, c + n) fill a named block whose key a free (cached,
+    unheld) block of instance i holds."""
+    if st.settings[0]["prefix_caching"] == 0:
+        return False
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    last = min((c + n) // bs, reqs[r]["key_count"], reqs[r]["named_upto"])
+    for j in range(c // bs, last):
+        q = reqs[r]["key_start"] + j
+        if key_deferred(st, r, q):
+            continue
+        b = key_lookup(st, i, q)
+        if b >= 0 and st.blocks[b]["ref_count"] == 0:
+            return True
+    return False
 
 
 @helper
@@ -258,7 +280,12 @@ def form_batch_riding(st, i, now, s, n_due):
 
     Applies only when the step can neither run out of token budget nor out of KV blocks
     in pass A -- then every running request gets its full work whatever the order, no
-    preemption happens, and visiting the riders would change nothing.  Returns (applied,
+    preemption happens, and visiting the riders would change nothing.  The counted
+    riders' anonymous blocks are taken first, in one go: pass A takes the first blocks of
+    the free list whoever takes which, so the same named blocks are evicted -- unless a
+    visited request registers a key that a free block holds (whether that block is
+    evicted before or after the registration depends on the order): then it does not
+    apply either.  Returns (applied,
     P, D of the explicit entries, Σ their decode context, explicit entries); when not
     applied nothing has changed."""
     inst = st.inst
@@ -268,6 +295,7 @@ def form_batch_riding(st, i, now, s, n_due):
     cap = inst[i]["long_prefill_threshold"]
     demand = inst[i]["ride_count"]  # one token per rider
     need = np.int64(0)
+    order_matters = False
     for d in range(n_due):
         r = st.due[d]
         c = reqs[r]["computed"]
@@ -279,13 +307,13 @@ def form_batch_riding(st, i, now, s, n_due):
             n = 1
         demand += n
         need += (c + n + bs - 1) // bs - reqs[r]["blocks_held"]
-    riders_new = np.int64(0)  # counted KV: the riders' new blocks (engine/calendar.py)
-    if inst[i]["kv_named"] == 0:
-        riders_new = st.ride_phase[i, s % bs]
-    if demand > budget or need + riders_new > kv_free_blocks(inst, i):
+        if registers_over_free_block(st, i, r, c, n):
+            order_matters = True
+    riders_new = st.ride_phase[i, s % bs]  # the counted riders' new blocks (engine/calendar.py)
+    if demand > budget or need + riders_new > kv_free_blocks(inst, i) or (order_matters and riders_new > 0):
         return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
-    if riders_new > 0:
-        inst[i]["kv_allocated"] += riders_new
+    if riders_new > 0:  # taken before the visits: the same blocks leave the free list (see above)
+        take_anonymous(st, i, riders_new)
         if inst[i]["kv_allocated"] > inst[i]["kv_peak_allocated"]:
             inst[i]["kv_peak_allocated"] = inst[i]["kv_allocated"]
 
@@ -320,7 +348,7 @@ def form_batch_riding(st, i, now, s, n_due):
             decode_ctx += c
         else:  # rides on: back into the calendar at its next event
             due = s + 1 + steps_to_next_event(st, i, r, c + 1, g + 1, reqs[r]["blocks_held"])
-            calendar_insert(st, i, r, due)
+            calendar_insert(st, i, r, due, c + 1)
     budget -= demand
     budget, admitted, m = admit_waiting(st, i, now, budget, cap, m)
     return True, n_prefill + admitted, n_decode, decode_ctx, m
@@ -437,7 +465,7 @@ def reschedule_explicit(st, i, s, m, step_idx):
         due = s + 1
         if c >= reqs[r]["prefill_target"] and reqs[r]["last_token_step"] == step_idx:
             due += steps_to_next_event(st, i, r, c, reqs[r]["generated"], reqs[r]["blocks_held"])
-        calendar_insert(st, i, r, due)
+        calendar_insert(st, i, r, due, c)
 
 
 # ----------------------------------------------------------------------------- the handler

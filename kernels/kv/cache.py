@@ -30,17 +30,21 @@ Per instance i (a row of the instance table):
 Request r's blocks are the first ``blocks_held`` entries of its slice
 ``req_blocks[block_start : block_start + block_cap]``.  Allocation is all-or-nothing.
 
-Named and counted blocks.  Which block a request gets matters only once some block can
-be found by its key: before that, every free block is as good as any other, and the
-cache is just a count (``kv_allocated`` of ``kv_total``).  An instance starts *counted*
-(``kv_named == 0``) when nothing can ever be found by key before a preemption -- prefix
-caching off, or no key shared by two requests (with deferred registration, above) -- and
-event skipping is on: requests then hold a number of blocks and nothing else (no block
-table, free list or key slots are touched, and riding decode requests need no visit when
-they take a new block: engine/calendar.py counts them).  The first preemption that must
-register keys names the blocks (``name_blocks``): every held block gets an identity, the
-rest become never-used blocks -- which is exactly the state a named cache would be in,
-because no block carried a key.  An instance never goes back to counting.
+Named and anonymous blocks.  Which block a request gets matters only for a block that
+can be found by its key: every unkeyed free block is as good as any other.  So a block
+has an identity (a block id, a row of the block table) only where it may ever carry a
+key: request r's blocks at positions < ``named_upto`` (the positions up to its last
+shared key; all of them once it has been preempted, or when event skipping is off).  Its
+other blocks are *anonymous*: counted in ``kv_allocated``, nothing else.  The free list
+keeps the LRU order of all free blocks: named free blocks (keyed, in the block table's
+``lru`` links) with the anonymous free blocks counted in the gaps -- ``head_units``
+before the first one, ``gap_after`` after each -- so taking k anonymous blocks from the
+head costs O(1) per named block passed, and a released request's anonymous tail is one
+addition.  A named block that is freed unkeyed becomes an anonymous unit (its id goes
+to ``id_pool``); a position that needs an id takes one from the pool or the never-used
+ids (``kv_virgin_next``).  Riding decode requests whose remaining blocks are anonymous
+need no visit when they take one (engine/calendar.py counts them).  A preemption names
+the victim's filled anonymous blocks first (``register_deferred_keys``).
 """
 
 import numpy as np
@@ -49,6 +53,9 @@ from ..jit import helper, kernel
 from ..structs.dlist import dl_push_back, dl_remove
 from ..structs.prefetch import prefetch
 from ..structs.hashtable import table_delete_at, table_find, table_probe
+
+# named_upto of a request all of whose blocks are named (more than any request has)
+ALL_NAMED = np.int64(1 << 40)
 
 # ----------------------------------------------------------------------------- prefix table
 
@@ -127,67 +134,105 @@ def key_forget(st, i, q, b):
 
 @helper
 def kv_free_blocks(inst, i):
-    """Free blocks of instance i (named: never used + released)."""
+    """Free blocks of instance i."""
     return inst[i]["kv_total"] - inst[i]["kv_allocated"]
 
 
 @helper
-def name_blocks(st, i):
-    """Give instance i's counted blocks identities (module docstring): the running
-    requests' blocks, in batch order, become blocks kv_offset, kv_offset + 1, ...; the
-    others never-used blocks.  Every running request must be up to date (riders synced)."""
+def _new_id(st, i):
+    """An unassigned block id of instance i (the pool first, else a never-used one), as a
+    fresh row."""
     inst = st.inst
-    reqs = st.reqs
     blocks = st.blocks
-    b = inst[i]["kv_offset"]
-    for k in range(inst[i]["batch_len"]):
-        r = st.batch[i, k]
-        start = reqs[r]["block_start"]
-        for j in range(reqs[r]["blocks_held"]):
-            st.req_blocks[start + j] = b
-            blocks[b]["ref_count"] = 1
-            blocks[b]["key_index"] = -1
-            blocks[b]["lru_prev"] = -1
-            blocks[b]["lru_next"] = -1
-            b += 1
-    inst[i]["kv_virgin_next"] = b
-    inst[i]["free_head"] = -1
-    inst[i]["free_tail"] = -1
-    inst[i]["free_len"] = 0
-    inst[i]["kv_named"] = 1
+    b = inst[i]["id_pool"]
+    if b >= 0:
+        inst[i]["id_pool"] = blocks[b]["lru_next"]
+    else:
+        b = inst[i]["kv_virgin_next"]
+        inst[i]["kv_virgin_next"] = b + 1
+    blocks[b]["key_index"] = -1  # the table is allocated with zeros (lazily mapped pages)
+    blocks[b]["lru_prev"] = -1
+    blocks[b]["lru_next"] = -1
+    blocks[b]["gap_after"] = 0
+    return b
+
+
+@helper
+def _retire_id(st, i, b):
+    """Block b (free, unkeyed) becomes an anonymous unit: its id goes back to the pool."""
+    st.blocks[b]["ref_count"] = 0
+    st.blocks[b]["lru_next"] = st.inst[i]["id_pool"]
+    st.inst[i]["id_pool"] = b
 
 
 @helper
 def _unlink_free(st, i, b):
+    """Take named free block b out of the free list; the anonymous blocks after it now
+    follow its predecessor."""
     inst = st.inst
-    dl_remove(st.blocks["lru_prev"], st.blocks["lru_next"], inst["free_head"], inst["free_tail"], inst["free_len"],
-              i, b)
+    blocks = st.blocks
+    p = blocks[b]["lru_prev"]
+    if p >= 0:
+        blocks[p]["gap_after"] += blocks[b]["gap_after"]
+    else:
+        inst[i]["head_units"] += blocks[b]["gap_after"]
+    blocks[b]["gap_after"] = 0
+    dl_remove(blocks["lru_prev"], blocks["lru_next"], inst["free_head"], inst["free_tail"], inst["free_len"], i, b)
+
+
+@helper
+def _append_free(st, i, units):
+    """Append ``units`` anonymous free blocks to the free list's tail."""
+    t = st.inst[i]["free_tail"]
+    if t >= 0:
+        st.blocks[t]["gap_after"] += units
+    else:
+        st.inst[i]["head_units"] += units
+
+
+@helper
+def _take_head(st, i):
+    """Take the free list's first block: -1 for an anonymous one, else the named block
+    (its old key dropped: an eviction)."""
+    inst = st.inst
+    if inst[i]["head_units"] > 0:
+        inst[i]["head_units"] -= 1
+        return np.int64(-1)
+    blocks = st.blocks
+    b = np.int64(inst[i]["free_head"])
+    _unlink_free(st, i, b)
+    q = np.int64(blocks[b]["key_index"])
+    if q >= 0:  # evicting a cached block: forget its key
+        key_forget(st, i, q, b)
+        blocks[b]["key_index"] = -1
+    return b
 
 
 @helper
 def _take_block(st, i):
-    """Take the next free block (virgin first, else the LRU head), dropping its old key."""
-    inst = st.inst
-    blocks = st.blocks
-    v = inst[i]["kv_virgin_next"]
-    if v < inst[i]["kv_offset"] + inst[i]["kv_total"]:
-        inst[i]["kv_virgin_next"] = v + 1
-        b = v
-        blocks[b]["key_index"] = -1  # the table is allocated with zeros (lazily mapped pages)
-        blocks[b]["lru_prev"] = -1
-        blocks[b]["lru_next"] = -1
-    else:
-        b = inst[i]["free_head"]
-        _unlink_free(st, i, b)
-        if inst[i]["free_head"] >= 0:  # the next allocation's block: long untouched, load it early
-            prefetch(blocks, inst[i]["free_head"])
-        q = np.int64(blocks[b]["key_index"])
-        if q >= 0:  # evicting a cached block: forget its key
-            key_forget(st, i, q, b)
-            blocks[b]["key_index"] = -1
-    blocks[b]["ref_count"] = 1
-    inst[i]["kv_allocated"] += 1
+    """Take the next free block as a named block (an id for an anonymous one)."""
+    b = _take_head(st, i)
+    if b < 0:
+        b = _new_id(st, i)
+    st.blocks[b]["ref_count"] = 1
+    st.inst[i]["kv_allocated"] += 1
     return b
+
+
+@helper
+def take_anonymous(st, i, k):
+    """Take the next ``k`` free blocks as anonymous blocks (their ids, if any, retire)."""
+    inst = st.inst
+    inst[i]["kv_allocated"] += k
+    while k > 0:
+        u = inst[i]["head_units"]
+        if u > 0:
+            t = min(u, k)
+            inst[i]["head_units"] = u - t
+            k -= t
+        else:
+            _retire_id(st, i, _take_head(st, i))
+            k -= 1
 
 
 @helper
@@ -203,30 +248,33 @@ def _note_peak(inst, i):
 def kv_grow(st, i, r, n):
     """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
 
-    Registers the key of every block these tokens fill -- prompt blocks and blocks filled
-    by generated tokens alike (docs/semantics.md §6) -- when the allocation is made, as
-    the reference does.  Returns True on success; on failure nothing changes.
+    New blocks at positions < ``named_upto`` are named, the others anonymous (taken in
+    position order, as the reference does).  Registers the key of every named block these
+    tokens fill -- prompt blocks and blocks filled by generated tokens alike (docs/
+    semantics.md §6), unless deferred -- when the allocation is made, as the reference
+    does.  Returns True on success; on failure nothing changes.
     """
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
     c = reqs[r]["computed"]
     held = reqs[r]["blocks_held"]
+    named_upto = reqs[r]["named_upto"]
     need = (c + n + bs - 1) // bs - held
-    named = st.inst[i]["kv_named"] != 0
     if need > 0:
         if need > kv_free_blocks(st.inst, i):
             return False
-        if named:
-            start = reqs[r]["block_start"]
-            for k in range(need):
-                st.req_blocks[start + held + k] = _take_block(st, i)
-        else:
-            st.inst[i]["kv_allocated"] += need
+        start = reqs[r]["block_start"]
+        named = min(need, max(np.int64(0), named_upto - held))
+        for k in range(named):
+            st.req_blocks[start + held + k] = _take_block(st, i)
+        if need > named:
+            take_anonymous(st, i, need - named)
         reqs[r]["blocks_held"] = held + need
         _note_peak(st.inst, i)
-    if named and st.settings[0]["prefix_caching"] != 0:  # (counted: no key is registered yet)
+    if st.settings[0]["prefix_caching"] != 0:
         # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
-        last = min((c + n) // bs, reqs[r]["key_count"])
+        # and blocks are named
+        last = min((c + n) // bs, reqs[r]["key_count"], named_upto)
         # these blocks are either taken just now or the partly filled last one: never keyed
         # yet (cache hits attached at admission lie before c // bs)
         block_key = st.blocks["key_index"]
@@ -249,6 +297,7 @@ def kv_admit(st, i, r, budget, cap):
     floor((target - 1) / bs) blocks are reused, so the last token is always computed),
     capped by ``cap`` (long-prefill threshold, 0 = none) and ``budget``.  All-or-nothing:
     returns (n tokens to compute, cached tokens), or (-1, 0) if the blocks are not free.
+    (Only named positions can hit: an anonymous position's key is its own and deferred.)
     """
     reqs = st.reqs
     inst = st.inst
@@ -258,12 +307,12 @@ def kv_admit(st, i, r, budget, cap):
     block_ref = st.blocks["ref_count"]
     hits = 0
     hits_free = 0
-    if st.settings[0]["prefix_caching"] != 0 and inst[i]["kv_named"] != 0:  # counted: nothing to find
-        max_hits = min(reqs[r]["key_count"], (target - 1) // bs)
+    if st.settings[0]["prefix_caching"] != 0:
+        max_hits = min(reqs[r]["key_count"], (target - 1) // bs, reqs[r]["named_upto"])
         if st.settings[0]["compat"] != 0 and reqs[r]["generated"] == 0:
             # the reference reuses every cached full block of the prompt: a block-aligned,
             # fully cached prompt is admitted with nothing to compute (docs/semantics.md §11)
-            max_hits = min(reqs[r]["key_count"], target // bs)
+            max_hits = min(reqs[r]["key_count"], target // bs, reqs[r]["named_upto"])
         kstart = reqs[r]["key_start"]
         while hits < max_hits:
             b = key_lookup(st, i, kstart + hits)
@@ -304,9 +353,7 @@ def kv_forget_chunk(st, i, r, c, n):
     could count never-computed KV as cached."""
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
-    if st.inst[i]["kv_named"] == 0:
-        return  # counted: no key is registered
-    last = min((c + n) // bs, reqs[r]["key_count"])
+    last = min((c + n) // bs, reqs[r]["key_count"], reqs[r]["named_upto"])
     block_key = st.blocks["key_index"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
         b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
@@ -318,69 +365,105 @@ def kv_forget_chunk(st, i, r, c, n):
 
 @helper
 def register_deferred_keys(st, i, r):
-    """Register the deferred keys of the blocks request r has filled (before r, never
-    preempted so far, is preempted and releases them).  Names the instance's blocks first
-    if they are counted."""
+    """Before request r (never preempted so far) is preempted: name the anonymous blocks
+    it has filled and register their deferred keys, so that it finds them again when it
+    is readmitted; from then on all its blocks are named."""
     if st.settings[0]["prefix_caching"] == 0:
         return
-    if st.inst[i]["kv_named"] == 0:
-        name_blocks(st, i)
     reqs = st.reqs
     bs = st.settings[0]["block_size"]
     block_key = st.blocks["key_index"]
-    last = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
-    for j in range(last):
+    start = reqs[r]["block_start"]
+    filled = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
+    named_upto = reqs[r]["named_upto"]
+    for j in range(named_upto, filled):  # anonymous blocks -> named (same count held)
+        b = _new_id(st, i)
+        st.blocks[b]["ref_count"] = 1
+        st.req_blocks[start + j] = b
+    if filled > named_upto:
+        reqs[r]["named_upto"] = filled
+    for j in range(filled):
         q = reqs[r]["key_start"] + j
         if key_deferred(st, r, q):
-            b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
+            b = np.int64(st.req_blocks[start + j])
             if key_register(st, i, q, b):
                 block_key[b] = q
 
 
 @helper
 def kv_release(st, i, r):
-    """Release all of request r's blocks, last to first (its tail is evicted first)."""
+    """Release all of request r's blocks, last to first (its tail is evicted first): its
+    anonymous blocks, then its named ones -- each that nobody else holds goes to the
+    free list's tail, as a named block if it is keyed, else as an anonymous one."""
     reqs = st.reqs
     inst = st.inst
-    if inst[i]["kv_named"] == 0:
-        inst[i]["kv_allocated"] -= reqs[r]["blocks_held"]
-        reqs[r]["blocks_held"] = 0
-        return
+    held = reqs[r]["blocks_held"]
+    named = min(held, max(np.int64(0), reqs[r]["named_upto"]))
+    if held > named:
+        _append_free(st, i, held - named)
+        inst[i]["kv_allocated"] -= held - named
     start = reqs[r]["block_start"]
-    block_ref = st.blocks["ref_count"]
-    prev = st.blocks["lru_prev"]
-    nxt = st.blocks["lru_next"]
-    for j in range(reqs[r]["blocks_held"] - 1, -1, -1):
+    blocks = st.blocks
+    block_ref = blocks["ref_count"]
+    prev = blocks["lru_prev"]
+    nxt = blocks["lru_next"]
+    # the reference path (event skipping off) keeps every block named: a freed unkeyed
+    # block stays in the free list under its id
+    retire_unkeyed = st.settings[0]["event_skipping"] != 0
+    for j in range(named - 1, -1, -1):
         if j >= 8:  # rows touched long ago: start loading the ones 8 steps ahead of the walk
-            prefetch(st.blocks, st.req_blocks[start + j - 8])
+            prefetch(blocks, st.req_blocks[start + j - 8])
         b = np.int64(st.req_blocks[start + j])
         block_ref[b] -= 1
         if block_ref[b] == 0:
-            dl_push_back(prev, nxt, inst["free_head"], inst["free_tail"], inst["free_len"], i, b)
             inst[i]["kv_allocated"] -= 1
+            if blocks[b]["key_index"] >= 0 or not retire_unkeyed:
+                blocks[b]["gap_after"] = 0
+                dl_push_back(prev, nxt, inst["free_head"], inst["free_tail"], inst["free_len"], i, b)
+            else:
+                _retire_id(st, i, b)
+                _append_free(st, i, 1)
     reqs[r]["blocks_held"] = 0
 
 
 @kernel
 def kv_conserved(st, i):
-    """Block conservation by recount: named, blocks with ref > 0 == kv_allocated, and
-    allocated + free == total; counted, the blocks the running requests' KV tokens fill
-    (as of the instance's next step; a riding request's count is derived, engine/
-    calendar.py) == kv_allocated."""
+    """Block conservation by recount, as of the instance's next step (a counted rider's
+    blocks are derived from its tokens, engine/calendar.py): named blocks with ref > 0 +
+    the running requests' anonymous blocks == kv_allocated; free blocks (anonymous units
+    of the free list + its named blocks) == total - allocated; and every id is either
+    named (held or free), pooled or never used."""
     inst = st.inst
-    if inst[i]["kv_named"] == 0:
-        bs = st.settings[0]["block_size"]
-        held = 0
-        for k in range(inst[i]["batch_len"]):
-            r = st.batch[i, k]
-            c = st.reqs[r]["computed"] + max(0, inst[i]["steps"] - st.reqs[r]["sync_step"])
-            held += (c + bs - 1) // bs
-        return held == inst[i]["kv_allocated"] and held <= inst[i]["kv_total"]
+    reqs = st.reqs
+    bs = st.settings[0]["block_size"]
+    anon = 0
+    for k in range(inst[i]["batch_len"]):
+        r = st.batch[i, k]
+        held = reqs[r]["blocks_held"]
+        if reqs[r]["ride_phase"] >= 0:
+            c = reqs[r]["computed"] + max(0, inst[i]["steps"] - reqs[r]["sync_step"])
+            held = (c + bs - 1) // bs
+        anon += held - min(held, max(0, reqs[r]["named_upto"]))
     lo = inst[i]["kv_offset"]
     used = 0
     ref = st.blocks["ref_count"]
-    for b in range(lo, lo + inst[i]["kv_total"]):
+    for b in range(lo, inst[i]["kv_virgin_next"]):
         if ref[b] > 0:
             used += 1
-    free = inst[i]["kv_offset"] + inst[i]["kv_total"] - inst[i]["kv_virgin_next"] + inst[i]["free_len"]
-    return used == inst[i]["kv_allocated"] and used + free == inst[i]["kv_total"]
+    free_units = inst[i]["head_units"]
+    free_named = 0
+    b = inst[i]["free_head"]
+    while b >= 0 and free_named <= inst[i]["kv_total"]:
+        free_units += st.blocks[b]["gap_after"]
+        free_named += 1
+        b = st.blocks[b]["lru_next"]
+    pooled = 0
+    b = inst[i]["id_pool"]
+    while b >= 0 and pooled <= inst[i]["kv_total"]:
+        pooled += 1
+        b = st.blocks[b]["lru_next"]
+    never = lo + inst[i]["kv_total"] - inst[i]["kv_virgin_next"]
+    return (used + anon == inst[i]["kv_allocated"]
+            and free_units + free_named == inst[i]["kv_total"] - inst[i]["kv_allocated"]
+            and free_named == inst[i]["free_len"]
+            and used + free_named + pooled + never == inst[i]["kv_total"])

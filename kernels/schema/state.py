@@ -32,7 +32,7 @@ class State(NamedTuple):
     due: np.ndarray  # int64[max_num_seqs]: requests taken from the calendar this step
     done: np.ndarray  # int64[max_num_seqs]: requests completed by this step
     calendar: np.ndarray  # int64[n_inst, calendar_size]: bucket heads (engine/calendar.py), -1 = empty
-    ride_phase: np.ndarray  # int64[n_inst, block_size]: riders of a counted KV cache by the step phase of their new blocks
+    ride_phase: np.ndarray  # int64[n_inst, block_size]: counted riders (engine/calendar.py) by the step phase of their new blocks
     # --- KV cache
     blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
     kv_table: np.ndarray  # int64[rows, 2]: shared key value -> block + 1, one slice of rows per instance

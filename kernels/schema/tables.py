@@ -33,6 +33,8 @@ REQUEST_DT = np.dtype(
         # step ``sync_step`` and advance by one token per step after it ---
         ("sync_step", np.int64),  # local step (instance steps counter) the fields above are exact at
         ("cal_next", np.int64),  # next request in its calendar bucket, -1 = end
+        ("named_upto", np.int64),  # its KV blocks at positions < named_upto have block ids, the rest are anonymous (kv/cache.py)
+        ("ride_phase", np.int64),  # a counted rider's step phase of new blocks (engine/calendar.py), -1 = not one
         ("admit_seq", np.int64),  # order of admission on its instance: the batch is sorted by it
         # --- inputs (filled from the workload) ---
         ("arrival_us", np.int64),  # µs, arrival at the cluster
@@ -90,7 +92,8 @@ INSTANCE_DT = np.dtype(
         ("free_tail", np.int64),
         ("free_len", np.int64),
         ("kv_allocated", np.int64),  # blocks held by requests (ref_count > 0 when named)
-        ("kv_named", np.int32),  # 1 = blocks have identities (block table, free list); 0 = only counted (kv/cache.py)
+        ("head_units", np.int64),  # anonymous free blocks before the free list's first block (kv/cache.py)
+        ("id_pool", np.int64),  # stack of unassigned block ids (linked through lru_next), -1 = empty
         ("kv_peak_allocated", np.int64),
         ("ht_offset", np.int64),  # this instance's rows of the prefix hash table
         ("ht_mask", np.int64),  # number of those rows - 1 (a power of two)
@@ -137,6 +140,7 @@ KV_BLOCK_DT = np.dtype(
         ("ref_count", np.int32),  # requests holding it; 0 = free
         ("lru_prev", np.int32),  # free-list links (block ids < 2^31), -1 = none
         ("lru_next", np.int32),
+        ("gap_after", np.int32),  # free list: anonymous free blocks that follow this one (kv/cache.py)
     ],
     align=True,
 )

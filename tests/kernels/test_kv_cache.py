@@ -14,7 +14,7 @@ import pytest
 import entry as E
 from builders import seeds
 from blis_fast.run.tables import next_pow2
-from blis_fast_kernels.kv.cache import kv_conserved
+from blis_fast_kernels.kv.cache import ALL_NAMED, kv_conserved
 from naive.kv import NaiveKVCache
 from states import lengths_state
 
@@ -57,7 +57,7 @@ class KernelKV:
         # engine defers unshared keys until a preemption (kv/cache.py), which the event-
         # skipping tests (tests/run/test_event_skipping.py) check end to end
         st.settings["event_skipping"] = 0
-        st.inst["kv_named"] = 1  # blocks with identities from the start (kv/cache.py)
+        st.reqs["named_upto"] = ALL_NAMED  # every block with an identity (kv/cache.py)
         assert st.reqs["block_cap"].tolist() == [-(-int(m) // bs) for m in max_tokens]
         # a request that can never fit is dropped at its instance and gets no block slice:
         # it must not be admitted here either

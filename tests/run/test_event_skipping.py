@@ -130,8 +130,8 @@ def test_event_skipping_equals_visiting_every_request_roofline(seed, cfg):
 
 def unique_workload(seed: int, bs: int):
     """Up to 40 requests whose content no two share (no block key occurs twice), bursty
-    arrivals: with event skipping their KV blocks start out counted (kernels/kv/cache.py)
-    and are named at the first preemption that must register keys."""
+    arrivals: with event skipping all their KV blocks are anonymous (kernels/kv/cache.py)
+    until a preemption must register keys."""
     from builders import prompts_workload
 
     rng = np.random.default_rng(seed)
@@ -162,9 +162,9 @@ def test_event_skipping_equals_visiting_every_request_counted_kv(seed, bs, cfg):
 
 
 def test_counted_blocks_are_named_at_the_first_preemption():
-    """Unique content under KV pressure: the instance starts counting blocks, names them
-    when the first preemption must register the victim's keys, and the victim finds its
-    blocks again on readmission -- all as on the path that names blocks from the start."""
+    """Unique content under KV pressure: every block starts anonymous, a victim's filled
+    blocks get ids when its keys must be registered, and it finds them again on
+    readmission -- all as on the path that names every block from the start."""
     from builders import lengths_workload
 
     from blis_fast.config.sim import build_config
@@ -172,14 +172,14 @@ def test_counted_blocks_are_named_at_the_first_preemption():
 
     wl = lengths_workload([0] * 6, [64] * 6, [60] * 6)
     cfg = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=30)
-    assert build_state(resolve(build_config({}, cfg)), wl).inst[0]["kv_named"] == 0
+    assert not build_state(resolve(build_config({}, cfg)), wl).reqs["named_upto"].any()  # all anonymous
     (doc_a, a), (doc_b, b) = run_both(wl, check_invariants=True, **cfg)
     assert doc_a == doc_b
-    assert a.inst[0]["preemptions"] > 0 and a.inst[0]["kv_named"] == 1
+    assert a.inst[0]["preemptions"] > 0 and a.inst[0]["kv_virgin_next"] > 0  # victims' blocks got ids
     assert a.inst[0]["prefix_hit_tokens"] == b.inst[0]["prefix_hit_tokens"] > 0  # victims found their blocks
     (doc_c, c), (doc_d, _) = run_both(wl, check_invariants=True, enable_prefix_caching=False, **cfg)
     assert doc_c == doc_d and c.inst[0]["preemptions"] > 0
-    assert c.inst[0]["kv_named"] == 0  # without prefix caching nothing is ever found by key: counted throughout
+    assert c.inst[0]["kv_virgin_next"] == 0  # without prefix caching nothing is ever found by key: no ids
 
 
 def test_event_skipping_skips():
