@@ -3,6 +3,8 @@ all-or-nothing allocation (docs/semantics.md §6)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -129,9 +131,12 @@ class NaiveKVCache:
 
 
 def assert_kv_recount(r) -> None:
-    """Independent recount of every instance's KV blocks (KV conservation) from a Result's tables:
-    held blocks = allocated, held + free-list + never-used = total, every block reference
-    belongs to one request of that instance, the peak within the total."""
+    """Independent recount of every instance's KV blocks (KV conservation) from a Result's
+    tables.  A request's blocks at positions < named_upto have ids, the rest are anonymous
+    (kernels/kv/cache.py): named held blocks + anonymous held blocks = allocated; the free
+    list's named blocks + the anonymous free blocks counted in its gaps = total -
+    allocated; every id is held, free, pooled or never used; every block reference belongs
+    to one request of that instance; the peak within the total."""
     st = r.state
     blocks, inst, reqs = st.blocks, st.inst, st.reqs
     for i in range(len(inst)):
@@ -139,9 +144,22 @@ def assert_kv_recount(r) -> None:
         ref = blocks["ref_count"][lo:lo + tot]
         assert (ref >= 0).all()
         used = int((ref > 0).sum())
-        assert used == inst[i]["kv_allocated"]
-        virgin = lo + tot - int(inst[i]["kv_virgin_next"])
-        assert used + int(inst[i]["free_len"]) + virgin == tot
         mine = reqs["instance"] == i
-        assert int(ref.sum()) == int(reqs["blocks_held"][mine].sum())
+        held = reqs["blocks_held"][mine]
+        named = np.minimum(held, np.maximum(reqs["named_upto"][mine], 0))
+        assert used + int((held - named).sum()) == inst[i]["kv_allocated"]
+        free_named, free_units, b = 0, int(inst[i]["head_units"]), int(inst[i]["free_head"])
+        while b >= 0:
+            free_named += 1
+            free_units += int(blocks["gap_after"][b])
+            b = int(blocks["lru_next"][b])
+        assert free_named == int(inst[i]["free_len"])
+        assert free_named + free_units == tot - int(inst[i]["kv_allocated"])
+        pooled, b = 0, int(inst[i]["id_pool"])
+        while b >= 0:
+            pooled += 1
+            b = int(blocks["lru_next"][b])
+        virgin = lo + tot - int(inst[i]["kv_virgin_next"])
+        assert used + free_named + pooled + virgin == tot
+        assert int(ref.sum()) == int(named.sum())
         assert inst[i]["kv_peak_allocated"] <= tot
