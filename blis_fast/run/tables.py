@@ -36,11 +36,13 @@ def block_slots(workload, block_size: int, kv_total: int | None, compat: bool) -
     return block_cap, slots
 
 
-def request_table(workload, block_size: int, kv_total: int | None = None, compat: bool = False) -> np.ndarray:
-    """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions; all
-    times and links -1.  With ``kv_total``, a request that needs more blocks than an
-    instance has (dropped unservable when it reaches one) gets an empty block slice
-    (``block_slots``)."""
+def request_table(workload, block_size: int, kv_total: int | None = None, compat: bool = False,
+                  caching: bool = False) -> np.ndarray:
+    """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions, the
+    named block positions (``named_positions``, for a run with event skipping and prefix
+    ``caching``); all times and links -1.  With ``kv_total``, a request that needs more
+    blocks than an instance has (dropped unservable when it reaches one) gets an empty
+    block slice (``block_slots``)."""
     n = len(workload)
     reqs = np.zeros(n, S.REQUEST_DT)
     reqs["arrival_us"] = workload.arrival_us
@@ -59,6 +61,7 @@ def request_table(workload, block_size: int, kv_total: int | None = None, compat
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
               "first_token_us", "last_token_us", "run_start_step", "last_token_step", "cal_next", "ride_phase"):
         reqs[f] = -1
+    reqs["named_upto"] = named_positions(reqs, workload, caching)
     return reqs
 
 
@@ -99,20 +102,20 @@ def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) ->
 CALENDAR_SIZE = 1024
 
 
-def named_positions(reqs: np.ndarray, key_shared: np.ndarray, caching: bool, event_skipping: bool) -> np.ndarray:
-    """Each request's ``named_upto`` (kernels/kv/cache.py): the positions of its blocks
-    that may carry a key before it is ever preempted -- up to its last key that another
-    request shares (its other keys are its own: registered only at a preemption); none
-    without prefix caching; all without event skipping (the reference path)."""
-    from blis_fast_kernels.kv.cache import ALL_NAMED
+def prefix_caching(config, workload) -> bool:
+    """True if the run caches prefix blocks (enabled, and the workload has block keys)."""
+    return bool(config.engine.enable_prefix_caching) and len(workload.block_keys) > 0
 
-    n = len(reqs)
-    if not event_skipping:
-        return np.full(n, ALL_NAMED, np.int64)
-    out = np.zeros(n, np.int64)
-    if not caching or n == 0:
+
+def named_positions(reqs: np.ndarray, workload, caching: bool) -> np.ndarray:
+    """Each request's ``named_upto`` with event skipping (kernels/kv/cache.py): the
+    positions of its blocks that may carry a key before it is ever preempted -- up to its
+    last key that another request shares (its other keys are its own: registered only at
+    a preemption); none without prefix caching."""
+    out = np.zeros(len(reqs), np.int64)
+    if not caching or len(reqs) == 0:
         return out
-    shared = np.flatnonzero(key_shared)
+    shared = np.flatnonzero(workload.shared_keys())
     if shared.size:
         starts = reqs["key_start"]
         owner = np.searchsorted(starts, shared, side="right") - 1  # a request with no keys shares the next one's start
@@ -268,7 +271,7 @@ def scenario_request_table(setup, workload) -> np.ndarray:
     on the policy)."""
     workload.validate()
     return request_table(workload, setup.config.engine.block_size, setup.latency.total_kv_blocks,
-                         setup.config.simulation.compat is not None)
+                         setup.config.simulation.compat is not None, prefix_caching(setup.config, workload))
 
 
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
@@ -307,11 +310,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                                  pol.scheduler_kind, shared_known=shared is not None,
                                  n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
-    reqs = request_table(workload, bs, kv_total, compat) if request_rows is None else request_rows.copy()
+    caching = prefix_caching(cfg, workload)
+    reqs = request_table(workload, bs, kv_total, compat, caching) if request_rows is None else request_rows.copy()
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
-    caching = eng.enable_prefix_caching and len(keys) > 0
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index)
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
     # smaller keeps huge KV caches from costing memory
@@ -328,7 +331,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
     sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
-    reqs["named_upto"] = named_positions(reqs, key_shared, caching, event_skipping)
+    if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
+        reqs["named_upto"] = S.ALL_NAMED
     return S.State(
         settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
                                  trace_level),

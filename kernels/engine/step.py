@@ -19,14 +19,14 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import (ALL_NAMED, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
+from ..kv.cache import (key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
                         kv_grow, kv_release, register_deferred_keys, take_anonymous)
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import (BlockReason, InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind,
+from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind,
                       Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event

@@ -50,12 +50,10 @@ the victim's filled anonymous blocks first (``register_deferred_keys``).
 import numpy as np
 
 from ..jit import helper, kernel
+from ..schema import ALL_NAMED
 from ..structs.dlist import dl_push_back, dl_remove
 from ..structs.prefetch import prefetch
 from ..structs.hashtable import table_delete_at, table_find, table_probe
-
-# named_upto of a request all of whose blocks are named (more than any request has)
-ALL_NAMED = np.int64(1 << 40)
 
 # ----------------------------------------------------------------------------- prefix table
 

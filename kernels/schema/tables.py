@@ -69,6 +69,10 @@ REQUEST_DT = np.dtype(
     align=True,
 )
 
+# ``named_upto`` of a request all of whose KV blocks are named (more positions than any
+# request has; kernels/kv/cache.py)
+ALL_NAMED = np.int64(1 << 40)
+
 INSTANCE_DT = np.dtype(
     [
         # --- configuration (per instance so typed pools can differ) ---
@@ -320,4 +324,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

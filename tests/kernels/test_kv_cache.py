@@ -14,7 +14,8 @@ import pytest
 import entry as E
 from builders import seeds
 from blis_fast.run.tables import next_pow2
-from blis_fast_kernels.kv.cache import ALL_NAMED, kv_conserved
+from blis_fast_kernels.kv.cache import kv_conserved
+from blis_fast_kernels.schema import ALL_NAMED
 from naive.kv import NaiveKVCache
 from states import lengths_state
 
