@@ -135,8 +135,21 @@ class Result:
     def rate_duration_s(self) -> float:
         """What the per-second rates divide by: the window's span, else the run's duration."""
         if self.window is None:
-            return float(self.cluster["vllm_estimated_duration_s"])
+            return self.duration_s
         return (self.window[1] - self.window[0]) / 1e6
+
+    @cached_property
+    def _clocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the instances used, every instance's end-of-run clock in µs)."""
+        st = self.state
+        return self._used_instances(), instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
+
+    @cached_property
+    def duration_s(self) -> float:
+        """The simulated duration: the cluster summary's ``vllm_estimated_duration_s`` (the
+        latest clock of the instances used), without computing the summary."""
+        used, clocks = self._clocks
+        return int(clocks[used].max()) / 1e6 if used.size else 0.0
 
     @cached_property
     def _measured(self):
@@ -154,9 +167,9 @@ class Result:
             measured &= win
             rows = np.flatnonzero(win)
             rates = (self.window[1] - self.window[0], np.flatnonzero(fin))
-        clocks = instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
+        used, clocks = self._clocks
         cluster_itl, itl_of = self._itl.by_instance(measured)
-        return measured, rows, rates, self._used_instances(), clocks, ([cluster_itl], itl_of)
+        return measured, rows, rates, used, clocks, ([cluster_itl], itl_of)
 
     def _with_window(self, group: dict) -> dict:
         if self.window is not None:

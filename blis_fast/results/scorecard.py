@@ -80,7 +80,7 @@ def request_outcomes(result) -> dict[str, np.ndarray]:
 
 def duration_s(result) -> float:
     """The simulated duration metrics divide by (s): the cluster's vllm_estimated_duration_s."""
-    return float(result.cluster["vllm_estimated_duration_s"])
+    return result.duration_s
 
 
 def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
