@@ -11,6 +11,7 @@ import numpy as np
 
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
+from blis_fast_kernels.schema.state import copy_array
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
@@ -275,13 +276,14 @@ def scenario_request_table(setup, workload) -> np.ndarray:
 
 
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
-                request_rows: np.ndarray | None = None) -> S.State:
+                request_rows: np.ndarray | None = None, copy_rows: bool = True) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
     the tests compare the event-skipping engine with; the results are identical).
     ``request_rows``: ``scenario_request_table(setup, workload)``, copied rather than built
-    (the workload was checked when it was made)."""
+    (the workload was checked when it was made); with ``copy_rows=False`` it is a copy the
+    caller made for this run, used as it is."""
     from blis_fast.policy import compile_policies
 
     cfg = setup.config
@@ -311,7 +313,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                                  n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
     caching = prefix_caching(cfg, workload)
-    reqs = request_table(workload, bs, kv_total, compat, caching) if request_rows is None else request_rows.copy()
+    if request_rows is None:
+        reqs = request_table(workload, bs, kv_total, compat, caching)
+    else:
+        reqs = copy_array(request_rows) if copy_rows else request_rows
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")

@@ -2,7 +2,7 @@
 
 The whole run lives in these arrays -- tables, the event heap, the loop record, logs,
 policy parameters and scratch space -- so a run can stop at any event boundary and go on
-later, or be copied (``State(*[a.copy() for a in state])``) and continued differently.
+later, or be copied (``copy_state``) and continued differently.
 ``blis_fast.run.tables.build_state`` allocates it; the field types never depend on the
 configuration, so the kernels compile once.
 """
@@ -71,6 +71,19 @@ class State(NamedTuple):
     tmp_k2: np.ndarray  # int64
 
 
+def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A copy of ``a`` (into ``out`` if given: same shape and dtype).  A contiguous table of
+    records is copied as bytes: numpy copies records field by field, ~10x slower (a
+    100K-request table: ~40 ms instead of ~4)."""
+    if out is None:
+        out = np.empty_like(a)
+    if a.dtype.fields is not None and a.size and a.flags.c_contiguous and out.flags.c_contiguous:
+        np.copyto(out.reshape(-1).view(np.uint8), a.reshape(-1).view(np.uint8))
+    else:
+        np.copyto(out, a)
+    return out
+
+
 def copy_state(state: State) -> State:
     """A deep copy: continuing it never touches ``state``."""
-    return State(*[np.copy(a) for a in state])
+    return State(*[copy_array(a) for a in state])

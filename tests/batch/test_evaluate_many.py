@@ -166,3 +166,14 @@ def test_a_batch_row_is_the_evaluation_of_an_ordinary_run():
     batch = evaluate_many({"ll": {"routing": "least-loaded"}}, [{"name": "x", "config": SMALL, "seed": 4}],
                           objectives=OBJECTIVES, workers=1).results[0]
     assert batch.to_dict() == plain.to_dict()
+
+
+def test_a_thread_reusing_its_request_table_starts_each_evaluation_afresh():
+    # evaluations in one thread copy the scenario's rows into the same table
+    # (batch.evaluate.request_buffer): a candidate judged after others equals one judged first
+    cands = {"a": {"routing": "round-robin"}, "b": {"routing": "least-loaded", "scheduler": "sjf"},
+             "c": {"routing": "round-robin"}}
+    scen = [{"name": "x", "config": SMALL, "seed": 4}]
+    both = evaluate_many(cands, scen, objectives=OBJECTIVES, workers=1).results
+    alone = evaluate_many({"c": cands["c"]}, scen, objectives=OBJECTIVES, workers=1).results
+    assert both[2].to_dict() == alone[0].to_dict() and both[0].to_dict()["metrics"] == both[2].to_dict()["metrics"]

@@ -13,7 +13,7 @@ from blis_fast.run.runner import grow_logs
 from blis_fast_kernels.engine.loop import run_events
 from builders import lengths_workload
 from blis_fast_kernels.schema import IRR_DT, STEP_DT, RequestState, Status
-from blis_fast_kernels.schema.state import copy_state
+from blis_fast_kernels.schema.state import copy_array, copy_state
 from states import make_state
 
 # A small loaded run: 2 instances, KV pressure (preemptions), a shared prefix (cache hits),
@@ -226,3 +226,18 @@ def test_invariant_checks_off_do_not_stop():
     st = _run_raw(st)
     assert int(st.loop[0]["status"]) == Status.OK
     assert int(st.inst[i]["kv_allocated"]) == 1  # everything released but the phantom block
+
+
+def test_copy_array_copies_tables_of_records_and_plain_arrays():
+    from blis_fast_kernels.schema import REQUEST_DT
+
+    rows = np.zeros(5, REQUEST_DT)
+    rows["computed"] = np.arange(5)
+    rows["priority"] = 0.5
+    for a in (rows, np.arange(12, dtype=np.int64).reshape(3, 4), rows[::2]):  # bytes, plain, strided
+        b = copy_array(a)
+        assert b.dtype == a.dtype and b.shape == a.shape and (b == a).all() and not np.shares_memory(a, b)
+    out = np.empty_like(rows)
+    assert copy_array(rows, out) is out and (out == rows).all()
+    out["computed"][0] = 99
+    assert rows["computed"][0] == 0  # a copy, not a view
