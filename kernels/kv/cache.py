@@ -3,11 +3,11 @@ State's flat tables.
 
 Per instance i (a row of the instance table):
 - blocks [kv_offset, kv_offset + kv_total) of the block table;
-- a free list in LRU order: never-used ("virgin") blocks first, in index order, then the
-  released blocks in release order (structs/dlist.py through the block table).
-  Allocation takes from the head, release appends to the tail, and a freed block keeps
-  its prefix key (that *is* the cache) until it is reused.  Virgin blocks are not linked
-  (``kv_virgin_next`` marks them), so millions of blocks cost nothing to set up;
+- a free list in LRU order: never-used blocks first, then the released blocks in release
+  order.  Allocation takes from the head, release appends to the tail, and a freed block
+  keeps its prefix key (that *is* the cache) until it is reused.  Only named free blocks
+  are linked (structs/dlist.py through the block table); the others are counted in the
+  gaps (below: named and anonymous blocks), so millions of blocks cost nothing to set up;
 - the cache's index from a block key to the block holding it.  Key number q (position
   q of the workload's ``keys``) is looked up in one of two ways: a key whose value no
   other position carries (``key_shared[q] == 0``: content only its own request has)
@@ -36,8 +36,9 @@ has an identity (a block id, a row of the block table) only where it may ever ca
 key: request r's blocks at positions < ``named_upto`` (the positions up to its last
 shared key; all of them once it has been preempted, or when event skipping is off).  Its
 other blocks are *anonymous*: counted in ``kv_allocated``, nothing else.  The free list
-keeps the LRU order of all free blocks: named free blocks (keyed, in the block table's
-``lru`` links) with the anonymous free blocks counted in the gaps -- ``head_units``
+keeps the LRU order of all free blocks: named free blocks (the keyed ones -- every one
+when event skipping is off -- in the block table's ``lru`` links) with the anonymous free
+blocks counted in the gaps -- ``head_units``
 before the first one, ``gap_after`` after each -- so taking k anonymous blocks from the
 head costs O(1) per named block passed, and a released request's anonymous tail is one
 addition.  A named block that is freed unkeyed becomes an anonymous unit (its id goes
