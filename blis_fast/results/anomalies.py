@@ -11,7 +11,7 @@ def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, 
     invert)."""
     if priority_policy == "constant":
         return 0
-    from blis_fast_kernels.structs.sort import count_dominated_pairs
+    from blis_fast_kernels.native import count_dominated_pairs
 
     idx = np.flatnonzero(done)
     if idx.size < 2:

@@ -97,7 +97,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     time -- and ``on_sample(state, t_us)`` records what it needs (time series).  With
     ``until_us`` (not with sampling) it returns instead once every event at or before
     ``until_us`` is processed (``run_until``)."""
-    from blis_fast_kernels.engine.loop import run_events  # numba loads here, not at import
+    from blis_fast_kernels.native import run_events  # compiled ahead of time, or numba loads here
 
     settings = state.settings
     adaptive = chunk_events is None

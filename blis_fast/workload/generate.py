@@ -276,7 +276,7 @@ class Requests:
         prompt extends the previous turn's prompt + output, so its leading blocks are the
         previous turn's sequence blocks.  ``validate=False`` skips ``Workload.validate``
         (for tables valid by construction)."""
-        from blis_fast_kernels.workload.keys import chain_sequence_keys, hash_chain_states  # numba lazily
+        from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states
 
         bs = int(block_size)
         if bs < 1:

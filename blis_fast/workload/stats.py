@@ -36,10 +36,11 @@ def workload_stats(wl: Workload) -> dict:
     bs = wl.block_size
     nk = np.diff(wl.key_offsets)
     keys = wl.block_keys
-    from blis_fast_kernels.structs.keycount import REPEATED, flag_keys
+    from blis_fast_kernels.native import flag_keys
+    from blis_fast_kernels.schema import KeyFlagMode
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
-        repeated = flag_keys(keys, REPEATED)[0].view(bool)  # an earlier occurrence exists
+        repeated = flag_keys(keys, KeyFlagMode.REPEATED)[0].view(bool)  # an earlier occurrence exists
     # (a chained key cannot repeat within one request: its earlier occurrence is in an
     # earlier request, up to 2^-64 collisions)
     owner = np.repeat(np.arange(n), nk)

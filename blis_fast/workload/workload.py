@@ -130,10 +130,11 @@ class Workload:
         """uint8 like block_keys: 1 where the key's value occurs more than once in
         block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
         if self.key_shared is None:
-            from blis_fast_kernels.structs.keycount import SHARED, flag_keys  # numba imported lazily
+            from blis_fast_kernels.native import flag_keys
+            from blis_fast_kernels.schema import KeyFlagMode
 
             with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
-                flags = flag_keys(np.ascontiguousarray(self.block_keys), SHARED)[0]
+                flags = flag_keys(np.ascontiguousarray(self.block_keys), KeyFlagMode.SHARED)[0]
             object.__setattr__(self, "key_shared", flags)  # a cache: the value is determined
         return self.key_shared
 
@@ -159,7 +160,7 @@ class Workload:
         sequence.  Without output tokens, every block that is not entirely prompt gets a
         fresh key from ``content_seed[i]`` (int64 [n]; default ``row_seeds(n)``).
         ``attributes``: further Workload fields (tenant=, session=, next_request=, ...)."""
-        from blis_fast_kernels.workload.keys import hash_sequence_blocks  # numba imported lazily
+        from blis_fast_kernels.native import hash_sequence_blocks
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")

@@ -26,6 +26,16 @@ REQUEST_STATE_NAMES = (
 )
 
 
+class _KeyFlagMode(NamedTuple):
+    """What ``structs.keycount.flag_keys`` flags."""
+
+    SHARED: int = 0  # every key occurring more than once anywhere in the array
+    REPEATED: int = 1  # every occurrence of a key seen earlier in the array
+
+
+KeyFlagMode = _KeyFlagMode()
+
+
 class _ClusterEvent(NamedTuple):
     """Cluster-level event kinds; the numeric order is the tie-break order at equal time."""
 
@@ -306,7 +316,7 @@ class _ScanStatus(NamedTuple):
 ScanStatus = _ScanStatus()
 
 __all__ = [
-    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key",
+    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
     "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",

@@ -11,6 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PREEMPT_DT, REQUEST_DT,
+                     ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
+
 
 class State(NamedTuple):
     # --- run settings and the loop's own state
@@ -69,6 +72,33 @@ class State(NamedTuple):
     tmp_ids: np.ndarray  # int64
     tmp_k1: np.ndarray  # float64
     tmp_k2: np.ndarray  # int64
+
+
+_I64, _F64, _I32, _U8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.uint8)
+
+#: Every State field's element type and number of dimensions; every array is C-contiguous
+#: (and aligned).  The ahead-of-time compiled kernels (kernels/aot.py) are built for exactly
+#: these types and check a State against them before each call, since compiled code
+#: cannot check them itself; build_state's States are tested against them.
+STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {
+    "settings": (SETTINGS_DT, 1), "loop": (LOOP_DT, 1),
+    "reqs": (REQUEST_DT, 1), "arrival_order": (_I64, 1), "keys": (_I64, 1), "key_shared": (_U8, 1),
+    "req_blocks": (_I32, 1),
+    "inst": (INSTANCE_DT, 1), "batch": (_I64, 2), "batch_seq": (_I64, 2), "work": (_I64, 1),
+    "context": (_I64, 1), "explicit": (_I64, 1), "due": (_I64, 1), "done": (_I64, 1), "calendar": (_I64, 2),
+    "ride_phase": (_I64, 2),
+    "blocks": (KV_BLOCK_DT, 1), "kv_table": (_I64, 2), "kv_slot": (_I32, 1),
+    "heap": (EVENT_DT, 1), "step_log": (STEP_DT, 1), "irr_log": (IRR_DT, 1), "route_log": (ROUTE_DT, 1),
+    "admit_log": (ADMIT_DT, 1), "preempt_log": (PREEMPT_DT, 1), "sched_log": (SCHED_DT, 1),
+    "sched_open": (_I64, 1),
+    "roofline": (_F64, 1),
+    "policy_kind": (_I64, 1), "policy_param": (_F64, 2), "tb_tokens": (_F64, 1), "tb_last_us": (_I64, 1),
+    "snap": (_F64, 2), "snap_refreshed": (_I64, 1), "affinity": (_I64, 1), "route_scores": (_F64, 1),
+    "alive": (_I64, 1), "pi_state": (_I64, 2), "pi_table": (_I64, 2), "pi_ring": (_I64, 3), "gmap": (_I64, 2),
+    "sort_ids": (_I64, 1), "sort_k1": (_F64, 1), "sort_k2": (_I64, 1), "tmp_ids": (_I64, 1), "tmp_k1": (_F64, 1),
+    "tmp_k2": (_I64, 1),
+}
+assert tuple(STATE_LAYOUT) == State._fields, "STATE_LAYOUT must list State's fields in order"
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -4,10 +4,10 @@
 import numpy as np
 
 from ..jit import kernel
+from ..schema import KeyFlagMode
 from .hashtable import table_probe
 
-SHARED = 0  # flag keys that occur more than once anywhere in the array
-REPEATED = 1  # flag occurrences of a key seen earlier in the array
+SHARED, REPEATED = KeyFlagMode.SHARED, KeyFlagMode.REPEATED
 
 
 @kernel

@@ -17,8 +17,10 @@ from blis_fast_kernels import schema as S
 
 KERNELS = Path(kernels.__file__).resolve().parent
 ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "blis_fast_kernels"}  # llvmlite: numba's code generator
-PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"}}  # plain Python parts
-PYTHON_ONLY = {"cache.py", "jit.py"}  # the package's plumbing: plain Python by design
+PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"},  # plain Python parts
+                    "aot.py": {"dataclasses", "importlib", "json", "os"},
+                    "native.py": {"importlib", "json", "os", "pathlib"}}
+PYTHON_ONLY = {"aot.py", "cache.py", "jit.py", "native.py"}  # the package's plumbing: plain Python by design
 SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload"}
 
 

@@ -300,7 +300,9 @@ def test_choose_victim_matches_naive(seed):
 # ============================================================================ no recompilation
 
 
-def test_switching_policies_never_recompiles():
+def test_switching_policies_never_recompiles(monkeypatch):
+    """A policy candidate is data: the JIT kernel never compiles again for one (and the
+    ahead-of-time compiled one takes every candidate: tests/kernels/test_native.py)."""
     import numba
 
     from builders import sim
@@ -308,6 +310,7 @@ def test_switching_policies_never_recompiles():
 
     if numba.config.DISABLE_JIT:
         pytest.skip("nothing is compiled with the JIT off")
+    monkeypatch.setenv("BLIS_FAST_KERNELS", "jit")
     rng = np.random.default_rng(9)
     n = 40
     wl = lengths_workload(np.sort(rng.integers(0, 200_000, n)), rng.integers(10, 400, n), rng.integers(1, 20, n),

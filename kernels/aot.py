@@ -1,0 +1,159 @@
+"""Ahead-of-time compiled entry kernels: the kernels Python calls, compiled once when the
+package is built (``setup.py``), into the extension module ``blis_fast_kernels._native``.
+
+Why: a process that runs JIT-compiled kernels must load numba and llvmlite and set up
+their compiler even when every kernel comes from the on-disk cache -- on a 2-core machine
+that alone is ~1.2 s and ~200 MB of every run.  The extension module is plain machine code
+that needs only numpy, so a run that finds it never imports numba (``native.py`` picks it).
+
+This module declares each entry kernel's one compiled signature in numpy terms (``ENTRIES``),
+which serves twice: ``build`` turns it into numba types and compiles, and ``native.py``
+checks every call's arguments against it before handing them to compiled code (which
+cannot check them itself: a wrong dtype would read garbage).  A call whose arguments do
+not match runs the JIT kernel instead, with the same result.
+
+Importing this module does not import numba; ``build`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .schema.state import STATE_LAYOUT, State
+
+MODULE = "_native"  # blis_fast_kernels._native
+STAMP = MODULE + ".json"  # beside it: the kernel sources' digest it was built from
+
+
+@dataclass(frozen=True)
+class Arr:
+    """A C-contiguous, aligned numpy array of ``dtype`` with ``ndim`` dimensions."""
+    dtype: np.dtype
+    ndim: int = 1
+
+
+class _Scalar:
+    def __init__(self, name: str, kinds: tuple):
+        self.name, self.kinds = name, kinds
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+I64 = _Scalar("int64", (int, np.integer))
+F64 = _Scalar("float64", (float, int, np.floating, np.integer))
+STATE = "State"  # a kernels.schema.State laid out as STATE_LAYOUT says
+NONE = None  # returns nothing
+
+_i64, _f64, _u8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An entry kernel: ``module.name`` (relative to blis_fast_kernels), its argument
+    types and its return type (a type, a tuple of types, or NONE)."""
+    name: str
+    module: str
+    args: tuple
+    returns: object
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry("run_events", "engine.loop", (STATE,), NONE),
+    Entry("run_minimal", "engine.minimal",
+          (Arr(_i64), Arr(_i64), Arr(_i64), I64, I64, I64, F64, F64, F64, Arr(_i64), Arr(_i64)), I64),
+    Entry("count_dominated_pairs", "structs.sort", (Arr(_f64), F64), I64),
+    Entry("flag_keys", "structs.keycount", (Arr(_i64), I64), (Arr(_u8), I64)),
+    Entry("hash_chain_states", "workload.keys", (Arr(_i64), Arr(_i64), I64), (Arr(_i64), Arr(_i64))),
+    Entry("hash_sequence_blocks", "workload.keys",
+          (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), I64), (Arr(_i64), Arr(_i64))),
+    Entry("chain_sequence_keys", "workload.keys",
+          (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64),
+           Arr(_u8)), NONE),
+)
+BY_NAME = {e.name: e for e in ENTRIES}
+
+
+# ----------------------------------------------------------------------------- checking a call
+
+
+def _array_ok(a, dtype: np.dtype, ndim: int) -> bool:
+    return (type(a) is np.ndarray and a.dtype == dtype and a.ndim == ndim and a.flags.c_contiguous
+            and a.flags.aligned)
+
+
+def args_match(entry: Entry, args: tuple) -> bool:
+    """True if ``args`` have exactly the types ``entry`` was compiled for."""
+    if len(args) != len(entry.args):
+        return False
+    for want, a in zip(entry.args, args):
+        if want is STATE:
+            if type(a) is not State:
+                return False
+            for (dtype, ndim), x in zip(STATE_LAYOUT.values(), a):
+                if not (_array_ok(x, dtype, ndim) and x.flags.writeable):
+                    return False
+        elif isinstance(want, Arr):
+            if not _array_ok(a, want.dtype, want.ndim):
+                return False
+        elif not isinstance(a, want.kinds) or isinstance(a, (bool, np.bool_)):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _numba_type(t):
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    if t is STATE:
+        return types.NamedTuple([types.Array(from_dtype(dt), nd, "C") for dt, nd in STATE_LAYOUT.values()], State)
+    if isinstance(t, Arr):
+        return types.Array(from_dtype(t.dtype), t.ndim, "C")
+    if isinstance(t, tuple):
+        return types.Tuple([_numba_type(x) for x in t])
+    if t is NONE:
+        return types.none
+    return getattr(types, str(t))
+
+
+def build(output_dir: str, digest: str, verbose: bool = False) -> str:
+    """Compile every entry of ENTRIES into ``output_dir``/_native<ext suffix> and write the
+    stamp (``digest``: ``cache.sources_digest()`` of the sources compiled); returns the
+    module's path.  The compiled module releases the GIL while a kernel runs, as the JIT
+    entry kernels do (``jit.kernel``: nogil), so batch evaluation runs on every core."""
+    from importlib import import_module
+
+    import numba
+    import numba.pycc.compiler as pycc_compiler
+    from numba.pycc import CC
+
+    cc = CC(MODULE, source_module=__name__.rsplit(".", 1)[0])
+    cc.output_dir = output_dir
+    cc.verbose = verbose
+    for e in ENTRIES:
+        fn = getattr(import_module(f"{__package__}.{e.module}"), e.name)
+        cc.export(e.name, _numba_type(e.returns)(*[_numba_type(a) for a in e.args]))(fn.py_func)
+    # pycc has no nogil option: its wrappers are compiled with the compiler flags it
+    # creates, so give those flags release_gil for the duration of the build
+    flags_class = pycc_compiler.Flags
+
+    class _NoGilFlags(flags_class):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.release_gil = True
+
+    pycc_compiler.Flags = _NoGilFlags
+    try:
+        cc.compile()
+    finally:
+        pycc_compiler.Flags = flags_class
+    with open(os.path.join(output_dir, STAMP), "w") as f:
+        json.dump({"digest": digest, "numba": numba.__version__, "entries": [e.name for e in ENTRIES]}, f)
+    return os.path.join(output_dir, cc.output_file)
