@@ -61,6 +61,9 @@ def run_command(argv: list[str] | None = None) -> None:
         except (typer.Exit, SystemExit) as exc:
             raise SystemExit(getattr(exc, "exit_code", getattr(exc, "code", 0))) from None
         except Exception as exc:  # click usage errors (unknown options, missing values)
+            native = sys.modules.get("blis_fast_kernels.native")
+            if native is not None and isinstance(exc, native.NativeUnavailable):
+                _error(str(exc))  # BLIS_FAST_KERNELS asks for what this install cannot do
             if type(exc).__name__ == "NoArgsIsHelpError":  # `blis-fast` alone: the help, as --help shows it
                 typer.echo(exc.ctx.get_help())  # (typer's rich help prints itself and returns "")
                 raise SystemExit(0) from None

@@ -15,11 +15,15 @@ of magnitude):
   or logs) on the scenario's workload, timed like the kernel (one untimed warm-up, best
   of ``repeats``).  ``x floor`` = kernel best / floor best: what the full model costs
   over the least any engine simulator must do.
-* **cold compile** -- wall time of ``blis-fast run --num-requests 100`` in a fresh process
-  with an empty ``NUMBA_CACHE_DIR`` (every kernel compiles).
-* **cached start-up** -- the same command with that now-warm cache (best of 3), plus the
-  time of the first ``simulate()`` call inside a fresh cached process (numba import and
-  cache load included) next to a second, warm call.
+* **first run** -- wall time of ``blis-fast run --num-requests 100`` in a fresh process
+  with an empty ``NUMBA_CACHE_DIR``: the first run after installing.  With the kernels
+  compiled ahead of time at install (``blis_fast_kernels.native``) nothing compiles;
+  otherwise every kernel JIT-compiles here.
+* **cached start-up** -- the same command again (best of 3), plus the time of the first
+  ``simulate()`` call inside a fresh process next to a second, warm call.
+* **JIT fallback** -- when the compiled kernels are installed, the first two figures
+  again with ``BLIS_FAST_KERNELS=jit`` (what a run costs where they could not be built:
+  the cold compile, then numba's start-up from its cache).
 
 Start-up is measured with ``sys.executable -m blis_fast.cli`` so it needs no console
 script on PATH.  ``calibrate()`` re-derives the arrival rates of the scenario table.
@@ -160,10 +164,16 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
 
 
 def machine_info() -> dict:
-    """Where the figures were measured."""
-    import numba
+    """Where the figures were measured, and with which kernels."""
+    from importlib.metadata import PackageNotFoundError, version
 
     from blis_fast import __version__
+    from blis_fast_kernels import native
+
+    try:
+        numba_version = version("numba")  # (without importing numba)
+    except PackageNotFoundError:
+        numba_version = None
 
     info = {
         "cpu_count": os.cpu_count(),
@@ -172,8 +182,9 @@ def machine_info() -> dict:
         "processor": platform.processor() or None,
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "numba": numba.__version__,
+        "numba": numba_version,
         "blis_fast": __version__,
+        "kernels": native.status(),
     }
     try:
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
@@ -261,7 +272,7 @@ def floor_inputs(setup, wl) -> dict:
 def run_floor(inputs: dict) -> tuple[int, np.ndarray, np.ndarray]:
     """Run the minimal loop once: (steps, first token µs, last token µs) per request of
     ``inputs`` (arrival order)."""
-    from blis_fast_kernels.engine.minimal import run_minimal
+    from blis_fast_kernels.native import run_minimal  # compiled like the kernel it is compared with
 
     n = inputs["arrival_us"].shape[0]
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -281,7 +292,7 @@ def bench_floor(setup, wl, repeats: int = 3) -> dict | None:
     steps, _, last = run_floor(inputs)  # untimed warm-up: compiles or loads the kernel
     if int((last >= 0).sum()) != n:
         raise BlisFastError(f"floor: only {int((last >= 0).sum())} of {n} requests completed")
-    from blis_fast_kernels.engine.minimal import run_minimal
+    from blis_fast_kernels.native import run_minimal
 
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
     args = [inputs[k] for k in ("arrival_us", "prompt_len", "output_len", "num_instances", "max_num_seqs",
@@ -307,22 +318,26 @@ def _run_timed(args: list[str], env: dict) -> tuple[float, str]:
 
 
 def bench_startup(cached_repeats: int = 3) -> dict:
-    """Cold compile and cached start-up, each in a fresh process (see the module docstring)."""
+    """First run after install and cached start-up, each in a fresh process, and the same
+    for the JIT fallback when the compiled kernels are in use (see the module docstring)."""
+    from blis_fast_kernels import native
+
     cmd = [sys.executable, "-m", "blis_fast.cli", *STARTUP_ARGS]
+    compiled = native.mode() != "jit" and native.compiled_module() is not None
+    out: dict = {"command": "python -m blis_fast.cli " + " ".join(STARTUP_ARGS), "kernels": native.status()}
     with tempfile.TemporaryDirectory(prefix="blis-fast-bench-cache-") as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         env.pop("NUMBA_DISABLE_JIT", None)
-        cold, _ = _run_timed(cmd, env)
+        out["cold_compile_s"], _ = _run_timed(cmd, env)
         cached = [_run_timed(cmd, env)[0] for _ in range(cached_repeats)]
-        _, out = _run_timed([sys.executable, "-c", _FIRST_CALL_SCRIPT], env)
-        calls = json.loads(out.strip().splitlines()[-1])
-    return {
-        "command": "python -m blis_fast.cli " + " ".join(STARTUP_ARGS),
-        "cold_compile_s": cold,
-        "cached_startup_s": min(cached),
-        "cached_startup_times_s": cached,
-        **calls,
-    }
+        out["cached_startup_s"], out["cached_startup_times_s"] = min(cached), cached
+        _, calls = _run_timed([sys.executable, "-c", _FIRST_CALL_SCRIPT], env)
+        out.update(json.loads(calls.strip().splitlines()[-1]))
+        if compiled:
+            env["BLIS_FAST_KERNELS"] = "jit"
+            out["jit_cold_compile_s"], _ = _run_timed(cmd, env)
+            out["jit_cached_startup_s"] = min(_run_timed(cmd, env)[0] for _ in range(cached_repeats))
+    return out
 
 
 def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: bool = True,
@@ -392,6 +407,7 @@ def format_report(report: dict) -> str:
     out = [
         f"blis-fast {m.get('blis_fast')}  python {m['python']}  numpy {m['numpy']}  numba {m['numba']}",
         f"{m['platform']}  cpus {m['cpu_count']}  load avg {m.get('load_average')} -> {m.get('load_average_after')}",
+        f"kernels: {m.get('kernels', '?')}",
     ]
     s = report.get("settings", {})
     if s:
@@ -434,11 +450,14 @@ def format_report(report: dict) -> str:
         out += format_batch(report["batch"])
     st = report.get("startup")
     if st:
-        out += ["", f"start-up (fresh processes: {st['command']})"]
+        out += ["", f"start-up (fresh processes: {st['command']}; kernels: {st.get('kernels', '?')})"]
         rows = [
-            ["cold compile (empty NUMBA_CACHE_DIR)", f"{st['cold_compile_s']:.2f}"],
+            ["first run: cold compile (empty NUMBA_CACHE_DIR)", f"{st['cold_compile_s']:.2f}"],
             ["cached start-up (best of 3)", f"{st['cached_startup_s']:.2f}"],
         ]
+        if "jit_cold_compile_s" in st:
+            rows += [["JIT fallback: cold compile (BLIS_FAST_KERNELS=jit)", f"{st['jit_cold_compile_s']:.2f}"],
+                     ["JIT fallback: cached start-up (best of 3)", f"{st['jit_cached_startup_s']:.2f}"]]
         for key, label in (("import_s", "import blis_fast.run"),
                            ("first_call_s", "first simulate() call, cached"),
                            ("second_call_s", "second simulate() call")):

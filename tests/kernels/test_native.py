@@ -157,3 +157,10 @@ def test_compiled_workload_kernels_equal_the_jit_ones(monkeypatch):
     monkeypatch.setenv("BLIS_FAST_KERNELS", "jit")
     b = build_workload(cfg)
     assert np.array_equal(a.block_keys, b.block_keys) and np.array_equal(a.key_shared, b.key_shared)
+
+
+def test_the_cli_names_a_bad_kernel_choice(monkeypatch, capsys):
+    from builders import expect_cli_error
+
+    monkeypatch.setenv("BLIS_FAST_KERNELS", "fast")
+    expect_cli_error(capsys, "run", "--num-requests", "5", needles=("BLIS_FAST_KERNELS must be one of",))
