@@ -46,6 +46,7 @@ class _Scalar:
 
 I64 = _Scalar("int64", (int, np.integer))
 F64 = _Scalar("float64", (float, int, np.floating, np.integer))
+BOOL = _Scalar("boolean", (bool, np.bool_))
 STATE = "State"  # a kernels.schema.State laid out as STATE_LAYOUT says
 NONE = None  # returns nothing
 
@@ -74,6 +75,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("chain_sequence_keys", "workload.keys",
           (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64),
            Arr(_u8)), NONE),
+    Entry("scan_csv_records", "workload.trace_csv", (Arr(_u8), I64, I64),
+          (I64, I64, Arr(_i64, 2), Arr(_i64, 2), Arr(_u8, 2), Arr(_i64), Arr(_i64))),
+    # compiled ahead of time, its prange loops run serially (the JIT kernel is parallel)
+    Entry("parse_int_lists", "workload.trace_csv", (Arr(_u8), Arr(_i64), Arr(_i64), BOOL), (Arr(_i64), Arr(_i64), I64)),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 
@@ -100,7 +105,7 @@ def args_match(entry: Entry, args: tuple) -> bool:
         elif isinstance(want, Arr):
             if not _array_ok(a, want.dtype, want.ndim):
                 return False
-        elif not isinstance(a, want.kinds) or isinstance(a, (bool, np.bool_)):
+        elif not isinstance(a, want.kinds) or (want is not BOOL and isinstance(a, (bool, np.bool_))):
             return False
     return True
 

@@ -78,6 +78,10 @@ def test_arguments_of_other_types_do_not_match():
     assert not aot.args_match(flag_keys, (keys[::2], 0))  # not contiguous
     assert not aot.args_match(flag_keys, (keys.astype(np.uint64), 0))
     assert not aot.args_match(flag_keys, (keys.tolist(), 0))
+    parse = aot.BY_NAME["parse_int_lists"]
+    buf = np.frombuffer(b"[1, 2]", np.uint8)  # read-only: an input the kernel only reads
+    assert aot.args_match(parse, (buf, np.array([0]), np.array([6]), True))
+    assert not aot.args_match(parse, (buf, np.array([0]), np.array([6]), 1))  # an int is not a bool here
 
 
 def test_every_entry_is_served_and_named_after_its_kernel():
@@ -149,14 +153,19 @@ def test_compiled_kernels_equal_the_jit_ones(monkeypatch, settings):
         assert compiled[1]["cluster"]["preemption_count"] > 0
 
 
-def test_compiled_workload_kernels_equal_the_jit_ones(monkeypatch):
+def test_compiled_workload_kernels_equal_the_jit_ones(monkeypatch, tmp_path):
+    from builders import make_trace, same_workload
+    from blis_fast.workload import load_blis_trace
+
     _need_module()
-    monkeypatch.setenv("BLIS_FAST_KERNELS", "native")
-    cfg = as_config(None, {"num_requests": 500, "workload": "chatbot"})
-    a = build_workload(cfg)
-    monkeypatch.setenv("BLIS_FAST_KERNELS", "jit")
-    b = build_workload(cfg)
-    assert np.array_equal(a.block_keys, b.block_keys) and np.array_equal(a.key_shared, b.key_shared)
+    trace = make_trace(tmp_path / "trace.csv", n=60)
+    made = {}
+    for mode in ("native", "jit"):
+        monkeypatch.setenv("BLIS_FAST_KERNELS", mode)
+        cfg = as_config(None, {"num_requests": 500, "workload": "chatbot"})
+        made[mode] = build_workload(cfg), load_blis_trace(trace, 16)
+    for a, b in zip(made["native"], made["jit"]):
+        assert same_workload(a, b) and np.array_equal(a.key_shared, b.key_shared)
 
 
 def test_the_cli_names_a_bad_kernel_choice(monkeypatch, capsys):

@@ -183,13 +183,13 @@ def _load_fast(p: Path):
     """Byte-level parse with the numba kernels; None whenever anything is unusual (the
     caller then runs _load_slow, which names the problem or handles the oddity)."""
     from blis_fast_kernels.schema import ScanStatus
-    from blis_fast_kernels.workload.trace_csv import LF, parse_int_lists, scan_csv_records
+    from blis_fast_kernels.native import parse_int_lists, scan_csv_records
 
     data = p.read_bytes()
     buf = np.frombuffer(data, dtype=np.uint8)
     if buf.size == 0:
         return None
-    max_records = int(np.count_nonzero(buf == LF)) + 1
+    max_records = int(np.count_nonzero(buf == ord("\n"))) + 1
     n_rec, status, st, en, quoted, n_fields, _ = scan_csv_records(buf, 5, max_records)
     if status != ScanStatus.OK or n_rec < 2 or n_fields[:n_rec].min() < 5:
         return None
