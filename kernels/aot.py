@@ -110,6 +110,27 @@ def args_match(entry: Entry, args: tuple) -> bool:
     return True
 
 
+def _describe(a) -> str:
+    if type(a) is not np.ndarray:
+        return type(a).__name__
+    flags = [f for f in ("c_contiguous", "aligned", "writeable") if not getattr(a.flags, f)]
+    return f"{a.ndim}-d {a.dtype} array" + (f" (not {', '.join(flags)})" if flags else "")
+
+
+def mismatch(entry: Entry, args: tuple) -> str:
+    """Which argument of a call ``args_match`` refuses, and what it is (for the error)."""
+    if len(args) != len(entry.args):
+        return f"{len(args)} arguments, not {len(entry.args)}"
+    for k, (want, a) in enumerate(zip(entry.args, args)):
+        if want is STATE and type(a) is State:
+            for name, (dtype, ndim), x in zip(State._fields, STATE_LAYOUT.values(), a):
+                if not (_array_ok(x, dtype, ndim) and x.flags.writeable):
+                    return f"State.{name} is a {_describe(x)}, not a writable C-ordered {ndim}-d {dtype} array"
+        elif not args_match(Entry(entry.name, entry.module, (want,), entry.returns), (a,)):
+            return f"argument {k + 1} is a {_describe(a)}, not {want}"
+    return "none"
+
+
 # ----------------------------------------------------------------------------- building
 
 

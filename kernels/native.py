@@ -100,7 +100,7 @@ class _EntryKernel:
             if mod is not None and aot.args_match(self.entry, args):
                 return getattr(mod, self.entry.name)(*args)
             if m == "native":
-                why = _status["why"] if mod is None else "its arguments are not of the compiled types"
+                why = _status["why"] if mod is None else aot.mismatch(self.entry, args)
                 raise NativeUnavailable(f"BLIS_FAST_KERNELS=native: cannot run {self.entry.name} compiled: {why}")
         return self.jit()(*args)
 

@@ -338,7 +338,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
-    return S.State(
+    state = S.State(
         settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
                                  trace_level),
         loop=loop_record(),
@@ -392,3 +392,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         tmp_k1=np.zeros(n_sort, np.float64),
         tmp_k2=np.zeros(n_sort, np.int64),
     )
+    # the loop takes writable, aligned arrays only (kernels/aot.py): inputs unpickled on a
+    # distributed worker (read-only, and unaligned in dask's frames) or memory-mapped are copied
+    return S.State(*(a if a.flags.writeable and a.flags.aligned else a.copy() for a in state))

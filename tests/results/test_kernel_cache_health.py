@@ -23,7 +23,8 @@ ROOT = Path(kernels.__file__).resolve().parent.parent
 
 
 def _env(cache_dir: Path) -> dict:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT)}
+    # the JIT kernels' cache: BLIS_FAST_KERNELS=jit, or runs would use the compiled module
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT), "BLIS_FAST_KERNELS": "jit"}
     env.pop("NUMBA_DISABLE_JIT", None)
     return env
 
