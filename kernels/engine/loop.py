@@ -15,6 +15,7 @@ import numpy as np
 
 from ..jit import kernel
 from ..schema import ClusterEvent, InstanceEvent, Status
+from ..byref import by_ref
 from ..structs.heap import heap_pop
 from .calendar import sync_riders
 from .events import event_kind_instance
@@ -31,6 +32,7 @@ def run_events(st):
     CHUNK_DONE after ``settings.chunk_events`` events in this call;
     otherwise an error status (with error_instance / error_request).  On return every
     running request's fields are up to date (riders synced, engine/calendar.py)."""
+    st = by_ref(st)  # handlers and helpers take the State by reference (kernels/byref.py)
     lp = st.loop
     horizon = st.settings[0]["horizon_us"]
     pause_at = st.settings[0]["pause_at_us"]
