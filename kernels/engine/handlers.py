@@ -14,7 +14,7 @@ from ..latency.steptime import queueing_delay_us
 from ..policies.admission import admit
 from ..policies.prefix_index import index_insert_unshared, index_touch, leading_matches
 from ..policies.routing import choose_instance, refresh_snapshot
-from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, Status
+from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_push_back
 from .events import event_priority, push_event
 from .trace import log_admission, log_routing, tracing
@@ -51,7 +51,9 @@ def on_routing(st, r, t):
     reqs = st.reqs
     inst = st.inst
     s = st.settings
-    refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t)
+    if st.policy_kind[PolicySlot.ROUTING] != RoutingKind.ROUND_ROBIN or tracing(st):
+        # (round-robin reads no snapshot, and the decision trace is the only other reader)
+        refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t)
     kstart = reqs[r]["key_start"]
     n_keys = reqs[r]["prompt_key_count"]
     use_index = s[0]["prefix_index"] != 0

@@ -13,8 +13,9 @@ exactly where it stopped when called again.
 
 import numpy as np
 
-from ..jit import kernel
+from ..jit import helper, kernel
 from ..schema import ClusterEvent, InstanceEvent, Status
+from ..byref import by_ref
 from ..structs.heap import heap_pop
 from .calendar import sync_riders
 from .events import event_kind_instance
@@ -31,6 +32,14 @@ def run_events(st):
     CHUNK_DONE after ``settings.chunk_events`` events in this call;
     otherwise an error status (with error_instance / error_request).  On return every
     running request's fields are up to date (riders synced, engine/calendar.py)."""
+    # the loop is a helper: without the reference counting of every array a kernel uses
+    # (kernels/jit.py); it takes the State by reference (kernels/byref.py)
+    event_loop(by_ref(st))
+
+
+@helper
+def event_loop(st):
+    """run_events' loop (see there)."""
     lp = st.loop
     horizon = st.settings[0]["horizon_us"]
     pause_at = st.settings[0]["pause_at_us"]

@@ -40,6 +40,28 @@ from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_s
 
 
 @helper
+def shift_left(a, j, n):
+    """Drop element j of a[:n] (1-D), keeping the order: a[j:n-1] = a[j+1:n]."""
+    if j < 0:
+        return  # (never happens)
+    # written so that LLVM sees 0 <= k < k + 1 <= n - 1 -- no negative-index wraparound --
+    # and copies with vector moves (a ``range`` loop here is 5x slower)
+    k = j
+    while k < n - 1:
+        a[k] = a[k + 1]
+        k += 1
+
+
+@helper
+def remove_slot(st, i, j):
+    """Remove slot j from instance i's batch, keeping the order (later slots shift left)."""
+    n = st.inst[i]["batch_len"]
+    shift_left(st.batch[i], j, n)
+    shift_left(st.batch_seq[i], j, n)
+    st.inst[i]["batch_len"] = n - 1
+
+
+@helper
 def preempt_slot(st, i, j):
     """Preempt the request in batch slot j (recompute semantics, §4): release its blocks,
     reset its progress, put it at the head of the wait queue; later slots shift left
@@ -48,13 +70,9 @@ def preempt_slot(st, i, j):
     reqs = st.reqs
     v = st.batch[i, j]
     register_deferred_keys(st, i, v)  # (before its first preemption counts: kv/cache.py)
-    n = inst[i]["batch_len"]
-    for k in range(j, n - 1):
-        st.batch[i, k] = st.batch[i, k + 1]
-        st.batch_seq[i, k] = st.batch_seq[i, k + 1]
-        st.work[k] = st.work[k + 1]
-        st.context[k] = st.context[k + 1]
-    inst[i]["batch_len"] = n - 1
+    shift_left(st.work, j, inst[i]["batch_len"])
+    shift_left(st.context, j, inst[i]["batch_len"])
+    remove_slot(st, i, j)
     kv_release(st, i, v)
     if st.settings[0]["prefix_caching"] != 0:
         reqs[v]["named_upto"] = ALL_NAMED  # its keys are no longer deferred: every block may carry one
@@ -74,19 +92,16 @@ def batch_remove(st, i, r):
     binary search of its admission number (the batch is sorted by it), so no other
     request's record is read."""
     seq = st.reqs[r]["admit_seq"]
-    n = st.inst[i]["batch_len"]
+    batch_seq = st.batch_seq[i]
     lo = 0
-    hi = n - 1
+    hi = st.inst[i]["batch_len"] - 1
     while lo < hi:
         mid = (lo + hi) >> 1
-        if st.batch_seq[i, mid] < seq:
+        if batch_seq[mid] < seq:
             lo = mid + 1
         else:
             hi = mid
-    for k in range(lo, n - 1):
-        st.batch[i, k] = st.batch[i, k + 1]
-        st.batch_seq[i, k] = st.batch_seq[i, k + 1]
-    st.inst[i]["batch_len"] = n - 1
+    remove_slot(st, i, lo)
 
 
 # ----------------------------------------------------------------------------- batch formation

@@ -74,8 +74,11 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
     active = inst["active"]
     if kind == RoutingKind.ROUND_ROBIN:
         best = np.int64(-1)
+        start = rr_next % n_inst
         for d in range(n_inst):
-            cand = (rr_next + d) % n_inst
+            cand = start + d  # (rr_next + d) % n_inst, without a division per instance
+            if cand >= n_inst:
+                cand -= n_inst
             if active[cand] != 0:
                 scores[cand] = -np.float64(d)
                 if best < 0:

@@ -20,7 +20,8 @@ ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "blis_fas
 PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"},  # plain Python parts
                     "aot.py": {"dataclasses", "importlib", "json", "os"},
                     "native.py": {"importlib", "json", "os", "pathlib"}}
-PYTHON_ONLY = {"aot.py", "cache.py", "jit.py", "native.py"}  # the package's plumbing: plain Python by design
+# the package's plumbing: plain Python by design (byref: a numba type extension)
+PYTHON_ONLY = {"aot.py", "byref.py", "cache.py", "jit.py", "native.py"}
 SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload"}
 
 
