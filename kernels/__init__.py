@@ -8,8 +8,9 @@
     latency/   step-time models
     workload/  prefix-block keys, trace CSV scanning
 
-Kernels import only numpy, numba and each other, never ``blis_fast``.  On import, a stale
-compiled cache is dropped (``cache.py``).
+Kernels import only numpy, numba and each other, never ``blis_fast``.  Python calls the
+entry kernels through ``native.py``: compiled ahead of time when the package was installed
+(``aot.py``), else JIT.  On import, a stale JIT cache is dropped (``cache.py``).
 """
 
 from .cache import drop_stale as _drop_stale
