@@ -53,7 +53,7 @@ def _why_unusable() -> str | None:
         return "the package was installed without its compiled kernels"
     from .cache import sources_digest
 
-    if stamp.get("digest") != sources_digest():
+    if not isinstance(stamp, dict) or stamp.get("digest") != sources_digest():
         return "the compiled kernels were built from other kernel sources"
     try:
         _status["module"] = import_module(f"{__package__}.{aot.MODULE}")
