@@ -17,7 +17,6 @@ Importing this module does not import numba; ``build`` does.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -26,7 +25,14 @@ import numpy as np
 from .schema.state import STATE_LAYOUT, State
 
 MODULE = "_native"  # blis_fast_kernels._native
-STAMP = MODULE + ".json"  # beside it: the kernel sources' digest it was built from
+BUILT_FROM = "built_from"  # its function returning digest_value() of the sources it was compiled from
+
+
+def digest_value(digest: str) -> int:
+    """The int64 a compiled module returns for the sources digest ``digest`` (hex): its
+    first 64 bits.  Kept inside the module, it travels with it wherever an installer
+    copies it (a file beside it would not: editable installs copy the module alone)."""
+    return int(digest[:16], 16) - (1 << 63)
 
 
 @dataclass(frozen=True)
@@ -150,13 +156,13 @@ def _numba_type(t):
 
 
 def build(output_dir: str, digest: str, verbose: bool = False) -> str:
-    """Compile every entry of ENTRIES into ``output_dir``/_native<ext suffix> and write the
-    stamp (``digest``: ``cache.sources_digest()`` of the sources compiled); returns the
-    module's path.  The compiled module releases the GIL while a kernel runs, as the JIT
-    entry kernels do (``jit.kernel``: nogil), so batch evaluation runs on every core."""
+    """Compile every entry of ENTRIES, and ``built_from() -> digest_value(digest)``
+    (``digest``: ``cache.sources_digest()`` of the sources compiled), into
+    ``output_dir``/_native<ext suffix>; returns the module's path.  The compiled module
+    releases the GIL while a kernel runs, as the JIT entry kernels do (``jit.kernel``:
+    nogil), so batch evaluation runs on every core."""
     from importlib import import_module
 
-    import numba
     import numba.pycc.compiler as pycc_compiler
     from numba.pycc import CC
 
@@ -166,6 +172,9 @@ def build(output_dir: str, digest: str, verbose: bool = False) -> str:
     for e in ENTRIES:
         fn = getattr(import_module(f"{__package__}.{e.module}"), e.name)
         cc.export(e.name, _numba_type(e.returns)(*[_numba_type(a) for a in e.args]))(fn.py_func)
+    namespace: dict = {}
+    exec(f"def {BUILT_FROM}():\n    return {digest_value(digest)}\n", namespace)
+    cc.export(BUILT_FROM, "int64()")(namespace[BUILT_FROM])
     # pycc has no nogil option: its wrappers are compiled with the compiler flags it
     # creates, so give those flags release_gil for the duration of the build
     flags_class = pycc_compiler.Flags
@@ -180,6 +189,4 @@ def build(output_dir: str, digest: str, verbose: bool = False) -> str:
         cc.compile()
     finally:
         pycc_compiler.Flags = flags_class
-    with open(os.path.join(output_dir, STAMP), "w") as f:
-        json.dump({"digest": digest, "numba": numba.__version__, "entries": [e.name for e in ENTRIES]}, f)
     return os.path.join(output_dir, cc.output_file)

@@ -3,9 +3,9 @@ used, else JIT-compiled: ``from blis_fast_kernels.native import run_events``.
 
 The compiled module (``_native``, built by ``aot.build`` when the package is installed)
 is used when
-  * it is importable and was built from exactly these kernel sources (its stamp holds
-    ``cache.sources_digest()``: an edited kernel falls back to JIT instead of running
-    stale code),
+  * it is importable and was built from exactly these kernel sources (its ``built_from()``
+    holds ``cache.sources_digest()``'s first 64 bits: an edited kernel falls back to JIT
+    instead of running stale code),
   * the call's arguments have the types it was compiled for (``aot.args_match``), and
   * ``BLIS_FAST_KERNELS`` is not ``jit`` and ``NUMBA_DISABLE_JIT`` is not set (the
     interpreted kernels are for tests and debugging).
@@ -17,10 +17,8 @@ path that would silently fall back is caught).
 
 from __future__ import annotations
 
-import json
 import os
 from importlib import import_module
-from pathlib import Path
 
 from . import aot
 
@@ -46,19 +44,18 @@ _status: dict = {}  # "module": the loaded module or None, "why": the reason it 
 
 def _why_unusable() -> str | None:
     """None if the compiled module is usable (and loaded into _status), else the reason."""
-    here = Path(__file__).resolve().parent
     try:
-        stamp = json.loads((here / aot.STAMP).read_text())
-    except (OSError, ValueError):
+        module = import_module(f"{__package__}.{aot.MODULE}")
+        built_from = getattr(module, aot.BUILT_FROM)()
+    except ImportError:
         return "the package was installed without its compiled kernels"
+    except Exception as e:  # noqa: BLE001 -- a broken module: run JIT and say why
+        return f"the compiled kernels do not load ({type(e).__name__}: {e})"
     from .cache import sources_digest
 
-    if not isinstance(stamp, dict) or stamp.get("digest") != sources_digest():
+    if built_from != aot.digest_value(sources_digest()):
         return "the compiled kernels were built from other kernel sources"
-    try:
-        _status["module"] = import_module(f"{__package__}.{aot.MODULE}")
-    except ImportError as e:
-        return f"the compiled kernels do not load ({e})"
+    _status["module"] = module
     return None
 
 

@@ -18,8 +18,8 @@ from blis_fast_kernels import schema as S
 KERNELS = Path(kernels.__file__).resolve().parent
 ALLOWED_IMPORTS = {"numpy", "numba", "llvmlite", "math", "__future__", "blis_fast_kernels"}  # llvmlite: numba's code generator
 PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing"},  # plain Python parts
-                    "aot.py": {"dataclasses", "importlib", "json", "os"},
-                    "native.py": {"importlib", "json", "os", "pathlib"}}
+                    "aot.py": {"dataclasses", "importlib", "os"},
+                    "native.py": {"importlib", "os"}}
 # the package's plumbing: plain Python by design (byref: a numba type extension)
 PYTHON_ONLY = {"aot.py", "byref.py", "cache.py", "jit.py", "native.py"}
 SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload"}
