@@ -47,30 +47,32 @@ def _gmap_clear_bit(gmap, key, i):
 
 
 @helper
-def _evict_lru(st, off, mask, i):
-    """Drop instance i's least recently touched key (pops stale ring records on the way)."""
+def _evict_lru(st, off, mask, i, units):
+    """Drop instance i's ``units`` least recently touched keys (pops stale ring records on
+    the way; place-holders leave a run at a time)."""
     ps = st.pi_state
     ring = st.pi_ring
     n_ring = ring.shape[1]
-    while ps[i, IndexState.RING_LEN] > 0:
+    while units > 0 and ps[i, IndexState.RING_LEN] > 0:
         head = ps[i, IndexState.RING_HEAD]
         key = ring[i, head, 0]
         stamp = ring[i, head, 1]
+        if stamp == PHANTOM:  # a run of ``key`` keys no other request has: they only held places
+            k = min(key, units)
+            ps[i, IndexState.SIZE] -= k
+            units -= k
+            if k < key:  # the rest of the run stays at the head
+                ring[i, head, 0] = key - k
+                continue
+        else:
+            h = table_find(st.pi_table, off, mask, key)
+            if h >= 0 and st.pi_table[off + h, 1] == stamp:
+                table_delete_at(st.pi_table, off, mask, h)
+                _gmap_clear_bit(st.gmap, key, i)
+                ps[i, IndexState.SIZE] -= 1
+                units -= 1
         ps[i, IndexState.RING_HEAD] = (head + 1) % n_ring
         ps[i, IndexState.RING_LEN] -= 1
-        if stamp == PHANTOM:  # a run of keys no other request has: they only held places
-            if key > 1:  # evict one of the run, keep the rest at the head
-                ring[i, head, 0] = key - 1
-                ps[i, IndexState.RING_HEAD] = head
-                ps[i, IndexState.RING_LEN] += 1
-            ps[i, IndexState.SIZE] -= 1
-            return
-        h = table_find(st.pi_table, off, mask, key)
-        if h >= 0 and st.pi_table[off + h, 1] == stamp:
-            table_delete_at(st.pi_table, off, mask, h)
-            _gmap_clear_bit(st.gmap, key, i)
-            ps[i, IndexState.SIZE] -= 1
-            return
 
 
 @helper
@@ -111,28 +113,35 @@ def _ring_append(st, off, mask, i, key, stamp):
 
 
 @helper
-def index_insert_unshared(st, capacity, rows_per_inst, i):
-    """Insert a key that no other request of the workload has into instance i's index.
+def index_insert_unshared(st, capacity, rows_per_inst, i, count):
+    """Insert ``count`` consecutive keys that no other request of the workload has into
+    instance i's index.
 
-    It can never be matched (only its own request carries it, and that request was routed
-    before the insertion), so only its place in the LRU order matters: it takes one unit
-    of capacity, evicting the least recently touched key if full, and leaves when it
-    becomes the least recent itself.  Consecutive place-holders are one ring record
+    They can never be matched (only their own request carries them, and that request was
+    routed before the insertion), so only their places in the LRU order matter: each takes
+    one unit of capacity, evicting the least recently touched key if full, and leaves when
+    it becomes the least recent itself.  Consecutive place-holders are one ring record
     (count, PHANTOM), without hash rows or map bits.  Exactly equivalent to index_touch
-    for such keys, at the cost of a counter increment."""
+    for each key in turn: a chunk of at most ``capacity`` keys evicts only keys that were
+    there before it, so it can make its evictions first, all at once."""
     ps = st.pi_state
     off = i * rows_per_inst
     mask = rows_per_inst - 1
-    if ps[i, IndexState.SIZE] >= capacity:
-        _evict_lru(st, off, mask, i)
-    ps[i, IndexState.SIZE] += 1
-    n = ps[i, IndexState.RING_LEN]
-    if n > 0:  # consecutive place-holders share one ring record: (count, PHANTOM)
-        tail = (ps[i, IndexState.RING_HEAD] + n - 1) % st.pi_ring.shape[1]
-        if st.pi_ring[i, tail, 1] == PHANTOM:
-            st.pi_ring[i, tail, 0] += 1
-            return
-    _ring_append(st, off, mask, i, np.int64(1), PHANTOM)
+    ring = st.pi_ring
+    while count > 0:
+        c = min(count, capacity)
+        count -= c
+        over = ps[i, IndexState.SIZE] + c - capacity
+        if over > 0:
+            _evict_lru(st, off, mask, i, over)
+        ps[i, IndexState.SIZE] += c
+        n = ps[i, IndexState.RING_LEN]
+        if n > 0:  # consecutive place-holders share one ring record: (count, PHANTOM)
+            tail = (ps[i, IndexState.RING_HEAD] + n - 1) % ring.shape[1]
+            if ring[i, tail, 1] == PHANTOM:
+                ring[i, tail, 0] += c
+                continue
+        _ring_append(st, off, mask, i, c, PHANTOM)
 
 
 @helper
@@ -149,7 +158,7 @@ def index_touch(st, capacity, rows_per_inst, i, key):
         st.pi_table[off + h, 1] = stamp
     else:
         if ps[i, IndexState.SIZE] >= capacity:
-            _evict_lru(st, off, mask, i)
+            _evict_lru(st, off, mask, i, np.int64(1))
         h, _ = table_probe(st.pi_table, off, mask, key)
         st.pi_table[off + h, 0] = key
         st.pi_table[off + h, 1] = stamp
@@ -159,32 +168,56 @@ def index_touch(st, capacity, rows_per_inst, i, key):
 
 
 @helper
+def index_record_request(st, i, kstart, kcount):
+    """Record the prompt keys ``keys[kstart:kstart+kcount]`` of a request routed to instance i,
+    in order; each run of unshared keys in one call."""
+    capacity = st.settings[0]["prefix_index_capacity"]
+    rows = st.settings[0]["prefix_index_slots"]
+    shared = st.key_shared
+    j = kstart
+    end = kstart + kcount
+    while j < end:
+        if shared[j]:
+            index_touch(st, capacity, rows, i, st.keys[j])
+            j += 1
+        else:
+            run = j + 1
+            while run < end and not shared[run]:
+                run += 1
+            index_insert_unshared(st, capacity, rows, i, np.int64(run - j))
+            j = run
+
+
+@helper
 def leading_matches(st, kstart, kcount):
     """For every active instance, the number of leading keys ``keys[kstart:kstart+kcount]``
     its index holds -> ``affinity[i]`` (0 for inactive instances).  ``alive`` is scratch
-    with one int64 per mask word; one cluster-map lookup per leading key."""
+    with one int64 per mask word; one cluster-map lookup per leading key, none for an
+    unshared key (no index holds it: only its own request carries it, which is being routed)."""
     gmap = st.gmap
     alive = st.alive
     counts = st.affinity
     active = st.inst["active"]
+    n_inst = counts.shape[0]
     n_words = alive.shape[0]
     gmask = gmap.shape[0] - 1
     for w in range(n_words):
         alive[w] = 0
-    for i in range(counts.shape[0]):
+    for i in range(n_inst):
         counts[i] = 0
         if active[i] != 0:
             alive[i // 64] |= np.int64(1) << (i % 64)
-    any_alive = counts.shape[0] > 0
+    any_alive = n_inst > 0
     depth = 0
     while any_alive and depth < kcount:
-        row = table_find(gmap, np.int64(0), gmask, st.keys[kstart + depth])
+        k = kstart + depth
+        row = table_find(gmap, np.int64(0), gmask, st.keys[k]) if st.key_shared[k] else np.int64(-1)
         any_alive = False
         for w in range(n_words):
             now = alive[w] & gmap[row, 1 + w] if row >= 0 else np.int64(0)
             dropped = alive[w] & ~now
             if dropped != 0:
-                for b in range(64):
+                for b in range(min(64, n_inst - w * 64)):  # (no bits beyond the last instance)
                     if (dropped >> b) & 1:
                         counts[w * 64 + b] = depth
             alive[w] = now
@@ -193,6 +226,6 @@ def leading_matches(st, kstart, kcount):
         depth += 1
     if any_alive:
         for w in range(n_words):
-            for b in range(64):
+            for b in range(min(64, n_inst - w * 64)):
                 if (alive[w] >> b) & 1:
                     counts[w * 64 + b] = depth

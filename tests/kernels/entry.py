@@ -346,8 +346,8 @@ def index_touch(st, capacity, rows_per_inst, i, key):
 
 
 @entry
-def index_insert_unshared(st, capacity, rows_per_inst, i):
-    _pi.index_insert_unshared(st, capacity, rows_per_inst, i)
+def index_insert_unshared(st, capacity, rows_per_inst, i, count):
+    _pi.index_insert_unshared(st, capacity, rows_per_inst, i, count)
 
 
 @entry

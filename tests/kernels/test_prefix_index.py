@@ -50,8 +50,9 @@ class KernelIndex:
     def touch(self, i: int, key: int) -> None:
         E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(key))
 
-    def insert_unshared(self, i: int) -> None:
-        E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i))
+    def insert_unshared(self, i: int, count: int = 1) -> None:
+        E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i),
+                                np.int64(count))
 
     def size(self, i: int) -> int:
         return int(self.st.pi_state[i, IndexState.SIZE])
@@ -64,7 +65,7 @@ class KernelIndex:
 
     def matches(self, keys, active) -> list[int]:
         self.st.inst["active"] = np.asarray(active, np.int32)
-        st = self.st._replace(keys=np.asarray(keys, np.int64).reshape(-1))
+        st = self.st._replace(keys=np.asarray(keys, np.int64).reshape(-1), key_shared=np.ones(len(keys), np.uint8))
         E.leading_matches(st, 0, len(keys))
         return st.affinity.tolist()
 
@@ -172,15 +173,17 @@ def test_random_touches_match_naive_model(n_inst, capacity, seed, ring_factor):
 @pytest.mark.parametrize("n_inst,capacity,seed", [(3, 4, 0), (2, 1, 1), (5, 9, 2), (66, 3, 3)])
 def test_unshared_place_holders_match_fresh_keys(n_inst, capacity, seed, ring_factor):
     """A place-holder behaves exactly like a touch of a key no one else has: it takes a
-    unit of capacity, evicts the LRU key when full and leaves when it is the LRU itself."""
+    unit of capacity, evicts the LRU key when full and leaves when it is the LRU itself --
+    also a run of them inserted at once, longer than the capacity or not."""
     rng = np.random.default_rng(50 + seed)
     k, m = KernelIndex(n_inst, capacity, ring_factor), NaiveIndex(n_inst, capacity)
     universe = list(range(1, 2 * capacity + 3))
     for step in range(500):
         i = int(rng.integers(n_inst)) if n_inst < 64 else int(rng.choice([0, 63, 64, 65]))
-        if rng.random() < 0.45:  # runs of place-holders are one ring record
-            for _ in range(int(rng.integers(1, 4))):
-                k.insert_unshared(i)
+        if rng.random() < 0.45:  # runs of place-holders are one ring record, inserted in one call
+            run = int(rng.integers(1, 4)) if rng.random() < 0.8 else int(rng.integers(1, 2 * capacity + 3))
+            k.insert_unshared(i, run)
+            for _ in range(run):
                 m.insert_unshared(i)
         else:
             key = int(rng.choice(universe))
