@@ -35,6 +35,7 @@ from blis_fast_kernels.policies.routing import choose_instance as _choose_instan
 from blis_fast_kernels.policies.routing import refresh_snapshot as _refresh_snapshot
 from blis_fast_kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
 from blis_fast_kernels.policies.victim import choose_victim as _choose_victim
+from blis_fast_kernels.schema import N_SNAP
 from blis_fast_kernels.structs import dlist as _dl
 from blis_fast_kernels.structs import hashtable as _ht
 from blis_fast_kernels.structs import heap as _heap
@@ -301,7 +302,7 @@ def admit(kind, params, tb_tokens, tb_last_us, tenant, cost, now):
 
 @entry
 def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
-    _refresh_snapshot(inst, snap, refreshed_us, interval_us, now)
+    _refresh_snapshot(inst, snap, refreshed_us, interval_us, now, (1 << N_SNAP) - 1)  # every field
 
 
 @entry
