@@ -342,8 +342,8 @@ def choose_victim(st, i, kind, prio_params, now):
 
 
 @entry
-def index_touch(st, capacity, rows_per_inst, i, key):
-    _pi.index_touch(st, capacity, rows_per_inst, i, key)
+def index_touch(st, capacity, rows_per_inst, i, pos):
+    _pi.index_touch(st, capacity, rows_per_inst, i, pos)
 
 
 @entry

@@ -41,14 +41,21 @@ class KernelIndex:
             pi_table=np.zeros((n_inst * self.rows_per_inst, 2), np.int64),
             pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), 2), np.int64),
             gmap=np.zeros((next_pow2(2 * n_inst * capacity), 1 + self.n_words), np.int64),
+            keys=np.zeros(1024, np.int64),
         )
+        self.n_touches = 0  # the engine touches a key by its position in ``keys``: each touch gets a fresh one
 
     @property
     def gmap(self):
         return self.st.gmap
 
     def touch(self, i: int, key: int) -> None:
-        E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(key))
+        pos = self.n_touches
+        if pos == len(self.st.keys):
+            self.st = self.st._replace(keys=np.r_[self.st.keys, np.zeros_like(self.st.keys)])
+        self.st.keys[pos] = key
+        self.n_touches += 1
+        E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(pos))
 
     def insert_unshared(self, i: int, count: int = 1) -> None:
         E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i),
