@@ -12,8 +12,8 @@ import numpy as np
 from ..jit import helper
 from ..latency.steptime import queueing_delay_us
 from ..policies.admission import admit
-from ..policies.prefix_index import index_insert_unshared, index_touch, leading_matches
-from ..policies.routing import choose_instance, refresh_snapshot
+from ..policies.prefix_index import index_record_request, leading_matches
+from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_push_back
 from .events import event_priority, push_event
@@ -53,7 +53,7 @@ def on_routing(st, r, t):
     s = st.settings
     if st.policy_kind[PolicySlot.ROUTING] != RoutingKind.ROUND_ROBIN or tracing(st):
         # (round-robin reads no snapshot, and the decision trace is the only other reader)
-        refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t)
+        refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t, ROUTER_SNAP_FIELDS)
     kstart = reqs[r]["key_start"]
     n_keys = reqs[r]["prompt_key_count"]
     use_index = s[0]["prefix_index"] != 0
@@ -69,13 +69,7 @@ def on_routing(st, r, t):
     if target >= 0 and tracing(st):
         log_routing(st, r, t, target, n_keys, forced)
     if target >= 0 and use_index:
-        capacity = s[0]["prefix_index_capacity"]
-        rows = s[0]["prefix_index_slots"]
-        for j in range(n_keys):
-            if st.key_shared[kstart + j]:
-                index_touch(st, capacity, rows, target, st.keys[kstart + j])
-            else:
-                index_insert_unshared(st, capacity, rows, target)
+        index_record_request(st, target, kstart, n_keys)
     if target < 0:
         lp[0]["status"] = Status.NO_INSTANCE
         lp[0]["error_request"] = r

@@ -9,11 +9,20 @@ from ..kv.cache import kv_free_blocks
 from ..schema import N_SNAP, RouteWeight, RoutingKind, SnapField
 
 
+# the snapshot fields anything reads: the load (choose_instance, the decision trace) and the KV
+# utilization (weighted routing, the trace); the others need no refresh in a run
+ROUTER_SNAP_FIELDS = ((1 << SnapField.QUEUE_DEPTH) | (1 << SnapField.BATCH_SIZE) | (1 << SnapField.PENDING)
+                      | (1 << SnapField.KV_UTILIZATION))
+
+
 @helper
-def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
-    """Bring each snapshot field up to date if its refresh interval has elapsed (interval 0
-    = always live).  snap[i, f] holds field f of instance i as the router sees it."""
+def refresh_snapshot(inst, snap, refreshed_us, interval_us, now, fields):
+    """Bring each snapshot field in the bit mask ``fields`` up to date if its refresh
+    interval has elapsed (interval 0 = always live).  snap[i, f] holds field f of instance i
+    as the router sees it."""
     for f in range(N_SNAP):
+        if not (fields >> f) & 1:
+            continue
         iv = np.int64(interval_us[f])
         if iv > 0 and refreshed_us[f] >= 0 and now - refreshed_us[f] < iv:
             continue

@@ -35,6 +35,7 @@ from blis_fast_kernels.policies.routing import choose_instance as _choose_instan
 from blis_fast_kernels.policies.routing import refresh_snapshot as _refresh_snapshot
 from blis_fast_kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
 from blis_fast_kernels.policies.victim import choose_victim as _choose_victim
+from blis_fast_kernels.schema import N_SNAP
 from blis_fast_kernels.structs import dlist as _dl
 from blis_fast_kernels.structs import hashtable as _ht
 from blis_fast_kernels.structs import heap as _heap
@@ -301,7 +302,7 @@ def admit(kind, params, tb_tokens, tb_last_us, tenant, cost, now):
 
 @entry
 def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
-    _refresh_snapshot(inst, snap, refreshed_us, interval_us, now)
+    _refresh_snapshot(inst, snap, refreshed_us, interval_us, now, (1 << N_SNAP) - 1)  # every field
 
 
 @entry
@@ -341,13 +342,13 @@ def choose_victim(st, i, kind, prio_params, now):
 
 
 @entry
-def index_touch(st, capacity, rows_per_inst, i, key):
-    _pi.index_touch(st, capacity, rows_per_inst, i, key)
+def index_touch(st, capacity, rows_per_inst, i, pos):
+    _pi.index_touch(st, capacity, rows_per_inst, i, pos)
 
 
 @entry
-def index_insert_unshared(st, capacity, rows_per_inst, i):
-    _pi.index_insert_unshared(st, capacity, rows_per_inst, i)
+def index_insert_unshared(st, capacity, rows_per_inst, i, count):
+    _pi.index_insert_unshared(st, capacity, rows_per_inst, i, count)
 
 
 @entry

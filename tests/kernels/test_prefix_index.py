@@ -41,17 +41,25 @@ class KernelIndex:
             pi_table=np.zeros((n_inst * self.rows_per_inst, 2), np.int64),
             pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), 2), np.int64),
             gmap=np.zeros((next_pow2(2 * n_inst * capacity), 1 + self.n_words), np.int64),
+            keys=np.zeros(1024, np.int64),
         )
+        self.n_touches = 0  # the engine touches a key by its position in ``keys``: each touch gets a fresh one
 
     @property
     def gmap(self):
         return self.st.gmap
 
     def touch(self, i: int, key: int) -> None:
-        E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(key))
+        pos = self.n_touches
+        if pos == len(self.st.keys):
+            self.st = self.st._replace(keys=np.r_[self.st.keys, np.zeros_like(self.st.keys)])
+        self.st.keys[pos] = key
+        self.n_touches += 1
+        E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(pos))
 
-    def insert_unshared(self, i: int) -> None:
-        E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i))
+    def insert_unshared(self, i: int, count: int = 1) -> None:
+        E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i),
+                                np.int64(count))
 
     def size(self, i: int) -> int:
         return int(self.st.pi_state[i, IndexState.SIZE])
@@ -64,7 +72,7 @@ class KernelIndex:
 
     def matches(self, keys, active) -> list[int]:
         self.st.inst["active"] = np.asarray(active, np.int32)
-        st = self.st._replace(keys=np.asarray(keys, np.int64).reshape(-1))
+        st = self.st._replace(keys=np.asarray(keys, np.int64).reshape(-1), key_shared=np.ones(len(keys), np.uint8))
         E.leading_matches(st, 0, len(keys))
         return st.affinity.tolist()
 
@@ -172,15 +180,17 @@ def test_random_touches_match_naive_model(n_inst, capacity, seed, ring_factor):
 @pytest.mark.parametrize("n_inst,capacity,seed", [(3, 4, 0), (2, 1, 1), (5, 9, 2), (66, 3, 3)])
 def test_unshared_place_holders_match_fresh_keys(n_inst, capacity, seed, ring_factor):
     """A place-holder behaves exactly like a touch of a key no one else has: it takes a
-    unit of capacity, evicts the LRU key when full and leaves when it is the LRU itself."""
+    unit of capacity, evicts the LRU key when full and leaves when it is the LRU itself --
+    also a run of them inserted at once, longer than the capacity or not."""
     rng = np.random.default_rng(50 + seed)
     k, m = KernelIndex(n_inst, capacity, ring_factor), NaiveIndex(n_inst, capacity)
     universe = list(range(1, 2 * capacity + 3))
     for step in range(500):
         i = int(rng.integers(n_inst)) if n_inst < 64 else int(rng.choice([0, 63, 64, 65]))
-        if rng.random() < 0.45:  # runs of place-holders are one ring record
-            for _ in range(int(rng.integers(1, 4))):
-                k.insert_unshared(i)
+        if rng.random() < 0.45:  # runs of place-holders are one ring record, inserted in one call
+            run = int(rng.integers(1, 4)) if rng.random() < 0.8 else int(rng.integers(1, 2 * capacity + 3))
+            k.insert_unshared(i, run)
+            for _ in range(run):
                 m.insert_unshared(i)
         else:
             key = int(rng.choice(universe))
