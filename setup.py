@@ -53,6 +53,7 @@ class BuildNativeKernels(build_ext):
 
 
 setup(
-    ext_modules=[Extension("blis_fast_kernels._native", sources=[])],
+    # optional: an install without it (not built, or its build failed) is still complete
+    ext_modules=[Extension("blis_fast_kernels._native", sources=[], optional=True)],
     cmdclass={"build_ext": BuildNativeKernels},
 )
