@@ -105,12 +105,24 @@ def _install_notice(message: str) -> None:
         def on_start(self, ev):
             if not self.done and _is_ours((ev.data or {}).get("dispatcher")):
                 self.done = True
-                logging.getLogger("blis_fast").warning(message)
+                logging.getLogger("blis_fast").warning(message + _why_jit())
 
         def on_end(self, ev):
             pass
 
     event.register("numba:compile", Notice())
+
+
+def _why_jit() -> str:
+    """Why the kernels compile now although an install compiles them ahead of time (the
+    kernels' ``native.status()``), as a notice's last words; '' if that says nothing."""
+    try:
+        from blis_fast_kernels import native
+
+        status = native.status()
+    except Exception:  # noqa: BLE001 -- a notice must never break a run
+        return ""
+    return f" [kernels: {status}]" if status.startswith("JIT") else ""
 
 
 class _OnImport:
