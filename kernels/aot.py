@@ -97,25 +97,6 @@ def _array_ok(a, dtype: np.dtype, ndim: int) -> bool:
             and a.flags.aligned)
 
 
-def args_match(entry: Entry, args: tuple) -> bool:
-    """True if ``args`` have exactly the types ``entry`` was compiled for."""
-    if len(args) != len(entry.args):
-        return False
-    for want, a in zip(entry.args, args):
-        if want is STATE:
-            if type(a) is not State:
-                return False
-            for (dtype, ndim), x in zip(STATE_LAYOUT.values(), a):
-                if not (_array_ok(x, dtype, ndim) and x.flags.writeable):
-                    return False
-        elif isinstance(want, Arr):
-            if not _array_ok(a, want.dtype, want.ndim):
-                return False
-        elif not isinstance(a, want.kinds) or (want is not BOOL and isinstance(a, (bool, np.bool_))):
-            return False
-    return True
-
-
 def _describe(a) -> str:
     if type(a) is not np.ndarray:
         return type(a).__name__
@@ -123,18 +104,37 @@ def _describe(a) -> str:
     return f"{a.ndim}-d {a.dtype} array" + (f" (not {', '.join(flags)})" if flags else "")
 
 
-def mismatch(entry: Entry, args: tuple) -> str:
-    """Which argument of a call ``args_match`` refuses, and what it is (for the error)."""
+def _problem(want, a) -> str | None:
+    """None if ``a`` has the compiled type ``want``, else what it is instead."""
+    if want is STATE:
+        if type(a) is not State:
+            return f"is a {_describe(a)}, not a State"
+        for name, (dtype, ndim), x in zip(State._fields, STATE_LAYOUT.values(), a):
+            if not (_array_ok(x, dtype, ndim) and x.flags.writeable):  # the loop writes every table
+                return f"State.{name} is a {_describe(x)}, not a writable C-ordered {ndim}-d {dtype} array"
+        return None
+    if isinstance(want, Arr):
+        ok = _array_ok(a, want.dtype, want.ndim)
+    else:
+        ok = isinstance(a, want.kinds) and (want is BOOL or not isinstance(a, (bool, np.bool_)))
+    return None if ok else f"is a {_describe(a)}, not {want}"
+
+
+def mismatch(entry: Entry, args: tuple) -> str | None:
+    """None if ``args`` have exactly the types ``entry`` was compiled for, else which
+    argument (or State field) does not, and what it is (for an error message)."""
     if len(args) != len(entry.args):
         return f"{len(args)} arguments, not {len(entry.args)}"
     for k, (want, a) in enumerate(zip(entry.args, args)):
-        if want is STATE and type(a) is State:
-            for name, (dtype, ndim), x in zip(State._fields, STATE_LAYOUT.values(), a):
-                if not (_array_ok(x, dtype, ndim) and x.flags.writeable):
-                    return f"State.{name} is a {_describe(x)}, not a writable C-ordered {ndim}-d {dtype} array"
-        elif not args_match(Entry(entry.name, entry.module, (want,), entry.returns), (a,)):
-            return f"argument {k + 1} is a {_describe(a)}, not {want}"
-    return "none"
+        problem = _problem(want, a)
+        if problem is not None:
+            return problem if problem.startswith("State.") else f"argument {k + 1} {problem}"
+    return None
+
+
+def args_match(entry: Entry, args: tuple) -> bool:
+    """True if ``args`` have exactly the types ``entry`` was compiled for."""
+    return mismatch(entry, args) is None
 
 
 # ----------------------------------------------------------------------------- building
