@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .metrics import stable_order
+
 
 def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, priority_policy: str) -> int:
     """Pairs (i arrived before j, same instance and SLO class, both completed) with
@@ -16,9 +18,12 @@ def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, 
     idx = np.flatnonzero(done)
     if idx.size < 2:
         return 0
-    # group by (instance, slo class); within a group order by (arrival, id)
-    order = np.lexsort((idx, reqs["arrival_us"][idx], reqs["slo_class"][idx], reqs["instance"][idx]))
-    idx = idx[order]
+    # group by (instance, slo class); within a group order by (arrival, id): two stable
+    # sorts -- by arrival (timsort: requests are nearly in arrival order already), then by
+    # group (small integers: radix) -- instead of a 4-key lexsort, ~8x the time
+    idx = idx[np.argsort(reqs["arrival_us"][idx], kind="stable")]
+    group = reqs["instance"][idx].astype(np.int64) * (int(reqs["slo_class"].max()) + 1) + reqs["slo_class"][idx]
+    idx = idx[stable_order(group)]
     inst = reqs["instance"][idx]
     cls = reqs["slo_class"][idx]
     starts = np.flatnonzero(np.r_[True, (inst[1:] != inst[:-1]) | (cls[1:] != cls[:-1]), True])

@@ -178,7 +178,8 @@ def overall_metrics(result) -> dict[str, float]:
     used = result._used_instances()
     inst = instance_metrics(result, used)
     out.update({k: v for k, v in inst.items() if k not in ("injected_requests", "completed_requests")})
-    util = [instance_metrics(result, np.array([i]))["utilization"] for i in used.tolist()]
+    dur_us = duration_s(result) * 1e6  # each instance's utilization, as instance_metrics([i]) gives it
+    util = (result.state.inst["busy_us"][used] / dur_us).tolist() if dur_us > 0 else [0.0] * len(used)
     mean_util = float(np.mean(util)) if util else 0.0
     out["utilization_min"] = float(min(util)) if util else 0.0
     out["utilization_max"] = float(max(util)) if util else 0.0

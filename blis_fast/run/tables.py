@@ -174,13 +174,14 @@ def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool
     request carries never match: the index keeps just their LRU place, so its hash
     tables need room for the ``n_shared`` shared key values only."""
     n_words = (n_inst + 63) // 64
-    pi_state = np.zeros((n_inst, 4), np.int64)
+    pi_state = np.zeros((n_inst, len(S.IndexState)), np.int64)
+    row_w, rec_w = len(S.IndexRow), len(S.IndexRecord)
     if not enabled:  # same types, minimal sizes: the kernel signature never changes
-        return pi_state, np.zeros((2, 2), np.int64), np.zeros((n_inst, 1, 2), np.int64), \
+        return pi_state, np.zeros((2, row_w), np.int64), np.zeros((n_inst, 1, rec_w), np.int64), \
             np.zeros((2, 1 + n_words), np.int64), 1
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
-    return (pi_state, np.zeros((n_inst * rows, 2), np.int64),
-            np.zeros((n_inst, 2 * capacity, 2), np.int64),  # touch records; compacted when full
+    return (pi_state, np.zeros((n_inst * rows, row_w), np.int64),
+            np.zeros((n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
             np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
 
 
@@ -221,7 +222,7 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
         cap = cfg.policy.prefix_index_capacity
         rows = next_pow2(2 * max(1, min(cap, n_shared)))
         n_words = (n_inst + 63) // 64
-        parts["router prefix index"] = (n_inst * rows * 16 + n_inst * 2 * cap * 16
+        parts["router prefix index"] = (n_inst * rows * 8 * len(S.IndexRow) + n_inst * 2 * cap * 8 * len(S.IndexRecord)
                                         + next_pow2(2 * max(1, min(n_inst * cap, n_shared))) * 8 * (1 + n_words))
     return parts
 

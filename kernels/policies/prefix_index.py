@@ -5,15 +5,18 @@ there (updated with every key of each request it routes, most recent last).  A r
 affinity for instance i = the number of its *leading* block keys present in i's index.
 
 Two structures, kept in sync, both structs/hashtable.py row tables:
-- per instance: rows (key, last-touch stamp) in ``pi_table`` plus a ring of touch records
-  in ``pi_ring[i]``.  A touch writes a fresh stamp into the key's row and appends a
-  record; the least recently touched key is the first ring record whose stamp still
-  matches its row (older records of re-touched keys are stale and skipped).  Exact LRU
-  with one hash probe per touch and no linked list.  ``pi_state[i]`` holds IndexState.
-  A record is a run: (position | count << RUN_SHIFT, first stamp) stands for the keys
-  ``keys[position:position+count]`` touched with consecutive stamps -- a routed request's
-  run of shared keys is one record, not one per key -- and (count, PHANTOM) for ``count``
-  place-holders (see index_insert_unshared).
+- per instance: rows (key, last-touch stamp, record slot) in ``pi_table`` plus a ring of
+  touch records in ``pi_ring[i]``.  A touch writes a fresh stamp into the key's row and
+  appends a record; the least recently touched key is the first ring record that still
+  holds some key's latest touch.  Exact LRU with one hash probe per touch and no linked
+  list.  ``pi_state[i]`` holds IndexState; columns: IndexRow, IndexRecord.
+  A record is a run: (position | count << RUN_SHIFT, first stamp, live) stands for the
+  keys ``keys[position:position+count]`` touched with consecutive stamps -- a routed
+  request's run of shared keys is one record, not one per key -- and (count, PHANTOM)
+  for ``count`` place-holders (see index_insert_unshared).  ``live`` counts the run's keys
+  whose latest touch it still is (each row names the slot of its latest record), so a
+  record whose keys were all touched again later -- the usual fate of a popular prefix's
+  run -- leaves the ring without a probe per key.
 - cluster-wide ``gmap``: rows (key, bit mask words...) of the instances whose index holds
   the key, so the affinity of *every* instance comes from one lookup per leading key.
 """
@@ -21,7 +24,7 @@ Two structures, kept in sync, both structs/hashtable.py row tables:
 import numpy as np
 
 from ..jit import helper
-from ..schema import PHANTOM, IndexState
+from ..schema import PHANTOM, IndexRecord, IndexRow, IndexState
 from ..structs.hashtable import row_empty, table_delete_at, table_find, table_probe
 
 RUN_SHIFT = 40  # a keyed ring record's key column: position in ``keys`` | count << RUN_SHIFT
@@ -65,55 +68,45 @@ def _slot(head, j, n_ring):
 
 @helper
 def _evict_lru(st, off, mask, i, units):
-    """Drop instance i's ``units`` least recently touched keys (skips stale touches on the
-    way; place-holders leave a run at a time)."""
+    """Drop instance i's ``units`` least recently touched keys (records holding no key's
+    latest touch leave on the way; place-holders leave a run at a time)."""
     ps = st.pi_state
     ring = st.pi_ring
     n_ring = ring.shape[1]
     while units > 0 and ps[i, IndexState.RING_LEN] > 0:
         head = ps[i, IndexState.RING_HEAD]
-        a = ring[i, head, 0]
-        stamp = ring[i, head, 1]
+        a = ring[i, head, IndexRecord.RUN]
+        stamp = ring[i, head, IndexRecord.STAMP]
         if stamp == PHANTOM:  # a run of ``a`` keys no other request has: they only held places
             k = min(a, units)
             ps[i, IndexState.SIZE] -= k
             units -= k
             if k < a:  # the rest of the run stays at the head
-                ring[i, head, 0] = a - k
+                ring[i, head, IndexRecord.RUN] = a - k
                 continue
-        else:  # the run's first touch: evict its key if that is still its latest touch
+        elif ring[i, head, IndexRecord.LIVE] > 0:  # the run's first touch: evict its key if that is still its latest
             key = st.keys[a & RUN_POS]
             h = table_find(st.pi_table, off, mask, key)
-            if h >= 0 and st.pi_table[off + h, 1] == stamp:
+            if h >= 0 and st.pi_table[off + h, IndexRow.STAMP] == stamp:
                 table_delete_at(st.pi_table, off, mask, h)
                 _gmap_clear_bit(st.gmap, key, i)
                 ps[i, IndexState.SIZE] -= 1
                 units -= 1
+                ring[i, head, IndexRecord.LIVE] -= 1
             if a >= 2 * RUN_ONE:  # the rest of the run stays at the head
-                ring[i, head, 0] = a + 1 - RUN_ONE
-                ring[i, head, 1] = stamp + 1
+                ring[i, head, IndexRecord.RUN] = a + 1 - RUN_ONE
+                ring[i, head, IndexRecord.STAMP] = stamp + 1
                 continue
         ps[i, IndexState.RING_HEAD] = _slot(head, np.int64(1), n_ring)
         ps[i, IndexState.RING_LEN] -= 1
 
 
 @helper
-def _run_live(st, off, mask, a, stamp):
-    """True if a ring record holds a key's latest touch (a place-holder run always does)."""
-    if stamp == PHANTOM:
-        return True
-    pos = a & RUN_POS
-    for j in range(a >> RUN_SHIFT):
-        h = table_find(st.pi_table, off, mask, st.keys[pos + j])
-        if h >= 0 and st.pi_table[off + h, 1] == stamp + j:
-            return True
-    return False
-
-
-@helper
 def _compact_ring(st, off, mask, i):
-    """Keep only the live records of instance i's ring (in order).  Each kept record holds
-    a key of the index, so at most ``capacity`` are kept and the ring has room again."""
+    """Keep only the records of instance i's ring that hold some key's latest touch (in
+    order; place-holder runs are kept), pointing the rows of the moved ones at their new
+    slots.  Each kept record holds a key of the index, so at most ``capacity`` are kept
+    and the ring has room again."""
     ps = st.pi_state
     ring = st.pi_ring
     n_ring = ring.shape[1]
@@ -121,27 +114,39 @@ def _compact_ring(st, off, mask, i):
     kept = 0
     for j in range(ps[i, IndexState.RING_LEN]):
         p = _slot(head, j, n_ring)
-        a = ring[i, p, 0]
-        stamp = ring[i, p, 1]
-        if _run_live(st, off, mask, a, stamp):
-            q = _slot(head, kept, n_ring)
-            ring[i, q, 0] = a
-            ring[i, q, 1] = stamp
-            kept += 1
+        a = ring[i, p, IndexRecord.RUN]
+        stamp = ring[i, p, IndexRecord.STAMP]
+        if stamp != PHANTOM and ring[i, p, IndexRecord.LIVE] == 0:
+            continue
+        q = _slot(head, kept, n_ring)
+        kept += 1
+        if q == p:
+            continue
+        for c in range(ring.shape[2]):
+            ring[i, q, c] = ring[i, p, c]
+        if stamp != PHANTOM:
+            pos = a & RUN_POS
+            for k in range(a >> RUN_SHIFT):
+                h = table_find(st.pi_table, off, mask, st.keys[pos + k])
+                if h >= 0 and st.pi_table[off + h, IndexRow.RECORD] == p:
+                    st.pi_table[off + h, IndexRow.RECORD] = q
     ps[i, IndexState.RING_LEN] = kept
 
 
 @helper
-def _ring_append(st, off, mask, i, a, stamp):
+def _ring_append(st, off, mask, i, a, stamp, live):
+    """Append the record (a, stamp, live) to instance i's ring -> its slot."""
     ps = st.pi_state
     ring = st.pi_ring
     n_ring = ring.shape[1]
     if ps[i, IndexState.RING_LEN] == n_ring:
         _compact_ring(st, off, mask, i)
     tail = _slot(ps[i, IndexState.RING_HEAD], ps[i, IndexState.RING_LEN], n_ring)
-    ring[i, tail, 0] = a
-    ring[i, tail, 1] = stamp
+    ring[i, tail, IndexRecord.RUN] = a
+    ring[i, tail, IndexRecord.STAMP] = stamp
+    ring[i, tail, IndexRecord.LIVE] = live
     ps[i, IndexState.RING_LEN] += 1
+    return tail
 
 
 @helper
@@ -170,10 +175,10 @@ def index_insert_unshared(st, capacity, rows_per_inst, i, count):
         n = ps[i, IndexState.RING_LEN]
         if n > 0:  # consecutive place-holders share one ring record: (count, PHANTOM)
             tail = _slot(ps[i, IndexState.RING_HEAD], n - 1, ring.shape[1])
-            if ring[i, tail, 1] == PHANTOM:
-                ring[i, tail, 0] += c
+            if ring[i, tail, IndexRecord.STAMP] == PHANTOM:
+                ring[i, tail, IndexRecord.RUN] += c
                 continue
-        _ring_append(st, off, mask, i, c, PHANTOM)
+        _ring_append(st, off, mask, i, c, PHANTOM, np.int64(0))
 
 
 @helper
@@ -182,32 +187,36 @@ def index_touch(st, capacity, rows_per_inst, i, pos):
     evicting the least recently touched key when the index holds ``capacity`` keys)."""
     ps = st.pi_state
     ring = st.pi_ring
+    table = st.pi_table
     off = i * rows_per_inst
     mask = rows_per_inst - 1
     key = st.keys[pos]
     stamp = ps[i, IndexState.STAMP] + 1
     ps[i, IndexState.STAMP] = stamp
-    h = table_find(st.pi_table, off, mask, key)
-    if h >= 0:
-        st.pi_table[off + h, 1] = stamp
+    h = table_find(table, off, mask, key)
+    if h >= 0:  # its previous touch is no longer its latest
+        ring[i, table[off + h, IndexRow.RECORD], IndexRecord.LIVE] -= 1
+        table[off + h, IndexRow.STAMP] = stamp
     else:
         if ps[i, IndexState.SIZE] >= capacity:
             _evict_lru(st, off, mask, i, np.int64(1))
-        h, _ = table_probe(st.pi_table, off, mask, key)
-        st.pi_table[off + h, 0] = key
-        st.pi_table[off + h, 1] = stamp
+        h, _ = table_probe(table, off, mask, key)
+        table[off + h, IndexRow.KEY] = key
+        table[off + h, IndexRow.STAMP] = stamp
         ps[i, IndexState.SIZE] += 1
         _gmap_set_bit(st.gmap, key, i)
     n = ps[i, IndexState.RING_LEN]
     if n > 0:  # the touch that continues the last record's run (next position and stamp) joins it
         tail = _slot(ps[i, IndexState.RING_HEAD], n - 1, ring.shape[1])
-        a = ring[i, tail, 0]
-        t_stamp = ring[i, tail, 1]
+        a = ring[i, tail, IndexRecord.RUN]
+        t_stamp = ring[i, tail, IndexRecord.STAMP]
         count = a >> RUN_SHIFT
         if t_stamp != PHANTOM and (a & RUN_POS) + count == pos and t_stamp + count == stamp:
-            ring[i, tail, 0] = a + RUN_ONE
+            ring[i, tail, IndexRecord.RUN] = a + RUN_ONE
+            ring[i, tail, IndexRecord.LIVE] += 1
+            table[off + h, IndexRow.RECORD] = tail
             return
-    _ring_append(st, off, mask, i, pos | RUN_ONE, stamp)
+    table[off + h, IndexRow.RECORD] = _ring_append(st, off, mask, i, pos | RUN_ONE, stamp, np.int64(1))
 
 
 @helper

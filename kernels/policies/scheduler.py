@@ -32,6 +32,6 @@ def reorder_wait_queue(st, i, weights):
         st.sort_k1[k] = scheduler_key(reqs, r, reqs[r]["priority"], weights)
         st.sort_k2[k] = reqs[r]["arrival_us"]
         r = reqs[r]["queue_next"]
-    _, in_tmp = merge_sort(st.sort_ids, st.sort_k1, st.sort_k2, st.tmp_ids, st.tmp_k1, st.tmp_k2, n, 0.0)
+    in_tmp = merge_sort(st.sort_ids, st.sort_k1, st.sort_k2, st.tmp_ids, st.tmp_k1, st.tmp_k2, n)
     order = st.tmp_ids if in_tmp else st.sort_ids
     dl_relink(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], i, order, n)

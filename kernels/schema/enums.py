@@ -266,6 +266,26 @@ IndexState = _IndexState()
 PHANTOM = -1  # ring-record stamp of a run of place-holder keys (the key column holds the run length)
 
 
+class _IndexRow(NamedTuple):
+    """Columns of a ``pi_table`` row: one key in an instance's router prefix index."""
+
+    KEY: int = 0
+    STAMP: int = 1  # its last touch
+    RECORD: int = 2  # the ring slot of the touch record holding that touch
+
+
+class _IndexRecord(NamedTuple):
+    """Columns of a ``pi_ring`` touch record (policies/prefix_index.py)."""
+
+    RUN: int = 0  # position | count << RUN_SHIFT; for a place-holder run: its length
+    STAMP: int = 1  # the first touch's stamp, or PHANTOM
+    LIVE: int = 2  # keys of the run whose latest touch this still is (0: the record can go)
+
+
+IndexRow = _IndexRow()
+IndexRecord = _IndexRecord()
+
+
 class _Key(NamedTuple):
     """Prefix-block keys are int64 hashes; -1 is reserved."""
 
@@ -316,7 +336,7 @@ class _ScanStatus(NamedTuple):
 ScanStatus = _ScanStatus()
 
 __all__ = [
-    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
+    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
     "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",

@@ -62,8 +62,8 @@ class State(NamedTuple):
     route_scores: np.ndarray  # float64[n_inst] scratch: the routing policy's score per instance
     alive: np.ndarray  # int64[ceil(n_inst / 64)] scratch: instance bit mask
     pi_state: np.ndarray  # int64[n_inst, 4]: router prefix index header per instance (IndexState)
-    pi_table: np.ndarray  # int64[rows, 2]: (key, stamp) rows, one slice per instance
-    pi_ring: np.ndarray  # int64[n_inst, ring, 2]: LRU touch records (key, stamp)
+    pi_table: np.ndarray  # int64[rows, IndexRow]: (key, stamp, record slot) rows, one slice per instance
+    pi_ring: np.ndarray  # int64[n_inst, ring, IndexRecord]: LRU touch records (run, stamp, live keys)
     gmap: np.ndarray  # int64[rows, 1 + words]: key -> bit mask of instances whose index holds it
     # --- scheduler sort scratch (structs/sort.py)
     sort_ids: np.ndarray  # int64[n or 1]

@@ -1,7 +1,7 @@
-"""One stable bottom-up merge sort, over parallel arrays keyed lexicographically by
-(k1 float64, k2 int64, id int64).  Used to order a wait queue (policies/scheduler.py) and,
-with pair counting switched on, to count dominated pairs for the priority-inversion
-anomaly (``count_dominated_pairs``).
+"""Bottom-up merge sorts: a stable one over parallel arrays keyed lexicographically by
+(k1 float64, k2 int64, id int64), which orders a wait queue (policies/scheduler.py), and
+one over values alone that counts dominated pairs for the priority-inversion anomaly
+(``count_dominated_pairs``).
 """
 
 import numpy as np
@@ -19,14 +19,9 @@ def _lex_before(k1a, k2a, ia, k1b, k2b, ib):
 
 
 @helper
-def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor):
+def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n):
     """Sort the first n entries of (ids, k1, k2) by (k1, k2, id), using the tmp arrays.
-
-    With ``pair_factor`` > 0, also counts the pairs i < j (positions before sorting) with
-    k1[i] > pair_factor * k1[j]: before each merge both runs are sorted and every left
-    element precedes every right one, so a two-pointer pass counts them.  Returns (pairs,
-    in_tmp): in_tmp is True when the sorted result ended up in the tmp arrays."""
-    count = np.int64(0)
+    Returns True when the sorted result ended up in the tmp arrays."""
     width = 1
     in_tmp = False
     while width < n:
@@ -38,12 +33,6 @@ def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor):
         while lo < n:
             mid = min(lo + width, n)
             hi = min(lo + 2 * width, n)
-            if pair_factor > 0.0:
-                j = mid
-                for i in range(lo, mid):
-                    while j < hi and s_k1[i] > pair_factor * s_k1[j]:
-                        j += 1
-                    count += j - mid
             a, b, o = lo, mid, lo
             while a < mid and b < hi:
                 if _lex_before(s_k1[b], s_k2[b], s_ids[b], s_k1[a], s_k2[a], s_ids[a]):
@@ -72,16 +61,40 @@ def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor):
             lo = hi
         in_tmp = not in_tmp
         width *= 2
-    return count, in_tmp
+    return in_tmp
 
 
 @kernel
 def count_dominated_pairs(values, factor):
-    """Number of pairs i < j with values[i] > factor * values[j] (O(n log n))."""
+    """Number of pairs i < j with values[i] > factor * values[j] (factor > 0; O(n log n)).
+
+    A bottom-up merge sort of the values alone: before each merge both runs are sorted and
+    every left value precedes every right one in the input, so a two-pointer pass counts
+    the pairs across them."""
     n = values.shape[0]
-    ids = np.arange(n).astype(np.int64)
-    k1 = values.astype(np.float64).copy()
-    k2 = np.zeros(n, np.int64)
-    count, _ = merge_sort(ids, k1, k2, np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.int64), n,
-                          factor)
+    src = values.astype(np.float64).copy()
+    dst = np.empty(n, np.float64)
+    count = np.int64(0)
+    width = 1
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            j = mid
+            for i in range(lo, mid):
+                while j < hi and src[i] > factor * src[j]:
+                    j += 1
+                count += j - mid
+            a, b = lo, mid
+            for o in range(lo, hi):
+                if b >= hi or (a < mid and src[a] <= src[b]):
+                    dst[o] = src[a]
+                    a += 1
+                else:
+                    dst[o] = src[b]
+                    b += 1
+            lo = hi
+        src, dst = dst, src
+        width *= 2
     return count

@@ -175,8 +175,8 @@ def table_delete(rows, off, mask, key):
 
 
 @entry
-def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor):
-    return _sort.merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n, pair_factor)
+def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n):
+    return _sort.merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n)
 
 
 @entry

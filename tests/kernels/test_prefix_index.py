@@ -17,7 +17,7 @@ import pytest
 
 import entry as E
 from blis_fast.run.tables import next_pow2
-from blis_fast_kernels.schema import IndexState
+from blis_fast_kernels.schema import IndexRecord, IndexRow, IndexState
 from naive.prefix_index import NaiveIndex
 from states import lengths_state
 
@@ -38,8 +38,8 @@ class KernelIndex:
                            prefix_index_capacity=capacity)
         assert st.pi_state.shape == (n_inst, 4) and st.alive.shape == (self.n_words,)
         self.st = st._replace(
-            pi_table=np.zeros((n_inst * self.rows_per_inst, 2), np.int64),
-            pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), 2), np.int64),
+            pi_table=np.zeros((n_inst * self.rows_per_inst, len(IndexRow)), np.int64),
+            pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), len(IndexRecord)), np.int64),
             gmap=np.zeros((next_pow2(2 * n_inst * capacity), 1 + self.n_words), np.int64),
             keys=np.zeros(1024, np.int64),
         )
@@ -56,6 +56,12 @@ class KernelIndex:
         self.st.keys[pos] = key
         self.n_touches += 1
         E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(pos))
+
+    def touch_run(self, i: int, keys) -> None:
+        """Touch ``keys`` in order at consecutive positions, as the router records a
+        request's shared keys (one ring record per run)."""
+        for key in keys:
+            self.touch(i, key)
 
     def insert_unshared(self, i: int, count: int = 1) -> None:
         E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i),
@@ -197,6 +203,61 @@ def test_unshared_place_holders_match_fresh_keys(n_inst, capacity, seed, ring_fa
             k.touch(i, key)
             m.touch(i, key)
         assert k.size(i) == m.size(i)
+        if step % 20 == 0:
+            check_same(k, m, universe)
+            assert [k.size(j) for j in range(n_inst)] == [m.size(j) for j in range(n_inst)]
+    check_same(k, m, universe)
+
+
+def check_records(k: KernelIndex) -> None:
+    """Every ring record's live count is the number of its keys whose latest touch it
+    holds, and every key's row names the slot of that record."""
+    st = k.st
+    run_shift = 40
+    rows = k.rows_per_inst
+    for i in range(k.n_inst):
+        head, n = int(st.pi_state[i, IndexState.RING_HEAD]), int(st.pi_state[i, IndexState.RING_LEN])
+        slots = [(head + j) % st.pi_ring.shape[1] for j in range(n)]
+        table = st.pi_table[i * rows:(i + 1) * rows]
+        held = {int(r[IndexRow.KEY]): r for r in table if r[IndexRow.STAMP] != 0}
+        latest = {}
+        for slot in slots:
+            a, stamp, live = (int(x) for x in st.pi_ring[i, slot])
+            if stamp == -1:  # place-holders
+                continue
+            pos, count = a & ((1 << run_shift) - 1), a >> run_shift
+            mine = [int(st.keys[pos + j]) for j in range(count)
+                    if int(st.keys[pos + j]) in held and held[int(st.keys[pos + j])][IndexRow.STAMP] == stamp + j]
+            assert live == len(mine), f"instance {i} slot {slot}: live {live}, keys {mine}"
+            latest.update({key: slot for key in mine})
+        assert set(latest) == set(held), f"instance {i}: keys without their latest record"
+        assert all(int(held[key][IndexRow.RECORD]) == slot for key, slot in latest.items())
+
+
+@pytest.mark.parametrize("ring_factor", [2, 1], ids=["ring2x", "ring-tight"])
+@pytest.mark.parametrize("n_inst,capacity,seed", [(2, 6, 0), (3, 16, 1), (4, 40, 2)])
+def test_prefix_runs_match_naive_model(n_inst, capacity, seed, ring_factor):
+    """Requests' key runs -- a few popular prefixes of a few keys, touched again and again
+    (stale whole-run records), longer chains cut short, place-holders between -- keep the
+    same keys as the naive LRU (evictions follow its order), and every record's live count
+    and every row's record slot stay right."""
+    rng = np.random.default_rng(300 + seed)
+    k, m = KernelIndex(n_inst, capacity, ring_factor), NaiveIndex(n_inst, capacity)
+    prefixes = [[100 * g + j for j in range(1, int(rng.integers(2, 7)))] for g in range(1, 5)]
+    universe = sorted({key for p in prefixes for key in p})
+    for step in range(400):
+        i = int(rng.integers(n_inst))
+        p = prefixes[int(rng.integers(len(prefixes)))]
+        run = p[:int(rng.integers(1, len(p) + 1))]
+        k.touch_run(i, run)
+        for key in run:
+            m.touch(i, key)
+        if rng.random() < 0.5:
+            c = int(rng.integers(1, capacity + 2))
+            k.insert_unshared(i, c)
+            for _ in range(c):
+                m.insert_unshared(i)
+        check_records(k)
         if step % 20 == 0:
             check_same(k, m, universe)
             assert [k.size(j) for j in range(n_inst)] == [m.size(j) for j in range(n_inst)]

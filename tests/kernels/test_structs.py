@@ -189,24 +189,19 @@ def _sort_case(rng):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_merge_sort_matches_sorted_and_counts_pairs(seed):
+def test_merge_sort_matches_sorted(seed):
     rng = np.random.default_rng(seed)
     n, ids, k1, k2 = _sort_case(rng)
     want = naive_sorted(ids[:n], k1[:n], k2[:n])
-    for factor in (0.0, 0.5, 1.0, 2.0):
-        a = (ids.copy(), k1.copy(), k2.copy())
-        tmp = (np.full(len(ids), -7, np.int64), np.full(len(ids), -7.0), np.full(len(ids), -7, np.int64))
-        count, in_tmp = E.merge_sort(*a, *tmp, n, factor)
-        out = tmp if in_tmp else a
-        got = list(zip(out[1][:n].tolist(), out[2][:n].tolist(), out[0][:n].tolist()))
-        assert got == want
-        if factor > 0:
-            assert int(count) == quadratic_inversion_pairs(k1[:n].tolist(), factor)
-        else:
-            assert int(count) == 0
-        for arr, orig in zip((*a, *tmp), (ids, k1, k2, np.full(len(ids), -7, np.int64), np.full(len(ids), -7.0),
-                                         np.full(len(ids), -7, np.int64))):
-            assert np.array_equal(arr[n:], orig[n:])  # nothing beyond n is touched
+    a = (ids.copy(), k1.copy(), k2.copy())
+    tmp = (np.full(len(ids), -7, np.int64), np.full(len(ids), -7.0), np.full(len(ids), -7, np.int64))
+    in_tmp = E.merge_sort(*a, *tmp, n)
+    out = tmp if in_tmp else a
+    got = list(zip(out[1][:n].tolist(), out[2][:n].tolist(), out[0][:n].tolist()))
+    assert got == want
+    for arr, orig in zip((*a, *tmp), (ids, k1, k2, np.full(len(ids), -7, np.int64), np.full(len(ids), -7.0),
+                                     np.full(len(ids), -7, np.int64))):
+        assert np.array_equal(arr[n:], orig[n:])  # nothing beyond n is touched
 
 
 def test_merge_sort_breaks_ties_by_k2_then_id():
@@ -216,7 +211,7 @@ def test_merge_sort_breaks_ties_by_k2_then_id():
     ids = np.array([8, 7, 6, 5, 4, 3, 2, 1, 0], np.int64)
     n = len(ids)
     tmp = (np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64))
-    _, in_tmp = E.merge_sort(ids, k1, k2, *tmp, n, 0.0)
+    in_tmp = E.merge_sort(ids, k1, k2, *tmp, n)
     out_ids = (tmp if in_tmp else (ids, k1, k2))[0]
     assert out_ids.tolist() == [1, 3, 5, 7, 0, 2, 4, 6, 8]
 
@@ -227,6 +222,9 @@ def test_count_dominated_pairs_matches_quadratic(seed):
     v = rng.choice([0.0, 1.0, 2.0, 3.0, 4.5, 9.0, 1e6], int(rng.integers(0, 120)))
     for factor in (0.5, 1.0, 2.0, 3.0):
         assert int(count_dominated_pairs(v, factor)) == quadratic_inversion_pairs(v.tolist(), factor)
+    n, _, k1, _ = _sort_case(rng)  # negative values and ties too
+    for factor in (0.5, 1.0, 2.0):
+        assert int(count_dominated_pairs(k1[:n], factor)) == quadratic_inversion_pairs(k1[:n].tolist(), factor)
     assert int(count_dominated_pairs(np.zeros(0), 2.0)) == 0
 
 

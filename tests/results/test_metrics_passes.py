@@ -1,7 +1,7 @@
 """The one-pass summary machinery of blis_fast.results.metrics gives exactly what the
 straightforward per-group computation gives: ITL samples per instance from one coverage
 pass, weighted percentiles from one sort (packed keys or argsort), several percentiles
-from one partition."""
+from one sort, equal to numpy's bit for bit."""
 
 from __future__ import annotations
 
@@ -71,6 +71,20 @@ def test_weighted_percentiles_equal_the_repeated_samples(seed):
     assert weighted_percentiles_us(values, counts, (50, 90, 95, 99, 100)) == expect
     assert weighted_percentile_us(values, counts, 99) == expect[3]
     assert percentiles_us(samples) == [percentile_us(samples, p) for p in (90, 95, 99)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_percentiles_equal_numpys_bit_for_bit(seed):
+    """One sort + numpy's interpolation rules gives np.percentile's numbers exactly, for
+    integer and float samples, tiny and large sets, any p in [0, 100]."""
+    rng = np.random.default_rng(100 + seed)
+    ps = (0, 1, 12.5, 33.3, 50, 66.7, 90, 95, 99, 99.9, 100)
+    for n in (1, 2, 3, 7, int(rng.integers(10, 5000))):
+        for values in (rng.integers(-(10**12), 10**12, n), rng.integers(0, 9, n), rng.normal(1e6, 3e5, n)):
+            expect = np.percentile(values, ps)
+            got = np.array(percentiles_us(values, ps))
+            assert got.tobytes() == expect.tobytes(), (n, values.dtype)
+            assert percentile_us(values, 99.9) == float(np.percentile(values, 99.9))
 
 
 def test_sort_by_value_packs_or_falls_back():
