@@ -30,8 +30,6 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from blis_fast_kernels.schema.state import copy_array
-
 from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
 from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
@@ -262,8 +260,8 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     setup = replace(ps.setup, config=cfg)
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
-            state = build_state(setup, ps.workload, task.compiled, request_rows=request_buffer(ps.request_rows),
-                                copy_rows=False)
+            state = build_state(setup, ps.workload, task.compiled, request_rows=ps.request_rows,
+                                arrays=thread_arrays(), shared_values=ps.shared_values)
             t_run = time.perf_counter()
             state = run_within(state, budget, deadline)
             t_judge = time.perf_counter()
@@ -288,18 +286,19 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     return ev
 
 
-_BUFFERS = threading.local()
+_ARRAYS = threading.local()
 
 
-def request_buffer(rows):
-    """``rows`` copied into this thread's request table.  An evaluation's state lives only
-    inside ``evaluate_task`` (the EvaluationResult keeps numbers), so each thread reuses one
-    table: a fresh one per evaluation cost ~40 ms of page faults on a 100K-request
-    scenario."""
-    buf = getattr(_BUFFERS, "reqs", None)
-    if buf is None or buf.shape != rows.shape or buf.dtype != rows.dtype:
-        buf = _BUFFERS.reqs = np.empty_like(rows)
-    return copy_array(rows, buf)
+def thread_arrays():
+    """This thread's ``StateArrays`` (reused from one evaluation to the next): an
+    evaluation's state lives only inside ``evaluate_task`` (the EvaluationResult keeps
+    numbers), so each thread can build the next state in the last one's arrays."""
+    from blis_fast.run.tables import StateArrays
+
+    arrays = getattr(_ARRAYS, "arrays", None)
+    if arrays is None:
+        arrays = _ARRAYS.arrays = StateArrays(reuse=True)
+    return arrays
 
 
 def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: float | None = None):

@@ -368,7 +368,7 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
         "settings": {"seed": SEED, "repeats": repeats, "target_load": TARGET_LOAD,
                      "saturation_rps_per_instance": SATURATION_RPS_PER_INSTANCE, "base": dict(BASE)},
         "scenarios": [step(name, bench_scenario, name, repeats) for name in names],
-        "batch": [step(name, bench_batch, name) for name in batches],
+        "batch": [step(name, bench_batch, name, None, None, repeats) for name in batches],
         "startup": step("start-up (fresh processes)", bench_startup) if startup else None,
     }
     best = {r["name"]: r["kernel_best_s"] for r in report["scenarios"]}

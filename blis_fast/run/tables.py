@@ -22,6 +22,47 @@ def next_pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 1).bit_length()
 
 
+class StateArrays:
+    """Where ``build_state`` gets its large arrays: fresh ones (``np.zeros``), or with
+    ``reuse=True`` the arrays of this object's previous state, cleared -- for a thread
+    that evaluates candidate after candidate on one scenario (blis_fast.batch), whose
+    previous state is dead by then.  Fresh arrays cost page faults, and with several
+    threads the unmapping of the old ones interrupts the other cores: building a
+    10K-request state took ~4x as long on two threads as on one.  One array is kept per
+    State field (the latest shape)."""
+
+    def __init__(self, reuse: bool = False):
+        self.reuse = reuse
+        self._kept: dict[str, np.ndarray] = {}
+
+    def _get(self, field: str, shape, dtype) -> tuple[np.ndarray, bool]:
+        """(array, fresh): the kept array of ``field`` if it has this shape and dtype."""
+        shape, dtype = (shape if isinstance(shape, tuple) else (int(shape),)), np.dtype(dtype)
+        kept = self._kept.get(field) if self.reuse else None
+        if kept is not None and kept.shape == shape and kept.dtype == dtype:
+            return kept, False
+        a = np.zeros(shape, dtype)
+        if self.reuse:
+            self._kept[field] = a
+        return a, True
+
+    def zeros(self, field: str, shape, dtype) -> np.ndarray:
+        a, fresh = self._get(field, shape, dtype)
+        if not fresh and a.size:
+            a.reshape(-1).view(np.uint8).fill(0)  # (records too: as bytes)
+        return a
+
+    def full(self, field: str, shape, value, dtype) -> np.ndarray:
+        a, _ = self._get(field, shape, dtype)
+        a.fill(value)
+        return a
+
+    def copy(self, field: str, source: np.ndarray) -> np.ndarray:
+        """A copy of ``source`` (into the kept array when reusing)."""
+        a, _ = self._get(field, source.shape, source.dtype)
+        return copy_array(source, a)
+
+
 def block_slots(workload, block_size: int, kv_total: int | None, compat: bool) -> tuple[np.ndarray, np.ndarray]:
     """(block_cap, slots) per request: block_cap = the most KV blocks it holds in normal
     operation -- prompt + all outputs but the last, whose KV is never computed; a request
@@ -168,7 +209,16 @@ def key_sharing(workload, keys: np.ndarray, needed: bool) -> tuple[np.ndarray, i
     return flags, int(np.count_nonzero(flags))  # an upper bound on the distinct values: enough for sizing
 
 
-def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool):
+def distinct_shared_values(workload) -> int:
+    """The number of different values among the workload's shared keys (each occurs at two
+    positions or more): what the prefix tables must hold at most.  A sort of the shared
+    positions' keys (~25 ms for 10K chatbot requests): worth it when many runs share the
+    workload (blis_fast.batch counts once per scenario)."""
+    shared = workload.shared_keys().view(bool)
+    return int(np.unique(workload.block_keys[shared]).size)
+
+
+def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool, arrays: StateArrays | None = None):
     """(pi_state, pi_table, pi_ring, gmap, rows per instance) of the router's
     prefix-affinity index; minimal tables when the policy does not use it.  Keys only one
     request carries never match: the index keeps just their LRU place, so its hash
@@ -180,9 +230,11 @@ def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool
         return pi_state, np.zeros((2, row_w), np.int64), np.zeros((n_inst, 1, rec_w), np.int64), \
             np.zeros((2, 1 + n_words), np.int64), 1
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
-    return (pi_state, np.zeros((n_inst * rows, row_w), np.int64),
-            np.zeros((n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
-            np.zeros((next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64), rows)
+    arrays = arrays if arrays is not None else StateArrays()
+    return (pi_state, arrays.zeros("pi_table", (n_inst * rows, row_w), np.int64),
+            arrays.zeros("pi_ring", (n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
+            arrays.zeros("gmap", (next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64),
+            rows)
 
 
 def check_kv_blocks(cfg, latency) -> None:
@@ -277,14 +329,18 @@ def scenario_request_table(setup, workload) -> np.ndarray:
 
 
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
-                request_rows: np.ndarray | None = None, copy_rows: bool = True) -> S.State:
+                request_rows: np.ndarray | None = None, arrays: StateArrays | None = None,
+                shared_values: int | None = None) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
     the tests compare the event-skipping engine with; the results are identical).
     ``request_rows``: ``scenario_request_table(setup, workload)``, copied rather than built
-    (the workload was checked when it was made); with ``copy_rows=False`` it is a copy the
-    caller made for this run, used as it is."""
+    (the workload was checked when it was made).  ``arrays``: where the large arrays come
+    from (``StateArrays``; default fresh ones).  ``shared_values``: the number of distinct
+    shared key values (``distinct_shared_values``), when the caller counted them: the
+    prefix tables are sized to it rather than to the shared positions -- a popular prefix
+    is one value at thousands of positions."""
     from blis_fast.policy import compile_policies
 
     cfg = setup.config
@@ -309,25 +365,30 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     from blis_fast.config import memory
 
     shared = workload.key_shared
+    n_shared = int(np.count_nonzero(shared)) if shared is not None else None
+    if n_shared is not None and shared_values is not None:
+        n_shared = min(n_shared, shared_values)
     parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, use_index,
-                                 pol.scheduler_kind, shared_known=shared is not None,
-                                 n_shared=int(np.count_nonzero(shared)) if shared is not None else None)
+                                 pol.scheduler_kind, shared_known=shared is not None, n_shared=n_shared)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
     caching = prefix_caching(cfg, workload)
+    arrays = arrays if arrays is not None else StateArrays()
     if request_rows is None:
         reqs = request_table(workload, bs, kv_total, compat, caching)
     else:
-        reqs = copy_array(request_rows) if copy_rows else request_rows
+        reqs = arrays.copy("reqs", request_rows)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index)
+    if shared_values is not None:
+        n_shared = min(n_shared, shared_values)
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
     # smaller keeps huge KV caches from costing memory
     ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
     pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
-        n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index)
+        n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index, arrays)
     out_eff = reqs["output_len"]
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
     s = cfg.simulation
@@ -347,7 +408,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         arrival_order=arrival_order(workload),
         keys=keys,
         key_shared=key_shared,
-        req_blocks=np.zeros(n_blocks, np.int32),
+        req_blocks=arrays.zeros("req_blocks", n_blocks, np.int32),
         inst=inst,
         batch=np.zeros((n_inst, seqs), np.int64),
         batch_seq=np.zeros((n_inst, seqs), np.int64),
@@ -359,11 +420,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         calendar=np.full((n_inst, CALENDAR_SIZE), -1, np.int64),
         ride_phase=np.zeros((n_inst, bs), np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
-        blocks=np.zeros(n_inst * kv_total, S.KV_BLOCK_DT),
-        kv_table=np.zeros((n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
-        kv_slot=np.zeros(len(keys) if caching else 1, np.int32),
-        heap=np.zeros(n + 4 * n_inst + 64, S.EVENT_DT),
-        step_log=np.zeros(max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
+        blocks=arrays.zeros("blocks", n_inst * kv_total, S.KV_BLOCK_DT),
+        kv_table=arrays.zeros("kv_table", (n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
+        kv_slot=arrays.zeros("kv_slot", len(keys) if caching else 1, np.int32),
+        heap=arrays.zeros("heap", n + 4 * n_inst + 64, S.EVENT_DT),
+        step_log=arrays.zeros("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
         route_log=route_log,
         admit_log=admit_log,
@@ -386,12 +447,12 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         pi_table=pi_table,
         pi_ring=pi_ring,
         gmap=gmap,
-        sort_ids=np.zeros(n_sort, np.int64),
-        sort_k1=np.zeros(n_sort, np.float64),
-        sort_k2=np.zeros(n_sort, np.int64),
-        tmp_ids=np.zeros(n_sort, np.int64),
-        tmp_k1=np.zeros(n_sort, np.float64),
-        tmp_k2=np.zeros(n_sort, np.int64),
+        sort_ids=arrays.zeros("sort_ids", n_sort, np.int64),
+        sort_k1=arrays.zeros("sort_k1", n_sort, np.float64),
+        sort_k2=arrays.zeros("sort_k2", n_sort, np.int64),
+        tmp_ids=arrays.zeros("tmp_ids", n_sort, np.int64),
+        tmp_k1=arrays.zeros("tmp_k1", n_sort, np.float64),
+        tmp_k2=arrays.zeros("tmp_k2", n_sort, np.int64),
     )
     # the loop takes writable, aligned arrays only (kernels/aot.py): inputs unpickled on a
     # distributed worker (read-only, and unaligned in dask's frames) or memory-mapped are copied

@@ -8,6 +8,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import pyarrow.parquet as pq
+import numpy as np
 import pytest
 
 from builders import ROOT, write
@@ -168,12 +169,57 @@ def test_a_batch_row_is_the_evaluation_of_an_ordinary_run():
     assert batch.to_dict() == plain.to_dict()
 
 
-def test_a_thread_reusing_its_request_table_starts_each_evaluation_afresh():
-    # evaluations in one thread copy the scenario's rows into the same table
-    # (batch.evaluate.request_buffer): a candidate judged after others equals one judged first
-    cands = {"a": {"routing": "round-robin"}, "b": {"routing": "least-loaded", "scheduler": "sjf"},
-             "c": {"routing": "round-robin"}}
-    scen = [{"name": "x", "config": SMALL, "seed": 4}]
+def test_a_thread_reusing_its_state_arrays_starts_each_evaluation_afresh():
+    # evaluations in one thread build their states in the same arrays (run.tables.StateArrays,
+    # batch.evaluate.thread_arrays): a candidate judged after others -- ones that filled the
+    # router's prefix index, the KV prefix table, the sort scratch -- equals one judged first
+    pa = {"routing": {"type": "weighted", "params": {"scorers": {"prefix-affinity": 2, "queue-depth": 1}}}}
+    cands = {"a": pa, "b": {"routing": "least-loaded", "scheduler": "sjf"},
+             "c": {"routing": "round-robin", "scheduler": "priority-fcfs", "priority": "slo-based"}, "d": pa}
+    scen = [{"name": "x", "config": {**SMALL, "rate": 400}, "seed": 4}]
     both = evaluate_many(cands, scen, objectives=OBJECTIVES, workers=1).results
-    alone = evaluate_many({"c": cands["c"]}, scen, objectives=OBJECTIVES, workers=1).results
-    assert both[2].to_dict() == alone[0].to_dict() and both[0].to_dict()["metrics"] == both[2].to_dict()["metrics"]
+    for name, k in (("a", 3), ("c", 2)):
+        alone = evaluate_many({name: cands[name]}, scen, objectives=OBJECTIVES, workers=1).results
+        assert both[k].to_dict() == alone[0].to_dict()
+    assert both[0].to_dict() == both[3].to_dict()
+
+
+def test_state_arrays_are_cleared_and_follow_the_shape():
+    from blis_fast.run.tables import StateArrays
+
+    keep = StateArrays(reuse=True)
+    a = keep.zeros("heap", 5, np.int64)
+    a[:] = 7
+    assert keep.zeros("heap", 5, np.int64) is a and not a.any()
+    rec = keep.zeros("blocks", 3, np.dtype([("x", np.int64), ("y", np.int32)]))
+    rec["x"] = 1
+    assert not keep.zeros("blocks", 3, rec.dtype)["x"].any()
+    assert keep.zeros("heap", 6, np.int64) is not a and keep.full("heap", 6, -1, np.int64).tolist() == [-1] * 6
+    src = np.arange(4)
+    assert keep.copy("reqs", src).tolist() == [0, 1, 2, 3] and keep.copy("reqs", src) is keep.copy("reqs", src)
+    fresh = StateArrays()
+    assert fresh.zeros("heap", 5, np.int64) is not fresh.zeros("heap", 5, np.int64)
+
+def test_prefix_tables_sized_to_the_distinct_shared_values_change_nothing():
+    # a prepared scenario counts its distinct shared key values once (chatbot: one prefix,
+    # thousands of positions) and every evaluation sizes its prefix tables to them
+    from blis_fast.batch.scenarios import Scenario, prepare
+    from blis_fast.config.sim import build_config
+    from blis_fast.policy import compile_policies
+    from blis_fast.run import run_to_end
+    from blis_fast.run.tables import build_state, distinct_shared_values
+
+    ps = prepare(Scenario("x", build_config({}, {**SMALL, "rate": 400, "prefix_tokens": 256,
+                                                  "routing_policy": "prefix-affinity"})))
+    wl = ps.workload
+    positions = int(np.count_nonzero(wl.shared_keys()))
+    assert ps.shared_values == distinct_shared_values(wl) == len(set(wl.block_keys[wl.shared_keys() == 1].tolist()))
+    assert 0 < ps.shared_values < positions // 10
+    pol = compile_policies(ps.setup.config.policy)
+    wide = run_to_end(build_state(ps.setup, wl, pol))
+    tight = run_to_end(build_state(ps.setup, wl, pol, shared_values=ps.shared_values))
+    assert tight.kv_table.shape[0] < wide.kv_table.shape[0] and tight.gmap.shape[0] < wide.gmap.shape[0]
+    assert tight.pi_table.shape[0] < wide.pi_table.shape[0]
+    assert tight.reqs.tobytes() == wide.reqs.tobytes() and tight.loop.tobytes() == wide.loop.tobytes()
+    served = [f for f in wide.inst.dtype.names if not f.startswith("ht_")]  # (ht_*: the table's geometry)
+    assert tight.inst[served].tolist() == wide.inst[served].tolist()
