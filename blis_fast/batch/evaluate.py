@@ -183,6 +183,7 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
                 _collect(futures, lambda f, idx: record([(idx, f.result())]))
             finally:  # on Ctrl-C: drop what has not started; what runs ends within its budget
                 pool.shutdown(wait=True, cancel_futures=True)
+    release_thread_arrays()  # (the pool's threads took theirs with them)
     assert all(isinstance(r, EvaluationResult) for r in results)
     return results
 
@@ -225,7 +226,10 @@ def _share(executor: Executor, ps: PreparedScenario):
 def evaluate_group(ps: PreparedScenario, tasks: list, budget: Budget, summarize: bool) -> list:
     """[(row index, EvaluationResult)] of several candidates on one scenario (the unit of
     work of an external executor)."""
-    return [(t.index, evaluate_task(ps, t, budget, summarize)) for t in tasks]
+    try:
+        return [(t.index, evaluate_task(ps, t, budget, summarize)) for t in tasks]
+    finally:  # a worker's threads outlive the batch: they keep no state arrays
+        release_thread_arrays()
 
 
 def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict) -> Task:
@@ -299,6 +303,11 @@ def thread_arrays():
     if arrays is None:
         arrays = _ARRAYS.arrays = StateArrays(reuse=True)
     return arrays
+
+
+def release_thread_arrays() -> None:
+    """Let this thread's kept arrays go (at the end of a batch: a state's worth of memory)."""
+    _ARRAYS.__dict__.pop("arrays", None)
 
 
 def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: float | None = None):

@@ -182,6 +182,9 @@ def test_a_thread_reusing_its_state_arrays_starts_each_evaluation_afresh():
         alone = evaluate_many({name: cands[name]}, scen, objectives=OBJECTIVES, workers=1).results
         assert both[k].to_dict() == alone[0].to_dict()
     assert both[0].to_dict() == both[3].to_dict()
+    from blis_fast.batch import evaluate as ev
+
+    assert getattr(ev._ARRAYS, "arrays", None) is None  # nothing kept once the batch is done
 
 
 def test_state_arrays_are_cleared_and_follow_the_shape():
