@@ -209,6 +209,13 @@ def key_sharing(workload, keys: np.ndarray, needed: bool) -> tuple[np.ndarray, i
     return flags, int(np.count_nonzero(flags))  # an upper bound on the distinct values: enough for sizing
 
 
+def router_memo(n_inst: int) -> np.ndarray:
+    """The router's ``pi_memo`` (schema RouterMemo): no leading-key walk yet."""
+    memo = np.zeros(S.N_ROUTER_MEMO + 2 * ((n_inst + 63) // 64), np.int64)
+    memo[S.RouterMemo.VERSION] = -1
+    return memo
+
+
 def distinct_shared_values(workload) -> int:
     """The number of different values among the workload's shared keys (each occurs at two
     positions or more): what the prefix tables must hold at most.  A sort of the shared
@@ -447,6 +454,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         pi_table=pi_table,
         pi_ring=pi_ring,
         gmap=gmap,
+        pi_memo=router_memo(n_inst),
         sort_ids=arrays.zeros("sort_ids", n_sort, np.int64),
         sort_k1=arrays.zeros("sort_k1", n_sort, np.float64),
         sort_k2=arrays.zeros("sort_k2", n_sort, np.int64),

@@ -18,13 +18,14 @@ Two structures, kept in sync, both structs/hashtable.py row tables:
   record whose keys were all touched again later -- the usual fate of a popular prefix's
   run -- leaves the ring without a probe per key.
 - cluster-wide ``gmap``: rows (key, bit mask words...) of the instances whose index holds
-  the key, so the affinity of *every* instance comes from one lookup per leading key.
+  the key, so the affinity of *every* instance comes from one lookup per leading key
+  (``pi_memo`` counts its changes: see leading_matches).
 """
 
 import numpy as np
 
 from ..jit import helper
-from ..schema import PHANTOM, IndexRecord, IndexRow, IndexState
+from ..schema import N_ROUTER_MEMO, PHANTOM, IndexRecord, IndexRow, IndexState, RouterMemo
 from ..structs.hashtable import row_empty, table_delete_at, table_find, table_probe
 
 RUN_SHIFT = 40  # a keyed ring record's key column: position in ``keys`` | count << RUN_SHIFT
@@ -90,6 +91,7 @@ def _evict_lru(st, off, mask, i, units):
             if h >= 0 and st.pi_table[off + h, IndexRow.STAMP] == stamp:
                 table_delete_at(st.pi_table, off, mask, h)
                 _gmap_clear_bit(st.gmap, key, i)
+                st.pi_memo[RouterMemo.GMAP_VERSION] += 1
                 ps[i, IndexState.SIZE] -= 1
                 units -= 1
                 ring[i, head, IndexRecord.LIVE] -= 1
@@ -205,6 +207,7 @@ def index_touch(st, capacity, rows_per_inst, i, pos):
         table[off + h, IndexRow.STAMP] = stamp
         ps[i, IndexState.SIZE] += 1
         _gmap_set_bit(st.gmap, key, i)
+        st.pi_memo[RouterMemo.GMAP_VERSION] += 1
     n = ps[i, IndexState.RING_LEN]
     if n > 0:  # the touch that continues the last record's run (next position and stamp) joins it
         tail = _slot(ps[i, IndexState.RING_HEAD], n - 1, ring.shape[1])
@@ -245,27 +248,57 @@ def leading_matches(st, kstart, kcount):
     """For every active instance, the number of leading keys ``keys[kstart:kstart+kcount]``
     its index holds -> ``affinity[i]`` (0 for inactive instances).  ``alive`` is scratch
     with one int64 per mask word; one cluster-map lookup per leading key, none for an
-    unshared key (no index holds it: only its own request carries it, which is being routed)."""
+    unshared key (no index holds it: only its own request carries it, which is being routed).
+
+    Requests of a popular prefix ask the same question again and again: ``pi_memo`` keeps
+    where the last walk could resume (RouterMemo: its depth before the key that ended it,
+    the instances still in the race there).  When the cluster map and the active instances
+    are unchanged since and this request's keys up to that depth equal the last one's, the
+    walk resumes there -- ``affinity`` still holds the counts of the instances out of the
+    race -- with compares of consecutive keys instead of a hash lookup per key."""
     gmap = st.gmap
     alive = st.alive
     counts = st.affinity
+    memo = st.pi_memo
     active = st.inst["active"]
     n_inst = counts.shape[0]
     n_words = alive.shape[0]
     gmask = gmap.shape[0] - 1
+    at_active = N_ROUTER_MEMO  # memo words: the active mask, then the mask where the walk resumes
+    at_resume = N_ROUTER_MEMO + n_words
+    depth = memo[RouterMemo.DEPTH]
+    reuse = memo[RouterMemo.VERSION] == memo[RouterMemo.GMAP_VERSION] and depth <= kcount
     for w in range(n_words):
-        alive[w] = 0
-    for i in range(n_inst):
-        counts[i] = 0
-        if active[i] != 0:
-            alive[i // 64] |= np.int64(1) << (i % 64)
+        word = np.int64(0)
+        for b in range(min(64, n_inst - w * 64)):
+            if active[w * 64 + b] != 0:
+                word |= np.int64(1) << b
+        if memo[at_active + w] != word:
+            reuse = False
+            memo[at_active + w] = word
+    if reuse:
+        mk = memo[RouterMemo.KSTART]
+        for j in range(depth):
+            if st.keys[kstart + j] != st.keys[mk + j]:
+                reuse = False
+                break
     any_alive = n_inst > 0
-    depth = 0
+    if reuse:
+        for w in range(n_words):
+            alive[w] = memo[at_resume + w]
+    else:
+        for w in range(n_words):
+            alive[w] = memo[at_active + w]
+        for i in range(n_inst):
+            counts[i] = 0
+        depth = 0
+    memo[RouterMemo.KSTART] = kstart
     while any_alive and depth < kcount:
         k = kstart + depth
         row = table_find(gmap, np.int64(0), gmask, st.keys[k]) if st.key_shared[k] else np.int64(-1)
         any_alive = False
         for w in range(n_words):
+            memo[at_resume + w] = alive[w]  # (where a walk of the same keys can resume)
             now = alive[w] & gmap[row, 1 + w] if row >= 0 else np.int64(0)
             dropped = alive[w] & ~now
             if dropped != 0:
@@ -278,6 +311,11 @@ def leading_matches(st, kstart, kcount):
         depth += 1
     if any_alive:
         for w in range(n_words):
+            memo[at_resume + w] = alive[w]
             for b in range(min(64, n_inst - w * 64)):
                 if (alive[w] >> b) & 1:
                     counts[w * 64 + b] = depth
+        memo[RouterMemo.DEPTH] = depth
+    else:  # the last key put every instance out: resume before it
+        memo[RouterMemo.DEPTH] = depth - 1 if depth > 0 else 0
+    memo[RouterMemo.VERSION] = memo[RouterMemo.GMAP_VERSION]

@@ -286,6 +286,22 @@ IndexRow = _IndexRow()
 IndexRecord = _IndexRecord()
 
 
+class _RouterMemo(NamedTuple):
+    """Header of ``pi_memo``: the cluster map's change count and where the last leading-key
+    walk can resume (policies/prefix_index.py: leading_matches).  Two masks follow from
+    N_ROUTER_MEMO on, ``words`` int64 each: the active instances of that walk, and the
+    instances still in the race at DEPTH."""
+
+    GMAP_VERSION: int = 0  # changes of the cluster map so far
+    VERSION: int = 1  # GMAP_VERSION at the last walk, -1 = no walk yet
+    KSTART: int = 2  # its first key's position
+    DEPTH: int = 3  # keys walked before the one that ended it (all of them if none did)
+
+
+RouterMemo = _RouterMemo()
+N_ROUTER_MEMO = len(RouterMemo)
+
+
 class _Key(NamedTuple):
     """Prefix-block keys are int64 hashes; -1 is reserved."""
 
@@ -338,8 +354,8 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_ROOFLINE", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
-    "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RoutingKind",
+    "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
+    "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind",
 ]

@@ -42,19 +42,30 @@ class KernelIndex:
             pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), len(IndexRecord)), np.int64),
             gmap=np.zeros((next_pow2(2 * n_inst * capacity), 1 + self.n_words), np.int64),
             keys=np.zeros(1024, np.int64),
+            key_shared=np.ones(1024, np.uint8),
         )
-        self.n_touches = 0  # the engine touches a key by its position in ``keys``: each touch gets a fresh one
+        # the engine names a key by its position in ``keys``: each touch and each query gets
+        # fresh positions (the array only grows, as a run's keys never change: the router's
+        # memo of its last walk compares keys by position)
+        self.n_keys = 0
+
+    def _append(self, keys) -> int:
+        """Write ``keys`` at fresh positions of ``keys`` (all shared) -> the first one."""
+        keys = np.asarray(keys, np.int64).reshape(-1)
+        pos = self.n_keys
+        while pos + len(keys) > len(self.st.keys):
+            self.st = self.st._replace(keys=np.r_[self.st.keys, np.zeros_like(self.st.keys)],
+                                       key_shared=np.ones(2 * len(self.st.keys), np.uint8))
+        self.st.keys[pos:pos + len(keys)] = keys
+        self.n_keys += len(keys)
+        return pos
 
     @property
     def gmap(self):
         return self.st.gmap
 
     def touch(self, i: int, key: int) -> None:
-        pos = self.n_touches
-        if pos == len(self.st.keys):
-            self.st = self.st._replace(keys=np.r_[self.st.keys, np.zeros_like(self.st.keys)])
-        self.st.keys[pos] = key
-        self.n_touches += 1
+        pos = self._append([key])
         E.index_touch(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i), np.int64(pos))
 
     def touch_run(self, i: int, keys) -> None:
@@ -78,9 +89,9 @@ class KernelIndex:
 
     def matches(self, keys, active) -> list[int]:
         self.st.inst["active"] = np.asarray(active, np.int32)
-        st = self.st._replace(keys=np.asarray(keys, np.int64).reshape(-1), key_shared=np.ones(len(keys), np.uint8))
-        E.leading_matches(st, 0, len(keys))
-        return st.affinity.tolist()
+        pos = self._append(keys)
+        E.leading_matches(self.st, np.int64(pos), np.int64(len(keys)))
+        return self.st.affinity.tolist()
 
 
 def check_same(k: KernelIndex, m: NaiveIndex, universe) -> None:
@@ -364,6 +375,34 @@ def test_leading_matches_random(n_inst, capacity, seed):
         assert k.matches(query, active) == m.matches(query, active)
     universe = sorted({key for p in paths for key in p})
     check_same(k, m, universe)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_leading_matches_memo_follows_every_change(seed):
+    """The same popular prefixes asked again and again (the router's memo answers from its
+    last walk), with index changes in between -- re-touches that change nothing in the
+    cluster map, inserts, evictions by place-holders -- and active-set changes."""
+    rng = np.random.default_rng(40 + seed)
+    n_inst, capacity = 5, 8
+    k, m = KernelIndex(n_inst, capacity), NaiveIndex(n_inst, capacity)
+    paths = _request_paths(rng, 3, 7)
+    active = np.ones(n_inst, np.int32)
+    for _ in range(400):
+        r = rng.random()
+        i = int(rng.integers(n_inst))
+        if r < 0.25:
+            for key in paths[int(rng.integers(len(paths)))][: int(rng.integers(1, 8))]:
+                k.touch(i, key)
+                m.touch(i, key)
+        elif r < 0.35:
+            c = int(rng.integers(1, 4))
+            k.insert_unshared(i, c)
+            for _ in range(c):
+                m.insert_unshared(i)
+        elif r < 0.4:
+            active[i] = 1 - active[i]
+        query = paths[int(rng.integers(len(paths)))][: int(rng.integers(0, 8))]
+        assert k.matches(query, active) == m.matches(query, active)
 
 
 def test_leading_matches_counts_only_leading_keys_and_active_instances():
