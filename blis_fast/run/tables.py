@@ -52,6 +52,12 @@ class StateArrays:
             a.reshape(-1).view(np.uint8).fill(0)  # (records too: as bytes)
         return a
 
+    def scratch(self, field: str, shape, dtype) -> np.ndarray:
+        """An array the kernels write before they read any element of it (the event heap,
+        the logs, the ring of touch records, block rows and lists, sort scratch): a kept one
+        is handed over as it is, uncleared (tests/run poison them to check)."""
+        return self._get(field, shape, dtype)[0]
+
     def full(self, field: str, shape, value, dtype) -> np.ndarray:
         a, _ = self._get(field, shape, dtype)
         a.fill(value)
@@ -239,7 +245,7 @@ def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
     arrays = arrays if arrays is not None else StateArrays()
     return (pi_state, arrays.zeros("pi_table", (n_inst * rows, row_w), np.int64),
-            arrays.zeros("pi_ring", (n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
+            arrays.scratch("pi_ring", (n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
             arrays.zeros("gmap", (next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64),
             rows)
 
@@ -415,7 +421,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         arrival_order=arrival_order(workload),
         keys=keys,
         key_shared=key_shared,
-        req_blocks=arrays.zeros("req_blocks", n_blocks, np.int32),
+        req_blocks=arrays.scratch("req_blocks", n_blocks, np.int32),
         inst=inst,
         batch=np.zeros((n_inst, seqs), np.int64),
         batch_seq=np.zeros((n_inst, seqs), np.int64),
@@ -427,11 +433,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         calendar=np.full((n_inst, CALENDAR_SIZE), -1, np.int64),
         ride_phase=np.zeros((n_inst, bs), np.int64),
         # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
-        blocks=arrays.zeros("blocks", n_inst * kv_total, S.KV_BLOCK_DT),
+        blocks=arrays.scratch("blocks", n_inst * kv_total, S.KV_BLOCK_DT),
         kv_table=arrays.zeros("kv_table", (n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
         kv_slot=arrays.zeros("kv_slot", len(keys) if caching else 1, np.int32),
-        heap=arrays.zeros("heap", n + 4 * n_inst + 64, S.EVENT_DT),
-        step_log=arrays.zeros("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
+        heap=arrays.scratch("heap", n + 4 * n_inst + 64, S.EVENT_DT),
+        step_log=arrays.scratch("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
         route_log=route_log,
         admit_log=admit_log,
@@ -455,12 +461,12 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         pi_ring=pi_ring,
         gmap=gmap,
         pi_memo=router_memo(n_inst),
-        sort_ids=arrays.zeros("sort_ids", n_sort, np.int64),
-        sort_k1=arrays.zeros("sort_k1", n_sort, np.float64),
-        sort_k2=arrays.zeros("sort_k2", n_sort, np.int64),
-        tmp_ids=arrays.zeros("tmp_ids", n_sort, np.int64),
-        tmp_k1=arrays.zeros("tmp_k1", n_sort, np.float64),
-        tmp_k2=arrays.zeros("tmp_k2", n_sort, np.int64),
+        sort_ids=arrays.scratch("sort_ids", n_sort, np.int64),
+        sort_k1=arrays.scratch("sort_k1", n_sort, np.float64),
+        sort_k2=arrays.scratch("sort_k2", n_sort, np.int64),
+        tmp_ids=arrays.scratch("tmp_ids", n_sort, np.int64),
+        tmp_k1=arrays.scratch("tmp_k1", n_sort, np.float64),
+        tmp_k2=arrays.scratch("tmp_k2", n_sort, np.int64),
     )
     # the loop takes writable, aligned arrays only (kernels/aot.py): inputs unpickled on a
     # distributed worker (read-only, and unaligned in dask's frames) or memory-mapped are copied
