@@ -12,7 +12,9 @@ evaluation's time into building the state, the event loop and judging the result
 (metrics, objectives, ids; the best pass's split); one bare kernel run of the scenario
 with its default policy (best of 3) is reported beside.  "busy cores" = CPU seconds /
 wall seconds of the best parallel pass: about ``workers`` on an idle machine; less means
-other processes held the cores, and the speed-up says little.
+other processes held the cores, and the speed-up says little.  "kernel scaling" = the
+same ratio for bare event loops (no Python work; ``kernel_scaling``), measured beside: what
+the machine's cores allowed at the time, the ceiling of the batch's speed-up.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
                 raise BlisFastError(f"batch {name}: a pass's results differ from the first "
                                     f"({'serial' if n_workers == 1 else 'parallel'} pass)")
             runs.append((wall, cpu, phases))
+    scaling = kernel_scaling(ps, workers, repeats) if run_serial and workers > 1 else None
     serial_s, serial_cpu, phases = min(serial_runs, key=lambda r: r[0]) if serial_runs else (None, None, {})
     parallel_s, parallel_cpu, _ = min(parallel_runs, key=lambda r: r[0])
     n = len(cands)
@@ -127,9 +130,37 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
         "serial_s_per_eval": serial_s / n if serial_s else None,
         # where a serial evaluation's time goes (mean seconds): state, event loop, judging
         "phase_s_per_eval": {k: v / n for k, v in phases.items()} if phases else None,
+        # bare event loops (the scenario's default policy, no Python work) on ``workers``
+        # threads vs one: the speed-up the machine allowed then -- a bound on the batch's
+        "kernel_scaling": scaling,
         "repeats": max(1, repeats),
         "mean_score": float(np.mean([r["score"] for r in first])),
     }
+
+
+def kernel_scaling(ps, workers: int, repeats: int = 1) -> float:
+    """Best-of-``repeats`` time of ``4 * workers`` bare event loops of the prepared scenario
+    on one thread / on ``workers`` threads (each on a fresh copy of one state)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from blis_fast.run import build_state, run_to_end
+    from blis_fast_kernels.schema.state import copy_state
+
+    template = build_state(ps.setup, ps.workload)
+    n = 4 * workers
+    best = {1: float("inf"), workers: float("inf")}
+    with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-bench") as pool:
+        for _ in range(max(1, repeats)):
+            for k in best:
+                states = [copy_state(template) for _ in range(n)]
+                t = time.perf_counter()
+                if k == 1:
+                    for st in states:
+                        run_to_end(st)
+                else:
+                    list(pool.map(run_to_end, states))
+                best[k] = min(best[k], time.perf_counter() - t)
+    return best[1] / best[workers]
 
 
 def _phases(p: dict | None) -> str:
@@ -149,10 +180,11 @@ def format_batch(rows: list[dict]) -> list[str]:
                "serial = 1 thread, parallel = a thread per core; best pass of repeats)"]
     out += _table(
         ["batch", "scenario", "workers", "serial s", "evals/s serial", "parallel s", "evals/s parallel", "speed-up",
-         "s/eval serial", "build/kernel/judge s", "busy cores"],
+         "s/eval serial", "build/kernel/judge s", "busy cores", "kernel scaling"],
         [[r["name"], r["scenario"], str(r["workers"]), f(r["serial_s"], ".2f"), f(r["serial_evals_per_s"], ".2f"),
           f"{r['parallel_s']:.2f}", f"{r['parallel_evals_per_s']:.2f}", f(r["speedup"], ".2f"),
-          f(r["serial_s_per_eval"], ".4f"), _phases(r.get("phase_s_per_eval")), f"{r['parallel_busy_cores']:.2f}"]
+          f(r["serial_s_per_eval"], ".4f"), _phases(r.get("phase_s_per_eval")), f"{r['parallel_busy_cores']:.2f}",
+          f(r.get("kernel_scaling"), ".2f")]
          for r in rows],
     )
     return out

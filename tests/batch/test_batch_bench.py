@@ -19,9 +19,10 @@ def test_candidates_are_valid_and_distinct():
 def test_format_and_scenario_names():
     row = {"name": "batch-10k", "scenario": "10k", "workers": 2, "serial_s": 10.0, "serial_evals_per_s": 6.4,
            "parallel_s": 5.5, "parallel_evals_per_s": 11.6, "speedup": 1.82, "serial_s_per_eval": 0.156,
-           "kernel_best_s": 0.13, "parallel_busy_cores": 1.96,
+           "kernel_best_s": 0.13, "parallel_busy_cores": 1.96, "kernel_scaling": 1.93,
            "phase_s_per_eval": {"build_s": 0.005, "kernel_s": 0.13, "judge_s": 0.02}}
     text = "\n".join(format_batch([row, {**row, "name": "batch-100k", "serial_s": None, "serial_evals_per_s": None,
                                            "speedup": None, "serial_s_per_eval": None, "phase_s_per_eval": None}]))
     assert "batch-10k" in text and "1.82" in text and "batch-100k" in text and "0.0050/0.1300/0.0200" in text
+    assert "kernel scaling" in text and "1.93" in text
     assert set(BATCH_SCENARIOS) == {"batch-10k", "batch-100k"}
