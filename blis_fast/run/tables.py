@@ -232,7 +232,7 @@ def distinct_shared_values(workload) -> int:
 
 
 def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool, arrays: StateArrays | None = None):
-    """(pi_state, pi_table, pi_ring, gmap, rows per instance) of the router's
+    """(pi_state, pi_table, pi_ring, pi_records, gmap, rows per instance) of the router's
     prefix-affinity index; minimal tables when the policy does not use it.  Keys only one
     request carries never match: the index keeps just their LRU place, so its hash
     tables need room for the ``n_shared`` shared key values only."""
@@ -240,12 +240,14 @@ def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool
     pi_state = np.zeros((n_inst, len(S.IndexState)), np.int64)
     row_w, rec_w = len(S.IndexRow), len(S.IndexRecord)
     if not enabled:  # same types, minimal sizes: the kernel signature never changes
-        return pi_state, np.zeros((2, row_w), np.int64), np.zeros((n_inst, 1, rec_w), np.int64), \
-            np.zeros((2, 1 + n_words), np.int64), 1
+        return pi_state, np.zeros((2, row_w), np.int64), np.zeros((n_inst, 1), np.int64), \
+            np.zeros((n_inst, 1, rec_w), np.int64), np.zeros((2, 1 + n_words), np.int64), 1
     rows = next_pow2(2 * max(1, min(capacity, n_shared)))
     arrays = arrays if arrays is not None else StateArrays()
+    ring = 2 * capacity  # ring entries (compacted when full); a record owns one current entry: as many records
     return (pi_state, arrays.zeros("pi_table", (n_inst * rows, row_w), np.int64),
-            arrays.scratch("pi_ring", (n_inst, 2 * capacity, rec_w), np.int64),  # touch records; compacted when full
+            arrays.scratch("pi_ring", (n_inst, ring), np.int64),
+            arrays.scratch("pi_records", (n_inst, ring, rec_w), np.int64),
             arrays.zeros("gmap", (next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64),
             rows)
 
@@ -287,7 +289,7 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
         cap = cfg.policy.prefix_index_capacity
         rows = next_pow2(2 * max(1, min(cap, n_shared)))
         n_words = (n_inst + 63) // 64
-        parts["router prefix index"] = (n_inst * rows * 8 * len(S.IndexRow) + n_inst * 2 * cap * 8 * len(S.IndexRecord)
+        parts["router prefix index"] = (n_inst * rows * 8 * len(S.IndexRow) + n_inst * 2 * cap * 8 * (1 + len(S.IndexRecord))
                                         + next_pow2(2 * max(1, min(n_inst * cap, n_shared))) * 8 * (1 + n_words))
     return parts
 
@@ -400,7 +402,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     # smaller keeps huge KV caches from costing memory
     ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
-    pi_state, pi_table, pi_ring, gmap, pi_rows = prefix_index_tables(
+    pi_state, pi_table, pi_ring, pi_records, gmap, pi_rows = prefix_index_tables(
         n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index, arrays)
     out_eff = reqs["output_len"]
     work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
@@ -459,6 +461,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         pi_state=pi_state,
         pi_table=pi_table,
         pi_ring=pi_ring,
+        pi_records=pi_records,
         gmap=gmap,
         pi_memo=router_memo(n_inst),
         sort_ids=arrays.scratch("sort_ids", n_sort, np.int64),

@@ -4,33 +4,33 @@ Per instance, an LRU index of at most ``capacity`` prefix-block keys the router 
 there (updated with every key of each request it routes, most recent last).  A request's
 affinity for instance i = the number of its *leading* block keys present in i's index.
 
-Two structures, kept in sync, both structs/hashtable.py row tables:
-- per instance: rows (key, last-touch stamp, record slot) in ``pi_table`` plus a ring of
-  touch records in ``pi_ring[i]``.  A touch writes a fresh stamp into the key's row and
-  appends a record; the least recently touched key is the first ring record that still
-  holds some key's latest touch.  Exact LRU with one hash probe per touch and no linked
-  list.  ``pi_state[i]`` holds IndexState; columns: IndexRow, IndexRecord.
-  A record is a run: (position | count << RUN_SHIFT, first stamp, live) stands for the
-  keys ``keys[position:position+count]`` touched with consecutive stamps -- a routed
-  request's run of shared keys is one record, not one per key -- and (count, PHANTOM)
-  for ``count`` place-holders (see index_insert_unshared).  ``live`` counts the run's keys
-  whose latest touch it still is (each row names the slot of its latest record), so a
-  record whose keys were all touched again later -- the usual fate of a popular prefix's
-  run -- leaves the ring without a probe per key.
+The structures, kept in sync (``pi_state[i]``: IndexState; columns IndexRow, IndexRecord):
+- per instance, touch records (``pi_records[i]``): a record is a run of keys touched one
+  after the other, ``keys[POS:POS+COUNT]`` -- a routed request's run of shared keys is one
+  record, not one per key -- with LIVE, the number of its keys whose latest touch it still
+  holds, and FRONT, the keys eviction has passed;
+- per instance, a ring (``pi_ring[i]``) of the records in the order they were last
+  touched: an entry is a record id (current when the record's SLOT names it; an older
+  entry of a record touched again since is stale and skipped), or -n for a run of n
+  place-holders (see index_insert_unshared).  The least recently touched key is the
+  first live key of the first current entry: exact LRU, no linked list;
+- per instance, hash rows (key, record + 1, offset) in ``pi_table`` (structs/hashtable.py):
+  one probe per touch of a single key;
 - cluster-wide ``gmap``: rows (key, bit mask words...) of the instances whose index holds
   the key, so the affinity of *every* instance comes from one lookup per leading key
   (``pi_memo`` counts its changes: see leading_matches).
+
+A request that touches exactly the run of a record whose keys are all still live -- the
+usual case for a popular prefix -- moves the record to the tail of the ring in one step
+(index_record_request): its rows name the record, not a slot or a time, so none of them
+changes.
 """
 
 import numpy as np
 
 from ..jit import helper
-from ..schema import N_ROUTER_MEMO, PHANTOM, IndexRecord, IndexRow, IndexState, RouterMemo
+from ..schema import N_ROUTER_MEMO, IndexRecord, IndexRow, IndexState, RouterMemo
 from ..structs.hashtable import row_empty, table_delete_at, table_find, table_probe
-
-RUN_SHIFT = 40  # a keyed ring record's key column: position in ``keys`` | count << RUN_SHIFT
-RUN_ONE = np.int64(1) << RUN_SHIFT
-RUN_POS = RUN_ONE - 1
 
 # ----------------------------------------------------------------------------- cluster map
 
@@ -66,89 +66,123 @@ def _slot(head, j, n_ring):
     return p - n_ring if p >= n_ring else p
 
 
+@helper
+def _free_record(st, i, r):
+    rec = st.pi_records
+    rec[i, r, IndexRecord.SLOT] = -1
+    rec[i, r, IndexRecord.POS] = st.pi_state[i, IndexState.FREE_RECORD] - 1
+    st.pi_state[i, IndexState.FREE_RECORD] = r + 1
+
+
+@helper
+def _new_record(st, i, pos):
+    """A record for the run starting at ``keys[pos]`` (one key so far), not in the ring yet."""
+    ps = st.pi_state
+    rec = st.pi_records
+    r = ps[i, IndexState.FREE_RECORD] - 1
+    if r >= 0:
+        ps[i, IndexState.FREE_RECORD] = rec[i, r, IndexRecord.POS] + 1
+    else:
+        r = ps[i, IndexState.NEXT_RECORD]
+        ps[i, IndexState.NEXT_RECORD] = r + 1
+    rec[i, r, IndexRecord.POS] = pos
+    rec[i, r, IndexRecord.COUNT] = 1
+    rec[i, r, IndexRecord.LIVE] = 1
+    rec[i, r, IndexRecord.FRONT] = 0
+    rec[i, r, IndexRecord.SLOT] = -1
+    return r
+
 
 @helper
 def _evict_lru(st, off, mask, i, units):
-    """Drop instance i's ``units`` least recently touched keys (records holding no key's
-    latest touch leave on the way; place-holders leave a run at a time)."""
+    """Drop instance i's ``units`` least recently touched keys (stale entries and records
+    holding no key's latest touch leave on the way; place-holders a run at a time)."""
     ps = st.pi_state
     ring = st.pi_ring
+    rec = st.pi_records
     n_ring = ring.shape[1]
     while units > 0 and ps[i, IndexState.RING_LEN] > 0:
         head = ps[i, IndexState.RING_HEAD]
-        a = ring[i, head, IndexRecord.RUN]
-        stamp = ring[i, head, IndexRecord.STAMP]
-        if stamp == PHANTOM:  # a run of ``a`` keys no other request has: they only held places
-            k = min(a, units)
+        e = ring[i, head]
+        if e < 0:  # a run of -e keys no other request has: they only held places
+            k = min(-e, units)
             ps[i, IndexState.SIZE] -= k
             units -= k
-            if k < a:  # the rest of the run stays at the head
-                ring[i, head, IndexRecord.RUN] = a - k
+            if k < -e:  # the rest of the run stays at the head
+                ring[i, head] = e + k
                 continue
-        elif ring[i, head, IndexRecord.LIVE] > 0:  # the run's first touch: evict its key if that is still its latest
-            key = st.keys[a & RUN_POS]
-            h = table_find(st.pi_table, off, mask, key)
-            if h >= 0 and st.pi_table[off + h, IndexRow.STAMP] == stamp:
-                table_delete_at(st.pi_table, off, mask, h)
-                _gmap_clear_bit(st.gmap, key, i)
-                st.pi_memo[RouterMemo.GMAP_VERSION] += 1
-                ps[i, IndexState.SIZE] -= 1
-                units -= 1
-                ring[i, head, IndexRecord.LIVE] -= 1
-            if a >= 2 * RUN_ONE:  # the rest of the run stays at the head
-                ring[i, head, IndexRecord.RUN] = a + 1 - RUN_ONE
-                ring[i, head, IndexRecord.STAMP] = stamp + 1
-                continue
+        elif rec[i, e, IndexRecord.SLOT] == head:  # the record's current entry (else: a stale one)
+            if rec[i, e, IndexRecord.LIVE] > 0:  # its first key not passed yet goes if its latest touch is here
+                t = rec[i, e, IndexRecord.FRONT]
+                key = st.keys[rec[i, e, IndexRecord.POS] + t]
+                h = table_find(st.pi_table, off, mask, key)
+                if h >= 0 and st.pi_table[off + h, IndexRow.RECORD] == e + 1 \
+                        and st.pi_table[off + h, IndexRow.OFFSET] == t:
+                    table_delete_at(st.pi_table, off, mask, h)
+                    _gmap_clear_bit(st.gmap, key, i)
+                    st.pi_memo[RouterMemo.GMAP_VERSION] += 1
+                    ps[i, IndexState.SIZE] -= 1
+                    units -= 1
+                    rec[i, e, IndexRecord.LIVE] -= 1
+                rec[i, e, IndexRecord.FRONT] = t + 1
+                if rec[i, e, IndexRecord.LIVE] > 0:  # the rest of the run stays at the head
+                    continue
+            _free_record(st, i, e)
         ps[i, IndexState.RING_HEAD] = _slot(head, np.int64(1), n_ring)
         ps[i, IndexState.RING_LEN] -= 1
 
 
 @helper
-def _compact_ring(st, off, mask, i):
-    """Keep only the records of instance i's ring that hold some key's latest touch (in
-    order; place-holder runs are kept), pointing the rows of the moved ones at their new
-    slots.  Each kept record holds a key of the index, so at most ``capacity`` are kept
-    and the ring has room again."""
+def _compact_ring(st, i):
+    """Keep only the entries of instance i's ring that matter, in order: place-holder runs
+    and the current entries of records holding some key's latest touch (the others'
+    records are freed).  Each kept entry holds a key or a place of the index, so at most
+    ``capacity`` are kept and the ring has room again."""
     ps = st.pi_state
     ring = st.pi_ring
+    rec = st.pi_records
     n_ring = ring.shape[1]
     head = ps[i, IndexState.RING_HEAD]
     kept = 0
     for j in range(ps[i, IndexState.RING_LEN]):
         p = _slot(head, j, n_ring)
-        a = ring[i, p, IndexRecord.RUN]
-        stamp = ring[i, p, IndexRecord.STAMP]
-        if stamp != PHANTOM and ring[i, p, IndexRecord.LIVE] == 0:
-            continue
+        e = ring[i, p]
+        if e >= 0:
+            if rec[i, e, IndexRecord.SLOT] != p:  # stale
+                continue
+            if rec[i, e, IndexRecord.LIVE] == 0:
+                _free_record(st, i, e)
+                continue
         q = _slot(head, kept, n_ring)
         kept += 1
-        if q == p:
-            continue
-        for c in range(ring.shape[2]):
-            ring[i, q, c] = ring[i, p, c]
-        if stamp != PHANTOM:
-            pos = a & RUN_POS
-            for k in range(a >> RUN_SHIFT):
-                h = table_find(st.pi_table, off, mask, st.keys[pos + k])
-                if h >= 0 and st.pi_table[off + h, IndexRow.RECORD] == p:
-                    st.pi_table[off + h, IndexRow.RECORD] = q
+        ring[i, q] = e
+        if e >= 0:
+            rec[i, e, IndexRecord.SLOT] = q
     ps[i, IndexState.RING_LEN] = kept
 
 
 @helper
-def _ring_append(st, off, mask, i, a, stamp, live):
-    """Append the record (a, stamp, live) to instance i's ring -> its slot."""
+def _ring_room(st, i):
+    """Make room for one more entry in instance i's ring (compact it when full)."""
+    if st.pi_state[i, IndexState.RING_LEN] == st.pi_ring.shape[1]:
+        _compact_ring(st, i)
+
+
+@helper
+def _ring_push(st, i, e):
+    """Append entry ``e`` to instance i's ring (which has room) -> its slot."""
     ps = st.pi_state
-    ring = st.pi_ring
-    n_ring = ring.shape[1]
-    if ps[i, IndexState.RING_LEN] == n_ring:
-        _compact_ring(st, off, mask, i)
-    tail = _slot(ps[i, IndexState.RING_HEAD], ps[i, IndexState.RING_LEN], n_ring)
-    ring[i, tail, IndexRecord.RUN] = a
-    ring[i, tail, IndexRecord.STAMP] = stamp
-    ring[i, tail, IndexRecord.LIVE] = live
+    tail = _slot(ps[i, IndexState.RING_HEAD], ps[i, IndexState.RING_LEN], st.pi_ring.shape[1])
+    st.pi_ring[i, tail] = e
     ps[i, IndexState.RING_LEN] += 1
     return tail
+
+
+@helper
+def _tail_slot(st, i):
+    """The slot of instance i's last ring entry (the ring is not empty)."""
+    ps = st.pi_state
+    return _slot(ps[i, IndexState.RING_HEAD], ps[i, IndexState.RING_LEN] - 1, st.pi_ring.shape[1])
 
 
 @helper
@@ -159,8 +193,8 @@ def index_insert_unshared(st, capacity, rows_per_inst, i, count):
     They can never be matched (only their own request carries them, and that request was
     routed before the insertion), so only their places in the LRU order matter: each takes
     one unit of capacity, evicting the least recently touched key if full, and leaves when
-    it becomes the least recent itself.  Consecutive place-holders are one ring record
-    (count, PHANTOM), without hash rows or map bits.  Exactly equivalent to index_touch
+    it becomes the least recent itself.  Consecutive place-holders are one ring entry
+    (-count), without records, hash rows or map bits.  Exactly equivalent to index_touch
     for each key in turn: a chunk of at most ``capacity`` keys evicts only keys that were
     there before it, so it can make its evictions first, all at once."""
     ps = st.pi_state
@@ -174,13 +208,13 @@ def index_insert_unshared(st, capacity, rows_per_inst, i, count):
         if over > 0:
             _evict_lru(st, off, mask, i, over)
         ps[i, IndexState.SIZE] += c
-        n = ps[i, IndexState.RING_LEN]
-        if n > 0:  # consecutive place-holders share one ring record: (count, PHANTOM)
-            tail = _slot(ps[i, IndexState.RING_HEAD], n - 1, ring.shape[1])
-            if ring[i, tail, IndexRecord.STAMP] == PHANTOM:
-                ring[i, tail, IndexRecord.RUN] += c
+        if ps[i, IndexState.RING_LEN] > 0:  # consecutive place-holders share one entry
+            tail = _tail_slot(st, i)
+            if ring[i, tail] < 0:
+                ring[i, tail] -= c
                 continue
-        _ring_append(st, off, mask, i, c, PHANTOM, np.int64(0))
+        _ring_room(st, i)
+        _ring_push(st, i, -c)
 
 
 @helper
@@ -188,59 +222,87 @@ def index_touch(st, capacity, rows_per_inst, i, pos):
     """Mark the key ``keys[pos]`` as most recently routed to instance i, inserting it (and
     evicting the least recently touched key when the index holds ``capacity`` keys)."""
     ps = st.pi_state
-    ring = st.pi_ring
+    rec = st.pi_records
     table = st.pi_table
     off = i * rows_per_inst
     mask = rows_per_inst - 1
     key = st.keys[pos]
-    stamp = ps[i, IndexState.STAMP] + 1
-    ps[i, IndexState.STAMP] = stamp
     h = table_find(table, off, mask, key)
     if h >= 0:  # its previous touch is no longer its latest
-        ring[i, table[off + h, IndexRow.RECORD], IndexRecord.LIVE] -= 1
-        table[off + h, IndexRow.STAMP] = stamp
+        rec[i, table[off + h, IndexRow.RECORD] - 1, IndexRecord.LIVE] -= 1
     else:
         if ps[i, IndexState.SIZE] >= capacity:
             _evict_lru(st, off, mask, i, np.int64(1))
         h, _ = table_probe(table, off, mask, key)
         table[off + h, IndexRow.KEY] = key
-        table[off + h, IndexRow.STAMP] = stamp
         ps[i, IndexState.SIZE] += 1
         _gmap_set_bit(st.gmap, key, i)
         st.pi_memo[RouterMemo.GMAP_VERSION] += 1
-    n = ps[i, IndexState.RING_LEN]
-    if n > 0:  # the touch that continues the last record's run (next position and stamp) joins it
-        tail = _slot(ps[i, IndexState.RING_HEAD], n - 1, ring.shape[1])
-        a = ring[i, tail, IndexRecord.RUN]
-        t_stamp = ring[i, tail, IndexRecord.STAMP]
-        count = a >> RUN_SHIFT
-        if t_stamp != PHANTOM and (a & RUN_POS) + count == pos and t_stamp + count == stamp:
-            ring[i, tail, IndexRecord.RUN] = a + RUN_ONE
-            ring[i, tail, IndexRecord.LIVE] += 1
-            table[off + h, IndexRow.RECORD] = tail
+    if ps[i, IndexState.RING_LEN] > 0:  # the touch that continues the last record's run joins it
+        tail = _tail_slot(st, i)
+        e = st.pi_ring[i, tail]
+        if e >= 0 and rec[i, e, IndexRecord.SLOT] == tail \
+                and rec[i, e, IndexRecord.POS] + rec[i, e, IndexRecord.COUNT] == pos:
+            table[off + h, IndexRow.RECORD] = e + 1
+            table[off + h, IndexRow.OFFSET] = rec[i, e, IndexRecord.COUNT]
+            rec[i, e, IndexRecord.COUNT] += 1
+            rec[i, e, IndexRecord.LIVE] += 1
             return
-    table[off + h, IndexRow.RECORD] = _ring_append(st, off, mask, i, pos | RUN_ONE, stamp, np.int64(1))
+    _ring_room(st, i)  # (before the new record: compaction frees records)
+    r = _new_record(st, i, pos)
+    rec[i, r, IndexRecord.SLOT] = _ring_push(st, i, r)
+    table[off + h, IndexRow.RECORD] = r + 1
+    table[off + h, IndexRow.OFFSET] = 0
+
+
+@helper
+def _touch_whole_record(st, rows_per_inst, i, pos, count):
+    """Touch ``keys[pos:pos+count]`` in one step if they are exactly the run of one record
+    whose keys are all still live (True), else do nothing (False).  Touching them one by
+    one would move them, in that order, behind every other key: the record moves to the
+    tail of the ring, its rows stay as they are."""
+    rec = st.pi_records
+    table = st.pi_table
+    off = i * rows_per_inst
+    h = table_find(table, off, rows_per_inst - 1, st.keys[pos])
+    if h < 0 or table[off + h, IndexRow.OFFSET] != 0:
+        return False
+    r = table[off + h, IndexRow.RECORD] - 1
+    if rec[i, r, IndexRecord.COUNT] != count or rec[i, r, IndexRecord.LIVE] != count:
+        return False
+    old = rec[i, r, IndexRecord.POS]
+    for t in range(1, count):
+        if st.keys[old + t] != st.keys[pos + t]:
+            return False
+    rec[i, r, IndexRecord.POS] = pos  # (same key values; later runs continue from here)
+    if rec[i, r, IndexRecord.SLOT] == _tail_slot(st, i):
+        return True  # already the most recent: the order does not change
+    rec[i, r, IndexRecord.SLOT] = -1  # its entry becomes stale
+    _ring_room(st, i)
+    rec[i, r, IndexRecord.SLOT] = _ring_push(st, i, r)
+    return True
 
 
 @helper
 def index_record_request(st, i, kstart, kcount):
     """Record the prompt keys ``keys[kstart:kstart+kcount]`` of a request routed to instance i,
-    in order; each run of unshared keys in one call."""
+    in order: each run of shared keys that is exactly a live record's in one step, other
+    shared keys one by one, each run of unshared keys in one call."""
     capacity = st.settings[0]["prefix_index_capacity"]
     rows = st.settings[0]["prefix_index_slots"]
     shared = st.key_shared
     j = kstart
     end = kstart + kcount
     while j < end:
-        if shared[j]:
-            index_touch(st, capacity, rows, i, j)
-            j += 1
-        else:
-            run = j + 1
-            while run < end and not shared[run]:
-                run += 1
+        run = j + 1
+        while run < end and shared[run] == shared[j]:
+            run += 1
+        if not shared[j]:
             index_insert_unshared(st, capacity, rows, i, np.int64(run - j))
-            j = run
+        elif not _touch_whole_record(st, rows, i, j, run - j):
+            for k in range(j, run):
+                index_touch(st, capacity, rows, i, k)
+        j = run
 
 
 @helper

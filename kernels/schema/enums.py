@@ -259,27 +259,30 @@ class _IndexState(NamedTuple):
     SIZE: int = 0  # keys held (place-holders included)
     RING_HEAD: int = 1
     RING_LEN: int = 2
-    STAMP: int = 3  # last touch stamp handed out
+    FREE_RECORD: int = 3  # first free touch record + 1 (0 = none; linked through their POS)
+    NEXT_RECORD: int = 4  # touch records never used start here
 
 
 IndexState = _IndexState()
-PHANTOM = -1  # ring-record stamp of a run of place-holder keys (the key column holds the run length)
 
 
 class _IndexRow(NamedTuple):
     """Columns of a ``pi_table`` row: one key in an instance's router prefix index."""
 
     KEY: int = 0
-    STAMP: int = 1  # its last touch
-    RECORD: int = 2  # the ring slot of the touch record holding that touch
+    RECORD: int = 1  # the touch record holding its latest touch, + 1 (rows are never all zero)
+    OFFSET: int = 2  # its place in that record's run
 
 
 class _IndexRecord(NamedTuple):
-    """Columns of a ``pi_ring`` touch record (policies/prefix_index.py)."""
+    """Columns of a ``pi_records`` touch record (policies/prefix_index.py): a run of keys
+    touched one after the other, ``keys[POS:POS+COUNT]``."""
 
-    RUN: int = 0  # position | count << RUN_SHIFT; for a place-holder run: its length
-    STAMP: int = 1  # the first touch's stamp, or PHANTOM
+    POS: int = 0  # the run's first key's position in ``keys`` (a free record: the next free one)
+    COUNT: int = 1
     LIVE: int = 2  # keys of the run whose latest touch this still is (0: the record can go)
+    FRONT: int = 3  # keys of the run already passed by eviction
+    SLOT: int = 4  # its current place in the ring (older entries of it are stale), -1 = none
 
 
 IndexRow = _IndexRow()
@@ -354,7 +357,7 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "PHANTOM", "POLICY_WIDTH", "PolicySlot",
+    "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind",

@@ -63,7 +63,8 @@ class State(NamedTuple):
     alive: np.ndarray  # int64[ceil(n_inst / 64)] scratch: instance bit mask
     pi_state: np.ndarray  # int64[n_inst, 4]: router prefix index header per instance (IndexState)
     pi_table: np.ndarray  # int64[rows, IndexRow]: (key, stamp, record slot) rows, one slice per instance
-    pi_ring: np.ndarray  # int64[n_inst, ring, IndexRecord]: LRU touch records (run, stamp, live keys)
+    pi_ring: np.ndarray  # int64[n_inst, ring]: touch records (ids) in the order last touched; -n = n place-holders
+    pi_records: np.ndarray  # int64[n_inst, ring, IndexRecord]: touch records (runs of keys touched together)
     gmap: np.ndarray  # int64[rows, 1 + words]: key -> bit mask of instances whose index holds it
     pi_memo: np.ndarray  # int64[N_ROUTER_MEMO + 2 * words]: cluster-map changes, where the last leading-key walk resumes
     # --- scheduler sort scratch (structs/sort.py)
@@ -95,7 +96,8 @@ STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {
     "roofline": (_F64, 1),
     "policy_kind": (_I64, 1), "policy_param": (_F64, 2), "tb_tokens": (_F64, 1), "tb_last_us": (_I64, 1),
     "snap": (_F64, 2), "snap_refreshed": (_I64, 1), "affinity": (_I64, 1), "route_scores": (_F64, 1),
-    "alive": (_I64, 1), "pi_state": (_I64, 2), "pi_table": (_I64, 2), "pi_ring": (_I64, 3), "gmap": (_I64, 2),
+    "alive": (_I64, 1), "pi_state": (_I64, 2), "pi_table": (_I64, 2), "pi_ring": (_I64, 2), "pi_records": (_I64, 3),
+    "gmap": (_I64, 2),
     "pi_memo": (_I64, 1),
     "sort_ids": (_I64, 1), "sort_k1": (_F64, 1), "sort_k2": (_I64, 1), "tmp_ids": (_I64, 1), "tmp_k1": (_F64, 1),
     "tmp_k2": (_I64, 1),

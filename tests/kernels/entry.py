@@ -352,6 +352,11 @@ def index_insert_unshared(st, capacity, rows_per_inst, i, count):
 
 
 @entry
+def index_record_request(st, i, kstart, kcount):
+    _pi.index_record_request(st, i, kstart, kcount)
+
+
+@entry
 def leading_matches(st, kstart, kcount):
     _pi.leading_matches(st, kstart, kcount)
 

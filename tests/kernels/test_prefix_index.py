@@ -36,14 +36,16 @@ class KernelIndex:
         self.n_words = (n_inst + 63) // 64
         st = lengths_state([16], [1], num_instances=n_inst, total_kv_blocks=4, routing_policy="prefix-affinity",
                            prefix_index_capacity=capacity)
-        assert st.pi_state.shape == (n_inst, 4) and st.alive.shape == (self.n_words,)
+        assert st.pi_state.shape == (n_inst, len(IndexState)) and st.alive.shape == (self.n_words,)
         self.st = st._replace(
             pi_table=np.zeros((n_inst * self.rows_per_inst, len(IndexRow)), np.int64),
-            pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), len(IndexRecord)), np.int64),
+            pi_ring=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1)), np.int64),
+            pi_records=np.zeros((n_inst, max(int(ring_factor * capacity), capacity + 1), len(IndexRecord)), np.int64),
             gmap=np.zeros((next_pow2(2 * n_inst * capacity), 1 + self.n_words), np.int64),
             keys=np.zeros(1024, np.int64),
             key_shared=np.ones(1024, np.uint8),
         )
+        self.st.settings[0]["prefix_index_slots"] = self.rows_per_inst  # (index_record_request reads it)
         # the engine names a key by its position in ``keys``: each touch and each query gets
         # fresh positions (the array only grows, as a run's keys never change: the router's
         # memo of its last walk compares keys by position)
@@ -70,9 +72,10 @@ class KernelIndex:
 
     def touch_run(self, i: int, keys) -> None:
         """Touch ``keys`` in order at consecutive positions, as the router records a
-        request's shared keys (one ring record per run)."""
-        for key in keys:
-            self.touch(i, key)
+        request's shared keys (index_record_request: one record per run, a run that is
+        exactly a live record's moved in one step)."""
+        pos = self._append(keys)
+        E.index_record_request(self.st, np.int64(i), np.int64(pos), np.int64(len(keys)))
 
     def insert_unshared(self, i: int, count: int = 1) -> None:
         E.index_insert_unshared(self.st, np.int64(self.capacity), np.int64(self.rows_per_inst), np.int64(i),
@@ -221,28 +224,31 @@ def test_unshared_place_holders_match_fresh_keys(n_inst, capacity, seed, ring_fa
 
 
 def check_records(k: KernelIndex) -> None:
-    """Every ring record's live count is the number of its keys whose latest touch it
-    holds, and every key's row names the slot of that record."""
+    """Every current record's live count is the number of its keys whose row names it (at
+    their place in its run, not yet passed by eviction); every row names a current record,
+    at a place holding its key; records own one current entry each."""
     st = k.st
-    run_shift = 40
     rows = k.rows_per_inst
     for i in range(k.n_inst):
         head, n = int(st.pi_state[i, IndexState.RING_HEAD]), int(st.pi_state[i, IndexState.RING_LEN])
         slots = [(head + j) % st.pi_ring.shape[1] for j in range(n)]
         table = st.pi_table[i * rows:(i + 1) * rows]
-        held = {int(r[IndexRow.KEY]): r for r in table if r[IndexRow.STAMP] != 0}
-        latest = {}
+        held = {int(r[IndexRow.KEY]): (int(r[IndexRow.RECORD]) - 1, int(r[IndexRow.OFFSET]))
+                for r in table if r[IndexRow.RECORD] != 0}
+        current = {}
         for slot in slots:
-            a, stamp, live = (int(x) for x in st.pi_ring[i, slot])
-            if stamp == -1:  # place-holders
-                continue
-            pos, count = a & ((1 << run_shift) - 1), a >> run_shift
-            mine = [int(st.keys[pos + j]) for j in range(count)
-                    if int(st.keys[pos + j]) in held and held[int(st.keys[pos + j])][IndexRow.STAMP] == stamp + j]
-            assert live == len(mine), f"instance {i} slot {slot}: live {live}, keys {mine}"
-            latest.update({key: slot for key in mine})
-        assert set(latest) == set(held), f"instance {i}: keys without their latest record"
-        assert all(int(held[key][IndexRow.RECORD]) == slot for key, slot in latest.items())
+            e = int(st.pi_ring[i, slot])
+            if e >= 0 and int(st.pi_records[i, e, IndexRecord.SLOT]) == slot:
+                current[e] = slot
+        for e in current:
+            pos, count, live, front = (int(st.pi_records[i, e, c]) for c in
+                                       (IndexRecord.POS, IndexRecord.COUNT, IndexRecord.LIVE, IndexRecord.FRONT))
+            mine = [t for t in range(front, count) if held.get(int(st.keys[pos + t])) == (e, t)]
+            assert live == len(mine), f"instance {i} record {e}: live {live}, keys at {mine}"
+        for key, (e, t) in held.items():
+            assert e in current, f"instance {i}: key {key} names record {e}, which has no current entry"
+            pos = int(st.pi_records[i, e, IndexRecord.POS])
+            assert int(st.keys[pos + t]) == key
 
 
 @pytest.mark.parametrize("ring_factor", [2, 1], ids=["ring2x", "ring-tight"])
