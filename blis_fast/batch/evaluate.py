@@ -264,8 +264,7 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     setup = replace(ps.setup, config=cfg)
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
-            state = build_state(setup, ps.workload, task.compiled, request_rows=ps.request_rows,
-                                arrays=thread_arrays(), shared_values=ps.shared_values)
+            state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=thread_arrays())
             t_run = time.perf_counter()
             state = run_within(state, budget, deadline)
             t_judge = time.perf_counter()

@@ -60,8 +60,7 @@ class PreparedScenario:
     workload: Any  # blis_fast.workload.Workload (SLO classes applied)
     objectives: list = field(default_factory=list)  # blis_fast.results.objectives.Objective
     workload_id: str = ""  # blis_fast.results.evaluation.workload_id of the workload
-    request_rows: Any = None  # run.tables.scenario_request_table: copied by every evaluation
-    shared_values: int | None = None  # run.tables.distinct_shared_values: sizes every evaluation's prefix tables
+    tables: Any = None  # run.tables.ScenarioTables: what every evaluation's state shares
 
     @property
     def seed(self) -> int:
@@ -163,7 +162,7 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     from blis_fast.results.objectives import parse_objectives
     from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
     from blis_fast.run.resolve import build_workload, check_expected_size, resolve
-    from blis_fast.run.tables import distinct_shared_values, scenario_request_table
+    from blis_fast.run.tables import scenario_tables
 
     cfg = scenario.config
     try:
@@ -175,10 +174,9 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
         raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:
         wl = with_slo_classes(wl, scenario.slo_classes, f"scenario {scenario.name}: slo_classes")
-    wl.shared_keys()  # computed once here, not by every evaluation
     objectives = scenario.objectives if scenario.objectives is not None else parse_objectives(default_objectives)
     return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
-                            scenario_request_table(setup, wl), distinct_shared_values(wl))
+                            scenario_tables(setup, wl))
 
 
 def scenario_error(name: str, exc: ConfigError) -> ConfigError:

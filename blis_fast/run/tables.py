@@ -7,6 +7,8 @@ grow are the logs, between calls of the loop (``runner.grow_logs``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from blis_fast.errors import ConfigError
@@ -204,14 +206,17 @@ def loop_record() -> np.ndarray:
     return rec
 
 
-def key_sharing(workload, keys: np.ndarray, needed: bool) -> tuple[np.ndarray, int]:
-    """(uint8 per key: 1 if its value occurs at another position too, number of distinct
-    such values).  Keys nobody else carries are cached and indexed without hashing
+def key_sharing(workload, keys: np.ndarray, needed: bool, counted: int | None = None) -> tuple[np.ndarray, int]:
+    """(uint8 per key: 1 if its value occurs at another position too, at least the number
+    of distinct such values: ``counted`` when the caller counted them, else the number of
+    shared positions).  Keys nobody else carries are cached and indexed without hashing
     (kernels/kv/cache.py, the router's prefix index); a generated workload knows which
     keys those are, a trace's are counted.  Minimal when nothing reads them."""
     if not needed:
         return np.zeros(1, np.uint8), 0
     flags = np.ascontiguousarray(workload.shared_keys(), dtype=np.uint8)
+    if counted is not None:
+        return flags, counted
     return flags, int(np.count_nonzero(flags))  # an upper bound on the distinct values: enough for sizing
 
 
@@ -333,29 +338,51 @@ def scheduling_log(n_requests: int, n_inst: int, trace_level: int):
     return np.zeros(rows, S.SCHED_DT), np.full(n_inst, -1, np.int64)
 
 
-def scenario_request_table(setup, workload) -> np.ndarray:
-    """The initial request table of ``workload`` under ``setup``, after checking the
-    workload: what ``build_state(..., request_rows=)`` copies instead of building it again
-    (a batch evaluating many candidates on one scenario builds it once; it does not depend
-    on the policy)."""
+@dataclass(frozen=True)
+class ScenarioTables:
+    """What every run of one workload under one resolved config shares, whatever the
+    policy: made once by ``scenario_tables`` (blis_fast.batch, per scenario) and handed to
+    ``build_state``, which then copies or reads instead of computing."""
+
+    request_rows: np.ndarray  # the initial request table (request_table)
+    arrival_order: np.ndarray
+    n_blocks: int  # request-block slots
+    shared_positions: int  # positions of shared keys
+    shared_values: int  # distinct shared key values (distinct_shared_values): sizes the prefix tables
+    work_tokens: int  # prompt + output tokens of all requests
+    n_tenants: int
+
+
+def scenario_tables(setup, workload) -> ScenarioTables:
+    """``ScenarioTables`` of ``workload`` under ``setup``, after checking the workload."""
     workload.validate()
-    return request_table(workload, setup.config.engine.block_size, setup.latency.total_kv_blocks,
-                         setup.config.simulation.compat is not None, prefix_caching(setup.config, workload))
+    cfg = setup.config
+    bs, kv_total = cfg.engine.block_size, setup.latency.total_kv_blocks
+    compat = cfg.simulation.compat is not None
+    rows = request_table(workload, bs, kv_total, compat, prefix_caching(cfg, workload))
+    n = len(workload)
+    return ScenarioTables(
+        request_rows=rows,
+        arrival_order=arrival_order(workload),
+        n_blocks=int(block_slots(workload, bs, kv_total, compat)[1].sum()),
+        shared_positions=int(np.count_nonzero(workload.shared_keys())),
+        shared_values=distinct_shared_values(workload),
+        work_tokens=int(workload.prompt_len.sum() + rows["output_len"].sum()),
+        n_tenants=int(rows["tenant"].max()) + 1 if n else 1,
+    )
 
 
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
-                request_rows: np.ndarray | None = None, arrays: StateArrays | None = None,
-                shared_values: int | None = None) -> S.State:
+                scenario: ScenarioTables | None = None, arrays: StateArrays | None = None) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
     the tests compare the event-skipping engine with; the results are identical).
-    ``request_rows``: ``scenario_request_table(setup, workload)``, copied rather than built
-    (the workload was checked when it was made).  ``arrays``: where the large arrays come
-    from (``StateArrays``; default fresh ones).  ``shared_values``: the number of distinct
-    shared key values (``distinct_shared_values``), when the caller counted them: the
-    prefix tables are sized to it rather than to the shared positions -- a popular prefix
-    is one value at thousands of positions."""
+    ``scenario``: ``scenario_tables(setup, workload)``, what many runs share (the request
+    table is copied rather than built, the workload was checked when it was made, and the
+    prefix tables are sized to the distinct shared key values rather than to the shared
+    positions -- a popular prefix is one value at thousands of positions).  ``arrays``:
+    where the large arrays come from (``StateArrays``; default fresh ones)."""
     from blis_fast.policy import compile_policies
 
     cfg = setup.config
@@ -363,7 +390,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     bs = eng.block_size
     if workload.block_size != bs:
         raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
-    if request_rows is None:
+    if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
@@ -376,39 +403,41 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     check_kv_blocks(cfg, lat)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
     compat = cfg.simulation.compat is not None
-    n_blocks = int(block_slots(workload, bs, kv_total, compat)[1].sum())  # requests that can never fit: none
     from blis_fast.config import memory
 
-    shared = workload.key_shared
-    n_shared = int(np.count_nonzero(shared)) if shared is not None else None
-    if n_shared is not None and shared_values is not None:
-        n_shared = min(n_shared, shared_values)
+    if scenario is not None:
+        n_blocks = scenario.n_blocks
+        shared_known, n_shared = True, min(scenario.shared_positions, scenario.shared_values)
+    else:
+        n_blocks = int(block_slots(workload, bs, kv_total, compat)[1].sum())  # requests that can never fit: none
+        shared = workload.key_shared
+        shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
     parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, use_index,
-                                 pol.scheduler_kind, shared_known=shared is not None, n_shared=n_shared)
+                                 pol.scheduler_kind, shared_known=shared_known, n_shared=n_shared)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
     caching = prefix_caching(cfg, workload)
     arrays = arrays if arrays is not None else StateArrays()
-    if request_rows is None:
+    if scenario is None:
         reqs = request_table(workload, bs, kv_total, compat, caching)
     else:
-        reqs = arrays.copy("reqs", request_rows)
+        reqs = arrays.copy("reqs", scenario.request_rows)
     keys = np.ascontiguousarray(workload.block_keys, dtype=np.int64)
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
-    key_shared, n_shared = key_sharing(workload, keys, caching or use_index)
-    if shared_values is not None:
-        n_shared = min(n_shared, shared_values)
+    key_shared, n_shared = key_sharing(workload, keys, caching or use_index, None if scenario is None else n_shared)
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
     # smaller keeps huge KV caches from costing memory
     ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
     pi_state, pi_table, pi_ring, pi_records, gmap, pi_rows = prefix_index_tables(
         n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index, arrays)
-    out_eff = reqs["output_len"]
-    work_tokens = int(workload.prompt_len.sum() + out_eff.sum())
+    if scenario is not None:
+        work_tokens, n_tenants = scenario.work_tokens, scenario.n_tenants
+    else:
+        work_tokens = int(workload.prompt_len.sum() + reqs["output_len"].sum())
+        n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
-    n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
     seqs = eng.max_num_seqs
     route_log, admit_log, preempt_log = decision_logs(n, trace_level)
@@ -420,7 +449,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                                  trace_level),
         loop=loop_record(),
         reqs=reqs,
-        arrival_order=arrival_order(workload),
+        arrival_order=arrival_order(workload) if scenario is None else scenario.arrival_order,
         keys=keys,
         key_shared=key_shared,
         req_blocks=arrays.scratch("req_blocks", n_blocks, np.int32),

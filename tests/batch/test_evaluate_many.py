@@ -203,9 +203,12 @@ def test_state_arrays_are_cleared_and_follow_the_shape():
     fresh = StateArrays()
     assert fresh.zeros("heap", 5, np.int64) is not fresh.zeros("heap", 5, np.int64)
 
-def test_prefix_tables_sized_to_the_distinct_shared_values_change_nothing():
-    # a prepared scenario counts its distinct shared key values once (chatbot: one prefix,
-    # thousands of positions) and every evaluation sizes its prefix tables to them
+
+def test_scenario_tables_and_prefix_tables_sized_to_the_distinct_shared_values_change_nothing():
+    # a prepared scenario makes what every state shares once (run.tables.ScenarioTables: the
+    # request table, the arrival order, counts -- among them its distinct shared key values,
+    # chatbot: one prefix at thousands of positions, which size every evaluation's prefix
+    # tables); a state built from them runs exactly as one built from scratch
     from blis_fast.batch.scenarios import Scenario, prepare
     from blis_fast.config.sim import build_config
     from blis_fast.policy import compile_policies
@@ -216,13 +219,15 @@ def test_prefix_tables_sized_to_the_distinct_shared_values_change_nothing():
                                                   "routing_policy": "prefix-affinity"})))
     wl = ps.workload
     positions = int(np.count_nonzero(wl.shared_keys()))
-    assert ps.shared_values == distinct_shared_values(wl) == len(set(wl.block_keys[wl.shared_keys() == 1].tolist()))
-    assert 0 < ps.shared_values < positions // 10
+    distinct = len(set(wl.block_keys[wl.shared_keys() == 1].tolist()))
+    assert ps.tables.shared_values == distinct_shared_values(wl) == distinct
+    assert 0 < ps.tables.shared_values < positions // 10 and ps.tables.shared_positions == positions
     pol = compile_policies(ps.setup.config.policy)
     wide = run_to_end(build_state(ps.setup, wl, pol))
-    tight = run_to_end(build_state(ps.setup, wl, pol, shared_values=ps.shared_values))
+    tight = run_to_end(build_state(ps.setup, wl, pol, scenario=ps.tables))
     assert tight.kv_table.shape[0] < wide.kv_table.shape[0] and tight.gmap.shape[0] < wide.gmap.shape[0]
     assert tight.pi_table.shape[0] < wide.pi_table.shape[0]
     assert tight.reqs.tobytes() == wide.reqs.tobytes() and tight.loop.tobytes() == wide.loop.tobytes()
+    assert tight.arrival_order.tolist() == wide.arrival_order.tolist()
     served = [f for f in wide.inst.dtype.names if not f.startswith("ht_")]  # (ht_*: the table's geometry)
     assert tight.inst[served].tolist() == wide.inst[served].tolist()
