@@ -203,6 +203,31 @@ class ItlIndex:
         return pack(0, len(cover), everything, everything), of
 
 
+class RequestColumns:
+    """The request table read field by field: ``cols["arrival_us"]`` is that field copied
+    out once into a contiguous, read-only array.  The table is a wide record array (~300
+    bytes a request), so each ``reqs[field]`` pass reads a cache line per request, and the
+    metrics read some fields many times.  Anything but a field name (rows, masks) reads
+    the table itself; ``len`` and ``dtype`` are the table's."""
+
+    def __init__(self, table: np.ndarray):
+        self.table = table
+        self.dtype = table.dtype
+        self._fields: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return self.table[key]
+        col = self._fields.get(key)
+        if col is None:
+            col = self._fields[key] = np.ascontiguousarray(self.table[key])
+            col.flags.writeable = False
+        return col
+
+
 def _stats_ms(prefix: str, values_us: np.ndarray, out: dict) -> None:
     out[f"{prefix}_mean_ms"] = float(values_us.mean()) / 1000.0 if values_us.size else 0.0
     for p, v in zip(PERCENTILES, percentiles_us(values_us)):

@@ -22,7 +22,8 @@ from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .fitness import fitness
-from .metrics import ItlIndex, instance_clocks_us, request_latencies, request_summary_columns, stable_order, summarize_group
+from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
+                      stable_order, summarize_group)
 from .window import measurement_window, window_mask
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
@@ -88,19 +89,25 @@ class Result:
         return self.setup.config.simulation.horizon
 
     @cached_property
+    def reqs(self) -> RequestColumns:
+        """The request table, read by field (``metrics.RequestColumns``: each field copied
+        out once); the metrics read it through this."""
+        return RequestColumns(self.state.reqs)
+
+    @cached_property
     def _itl(self) -> ItlIndex:
         st = self.state
-        return ItlIndex(st.reqs, st.inst, st.step_log[: int(st.loop[0]["steps"])],
+        return ItlIndex(self.reqs, st.inst, st.step_log[: int(st.loop[0]["steps"])],
                         st.irr_log[: int(st.loop[0]["irregular_records"])], self.compat)
 
     @cached_property
     def latencies(self) -> dict[str, np.ndarray]:
         """Per-request latencies (``metrics.request_latencies``), computed once."""
-        return request_latencies(self.state.reqs)
+        return request_latencies(self.reqs)
 
     @cached_property
     def _cols(self) -> dict[str, np.ndarray]:
-        return request_summary_columns(self.state.reqs, self.latencies)
+        return request_summary_columns(self.reqs, self.latencies)
 
     def _used_instances(self) -> np.ndarray:
         """Instances that were active or served something (pool rows never used are left out)."""
@@ -112,12 +119,12 @@ class Result:
         """(first, last) arrival µs of the requests the statistics cover (``results.window``:
         simulation.warmup_s / cooldown_s); None: every request."""
         sim = self.setup.config.simulation
-        return measurement_window(self.state.reqs["arrival_us"], sim.warmup_s, sim.cooldown_s)
+        return measurement_window(self.reqs["arrival_us"], sim.warmup_s, sim.cooldown_s)
 
     @cached_property
     def in_window(self) -> np.ndarray | None:
         """bool per request: it arrived in the measurement window; None without one."""
-        return None if self.window is None else window_mask(self.state.reqs["arrival_us"], self.window)
+        return None if self.window is None else window_mask(self.reqs["arrival_us"], self.window)
 
     @cached_property
     def finished_in_window(self) -> np.ndarray | None:
@@ -127,8 +134,8 @@ class Result:
         if self.window is None:
             return None
         lo, hi = self.window
-        done = self.state.reqs["state"] == RequestState.COMPLETED
-        last = self.state.reqs["last_token_us"]
+        done = self.reqs["state"] == RequestState.COMPLETED
+        last = self.reqs["last_token_us"]
         return done & (last >= lo) & (last <= hi)
 
     @property
@@ -142,7 +149,7 @@ class Result:
     def _clocks(self) -> tuple[np.ndarray, np.ndarray]:
         """(the instances used, every instance's end-of-run clock in µs)."""
         st = self.state
-        return self._used_instances(), instance_clocks_us(st.inst, st.reqs, self.compat, self._horizon)
+        return self._used_instances(), instance_clocks_us(st.inst, self.reqs, self.compat, self._horizon)
 
     @cached_property
     def duration_s(self) -> float:
@@ -200,7 +207,7 @@ class Result:
             return order, np.searchsorted(keys, used, side="left"), np.searchsorted(keys, used, side="right")
 
         # each instance's requests in increasing id order: a stable sort by instance
-        req_inst = np.ascontiguousarray(st.reqs["instance"])
+        req_inst = self.reqs["instance"]
         order = stable_order(req_inst)
         grouped = by_instance(order if win is None else order[win[order]])
         finishing = by_instance(order[fin[order]]) if win is not None else None
@@ -289,7 +296,7 @@ class Result:
         """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
         lat = self.latencies
         return {
-            "priority_inversions": priority_inversions(self.state.reqs, lat["e2e_us"], lat["done"],
+            "priority_inversions": priority_inversions(self.reqs, lat["e2e_us"], lat["done"],
                                                        self.setup.config.policy.priority),
             "hol_blocking_instances": hol_blocking_instances(self.state.inst),
             "rejected_requests": self._arrived_rejected()[1],
@@ -300,7 +307,7 @@ class Result:
         window if there is one (its requests all arrived, by definition)."""
         if self.in_window is None:
             return int(self.state.loop[0]["injected"]), int(self.state.loop[0]["rejected"])
-        rejected = self.in_window & (self.state.reqs["state"] == RequestState.REJECTED)
+        rejected = self.in_window & (self.reqs["state"] == RequestState.REJECTED)
         return int(self.in_window.sum()), int(rejected.sum())
 
     @cached_property

@@ -23,6 +23,8 @@ last engine step), so ``goodput_rps`` and ``responses_per_sec`` share a denomina
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from blis_fast_kernels.schema import RequestState
@@ -65,7 +67,7 @@ def request_outcomes(result) -> dict[str, np.ndarray]:
     tpot_us (request order)."""
     from .slo import request_slo_table
 
-    reqs = result.state.reqs
+    reqs = result.reqs
     names = result.workload.names or {}
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
     slo_names = list(names.get("slo_class") or [str(i) for i in range(n_cls)])
@@ -86,7 +88,7 @@ def duration_s(result) -> float:
 def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     """``GROUP_METRICS`` of the requests where ``mask`` (None = all)."""
     out_tab = result.outcomes
-    reqs = result.state.reqs
+    reqs = result.reqs
     sel = np.ones(len(reqs), bool) if mask is None else mask
     rated = sel & out_tab["done"]  # what the per-second rates count
     if result.in_window is not None:  # the requests of the measurement window (results.window); the rates
@@ -154,7 +156,7 @@ def group_masks(result, kind: str) -> dict[str, np.ndarray]:
     """{group name: request mask} of a selector kind (class, tenant, client): every group
     the workload names (or numbers) that has at least one request."""
     col = GROUP_KINDS[kind]
-    ids = result.state.reqs[col]
+    ids = result.reqs[col]
     names = list((result.workload.names or {}).get(col) or [])
     n = max(len(names), int(ids.max()) + 1 if len(ids) else 0)
     out = {}
@@ -199,6 +201,7 @@ def overall_metrics(result) -> dict[str, float]:
     return out
 
 
+@functools.cache  # (constant; every objective of every evaluation asks)
 def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(whole-run metrics, group metrics, instance metrics) by name: what an objective may
     name without a selector, with [class=|tenant=|client=], and with [instance=]."""
