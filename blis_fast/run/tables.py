@@ -220,6 +220,13 @@ def key_sharing(workload, keys: np.ndarray, needed: bool, counted: int | None = 
     return flags, int(np.count_nonzero(flags))  # an upper bound on the distinct values: enough for sizing
 
 
+def kv_memo(n_inst: int) -> np.ndarray:
+    """The instances' ``kv_memo`` rows (schema KvMemo): no prompt lookup yet."""
+    memo = np.zeros((n_inst, S.N_KV_MEMO + S.KV_MEMO_BLOCKS), np.int64)
+    memo[:, S.KvMemo.CHANGES] = -1
+    return memo
+
+
 def router_memo(n_inst: int) -> np.ndarray:
     """The router's ``pi_memo`` (schema RouterMemo): no leading-key walk yet."""
     memo = np.zeros(S.N_ROUTER_MEMO + 2 * ((n_inst + 63) // 64), np.int64)
@@ -467,6 +474,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         blocks=arrays.scratch("blocks", n_inst * kv_total, S.KV_BLOCK_DT),
         kv_table=arrays.zeros("kv_table", (n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
         kv_slot=arrays.zeros("kv_slot", len(keys) if caching else 1, np.int32),
+        kv_memo=kv_memo(n_inst),
         heap=arrays.scratch("heap", n + 4 * n_inst + 64, S.EVENT_DT),
         step_log=arrays.scratch("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),

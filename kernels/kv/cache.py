@@ -51,7 +51,7 @@ the victim's filled anonymous blocks first (``register_deferred_keys``).
 import numpy as np
 
 from ..jit import helper, kernel
-from ..schema import ALL_NAMED
+from ..schema import ALL_NAMED, KV_MEMO_BLOCKS, N_KV_MEMO, KvMemo
 from ..structs.dlist import dl_push_back, dl_remove
 from ..structs.prefetch import prefetch
 from ..structs.hashtable import table_delete_at, table_find, table_probe
@@ -78,6 +78,7 @@ def prefix_register(st, i, key, block):
         return False
     st.kv_table[off + h, 0] = key
     st.kv_table[off + h, 1] = block + 1
+    st.inst[i]["ht_changes"] += 1
     return True
 
 
@@ -89,6 +90,7 @@ def prefix_forget(st, i, key, block):
     h = table_find(st.kv_table, off, mask, key)
     if h >= 0 and st.kv_table[off + h, 1] == block + 1:
         table_delete_at(st.kv_table, off, mask, h)
+        st.inst[i]["ht_changes"] += 1
 
 
 @helper
@@ -289,6 +291,44 @@ def kv_grow(st, i, r, n):
 
 
 @helper
+def _memo_hits(st, i, kstart, start, max_hits):
+    """(hits, free ones among them) of the request's leading keys ``keys[kstart:]`` that
+    instance i's last prompt lookup answers (``kv_memo[i]``): when the prefix table has not
+    changed since and the keys equal that request's, they hit the same blocks -- a popular
+    prefix costs compares of consecutive keys, not a hash lookup per block.  Their blocks
+    go to ``req_blocks[start:]`` as the lookup loop would put them."""
+    memo = st.kv_memo
+    if memo[i, KvMemo.CHANGES] != st.inst[i]["ht_changes"]:
+        return np.int64(0), np.int64(0)
+    mk = memo[i, KvMemo.KSTART]
+    m = min(memo[i, KvMemo.HITS], max_hits)
+    block_ref = st.blocks["ref_count"]
+    hits = np.int64(0)
+    hits_free = np.int64(0)
+    while hits < m and st.keys[kstart + hits] == st.keys[mk + hits]:
+        b = memo[i, N_KV_MEMO + hits]
+        st.req_blocks[start + hits] = b
+        if block_ref[b] == 0:
+            hits_free += 1
+        hits += 1
+    return hits, hits_free
+
+
+@helper
+def _memo_keep(st, i, kstart, start, hits):
+    """Remember this lookup's leading hits on shared keys (kv_memo[i]; an unshared key's
+    entry is its own request's and may change without the table changing)."""
+    memo = st.kv_memo
+    n = 0
+    while n < hits and n < KV_MEMO_BLOCKS and st.key_shared[kstart + n] != 0:
+        memo[i, N_KV_MEMO + n] = st.req_blocks[start + n]
+        n += 1
+    memo[i, KvMemo.CHANGES] = st.inst[i]["ht_changes"]
+    memo[i, KvMemo.KSTART] = kstart
+    memo[i, KvMemo.HITS] = n
+
+
+@helper
 def kv_admit(st, i, r, budget, cap):
     """Admit waiting request r: attach its cached prefix blocks and allocate its first chunk.
 
@@ -313,6 +353,7 @@ def kv_admit(st, i, r, budget, cap):
             # fully cached prompt is admitted with nothing to compute (docs/semantics.md §11)
             max_hits = min(reqs[r]["key_count"], target // bs, reqs[r]["named_upto"])
         kstart = reqs[r]["key_start"]
+        hits, hits_free = _memo_hits(st, i, kstart, start, max_hits)
         while hits < max_hits:
             b = key_lookup(st, i, kstart + hits)
             if b < 0:
@@ -321,6 +362,7 @@ def kv_admit(st, i, r, budget, cap):
             if block_ref[b] == 0:
                 hits_free += 1
             hits += 1
+        _memo_keep(st, i, kstart, start, hits)
     cached = hits * bs
     n = target - cached
     if cap > 0 and n > cap:

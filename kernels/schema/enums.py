@@ -289,6 +289,20 @@ IndexRow = _IndexRow()
 IndexRecord = _IndexRecord()
 
 
+class _KvMemo(NamedTuple):
+    """Header of a ``kv_memo`` row: instance i's last prompt lookup in its prefix table
+    (kv/cache.py: kv_admit); the blocks of its first hits follow, at most KV_MEMO_BLOCKS."""
+
+    CHANGES: int = 0  # the table's ht_changes then, -1 = no lookup yet
+    KSTART: int = 1  # the request's first key position
+    HITS: int = 2  # its leading hits on shared keys whose blocks are kept (<= KV_MEMO_BLOCKS)
+
+
+KvMemo = _KvMemo()
+N_KV_MEMO = len(KvMemo)
+KV_MEMO_BLOCKS = 64
+
+
 class _RouterMemo(NamedTuple):
     """Header of ``pi_memo``: the cluster map's change count and where the last leading-key
     walk can resume (policies/prefix_index.py: leading_matches).  Two masks follow from
@@ -355,9 +369,9 @@ class _ScanStatus(NamedTuple):
 ScanStatus = _ScanStatus()
 
 __all__ = [
-    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode",
+    "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
+    "N_KV_MEMO", "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind",

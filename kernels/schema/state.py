@@ -40,6 +40,7 @@ class State(NamedTuple):
     blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
     kv_table: np.ndarray  # int64[rows, 2]: shared key value -> block + 1, one slice of rows per instance
     kv_slot: np.ndarray  # int32 per key: block + 1 caching an unshared key, 0 = none (kv/cache.py)
+    kv_memo: np.ndarray  # int64[n_inst, N_KV_MEMO + KV_MEMO_BLOCKS]: each instance's last prompt lookup (KvMemo)
     # --- events and logs
     heap: np.ndarray  # EVENT_DT
     step_log: np.ndarray  # STEP_DT (grows between calls: Status.LOG_FULL)
@@ -89,7 +90,7 @@ STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {
     "inst": (INSTANCE_DT, 1), "batch": (_I64, 2), "batch_seq": (_I64, 2), "work": (_I64, 1),
     "context": (_I64, 1), "explicit": (_I64, 1), "due": (_I64, 1), "done": (_I64, 1), "calendar": (_I64, 2),
     "ride_phase": (_I64, 2),
-    "blocks": (KV_BLOCK_DT, 1), "kv_table": (_I64, 2), "kv_slot": (_I32, 1),
+    "blocks": (KV_BLOCK_DT, 1), "kv_table": (_I64, 2), "kv_slot": (_I32, 1), "kv_memo": (_I64, 2),
     "heap": (EVENT_DT, 1), "step_log": (STEP_DT, 1), "irr_log": (IRR_DT, 1), "route_log": (ROUTE_DT, 1),
     "admit_log": (ADMIT_DT, 1), "preempt_log": (PREEMPT_DT, 1), "sched_log": (SCHED_DT, 1),
     "sched_open": (_I64, 1),

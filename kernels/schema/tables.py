@@ -101,6 +101,7 @@ INSTANCE_DT = np.dtype(
         ("kv_peak_allocated", np.int64),
         ("ht_offset", np.int64),  # this instance's rows of the prefix hash table
         ("ht_mask", np.int64),  # number of those rows - 1 (a power of two)
+        ("ht_changes", np.int64),  # keys put into or taken out of them so far (kv/cache.py: kv_admit's memo)
         # --- wait queue (dlist through the request table) and batch ---
         ("wq_head", np.int64),
         ("wq_tail", np.int64),
