@@ -267,6 +267,7 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
             state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=thread_arrays())
             t_run = time.perf_counter()
             state = run_within(state, budget, deadline)
+            thread_arrays().keep("step_log", state.step_log)  # (grown or not: the next run starts with it)
             t_judge = time.perf_counter()
             result = Result(setup, ps.workload, state, wall_time_s=t_judge - t_run)
             ev = result.evaluate(objectives=ps.objectives, summarize=summarize)

@@ -60,6 +60,20 @@ class StateArrays:
         is handed over as it is, uncleared (tests/run poison them to check)."""
         return self._get(field, shape, dtype)[0]
 
+    def log(self, field: str, rows: int, dtype) -> np.ndarray:
+        """A log with room for at least ``rows`` records (written before they are read, as
+        ``scratch``): the kept one if it is that long -- a log a run grew (``keep``) is
+        reused at its grown length, not grown again by every run."""
+        kept = self._kept.get(field) if self.reuse else None
+        if kept is not None and kept.dtype == np.dtype(dtype) and len(kept) >= rows:
+            return kept
+        return self._get(field, rows, dtype)[0]
+
+    def keep(self, field: str, array: np.ndarray) -> None:
+        """Keep ``array`` as the next state's ``field`` (a log the run grew)."""
+        if self.reuse:
+            self._kept[field] = array
+
     def full(self, field: str, shape, value, dtype) -> np.ndarray:
         a, _ = self._get(field, shape, dtype)
         a.fill(value)
@@ -476,7 +490,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         kv_slot=arrays.zeros("kv_slot", len(keys) if caching else 1, np.int32),
         kv_memo=kv_memo(n_inst),
         heap=arrays.scratch("heap", n + 4 * n_inst + 64, S.EVENT_DT),
-        step_log=arrays.scratch("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
+        step_log=arrays.log("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
         irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
         route_log=route_log,
         admit_log=admit_log,

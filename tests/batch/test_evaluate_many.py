@@ -231,3 +231,30 @@ def test_scenario_tables_and_prefix_tables_sized_to_the_distinct_shared_values_c
     assert tight.arrival_order.tolist() == wide.arrival_order.tolist()
     served = [f for f in wide.inst.dtype.names if not f.startswith("ht_")]  # (ht_*: the table's geometry)
     assert tight.inst[served].tolist() == wide.inst[served].tolist()
+
+
+def test_a_grown_step_log_is_kept_for_the_next_evaluation():
+    # runs with many more steps than requests outgrow the step log; the thread keeps the
+    # grown log (StateArrays.log/keep), so the next evaluation neither grows it again nor
+    # differs in any way
+    from blis_fast.batch.budget import Budget
+    from blis_fast.batch.candidates import load_candidate
+    from blis_fast.batch.evaluate import evaluate_task, make_task, release_thread_arrays, thread_arrays
+    from blis_fast.batch.scenarios import Scenario, prepare
+    from blis_fast.config.sim import build_config
+    from blis_fast.run.tables import MIN_LOG_ROWS
+
+    cfg = {"num_requests": 40, "rate": 2, "num_instances": 2, "output_tokens": 600, "output_tokens_stdev": 0,
+           "output_tokens_min": 600, "output_tokens_max": 600}
+    ps = prepare(Scenario("long", build_config({}, cfg)))
+    task = make_task(0, load_candidate({"routing": "least-loaded"}, "a"), ps, {})
+    release_thread_arrays()
+    try:
+        first = evaluate_task(ps, task, Budget(max_wall_s=None))
+        grown = thread_arrays()._kept["step_log"]
+        assert first.metrics["engine_steps"] > MIN_LOG_ROWS and len(grown) > MIN_LOG_ROWS  # it grew
+        again = evaluate_task(ps, task, Budget(max_wall_s=None))
+        assert thread_arrays()._kept["step_log"] is grown  # reused at its grown length
+    finally:
+        release_thread_arrays()
+    assert again.to_dict() == first.to_dict()
