@@ -359,6 +359,16 @@ def scheduling_log(n_requests: int, n_inst: int, trace_level: int):
     return np.zeros(rows, S.SCHED_DT), np.full(n_inst, -1, np.int64)
 
 
+def workload_sizes(workload, block_size: int, kv_total: int, compat: bool) -> tuple[int, int, int]:
+    """(request-block slots, prompt + output tokens, tenants) of a workload: what sizes a
+    run's tables, whatever the policy (requests that can never fit get no block slots;
+    N = 0 counts as one output token)."""
+    n_blocks = int(block_slots(workload, block_size, kv_total, compat)[1].sum())
+    work_tokens = int(workload.prompt_len.sum() + np.maximum(workload.output_len, 1).sum())
+    n_tenants = int(workload.column("tenant").max()) + 1 if len(workload) else 1
+    return n_blocks, work_tokens, n_tenants
+
+
 @dataclass(frozen=True)
 class ScenarioTables:
     """What every run of one workload under one resolved config shares, whatever the
@@ -380,16 +390,15 @@ def scenario_tables(setup, workload) -> ScenarioTables:
     cfg = setup.config
     bs, kv_total = cfg.engine.block_size, setup.latency.total_kv_blocks
     compat = cfg.simulation.compat is not None
-    rows = request_table(workload, bs, kv_total, compat, prefix_caching(cfg, workload))
-    n = len(workload)
+    n_blocks, work_tokens, n_tenants = workload_sizes(workload, bs, kv_total, compat)
     return ScenarioTables(
-        request_rows=rows,
+        request_rows=request_table(workload, bs, kv_total, compat, prefix_caching(cfg, workload)),
         arrival_order=arrival_order(workload),
-        n_blocks=int(block_slots(workload, bs, kv_total, compat)[1].sum()),
+        n_blocks=n_blocks,
         shared_positions=int(np.count_nonzero(workload.shared_keys())),
         shared_values=distinct_shared_values(workload),
-        work_tokens=int(workload.prompt_len.sum() + rows["output_len"].sum()),
-        n_tenants=int(rows["tenant"].max()) + 1 if n else 1,
+        work_tokens=work_tokens,
+        n_tenants=n_tenants,
     )
 
 
@@ -427,10 +436,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     from blis_fast.config import memory
 
     if scenario is not None:
-        n_blocks = scenario.n_blocks
+        n_blocks, work_tokens, n_tenants = scenario.n_blocks, scenario.work_tokens, scenario.n_tenants
         shared_known, n_shared = True, min(scenario.shared_positions, scenario.shared_values)
     else:
-        n_blocks = int(block_slots(workload, bs, kv_total, compat)[1].sum())  # requests that can never fit: none
+        n_blocks, work_tokens, n_tenants = workload_sizes(workload, bs, kv_total, compat)
         shared = workload.key_shared
         shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
     parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, use_index,
@@ -452,11 +461,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
     pi_state, pi_table, pi_ring, pi_records, gmap, pi_rows = prefix_index_tables(
         n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index, arrays)
-    if scenario is not None:
-        work_tokens, n_tenants = scenario.work_tokens, scenario.n_tenants
-    else:
-        work_tokens = int(workload.prompt_len.sum() + reqs["output_len"].sum())
-        n_tenants = int(reqs["tenant"].max()) + 1 if n else 1
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
     n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
