@@ -56,7 +56,7 @@ BOOL = _Scalar("boolean", (bool, np.bool_))
 STATE = "State"  # a kernels.schema.State laid out as STATE_LAYOUT says
 NONE = None  # returns nothing
 
-_i64, _f64, _u8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8)
+_i64, _f64, _u8, _u64 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.uint8), np.dtype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ ENTRIES: tuple[Entry, ...] = (
           (Arr(_i64), Arr(_i64), Arr(_i64), I64, I64, I64, F64, F64, F64, Arr(_i64), Arr(_i64)), I64),
     Entry("count_dominated_pairs", "structs.sort", (Arr(_f64), F64), I64),
     Entry("flag_keys", "structs.keycount", (Arr(_i64), I64), (Arr(_u8), I64)),
+    Entry("gather_words", "structs.columns", (Arr(_u64, 2), Arr(_i64), Arr(_u64, 2)), NONE),
     Entry("hash_chain_states", "workload.keys", (Arr(_i64), Arr(_i64), I64), (Arr(_i64), Arr(_i64))),
     Entry("hash_sequence_blocks", "workload.keys",
           (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), I64), (Arr(_i64), Arr(_i64))),

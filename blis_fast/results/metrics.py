@@ -8,6 +8,8 @@ default), 0 for an empty set.  ITL samples arrive as a (value, count) log so tha
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from blis_fast_kernels.schema import RequestState
@@ -203,17 +205,26 @@ class ItlIndex:
         return pack(0, len(cover), everything, everything), of
 
 
+# The request fields a run's judge reads (``Result.evaluate``): copied out together, in one
+# pass over the table, the first time any of them is read.
+JUDGED_FIELDS = ("arrival_us", "first_token_us", "first_scheduled_us", "itl_sum_us", "state", "instance",
+                 "generated", "output_len", "prompt_len", "preemptions", "cached_tokens", "run_start_step",
+                 "last_token_step", "slo_class", "tenant")
+
+
 class RequestColumns:
     """The request table read field by field: ``cols["arrival_us"]`` is that field copied
     out once into a contiguous, read-only array.  The table is a wide record array (~300
-    bytes a request), so each ``reqs[field]`` pass reads a cache line per request, and the
-    metrics read some fields many times.  Anything but a field name (rows, masks) reads
-    the table itself; ``len`` and ``dtype`` are the table's."""
+    bytes a request), so each ``reqs[field]`` pass reads a cache line per request; the
+    ``JUDGED_FIELDS`` are therefore copied out all at once, by one compiled pass over the
+    rows (``gather_words``), when the first of them is read.  Anything but a field name
+    (rows, masks) reads the table itself; ``len`` and ``dtype`` are the table's."""
 
     def __init__(self, table: np.ndarray):
         self.table = table
         self.dtype = table.dtype
         self._fields: dict[str, np.ndarray] = {}
+        self._gathered = False
 
     def __len__(self) -> int:
         return len(self.table)
@@ -223,14 +234,66 @@ class RequestColumns:
             return self.table[key]
         col = self._fields.get(key)
         if col is None:
-            col = self._fields[key] = np.ascontiguousarray(self.table[key])
-            col.flags.writeable = False
+            if not self._gathered and key in JUDGED_FIELDS:
+                self._gathered = True
+                self._fields.update(gather_fields(self.table, JUDGED_FIELDS))
+                col = self._fields.get(key)
+            if col is None:
+                col = self._fields[key] = np.ascontiguousarray(self.table[key])
+                col.flags.writeable = False
         return col
 
 
-def _stats_ms(prefix: str, values_us: np.ndarray, out: dict) -> None:
+@functools.lru_cache(maxsize=16)  # (a few table dtypes; every evaluation asks)
+def _word_plan(dtype: np.dtype, names: tuple) -> tuple[np.ndarray, list] | None:
+    """How ``gather_fields`` reads ``names`` of a record dtype: (the 8-byte words to copy,
+    [(field, its word's position in those, its byte offset in the word, dtype)]); None if
+    some field is missing or not a 4- or 8-byte field aligned to its size."""
+    words: list[int] = []
+    plan = []
+    for name in names:
+        if dtype.names is None or name not in dtype.names:
+            return None
+        dt, offset = dtype.fields[name][:2]
+        if dt.itemsize not in (4, 8) or offset % dt.itemsize or dtype.itemsize % 8:
+            return None
+        w = offset // 8
+        if w not in words:
+            words.append(w)
+        plan.append((name, words.index(w), offset % 8, dt))
+    return np.array(words, np.int64), plan
+
+
+def gather_fields(table: np.ndarray, names: tuple) -> dict[str, np.ndarray]:
+    """{name: table[name] as a contiguous, read-only array} for the fields ``names`` of a
+    1-D record table, copied in one pass over its rows (``gather_words``); an empty dict
+    when the table's layout does not allow it (the caller then reads field by field)."""
+    from blis_fast_kernels.native import gather_words
+
+    plan = _word_plan(table.dtype, names)
+    if plan is None or table.ndim != 1 or not table.flags.c_contiguous or len(table) == 0:
+        return {}
+    words, fields = plan
+    n = len(table)
+    out = np.empty((len(words), n), np.uint64)
+    gather_words(table.view(np.uint64).reshape(n, table.dtype.itemsize // 8), words, out)
+    cols = {}
+    for name, c, byte, dt in fields:
+        if dt.itemsize == 8:
+            col = out[c].view(dt)
+        else:  # a 4-byte field: its half of the copied word (memory order, whatever the endianness)
+            col = np.ascontiguousarray(out[c].view(np.uint32)[byte // 4::2]).view(dt)
+        col.flags.writeable = False
+        cols[name] = col
+    return cols
+
+
+def _stats_ms(prefix: str, values_us: np.ndarray, out: dict, ordered: bool = False) -> None:
+    """Mean and ``PERCENTILES`` of µs samples as ``<prefix>_mean_ms``, ``<prefix>_p90_ms``...
+    (``ordered``: the samples are sorted already)."""
     out[f"{prefix}_mean_ms"] = float(values_us.mean()) / 1000.0 if values_us.size else 0.0
-    for p, v in zip(PERCENTILES, percentiles_us(values_us)):
+    pcts = sorted_percentiles(values_us, PERCENTILES) if ordered and values_us.size else percentiles_us(values_us)
+    for p, v in zip(PERCENTILES, pcts):
         out[f"{prefix}_p{p}_ms"] = v / 1000.0
 
 
@@ -283,7 +346,8 @@ def instance_clocks_us(inst: np.ndarray, reqs: np.ndarray, compat: bool, horizon
 
 def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | None, inst: np.ndarray,
                     itl_value: np.ndarray, itl_count: np.ndarray, compat: bool, duration_us: int,
-                    window_rates: tuple[int, np.ndarray] | None = None) -> dict:
+                    window_rates: tuple[int, np.ndarray] | None = None,
+                    ordered: dict[str, np.ndarray] | None = None) -> dict:
     """The summary object of a set of requests served by ``inst`` rows.
 
     ``cols`` are ``request_summary_columns``; ``rows`` the group's request ids in increasing
@@ -292,7 +356,9 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
     latest of its instances' ``instance_clocks_us``).  The per-second rates divide by the
     duration; with a measurement window (``results.window``) ``window_rates`` = (its span
     µs, the ids of the group's requests whose last token falls inside it), and the rates
-    count those requests over the span: the throughput during the window.
+    count those requests over the span: the throughput during the window.  ``ordered``
+    (optional): the group's E2E samples (completed requests) and TTFT samples (requests
+    with a first token), sorted, as {"e2e": ..., "ttft": ...} -- when the caller has them.
     """
     def col(key):
         return cols[key] if rows is None else cols[key][rows]
@@ -326,8 +392,12 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
         "responses_per_sec": rate_done / rate_s if rate_s > 0 else 0.0,
         "tokens_per_sec": rate_tokens / rate_s if rate_s > 0 else 0.0,
     }
-    _stats_ms("e2e", col("e2e_us")[done], out)
-    _stats_ms("ttft", col("ttft_us")[col("has_first")], out)
+    if ordered is not None:
+        _stats_ms("e2e", ordered["e2e"], out, ordered=True)
+        _stats_ms("ttft", ordered["ttft"], out, ordered=True)
+    else:
+        _stats_ms("e2e", col("e2e_us")[done], out)
+        _stats_ms("ttft", col("ttft_us")[col("has_first")], out)
     total = int(itl_count.sum())
     out["itl_mean_ms"] = float((itl_value * itl_count).sum()) / total / 1000.0 if total else 0.0
     for p, v in zip(PERCENTILES, weighted_percentiles_us(itl_value, itl_count)):

@@ -106,6 +106,16 @@ class Result:
         return request_latencies(self.reqs)
 
     @cached_property
+    def ordered_latencies(self) -> dict[str, np.ndarray]:
+        """The E2E µs of the completed requests and the TTFT µs of those with a first token,
+        each sorted, over the measurement window if there is one: the samples of both the
+        cluster summary's and the whole-run request metrics' statistics (sorted once)."""
+        lat, win = self.latencies, self.in_window
+        done = lat["done"] if win is None else lat["done"] & win
+        first = lat["has_first"] if win is None else lat["has_first"] & win
+        return {"e2e": np.sort(lat["e2e_us"][done]), "ttft": np.sort(lat["ttft_us"][first])}
+
+    @cached_property
     def _cols(self) -> dict[str, np.ndarray]:
         return request_summary_columns(self.reqs, self.latencies)
 
@@ -192,7 +202,8 @@ class Result:
         cv, cc = cluster_itl.pop()
         st = self.state
         return self._with_window(summarize_group("cluster", self._cols, rows, st.inst[used], cv, cc, self.compat,
-                                                 int(clocks[used].max()) if used.size else 0, rates))
+                                                 int(clocks[used].max()) if used.size else 0, rates,
+                                                 self.ordered_latencies))
 
     @cached_property
     def instances(self) -> list[dict]:

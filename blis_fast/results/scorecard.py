@@ -29,7 +29,7 @@ import numpy as np
 
 from blis_fast_kernels.schema import RequestState
 
-from .metrics import percentiles_us
+from .metrics import sorted_percentiles
 
 GROUP_KINDS = {"class": "slo_class", "tenant": "tenant", "client": "client"}  # selector key -> request column
 
@@ -89,23 +89,29 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
     """``GROUP_METRICS`` of the requests where ``mask`` (None = all)."""
     out_tab = result.outcomes
     reqs = result.reqs
-    sel = np.ones(len(reqs), bool) if mask is None else mask
-    rated = sel & out_tab["done"]  # what the per-second rates count
+    sel = mask  # None: every request (no mask to apply)
+    rated = out_tab["done"] if sel is None else sel & out_tab["done"]  # what the per-second rates count
     if result.in_window is not None:  # the requests of the measurement window (results.window); the rates
-        rated = sel & result.finished_in_window  # count those finishing inside it (throughput during it)
-        sel = sel & result.in_window
-    arrived = sel & out_tab["arrived"]
-    done = sel & out_tab["done"]
-    met = sel & out_tab["met"]
-    n_arr = int(arrived.sum())
-    n_done = int(done.sum())
-    n_met = int(met.sum())
-    n_rej = int((sel & out_tab["rejected"]).sum())
+        # count those finishing inside it (throughput during it)
+        rated = result.finished_in_window if sel is None else sel & result.finished_in_window
+        sel = result.in_window if sel is None else sel & result.in_window
+
+    def among(m: np.ndarray) -> np.ndarray:  # m restricted to the selection
+        return m if sel is None else sel & m
+
+    def picked(col: np.ndarray) -> np.ndarray:  # the selection's values
+        return col if sel is None else col[sel]
+
+    done = among(out_tab["done"])
+    n_arr = int(np.count_nonzero(among(out_tab["arrived"])))
+    n_done = int(np.count_nonzero(done))
+    n_met = int(np.count_nonzero(among(out_tab["met"])))
+    n_rej = int(np.count_nonzero(among(out_tab["rejected"])))
     dur = result.rate_duration_s
     gen = reqs["generated"][rated]
     if result.compat:
         gen = np.maximum(gen - 1, 0)
-    admitted = sel & (reqs["instance"] >= 0)
+    admitted = among(reqs["instance"] >= 0)
     prompt = int(reqs["prompt_len"][admitted].sum())
     out: dict[str, float] = {
         "arrived_requests": n_arr,
@@ -113,17 +119,26 @@ def group_metrics(result, mask: np.ndarray | None) -> dict[str, float]:
         "rejected_requests": n_rej,
         "slo_met_requests": n_met,
         "slo_attainment": n_met / n_arr if n_arr else 0.0,
-        "goodput_rps": int((rated & out_tab["met"]).sum()) / dur if dur > 0 else 0.0,
-        "responses_per_sec": int(rated.sum()) / dur if dur > 0 else 0.0,
+        "goodput_rps": int(np.count_nonzero(rated & out_tab["met"])) / dur if dur > 0 else 0.0,
+        "responses_per_sec": int(np.count_nonzero(rated)) / dur if dur > 0 else 0.0,
         "tokens_per_sec": int(gen.sum()) / dur if dur > 0 else 0.0,
         "rejected_fraction": n_rej / n_arr if n_arr else 0.0,
-        "preemption_rate": int(reqs["preemptions"][sel].sum()) / n_arr if n_arr else 0.0,
+        "preemption_rate": int(picked(reqs["preemptions"]).sum()) / n_arr if n_arr else 0.0,
         "cached_token_fraction": int(reqs["cached_tokens"][admitted].sum()) / prompt if prompt else 0.0,
     }
-    for name, values in (("ttft", out_tab["ttft_us"][sel & (out_tab["ttft_us"] >= 0)]),
-                         ("e2e", out_tab["e2e_us"][done]), ("tpot", out_tab["tpot_us"][done])):
+    if mask is None:  # every request (of the window): the samples the cluster summary sorted
+        ordered = result.ordered_latencies
+        samples = (("ttft", ordered["ttft"], True), ("e2e", ordered["e2e"], True))
+    else:
+        samples = (("ttft", out_tab["ttft_us"][among(out_tab["ttft_us"] >= 0)], False),
+                   ("e2e", out_tab["e2e_us"][done], False))
+    for name, values, is_sorted in (*samples, ("tpot", out_tab["tpot_us"][done], False)):
         out[f"{name}_mean_ms"] = float(values.mean()) / 1e3 if values.size else 0.0
-        for p, v in zip((50, 90, 95, 99), percentiles_us(values, (50, 90, 95, 99))):
+        if not values.size:
+            pcts = [0.0] * 4
+        else:
+            pcts = sorted_percentiles(values if is_sorted else np.sort(values), (50, 90, 95, 99))
+        for p, v in zip((50, 90, 95, 99), pcts):
             out[f"{name}_p{p}_ms"] = v / 1e3
     return out
 

@@ -108,3 +108,42 @@ def test_stable_order_is_argsort_stable():
     for keys in (rng.integers(0, 16, 1000), rng.integers(0, 2**20, 1000), np.zeros(0, np.int64),
                  np.array([3, -1, 3, 0])):
         assert stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+def test_judged_fields_are_gathered_in_one_pass_equal_to_the_table(loaded):
+    from blis_fast.results.metrics import JUDGED_FIELDS, RequestColumns, gather_fields
+
+    reqs = loaded.state.reqs
+    cols = gather_fields(reqs, JUDGED_FIELDS)
+    assert set(cols) == set(JUDGED_FIELDS)
+    for name, col in cols.items():
+        assert col.dtype == reqs.dtype[name] and col.flags.c_contiguous and not col.flags.writeable, name
+        assert np.array_equal(col, reqs[name]), name
+    # every other field (and every field of a layout it cannot read) is read by itself
+    assert gather_fields(reqs[::2], JUDGED_FIELDS) == {}  # not contiguous
+    assert gather_fields(reqs, ("arrival_us", "no_such_field")) == {}
+    table = RequestColumns(reqs)
+    assert np.array_equal(table["state"], reqs["state"]) and np.array_equal(table["key_start"], reqs["key_start"])
+
+
+def test_cluster_and_request_metrics_share_sorted_samples_equal_to_a_fresh_sort(loaded):
+    from blis_fast.results.result import Result
+
+    lat = loaded.latencies
+    win = loaded.in_window
+    done = lat["done"] if win is None else lat["done"] & win
+    first = lat["has_first"] if win is None else lat["has_first"] & win
+    ordered = loaded.ordered_latencies
+    assert np.array_equal(ordered["e2e"], np.sort(lat["e2e_us"][done]))
+    assert np.array_equal(ordered["ttft"], np.sort(lat["ttft_us"][first]))
+    # the cluster summary and the whole-run metrics equal those of a result without the shared samples
+    fresh = Result(loaded.setup, loaded.workload, loaded.state)
+    fresh.__dict__["ordered_latencies"] = None  # (never read below: the statistics sort their own samples)
+    from blis_fast.results.scorecard import group_metrics
+
+    everything = np.ones(len(loaded.state.reqs), bool)
+    by_mask = group_metrics(fresh, everything)
+    for k, v in group_metrics(loaded, None).items():
+        assert by_mask[k] == v, k
+    for p, population in (("e2e", done), ("ttft", first)):
+        assert loaded.cluster[f"{p}_p99_ms"] == percentile_us(lat[f"{p}_us"][population], 99) / 1000.0
