@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import re
+import time
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,8 +29,22 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb"
 _SIZE = re.compile(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*")
 
 
+_MACHINE_READ: list = [float("-inf"), 0]  # (time.monotonic() of the last reading, its bytes)
+MACHINE_REREAD_S = 1.0
+
+
 def machine_memory() -> int:
-    """Physical RAM in bytes, or the cgroup (v2 or v1) memory limit if smaller."""
+    """Physical RAM in bytes, or the cgroup (v2 or v1) memory limit if smaller; read again
+    at most once a second (a batch evaluation asks for every candidate)."""
+    now = time.monotonic()
+    if now - _MACHINE_READ[0] < MACHINE_REREAD_S:
+        return _MACHINE_READ[1]
+    total = _read_machine_memory()
+    _MACHINE_READ[:] = [now, total]
+    return total
+
+
+def _read_machine_memory() -> int:
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover -- not Linux/macOS

@@ -12,6 +12,7 @@ import functools
 
 import numpy as np
 
+from blis_fast_kernels.native import gather_words, group_steps, run_cover
 from blis_fast_kernels.schema import RequestState
 
 REQ_COMPLETED, REQ_DROPPED = RequestState.COMPLETED, RequestState.DROPPED
@@ -130,25 +131,22 @@ class ItlIndex:
         self.compat = compat
         self.irr = irr_log
         self.a2 = np.trunc(inst["alpha2"]).astype(np.int64)
-        s_inst = np.ascontiguousarray(step_log["instance"])
-        # steps grouped by instance, in time order within each: position = "flat" index
-        order = stable_order(s_inst)
-        self.flat = np.empty(len(step_log), np.int64)
-        self.flat[order] = np.arange(len(step_log))
-        self.step_values = step_log["dt_us"][order]
-        # instance i's steps are flat[starts[i]:starts[i + 1]]
-        counts = np.bincount(s_inst, minlength=len(inst)) if len(s_inst) else np.zeros(len(inst), np.int64)
-        self.starts = np.concatenate(([0], np.cumsum(counts)))
+        s_inst = np.ascontiguousarray(step_log["instance"], dtype=np.int64)
+        if len(s_inst) and not (0 <= int(s_inst.min()) and int(s_inst.max()) < len(inst)):
+            raise ValueError("the step log names an instance the instance table does not have")
+        # steps grouped by instance, in time order within each: position = "flat" index;
+        # instance i's steps are flat[starts[i]:starts[i + 1]] (one compiled counting sort)
+        self.flat, self.starts = group_steps(s_inst, len(inst))
+        self.step_values = np.empty(len(step_log), np.int64)
+        self.step_values[self.flat] = step_log["dt_us"]
         if compat:
-            self.step_values += np.repeat(self.a2[: len(counts)], counts)
+            self.step_values += np.repeat(self.a2, np.diff(self.starts))
 
     def _cover(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Per flat step, how many of the runs (start, end] cover it."""
-        n = len(self.step_values)
-        # a run covers the steps after its first one through its last (same instance)
-        diff = (np.bincount(self.flat[starts] + 1, minlength=n + 1)
-                - np.bincount(self.flat[ends] + 1, minlength=n + 1))
-        return np.cumsum(diff)[:n]
+        """Per flat step, how many of the runs (start, end] cover it (a run covers the steps
+        after its first one through its last, all of one instance)."""
+        return run_cover(self.flat, np.ascontiguousarray(starts, dtype=np.int64),
+                         np.ascontiguousarray(ends, dtype=np.int64))
 
     def _selected(self, selected: np.ndarray, first_token_us: np.ndarray):
         """(ids of the selected requests with a first token, irregular records of those)."""
@@ -268,8 +266,6 @@ def gather_fields(table: np.ndarray, names: tuple) -> dict[str, np.ndarray]:
     """{name: table[name] as a contiguous, read-only array} for the fields ``names`` of a
     1-D record table, copied in one pass over its rows (``gather_words``); an empty dict
     when the table's layout does not allow it (the caller then reads field by field)."""
-    from blis_fast_kernels.native import gather_words
-
     plan = _word_plan(table.dtype, names)
     if plan is None or table.ndim != 1 or not table.flags.c_contiguous or len(table) == 0:
         return {}
