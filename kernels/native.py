@@ -104,11 +104,11 @@ class _EntryKernel:
 
 run_events = _EntryKernel(aot.BY_NAME["run_events"])
 run_minimal = _EntryKernel(aot.BY_NAME["run_minimal"])
-count_dominated_pairs = _EntryKernel(aot.BY_NAME["count_dominated_pairs"])
 flag_keys = _EntryKernel(aot.BY_NAME["flag_keys"])
 gather_words = _EntryKernel(aot.BY_NAME["gather_words"])
 group_steps = _EntryKernel(aot.BY_NAME["group_steps"])
 run_cover = _EntryKernel(aot.BY_NAME["run_cover"])
+count_inversions = _EntryKernel(aot.BY_NAME["count_inversions"])
 hash_chain_states = _EntryKernel(aot.BY_NAME["hash_chain_states"])
 hash_sequence_blocks = _EntryKernel(aot.BY_NAME["hash_sequence_blocks"])
 chain_sequence_keys = _EntryKernel(aot.BY_NAME["chain_sequence_keys"])

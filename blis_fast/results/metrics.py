@@ -86,6 +86,12 @@ def _sort_by_value(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, 
     return values[order], counts[order]
 
 
+def value_order(values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` in ascending order of value (ties either way), by
+    ``_sort_by_value``'s packed sort when it applies (the positions ride as its counts)."""
+    return _sort_by_value(values, np.arange(len(values), dtype=np.int64))[1]
+
+
 def stable_order(keys: np.ndarray) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` for small non-negative integer keys (instance
     ids): as int16 they take numpy's radix sort."""

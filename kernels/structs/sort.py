@@ -1,12 +1,10 @@
-"""Bottom-up merge sorts: a stable one over parallel arrays keyed lexicographically by
-(k1 float64, k2 int64, id int64), which orders a wait queue (policies/scheduler.py), and
-one over values alone that counts dominated pairs for the priority-inversion anomaly
-(``count_dominated_pairs``).
+"""A stable bottom-up merge sort over parallel arrays keyed lexicographically by
+(k1 float64, k2 int64, id int64), which orders a wait queue (policies/scheduler.py).
 """
 
 import numpy as np
 
-from ..jit import helper, kernel
+from ..jit import helper
 
 
 @helper
@@ -62,39 +60,3 @@ def merge_sort(ids, k1, k2, tmp_ids, tmp_k1, tmp_k2, n):
         in_tmp = not in_tmp
         width *= 2
     return in_tmp
-
-
-@kernel
-def count_dominated_pairs(values, factor):
-    """Number of pairs i < j with values[i] > factor * values[j] (factor > 0; O(n log n)).
-
-    A bottom-up merge sort of the values alone: before each merge both runs are sorted and
-    every left value precedes every right one in the input, so a two-pointer pass counts
-    the pairs across them."""
-    n = values.shape[0]
-    src = values.astype(np.float64).copy()
-    dst = np.empty(n, np.float64)
-    count = np.int64(0)
-    width = 1
-    while width < n:
-        lo = 0
-        while lo < n:
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            j = mid
-            for i in range(lo, mid):
-                while j < hi and src[i] > factor * src[j]:
-                    j += 1
-                count += j - mid
-            a, b = lo, mid
-            for o in range(lo, hi):
-                if b >= hi or (a < mid and src[a] <= src[b]):
-                    dst[o] = src[a]
-                    a += 1
-                else:
-                    dst[o] = src[b]
-                    b += 1
-            lo = hi
-        src, dst = dst, src
-        width *= 2
-    return count

@@ -21,7 +21,6 @@ from builders import lengths_workload, sim_base
 from naive.anomalies import brute_force_hol, brute_force_inversions
 from naive.sort import quadratic_inversion_pairs
 from blis_fast_kernels.schema import INSTANCE_DT, REQUEST_DT, RequestState
-from blis_fast_kernels.structs.sort import count_dominated_pairs
 
 
 def random_workload(seed, n=50, distinct_arrivals=True, n_classes=2):
@@ -93,13 +92,17 @@ def test_priority_inversions_same_arrival_ordered_by_request_id():
     assert r.cluster["priority_inversions"] == 1
 
 
-def test_count_dominated_pairs_kernel_matches_quadratic():
+def test_count_inversions_kernel_matches_quadratic():
+    from blis_fast_kernels.native import count_inversions
+
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 3, 7, 64, 200):
         v = rng.integers(1, 50, n).astype(np.float64)
-        assert count_dominated_pairs(v, 2.0) == quadratic_inversion_pairs(v)
+        one_group = np.zeros(n, np.int64)
+        assert count_inversions(v, one_group, np.argsort(v).astype(np.int64), 2.0) == quadratic_inversion_pairs(v)
     v = np.array([4.0, 2.0, 2.0, 1.9, 8.0, 1.0])  # boundaries: 4 > 2·2 is false
-    assert count_dominated_pairs(v, 2.0) == quadratic_inversion_pairs(v)
+    assert count_inversions(v, np.zeros(6, np.int64), np.argsort(v).astype(np.int64), 2.0) \
+        == quadratic_inversion_pairs(v)
 
 
 def test_priority_inversions_function_directly():
