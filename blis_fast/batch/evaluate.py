@@ -32,6 +32,7 @@ import numpy as np
 
 from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
 from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
+from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
 from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError, SimulationError
@@ -135,9 +136,11 @@ def _named(candidates) -> tuple[list[str], list]:
 
 def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedScenario], budget: Budget,
                       workers: int = 1, executor: Executor | None = None, summarize: bool = False,
-                      progress: Callable[[int, int], None] | None = None) -> list:
+                      progress: Callable[[int, int], None] | None = None, cohorts: bool = True) -> list:
     """The rows of every (candidate, scenario) pair, candidate-major; the engine room of
-    ``evaluate_many`` (the adapters call it with scenarios prepared once)."""
+    ``evaluate_many`` (the adapters call it with scenarios prepared once).  ``cohorts``:
+    run candidates that differ only in routing parameters together while they route alike
+    (batch/cohorts.py; the rows are the same either way)."""
     from blis_fast.results.evaluation import EvaluationResult
 
     n_s = len(prepared)
@@ -165,22 +168,27 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
         if progress is not None:
             progress(done, total)
 
+    # candidates that differ only in routing parameters run as one while they route alike
+    # (batch/cohorts.py); a summary text describes each candidate's own policy
+    share = cohorts and not summarize
     if executor is not None:
-        _run_on_executor(executor, prepared, by_scenario, budget, summarize, record)
+        _run_on_executor(executor, prepared, by_scenario, budget, summarize, record, share)
     else:
-        flat = [(s_i, t) for s_i, tasks in enumerate(by_scenario) for t in tasks]
-        if workers <= 1 or len(flat) <= 1:
-            for s_i, t in flat:
-                record([(t.index, evaluate_task(prepared[s_i], t, budget, summarize))])
+        units = [(s_i, c) for s_i, tasks in enumerate(by_scenario) for c in form_cohorts(tasks, share)]
+        if workers <= 1 or len(units) <= 1:
+            for s_i, c in units:
+                record(evaluate_unit(prepared[s_i], c, budget, summarize))
         else:
-            # the first evaluation loads the compiled kernels in this thread, before any fan-out
-            s_i, t = flat[0]
-            record([(t.index, evaluate_task(prepared[s_i], t, budget, summarize))])
+            # larger cohorts first, so that the threads finish together; the smallest unit
+            # loads the compiled kernels in this thread, before any fan-out
+            units.sort(key=lambda u: -len(u[1]))  # (stable)
+            s_i, c = units.pop()
+            record(evaluate_unit(prepared[s_i], c, budget, summarize))
             pool = ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-eval")
             try:
-                futures = {pool.submit(evaluate_task, prepared[s_i], t, budget, summarize): t.index
-                           for s_i, t in flat[1:]}
-                _collect(futures, lambda f, idx: record([(idx, f.result())]))
+                futures = {pool.submit(evaluate_unit, prepared[s_i], c, budget, summarize): None
+                           for s_i, c in units}
+                _collect(futures, lambda f, _: record(f.result()))
             finally:  # on Ctrl-C: drop what has not started; what runs ends within its budget
                 pool.shutdown(wait=True, cancel_futures=True)
     release_thread_arrays()  # (the pool's threads took theirs with them)
@@ -203,14 +211,21 @@ def _collect(futures: dict, on_done) -> None:
         raise
 
 
-def _run_on_executor(executor: Executor, prepared, by_scenario, budget, summarize, record) -> None:
+def _run_on_executor(executor: Executor, prepared, by_scenario, budget, summarize, record, share: bool) -> None:
     futures: dict[Future, None] = {}
     for s_i, tasks in enumerate(by_scenario):
         if not tasks:
             continue
         shared = _share(executor, prepared[s_i])
-        for k in range(0, len(tasks), GROUP_SIZE):
-            futures[executor.submit(evaluate_group, shared, tasks[k:k + GROUP_SIZE], budget, summarize)] = None
+        # whole cohorts, about GROUP_SIZE candidates per submission
+        group: list = []
+        for c in form_cohorts(tasks, share):
+            group.append(c)
+            if sum(len(x) for x in group) >= GROUP_SIZE:
+                futures[executor.submit(evaluate_group, shared, group, budget, summarize)] = None
+                group = []
+        if group:
+            futures[executor.submit(evaluate_group, shared, group, budget, summarize)] = None
     _collect(futures, lambda f, _: record(f.result()))
 
 
@@ -223,13 +238,22 @@ def _share(executor: Executor, ps: PreparedScenario):
     return ps
 
 
-def evaluate_group(ps: PreparedScenario, tasks: list, budget: Budget, summarize: bool) -> list:
-    """[(row index, EvaluationResult)] of several candidates on one scenario (the unit of
-    work of an external executor)."""
+def evaluate_group(ps: PreparedScenario, cohorts: list, budget: Budget, summarize: bool) -> list:
+    """[(row index, EvaluationResult)] of several cohorts of candidates (lists of tasks) on
+    one scenario (the unit of work of an external executor)."""
     try:
-        return [(t.index, evaluate_task(ps, t, budget, summarize)) for t in tasks]
+        return [row for c in cohorts for row in evaluate_unit(ps, c, budget, summarize)]
     finally:  # a worker's threads outlive the batch: they keep no state arrays
         release_thread_arrays()
+
+
+def evaluate_unit(ps: PreparedScenario, cohort: list, budget: Budget, summarize: bool = False,
+                  timings: dict | None = None) -> list:
+    """[(row index, EvaluationResult)] of one cohort of tasks (batch/cohorts.py); a cohort
+    of one is ``evaluate_task``."""
+    if len(cohort) == 1:
+        return [(cohort[0].index, evaluate_task(ps, cohort[0], budget, summarize, timings))]
+    return evaluate_cohort(ps, cohort, budget, timings)
 
 
 def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict) -> Task:

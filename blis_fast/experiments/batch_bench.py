@@ -50,12 +50,15 @@ def bench_candidates(n: int = N_CANDIDATES, seed: int = 7) -> dict[str, dict]:
     return out
 
 
-def bench_batch(name: str, workers: int | None = None, serial: bool | None = None, repeats: int = 1) -> dict:
+def bench_batch(name: str, workers: int | None = None, serial: bool | None = None, repeats: int = 1,
+                cohorts: bool = True) -> dict:
     """Evaluations/s of a batch scenario, serial and on ``workers`` threads (default all
-    cores), best of ``repeats`` passes each; see the module docstring."""
+    cores), best of ``repeats`` passes each; see the module docstring.  ``cohorts=False``:
+    every candidate runs alone (batch/cohorts.py; the rows are the same)."""
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import load_candidate
-    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, make_task
+    from blis_fast.batch.cohorts import form_cohorts
+    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task
     from blis_fast.batch.scenarios import Scenario, prepare
     from blis_fast.config.sim import build_config
     from blis_fast.experiments.bench import scenario_overrides
@@ -84,10 +87,14 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
         phases: dict[str, float] = {}
         c, t = time.process_time(), time.perf_counter()
         if n_workers == 1:  # evaluate_prepared's serial path, with the time of each phase
-            tasks = [make_task(i, cand, ps, {}) for i, cand in enumerate(cands)]
-            results = [evaluate_task(ps, task, budget, timings=phases) for task in tasks]
+            compiled: dict = {}
+            tasks = [make_task(i, cand, ps, compiled) for i, cand in enumerate(cands)]
+            results = [None] * len(tasks)
+            for unit in form_cohorts(tasks, cohorts):
+                for i, ev in evaluate_unit(ps, unit, budget, timings=phases):
+                    results[i] = ev
         else:
-            results = evaluate_prepared(cands, [ps], budget, n_workers)
+            results = evaluate_prepared(cands, [ps], budget, n_workers, cohorts=cohorts)
         return time.perf_counter() - t, time.process_time() - c, results, phases
 
     serial_runs, parallel_runs, first = [], [], None

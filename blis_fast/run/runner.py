@@ -96,7 +96,8 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     every multiple of it on the simulated clock -- having processed every event up to that
     time -- and ``on_sample(state, t_us)`` records what it needs (time series).  With
     ``until_us`` (not with sampling) it returns instead once every event at or before
-    ``until_us`` is processed (``run_until``)."""
+    ``until_us`` is processed (``run_until``).  A cohort's state (blis_fast.batch.cohorts)
+    also returns, with Status.COHORT_SPLIT, where its members part."""
     from blis_fast_kernels.native import run_events  # compiled ahead of time, or numba loads here
 
     settings = state.settings
@@ -121,6 +122,8 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
         elif status == Status.CHUNK_DONE:
             if progress is not None:
                 progress(state)
+        elif status == Status.COHORT_SPLIT:  # (only a cohort's state stops so: blis_fast.batch.cohorts)
+            return state
         elif status == Status.PAUSED and until_us is not None:
             settings["pause_at_us"] = np.iinfo(np.int64).max
             return state

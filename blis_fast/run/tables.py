@@ -504,6 +504,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
         policy_kind=np.ascontiguousarray(pol.kinds, dtype=np.int64),
         policy_param=np.ascontiguousarray(pol.params, dtype=np.float64),
+        # one candidate: a cohort of one (blis_fast.batch.cohorts makes larger ones)
+        cohort=np.array(pol.params[S.PolicySlot.ROUTING], np.float64).reshape(1, -1),
+        cohort_choice=np.zeros(1, np.int64),
         tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
         tb_last_us=np.zeros(n_tenants, np.int64),
         snap=np.zeros((n_inst, S.N_SNAP), np.float64),

@@ -47,7 +47,14 @@ def on_admission(st, r, t):
 def on_routing(st, r, t):
     """Route request r: refresh the router's snapshot, choose an instance, record the keys
     of the request's full prompt blocks in the router's index (the router sees only the
-    prompt); Queued follows after α0 + α1·L."""
+    prompt); Queued follows after α0 + α1·L.
+
+    A *cohort* -- candidates whose policies differ only in their routing parameters,
+    simulated as one run while they decide alike (``st.cohort``, blis_fast.batch.cohorts)
+    -- routes only when every member picks the same instance; otherwise the loop stops
+    with Status.COHORT_SPLIT and each member's pick in ``cohort_choice``, having changed
+    nothing a decision reads (refreshing the snapshot again at the same time changes
+    nothing, and the prefix-index walk memo is only a cache)."""
     reqs = st.reqs
     inst = st.inst
     s = st.settings
@@ -60,10 +67,23 @@ def on_routing(st, r, t):
     if use_index:
         leading_matches(st, kstart, n_keys)
     lp = st.loop
-    target, cursor = choose_instance(st.policy_kind[PolicySlot.ROUTING], st.policy_param[PolicySlot.ROUTING], inst,
+    kind = st.policy_kind[PolicySlot.ROUTING]
+    members = st.cohort.shape[0]
+    for m in range(1, members):  # a cohort's other members decide first (the scores left are member 0's)
+        st.cohort_choice[m], _ = choose_instance(kind, st.cohort[m], inst, st.snap, st.affinity, n_keys,
+                                                 lp[0]["rr_cursor"], st.route_scores)
+    target, cursor = choose_instance(kind, st.policy_param[PolicySlot.ROUTING], inst,
                                      st.snap, st.affinity, n_keys, lp[0]["rr_cursor"], st.route_scores)
-    lp[0]["rr_cursor"] = cursor
     forced = r == s[0]["forced_request"] and target >= 0
+    if members > 1 and not forced:
+        # the members share the routing kind, so the same instance means the same cursor
+        st.cohort_choice[0] = target
+        for m in range(1, members):
+            if st.cohort_choice[m] != target:  # they part here: nothing is decided (engine/loop.py)
+                lp[0]["status"] = Status.COHORT_SPLIT
+                lp[0]["error_request"] = r
+                return
+    lp[0]["rr_cursor"] = cursor
     if forced:  # a counterfactual replay: only this decision changes (the cursor moves as chosen)
         target = s[0]["forced_instance"]
     if target >= 0 and tracing(st):

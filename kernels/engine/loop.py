@@ -16,7 +16,7 @@ import numpy as np
 from ..jit import helper, kernel
 from ..schema import ClusterEvent, InstanceEvent, Status
 from ..byref import by_ref
-from ..structs.heap import heap_pop
+from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
 from .events import event_kind_instance
 from .handlers import on_admission, on_arrival, on_queued, on_routing
@@ -59,6 +59,8 @@ def event_loop(st):
         ap = lp[0]["next_arrival"]
         r = np.int64(-1)
         t = np.int64(0)
+        prio = np.int64(0)
+        seq = np.int64(0)
         from_stream = False
         if ap < order.shape[0]:
             r = order[ap]
@@ -88,7 +90,7 @@ def event_loop(st):
         if from_stream:
             lp[0]["next_arrival"] = ap + 1
         else:
-            size, t, _p, _s, r = heap_pop(st.heap, size)
+            size, t, prio, seq, r = heap_pop(st.heap, size)
             lp[0]["heap_size"] = size
         if t < lp[0]["clock_us"]:
             lp[0]["status"] = Status.CLOCK_BACKWARDS
@@ -112,6 +114,9 @@ def event_loop(st):
         else:
             on_step(st, ev_inst, t)
         if lp[0]["status"] != Status.OK:
+            if lp[0]["status"] == Status.COHORT_SPLIT:  # the routing was not done: the event goes back as it was
+                lp[0]["heap_size"] = heap_push(st.heap, lp[0]["heap_size"], t, prio, seq, r)
+                lp[0]["events"] -= 1
             break
     for i in range(st.inst.shape[0]):
         sync_riders(st, i)

@@ -60,9 +60,10 @@ N_INSTANCE_KINDS = 4
 
 
 class _Status(NamedTuple):
-    """Why the event loop returned.  OK, LOG_FULL and PAUSED are not errors: after
-    LOG_FULL the caller grows the logs and calls again, after PAUSED it moves the pause
-    time and calls again (the loop state lives in arrays, so the run simply continues)."""
+    """Why the event loop returned.  OK, LOG_FULL, PAUSED, CHUNK_DONE and COHORT_SPLIT are
+    not errors: after LOG_FULL the caller grows the logs and calls again, after PAUSED it
+    moves the pause time and calls again (the loop state lives in arrays, so the run simply
+    continues); after COHORT_SPLIT it divides the cohort (blis_fast.batch.cohorts)."""
 
     OK: int = 0  # finished: no more events, or the next one lies beyond the horizon
     HEAP_FULL: int = 1  # the event heap overflowed (an internal sizing error)
@@ -76,6 +77,8 @@ class _Status(NamedTuple):
     PAUSED: int = 9  # the next event lies beyond settings.pause_at_us
     CHUNK_DONE: int = 10  # settings.chunk_events events were processed in this call (a chance to report
     #                       progress and to notice an interrupt; the run simply continues)
+    COHORT_SPLIT: int = 11  # the cohort's members route the next request differently (cohort_choice
+    #                         says how); the routing event is back in the heap, unprocessed
 
 
 Status = _Status()

@@ -55,6 +55,8 @@ class State(NamedTuple):
     # --- the policy candidate (kinds + parameter matrix) and its state
     policy_kind: np.ndarray  # int64[N_POLICY_SLOTS]
     policy_param: np.ndarray  # float64[N_POLICY_SLOTS, POLICY_WIDTH]
+    cohort: np.ndarray  # float64[k, POLICY_WIDTH]: routing parameters of the k candidates run as one (row 0 = policy_param's)
+    cohort_choice: np.ndarray  # int64[k] scratch: each member's instance for the request they disagree on
     tb_tokens: np.ndarray  # float64[n_tenants]: token-bucket levels
     tb_last_us: np.ndarray  # int64[n_tenants]: last refill time
     snap: np.ndarray  # float64[n_inst, N_SNAP]: the router's view of each instance
@@ -95,7 +97,8 @@ STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {
     "admit_log": (ADMIT_DT, 1), "preempt_log": (PREEMPT_DT, 1), "sched_log": (SCHED_DT, 1),
     "sched_open": (_I64, 1),
     "roofline": (_F64, 1),
-    "policy_kind": (_I64, 1), "policy_param": (_F64, 2), "tb_tokens": (_F64, 1), "tb_last_us": (_I64, 1),
+    "policy_kind": (_I64, 1), "policy_param": (_F64, 2), "cohort": (_F64, 2), "cohort_choice": (_I64, 1),
+    "tb_tokens": (_F64, 1), "tb_last_us": (_I64, 1),
     "snap": (_F64, 2), "snap_refreshed": (_I64, 1), "affinity": (_I64, 1), "route_scores": (_F64, 1),
     "alive": (_I64, 1), "pi_state": (_I64, 2), "pi_table": (_I64, 2), "pi_ring": (_I64, 2), "pi_records": (_I64, 3),
     "gmap": (_I64, 2),

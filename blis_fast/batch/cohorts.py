@@ -1,0 +1,175 @@
+"""Cohorts: candidates that differ only in their routing parameters, simulated as one run
+for as long as they route alike.
+
+A search proposes many candidates that differ in a few weights, and on a given scenario
+many of them pick the same instance for every request: their runs are identical, byte
+for byte (on the bench's 10K x 4 scenario, 52 weighted candidates make 12 distinct runs).
+A cohort runs once with every member's routing parameters in the state
+(``State.cohort``); at each routing decision the kernel asks every member
+(``kernels/engine/handlers.py`` ``on_routing``) and, when they disagree, stops before
+deciding (``Status.COHORT_SPLIT``).  The cohort then splits: a copy of the state for each
+distinct choice, each going on with the members that made it.  Every run that ends is
+judged once, and its members' rows differ only in their policy ids.
+
+Nothing is approximated: a member's row equals the row of its own run (tests/batch/
+test_cohorts.py), and its budget counts the events, simulated time and wall time of its
+own path through the splits.  Members share everything but the routing parameters (the
+``cohort_key``): the routing kind, every other policy, the settings a policy implies.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from blis_fast_kernels.schema import PolicySlot, Status
+
+# at most this many candidates per cohort: each split keeps a copy of the state for every
+# branch not yet run, so a cohort's memory is up to ``MAX_MEMBERS`` states
+MAX_MEMBERS = 16
+
+
+def cohort_key(task):
+    """What a task shares with the members of its cohort: its compiled policy but the
+    routing parameters, and every other setting of its policy; None for a task that runs
+    alone (an error row)."""
+    if task.compiled is None or task.policy is None:
+        return None
+    params = task.compiled.params.copy()
+    params[PolicySlot.ROUTING] = 0.0
+    return (task.compiled.kinds.tobytes(), params.tobytes(), bool(task.compiled.uses_prefix_index),
+            repr(replace(task.policy, routing_scorers=None)))
+
+
+def form_cohorts(tasks: list, enabled: bool = True) -> list[list]:
+    """The tasks of one scenario as cohorts (lists of tasks, in order of first appearance,
+    at most MAX_MEMBERS each); every task alone when not ``enabled``."""
+    if not enabled:
+        return [[t] for t in tasks]
+    groups: dict = {}
+    out: list[list] = []
+    for t in tasks:
+        key = cohort_key(t)
+        group = groups.get(key) if key is not None else None
+        if group is None or len(group) >= MAX_MEMBERS:
+            group = [t]
+            out.append(group)
+            if key is not None:
+                groups[key] = group
+        else:
+            group.append(t)
+    return out
+
+
+def _as_cohort(state, members: list):
+    """``state`` set up for ``members``: their routing rows, member 0's parameters as the
+    state's own (a copy: a compiled policy's arrays are shared by its tasks)."""
+    rows = np.array([m.compiled.params[PolicySlot.ROUTING] for m in members], np.float64)
+    return state._replace(cohort=rows, cohort_choice=np.zeros(len(members), np.int64),
+                          policy_param=np.array(members[0].compiled.params, np.float64))
+
+
+def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> list:
+    """[(row index, EvaluationResult)] of the members of one cohort on a prepared scenario
+    (never raises; a cohort of one is ``evaluate_task``).  ``timings`` as
+    ``evaluate_task``'s, summed over the cohort's branches."""
+    from blis_fast.batch.evaluate import evaluate_task
+
+    if len(members) == 1:
+        return [(members[0].index, evaluate_task(ps, members[0], budget, timings=timings))]
+    from blis_fast.batch.budget import BudgetExceeded, run_within
+    from blis_fast.batch.evaluate import BUDGET_EXCEEDED, INTERNAL, RUN_REFUSED, SIMULATION_FAILED, failed, \
+        thread_arrays
+    from blis_fast.config import memory
+    from blis_fast.errors import ConfigError, SimulationError
+    from blis_fast.results.evaluation import policy_id
+    from blis_fast.results.result import Result
+    from blis_fast.run.tables import build_state
+    from blis_fast_kernels.schema.state import copy_state
+
+    head = members[0]
+    setup = replace(ps.setup, config=replace(ps.setup.config, policy=head.policy))
+    out: list = []
+    alone: list = []  # members left to run by themselves (their branch's copy did not fit the memory budget)
+    timings = {} if timings is None else timings
+
+    def add(key: str, seconds: float) -> None:
+        timings[key] = timings.get(key, 0.0) + seconds
+
+    def fail(group, status, message, spent):
+        for m in group:
+            ev = failed(ps, m, status, message)
+            ev.wall_time_s = spent
+            out.append((m.index, ev))
+
+    t0 = time.perf_counter()
+    try:
+        with memory.memory_budget(setup.config.simulation.max_memory) as mem:
+            state = build_state(setup, ps.workload, head.compiled, scenario=ps.tables, arrays=thread_arrays())
+            add("build_s", time.perf_counter() - t0)
+            branches = [(state, members, time.perf_counter() - t0)]  # (state, its members, wall s of its path)
+            while branches:
+                state, group, spent = branches.pop()
+                state = _as_cohort(state, group)
+                start = time.perf_counter()
+                deadline = None
+                if budget.max_wall_s is not None:
+                    deadline = time.monotonic() + float(budget.max_wall_s) - spent
+                try:
+                    state = run_within(state, budget, deadline)
+                except BudgetExceeded as exc:
+                    fail(group, BUDGET_EXCEEDED, str(exc), spent + time.perf_counter() - start)
+                    continue
+                except SimulationError as exc:
+                    fail(group, SIMULATION_FAILED, str(exc), spent + time.perf_counter() - start)
+                    continue
+                t_judge = time.perf_counter()
+                add("kernel_s", t_judge - start)
+                spent += t_judge - start
+                if int(state.loop[0]["status"]) == Status.COHORT_SPLIT:
+                    state.loop["status"] = Status.OK
+                    state.loop["error_request"] = -1
+                    parts: dict = {}
+                    for m, choice in zip(group, state.cohort_choice[: len(group)].tolist()):
+                        parts.setdefault(choice, []).append(m)
+                    first, *others = parts.values()
+                    for part in reversed(others):  # a copy each (kept until its turn); the first goes on in this one
+                        try:
+                            mem.charge(sum(a.nbytes for a in state), "a copy of a cohort's state at a split")
+                        except ConfigError:
+                            alone.extend(part)
+                            continue
+                        branches.append((copy_state(state), part, spent))
+                    branches.append((state, first, spent))
+                    continue
+                thread_arrays().keep("step_log", state.step_log)  # (as evaluate_task does)
+                ev = Result(setup, ps.workload, state, wall_time_s=t_judge - start).evaluate(objectives=ps.objectives)
+                done = time.perf_counter()
+                add("judge_s", done - t_judge)
+                for m in group:  # the same run: the same row, but for the policy id
+                    own = replace(ev, objectives=dict(ev.objectives), metrics=dict(ev.metrics),
+                                  details=[dict(d) for d in ev.details],
+                                  counterfactuals=[dict(c) for c in ev.counterfactuals],
+                                  policy_id=policy_id(m.compiled.kinds, m.compiled.params,
+                                                      m.policy.prefix_index_capacity),
+                                  wall_time_s=spent + done - t_judge)
+                    out.append((m.index, own))
+    except ConfigError as exc:  # (the cohort's first state did not fit: neither would any member's)
+        fail(_without(members, out, alone), RUN_REFUSED, str(exc), None)
+    except MemoryError:
+        fail(_without(members, out, alone), RUN_REFUSED, "the machine ran out of memory; lower "
+             "simulation.max_memory so that such runs are refused up front", None)
+    except Exception as exc:  # noqa: BLE001 -- one broken evaluation must not sink the batch
+        fail(_without(members, out, alone), INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please "
+                                                      "report)", None)
+    for m in alone:
+        out.append((m.index, evaluate_task(ps, m, budget, timings=timings)))
+    return out
+
+
+def _without(members: list, out: list, alone: list) -> list:
+    """The members with no row in ``out`` and not left to run alone."""
+    taken = {i for i, _ in out} | {m.index for m in alone}
+    return [m for m in members if m.index not in taken]
