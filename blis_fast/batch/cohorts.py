@@ -148,6 +148,7 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
                 ev = Result(setup, ps.workload, state, wall_time_s=t_judge - start).evaluate(objectives=ps.objectives)
                 done = time.perf_counter()
                 add("judge_s", done - t_judge)
+                add("runs", 1)
                 for m in group:  # the same run: the same row, but for the policy id
                     own = replace(ev, objectives=dict(ev.objectives), metrics=dict(ev.metrics),
                                   details=[dict(d) for d in ev.details],

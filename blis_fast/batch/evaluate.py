@@ -277,7 +277,8 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
                   timings: dict | None = None):
     """One candidate on one scenario -> EvaluationResult (never raises).  ``timings``
     (optional) accumulates wall seconds per phase: ``build_s`` (the state), ``kernel_s``
-    (the event loop), ``judge_s`` (metrics, objectives, summary)."""
+    (the event loop), ``judge_s`` (metrics, objectives, summary), and ``runs``, the runs
+    judged."""
     from blis_fast.config import memory
     from blis_fast.results.result import Result
     from blis_fast.run.tables import build_state
@@ -297,7 +298,7 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
             ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
             if timings is not None:
                 for key, dt in (("build_s", t_run - t0), ("kernel_s", t_judge - t_run),
-                                ("judge_s", time.perf_counter() - t_judge)):
+                                ("judge_s", time.perf_counter() - t_judge), ("runs", 1)):
                     timings[key] = timings.get(key, 0.0) + dt
     except BudgetExceeded as exc:
         return failed(ps, task, BUDGET_EXCEEDED, str(exc), t0)

@@ -2,6 +2,10 @@
 64 policy candidates on one standard scenario (``experiments.bench.SCENARIOS``), serial
 (one thread) and on every core (a thread per core; the event loop releases the GIL).
 
+The candidates are evaluated as ``evaluate_prepared`` evaluates them: those that differ
+only in routing parameters as cohorts, one run while they route alike (batch/cohorts.py);
+"runs" is the number of runs a serial pass judged (64 when every candidate ran alone).
+
 Untimed: the scenario is prepared once (workload, resolved config), the candidates are
 compiled, one evaluation loads the kernels.  Timed: ``repeats`` rounds of all candidates
 serially, then all on every core (alternating, so that both see the same machine); the
@@ -116,12 +120,15 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
             runs.append((wall, cpu, phases))
     scaling = kernel_scaling(ps, workers, repeats) if run_serial and workers > 1 else None
     serial_s, serial_cpu, phases = min(serial_runs, key=lambda r: r[0]) if serial_runs else (None, None, {})
+    runs = phases.pop("runs", None)
     parallel_s, parallel_cpu, _ = min(parallel_runs, key=lambda r: r[0])
     n = len(cands)
     return {
         "name": name,
         "scenario": base,
         "candidates": n,
+        # runs judged in a serial pass: fewer than candidates when cohorts shared runs (batch/cohorts.py)
+        "runs": None if runs is None else int(runs),
         "workers": workers,
         "prepare_s": prepare_s,
         "kernel_best_s": min(kernel),
@@ -186,9 +193,10 @@ def format_batch(rows: list[dict]) -> list[str]:
     out = ["", f"batch evaluation ({N_CANDIDATES} candidates per scenario; blis_fast.batch.evaluate_many's engine; "
                "serial = 1 thread, parallel = a thread per core; best pass of repeats)"]
     out += _table(
-        ["batch", "scenario", "workers", "serial s", "evals/s serial", "parallel s", "evals/s parallel", "speed-up",
-         "s/eval serial", "build/kernel/judge s", "busy cores", "kernel scaling"],
-        [[r["name"], r["scenario"], str(r["workers"]), f(r["serial_s"], ".2f"), f(r["serial_evals_per_s"], ".2f"),
+        ["batch", "scenario", "workers", "runs", "serial s", "evals/s serial", "parallel s", "evals/s parallel",
+         "speed-up", "s/eval serial", "build/kernel/judge s", "busy cores", "kernel scaling"],
+        [[r["name"], r["scenario"], str(r["workers"]), f(r.get("runs"), "d"), f(r["serial_s"], ".2f"),
+          f(r["serial_evals_per_s"], ".2f"),
           f"{r['parallel_s']:.2f}", f"{r['parallel_evals_per_s']:.2f}", f(r["speedup"], ".2f"),
           f(r["serial_s_per_eval"], ".4f"), _phases(r.get("phase_s_per_eval")), f"{r['parallel_busy_cores']:.2f}",
           f(r.get("kernel_scaling"), ".2f")]
