@@ -12,7 +12,7 @@ from blis_fast_kernels.schema import INSTANCE_DT, KV_BLOCK_DT, REQUEST_DT
 from blis_fast_kernels.structs.keycount import REPEATED, SHARED, flag_keys
 from naive.dlist import NaiveLists
 from naive.hashtable import NaiveTable, naive_repeated, naive_shared
-from naive.sort import naive_sorted, quadratic_inversion_pairs
+from naive.sort import naive_sorted
 
 # ============================================================================ dlist
 
@@ -214,30 +214,6 @@ def test_merge_sort_breaks_ties_by_k2_then_id():
     out_ids = (tmp if in_tmp else (ids, k1, k2))[0]
     assert out_ids.tolist() == [1, 3, 5, 7, 0, 2, 4, 6, 8]
 
-
-@pytest.mark.parametrize("seed", range(10))
-def test_count_inversions_matches_quadratic_per_group(seed):
-    from blis_fast_kernels.native import count_inversions
-
-    rng = np.random.default_rng(seed)
-
-    def count(values, groups, factor):  # groups: contiguous labels in element order
-        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if len(groups) else np.zeros(0, np.int64)
-        group_start = np.repeat(starts, np.diff(np.r_[starts, len(groups)])).astype(np.int64)
-        return int(count_inversions(values, group_start, np.argsort(values).astype(np.int64), factor))
-
-    def want(values, groups, factor):
-        return sum(quadratic_inversion_pairs(values[groups == g].tolist(), factor) for g in np.unique(groups))
-
-    v = rng.choice([0.0, 1.0, 2.0, 3.0, 4.5, 9.0, 1e6], int(rng.integers(0, 120)))
-    groups = np.sort(rng.integers(0, 4, len(v)))
-    for factor in (0.0, 0.5, 1.0, 2.0, 3.0):
-        assert count(v, np.zeros(len(v), np.int64), factor) == quadratic_inversion_pairs(v.tolist(), factor)
-        assert count(v, groups, factor) == want(v, groups, factor)
-    n, _, k1, _ = _sort_case(rng)  # negative values and ties too
-    for factor in (0.5, 1.0, 2.0):
-        assert count(k1[:n], np.zeros(n, np.int64), factor) == quadratic_inversion_pairs(k1[:n].tolist(), factor)
-    assert count(np.zeros(0), np.zeros(0, np.int64), 2.0) == 0
 
 
 # ============================================================================ keycount

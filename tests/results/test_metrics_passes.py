@@ -147,30 +147,3 @@ def test_cluster_and_request_metrics_share_sorted_samples_equal_to_a_fresh_sort(
         assert by_mask[k] == v, k
     for p, population in (("e2e", done), ("ttft", first)):
         assert loaded.cluster[f"{p}_p99_ms"] == percentile_us(lat[f"{p}_us"][population], 99) / 1000.0
-
-
-def test_steps_grouped_by_instance_and_run_cover_equal_the_numpy_formulas():
-    from blis_fast_kernels.native import group_steps, run_cover
-
-    rng = np.random.default_rng(5)
-    for n_inst, n in ((1, 0), (1, 7), (4, 300), (9, 1000)):
-        inst = rng.integers(0, n_inst, n).astype(np.int64)
-        position, starts = group_steps(inst, n_inst)
-        order = np.argsort(inst, kind="stable")
-        assert np.array_equal(order[position], np.arange(n))  # position is the inverse of the stable order
-        assert np.array_equal(starts, np.concatenate(([0], np.cumsum(np.bincount(inst, minlength=n_inst)))))
-        if n == 0:
-            continue
-        # runs: (first, last) step pairs of one instance, first <= last
-        first, last = [], []
-        for _ in range(50):
-            i = int(rng.integers(0, n_inst))
-            steps = np.flatnonzero(inst == i)
-            if len(steps):
-                a, b = sorted(rng.choice(steps, 2))
-                first.append(a)
-                last.append(b)
-        first, last = np.array(first, np.int64), np.array(last, np.int64)
-        want = np.cumsum(np.bincount(position[first] + 1, minlength=n + 1)
-                         - np.bincount(position[last] + 1, minlength=n + 1))[:n]
-        assert np.array_equal(run_cover(position, first, last), want)
