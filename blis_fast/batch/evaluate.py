@@ -179,11 +179,11 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
             for s_i, c in units:
                 record(evaluate_unit(prepared[s_i], c, budget, summarize))
         else:
-            # larger cohorts first, so that the threads finish together; the smallest unit
-            # loads the compiled kernels in this thread, before any fan-out
-            units.sort(key=lambda u: -len(u[1]))  # (stable)
-            s_i, c = units.pop()
-            record(evaluate_unit(prepared[s_i], c, budget, summarize))
+            # larger cohorts first, so that the threads finish together (stable)
+            units.sort(key=lambda u: -len(u[1]))
+            if not _kernels_loaded():  # JIT: the smallest unit compiles or loads them here, before any fan-out
+                s_i, c = units.pop()
+                record(evaluate_unit(prepared[s_i], c, budget, summarize))
             pool = ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-eval")
             try:
                 futures = {pool.submit(evaluate_unit, prepared[s_i], c, budget, summarize): None
@@ -194,6 +194,14 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
     release_thread_arrays()  # (the pool's threads took theirs with them)
     assert all(isinstance(r, EvaluationResult) for r in results)
     return results
+
+
+def _kernels_loaded() -> bool:
+    """True if the kernels' calls go to the ahead-of-time compiled module, now loaded (a
+    JIT kernel compiles or loads on its first call)."""
+    from blis_fast_kernels import native
+
+    return native.mode() != "jit" and native.compiled_module() is not None
 
 
 def _collect(futures: dict, on_done) -> None:
