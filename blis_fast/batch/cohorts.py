@@ -73,15 +73,9 @@ def _as_cohort(state, members: list):
 
 def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> list:
     """[(row index, EvaluationResult)] of the members of one cohort on a prepared scenario
-    (never raises; a cohort of one is ``evaluate_task``).  ``timings`` as
-    ``evaluate_task``'s, summed over the cohort's branches."""
-    from blis_fast.batch.evaluate import evaluate_task
-
-    if len(members) == 1:
-        return [(members[0].index, evaluate_task(ps, members[0], budget, timings=timings))]
+    (never raises).  ``timings`` as ``evaluate_task``'s, summed over the cohort's branches."""
     from blis_fast.batch.budget import BudgetExceeded, run_within
-    from blis_fast.batch.evaluate import BUDGET_EXCEEDED, INTERNAL, RUN_REFUSED, SIMULATION_FAILED, failed, \
-        thread_arrays
+    from blis_fast.batch.evaluate import evaluate_task, failed, failure, thread_arrays
     from blis_fast.config import memory
     from blis_fast.errors import ConfigError, SimulationError
     from blis_fast.results.evaluation import policy_id
@@ -98,9 +92,9 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
     def add(key: str, seconds: float) -> None:
         timings[key] = timings.get(key, 0.0) + seconds
 
-    def fail(group, status, message, spent):
+    def fail(group, exc, spent):
         for m in group:
-            ev = failed(ps, m, status, message)
+            ev = failed(ps, m, *failure(exc))
             ev.wall_time_s = spent
             out.append((m.index, ev))
 
@@ -119,11 +113,8 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
                     deadline = time.monotonic() + float(budget.max_wall_s) - spent
                 try:
                     state = run_within(state, budget, deadline)
-                except BudgetExceeded as exc:
-                    fail(group, BUDGET_EXCEEDED, str(exc), spent + time.perf_counter() - start)
-                    continue
-                except SimulationError as exc:
-                    fail(group, SIMULATION_FAILED, str(exc), spent + time.perf_counter() - start)
+                except (BudgetExceeded, SimulationError) as exc:  # (this branch's members only)
+                    fail(group, exc, spent + time.perf_counter() - start)
                     continue
                 t_judge = time.perf_counter()
                 add("kernel_s", t_judge - start)
@@ -157,14 +148,8 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
                                                       m.policy.prefix_index_capacity),
                                   wall_time_s=spent + done - t_judge)
                     out.append((m.index, own))
-    except ConfigError as exc:  # (the cohort's first state did not fit: neither would any member's)
-        fail(_without(members, out, alone), RUN_REFUSED, str(exc), None)
-    except MemoryError:
-        fail(_without(members, out, alone), RUN_REFUSED, "the machine ran out of memory; lower "
-             "simulation.max_memory so that such runs are refused up front", None)
-    except Exception as exc:  # noqa: BLE001 -- one broken evaluation must not sink the batch
-        fail(_without(members, out, alone), INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please "
-                                                      "report)", None)
+    except Exception as exc:  # noqa: BLE001 -- e.g. the first state does not fit (nor would any member's)
+        fail(_without(members, out, alone), exc, None)
     for m in alone:
         out.append((m.index, evaluate_task(ps, m, budget, timings=timings)))
     return out

@@ -308,19 +308,24 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
                 for key, dt in (("build_s", t_run - t0), ("kernel_s", t_judge - t_run),
                                 ("judge_s", time.perf_counter() - t_judge), ("runs", 1)):
                     timings[key] = timings.get(key, 0.0) + dt
-    except BudgetExceeded as exc:
-        return failed(ps, task, BUDGET_EXCEEDED, str(exc), t0)
-    except SimulationError as exc:
-        return failed(ps, task, SIMULATION_FAILED, str(exc), t0)
-    except ConfigError as exc:
-        return failed(ps, task, RUN_REFUSED, str(exc), t0)
-    except MemoryError:
-        return failed(ps, task, RUN_REFUSED, "the machine ran out of memory; lower simulation.max_memory so that "
-                                             "such runs are refused up front", t0)
     except Exception as exc:  # noqa: BLE001 -- one broken evaluation must not sink the batch
-        return failed(ps, task, INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please report)", t0)
+        return failed(ps, task, *failure(exc), t0)
     ev.wall_time_s = time.perf_counter() - t0
     return ev
+
+
+def failure(exc: Exception) -> tuple[str, str]:
+    """(status, message) of the row of an evaluation that raised ``exc``."""
+    if isinstance(exc, BudgetExceeded):
+        return BUDGET_EXCEEDED, str(exc)
+    if isinstance(exc, SimulationError):
+        return SIMULATION_FAILED, str(exc)
+    if isinstance(exc, ConfigError):
+        return RUN_REFUSED, str(exc)
+    if isinstance(exc, MemoryError):
+        return RUN_REFUSED, "the machine ran out of memory; lower simulation.max_memory so that such runs are " \
+                            "refused up front"
+    return INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please report)"
 
 
 _ARRAYS = threading.local()
