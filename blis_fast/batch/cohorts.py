@@ -101,7 +101,8 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
     t0 = time.perf_counter()
     try:
         with memory.memory_budget(setup.config.simulation.max_memory) as mem:
-            state = build_state(setup, ps.workload, head.compiled, scenario=ps.tables, arrays=thread_arrays())
+            arrays = thread_arrays()
+            state = build_state(setup, ps.workload, head.compiled, scenario=ps.tables, arrays=arrays)
             add("build_s", time.perf_counter() - t0)
             branches = [(state, members, time.perf_counter() - t0)]  # (state, its members, wall s of its path)
             while branches:
@@ -135,7 +136,7 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
                         branches.append((copy_state(state), part, spent))
                     branches.append((state, first, spent))
                     continue
-                thread_arrays().keep("step_log", state.step_log)  # (as evaluate_task does)
+                arrays.keep("step_log", state.step_log)  # (as evaluate_task does)
                 ev = Result(setup, ps.workload, state, wall_time_s=t_judge - start).evaluate(objectives=ps.objectives)
                 done = time.perf_counter()
                 add("judge_s", done - t_judge)

@@ -297,10 +297,11 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     setup = replace(ps.setup, config=cfg)
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
-            state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=thread_arrays())
+            arrays = thread_arrays()
+            state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=arrays)
             t_run = time.perf_counter()
             state = run_within(state, budget, deadline)
-            thread_arrays().keep("step_log", state.step_log)  # (grown or not: the next run starts with it)
+            arrays.keep("step_log", state.step_log)  # (grown or not: the next run starts with it)
             t_judge = time.perf_counter()
             result = Result(setup, ps.workload, state, wall_time_s=t_judge - t_run)
             ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
