@@ -15,6 +15,7 @@ import typer.main
 from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
 from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted
+from blis_fast.config.validate import escape_controls
 from blis_fast.errors import BlisFastError
 
 __all__ = ["app", "run_command"]
@@ -23,8 +24,10 @@ MAX_ERROR_CHARS = 1000
 
 
 def _error(text: str) -> None:
-    """Print ``error: <text>`` as one line on stderr and exit with code 2."""
-    line = " ".join(str(text).split())
+    """Print ``error: <text>`` as one line on stderr and exit with code 2: whitespace runs
+    become one space, control characters are escaped (user text can reach a message: a
+    file name, a flag value) and the line is cut at MAX_ERROR_CHARS."""
+    line = escape_controls(" ".join(str(text)[: 4 * MAX_ERROR_CHARS].split()))
     if len(line) > MAX_ERROR_CHARS:
         line = line[: MAX_ERROR_CHARS - 3] + "..."
     typer.echo(f"error: {line}", err=True)

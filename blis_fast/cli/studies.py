@@ -177,12 +177,13 @@ def compare(
     apply to every one of them, so the configurations differ only in what their files
     set.  With --set, every configuration runs the whole grid.
     """
+    from blis_fast.config.validate import show
     from blis_fast.errors import ConfigError
     from blis_fast.studies.sweep import run_study
 
     labels = [p.stem for p in configs]
     if len(set(labels)) != len(labels):
-        raise ConfigError("CONFIGS", f"the files' names label the columns and must differ, got {labels}")
+        raise ConfigError("CONFIGS", f"the files' names label the columns and must differ, got {show(labels)}")
     bases = [(label, config_from_flags({**run_flags, "config": path})) for label, path in zip(labels, configs)]
     inputs = [("CONFIGS", p) for p in configs] + [x for _, c in bases for x in input_paths(run_flags, c)]
     _check_study_outputs(out, plot, inputs)

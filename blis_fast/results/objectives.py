@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
+from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show, show_text
 from blis_fast.errors import ConfigError
 
 DIRECTIONS = ("min", "max")
@@ -126,7 +126,7 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
                                  f"selector, got {show(metric)}")
     base, kind, value = m.groups()
     if kind is not None and kind not in SELECTOR_KINDS:
-        raise ConfigError(where, f"unknown selector {kind!r} in {show(metric)}; allowed: {', '.join(SELECTOR_KINDS)}")
+        raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; allowed: {', '.join(SELECTOR_KINDS)}")
     if kind is not None and value == "":
         raise ConfigError(where, f"empty selector value in {show(metric)}")
     return base, kind, value
@@ -143,7 +143,7 @@ def check_objective(o: Objective, where: str) -> None:
     allowed = overall if kind is None else instance if kind == "instance" else group
     if base not in allowed:
         what = "metric" if kind is None else f"metric for [{kind}=...]"
-        raise ConfigError(f"{where}.metric", f"unknown {what} {base!r}; known: {', '.join(allowed)}")
+        raise ConfigError(f"{where}.metric", f"unknown {what} {show(base)}; known: {', '.join(allowed)}")
     if o.direction not in DIRECTIONS:
         raise ConfigError(f"{where}.direction", f"must be min or max, got {show(o.direction)}")
     if o.target is not None:
@@ -267,27 +267,83 @@ def metric_value(result, name: str) -> float:
             return float(result.request_metrics[base])
         table = result.evaluation_metrics
         if base not in table:
-            raise ConfigError("objectives.metric", f"unknown metric {base!r}; known: {', '.join(overall)}")
+            raise ConfigError("objectives.metric", f"unknown metric {show(base)}; known: {', '.join(overall)}")
         return float(table[base])
     if kind == "instance":
         if base not in instance:
-            raise ConfigError("objectives.metric", f"unknown metric for [instance=...] {base!r}; "
+            raise ConfigError("objectives.metric", f"unknown metric for [instance=...] {show(base)}; "
                                                    f"known: {', '.join(instance)}")
         used = result._used_instances().tolist()
-        key = value[len("instance_"):] if value.startswith("instance_") else value
-        if not key.isdigit() or int(key) not in used:
-            raise ConfigError("objectives.metric", f"{name}: no instance {value!r}; instances: "
-                                                   f"{', '.join(map(str, used))}")
+        index = instance_index(value)
+        if index is None or index not in used:
+            raise ConfigError("objectives.metric", f"{show(name)}: no instance {show(value)}; instances: "
+                                                   f"{known_list(used)}")
         import numpy as np
 
-        return float(scorecard.instance_metrics(result, np.array([int(key)]))[base])
+        return float(scorecard.instance_metrics(result, np.array([index]))[base])
     if base not in group:
-        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {base!r}; known: {', '.join(group)}")
+        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; known: {', '.join(group)}")
     masks = scorecard.group_masks(result, kind)
     if value not in masks:
-        raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
-                                               f"{kind}s: {', '.join(masks) or '(none)'}")
+        raise ConfigError("objectives.metric", no_group_message(name, kind, value, list(masks)))
     return float(scorecard.group_metrics(result, masks[value])[base])
+
+
+_KIND_PLURALS = {"class": "classes", "tenant": "tenants", "client": "clients"}
+MAX_LISTED = 20  # names listed in a message about an unknown one
+
+
+def known_list(names) -> str:
+    """The first MAX_LISTED ``names``, each shortened, and how many more there are."""
+    names = list(names)
+    shown = ", ".join(show_text(n, 40) for n in names[:MAX_LISTED]) or "(none)"
+    return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def no_group_message(metric: str, kind: str, value: str, known) -> str:
+    return (f"{show(metric)}: the workload has no {kind} {show(value)}; its {_KIND_PLURALS[kind]}: "
+            f"{known_list(known)}")
+
+
+def instance_index(value: str) -> int | None:
+    """The instance number of a selector value (``2`` or ``instance_2``), None if it is none."""
+    key = value[len("instance_"):] if value.startswith("instance_") else value
+    return int(key) if key.isascii() and key.isdigit() and len(key) <= 6 else None
+
+
+def workload_groups(workload, kind: str) -> list[str]:
+    """The names of the groups of a selector kind (class, tenant, client) that hold at least
+    one request of ``workload`` -- the groups ``scorecard.group_masks`` finds after the run."""
+    import numpy as np
+
+    from blis_fast.results.scorecard import GROUP_KINDS
+
+    col = GROUP_KINDS[kind]
+    names = list((workload.names or {}).get(col) or [])
+    ids = np.unique(workload.column(col)) if len(workload) else np.zeros(0, np.int64)
+    return [names[g] if g < len(names) else str(g) for g in ids.tolist() if g >= 0]
+
+
+def check_selectors(selected, workload, instances: int) -> None:
+    """Before a run: ConfigError unless every selector of ``selected`` -- (field, metric)
+    pairs -- names a group of ``workload`` that has requests, or an instance below
+    ``instances`` (the deployment's pool).  The same names are checked again on the run's
+    result (``metric_value``), which also knows which instances served."""
+    groups: dict[str, list[str]] = {}
+    for field, metric in selected:
+        _, kind, value = split_metric(metric, field)
+        if kind is None:
+            continue
+        if kind == "instance":
+            index = instance_index(value)
+            if index is None or index >= instances:
+                raise ConfigError(field, f"{show(metric)}: no instance {show(value)}; the deployment has "
+                                         f"{instances} (0 to {instances - 1})")
+            continue
+        if kind not in groups:
+            groups[kind] = workload_groups(workload, kind)
+        if value not in groups[kind]:
+            raise ConfigError(field, no_group_message(metric, kind, value, groups[kind]))
 
 
 _SAMPLED = ("ttft_", "e2e_", "tpot_", "itl_", "scheduling_delay_")  # statistics over per-request samples
@@ -346,5 +402,6 @@ def score(result, objectives) -> tuple[float, dict[str, float]]:
     return weighted_score(rows), {r["metric"]: r["normalized"] for r in rows}
 
 
-__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "default_direction", "judge", "measured", "metric_value",
+__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "check_selectors", "default_direction", "judge", "measured",
+           "metric_value", "workload_groups",
            "objectives_setting", "parse_objectives", "score", "split_metric", "weighted_score"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
@@ -112,13 +112,16 @@ def as_config(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None,
 
 
 def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0,
-               progress: Progress | None = None) -> Result:
+               progress: Progress | None = None, selectors: Sequence[tuple[str, str]] = ()) -> Result:
     """Run a validated config (``simulate`` without the argument handling) inside its memory
     budget; ``output_bytes_per_request`` reserves memory for outputs the caller will write
     (the CLI's results file).  ``progress`` is told each phase and, while the kernel runs,
     the requests finished (or, with a horizon, the simulated seconds) about every
     ``run.runner.CHUNK_SECONDS`` -- at no cost to the kernel (blis_fast.cli.feedback draws
-    it)."""
+    it).  Once the workload is known, before anything is simulated, every selector of the
+    config's objectives and of ``selectors`` ((field, metric) pairs the caller will read,
+    e.g. a study's ``--slo``) must name a group of the workload or an instance of the
+    deployment (``results.objectives.check_selectors``)."""
     from blis_fast.config.sim import validate
     from blis_fast.results.result import Result
 
@@ -134,6 +137,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             wl = build_workload(cfg)
         else:
             wl = workload
+        check_run_selectors(cfg, wl, selectors)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
@@ -168,6 +172,24 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
                 progress("replaying counterfactuals", 0, None, "")
             result.counterfactuals = replay_worst_decisions(result, sim.counterfactual_k)
         return result
+
+
+def pool_size(cfg: SimConfig) -> int:
+    """The instances of a run's deployment pool (rows of its instance table)."""
+    dep = cfg.deployment
+    return max(dep.num_instances, dep.max_instances or 0)
+
+
+def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[str, str]] = ()) -> None:
+    """The selectors of the config's objectives and ``selectors`` checked against the
+    workload and the deployment (``run_config``)."""
+    from blis_fast.results.objectives import check_selectors
+
+    selected = list(selectors)
+    if cfg.objectives is not None:
+        selected += [(f"objectives[{k}].metric", o["metric"]) for k, o in enumerate(cfg.objectives)]
+    if selected:
+        check_selectors(selected, wl, pool_size(cfg))
 
 
 def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from blis_fast.config.sim import SimConfig
-from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int
+from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, show
 from blis_fast.errors import ConfigError
 from blis_fast.run.api import as_config
-from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
+from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
+                                   seed_list, seed_stats)
 from blis_fast.studies.slo import SloPredicate, parse_slos
 from blis_fast.studies.tables import text_table
 
@@ -144,7 +145,7 @@ class _Searcher:
         """Probe ``values`` (all seeds of all of them in one parallel batch)."""
         configs = [c for v in values for c in configs_for(self.cfg, self.settings(v), self.seeds)]
         where = [f"{self.search}={v:.6g}" for v in values for _ in self.seeds]
-        rows = run_all(configs, self.metrics, self.jobs, self.on_run, where)
+        rows = run_all(configs, self.metrics, self.jobs, self.on_run, where, metrics_field="--slo")
         n = len(self.seeds)
         out = []
         for k, v in enumerate(values):
@@ -279,6 +280,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     n_seeds = check_seeds(seeds)
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 10_000)
+    check_simulations(max_probes * n_seeds, "--max-probes", f"{max_probes} probes x {n_seeds} seeds")
     jobs = check_jobs(jobs)
     cfg = as_config(config, overrides)
     w = cfg.workload
@@ -314,7 +316,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 
 def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
     """Refuse, before running, a [class=NAME] the workload spec does not define."""
-    from blis_fast.results.objectives import split_metric
+    from blis_fast.results.objectives import known_list, split_metric
     from blis_fast.studies.sweep import class_names
 
     known = class_names(cfg)
@@ -322,7 +324,7 @@ def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
         _, kind, name = split_metric(p.metric, "--slo")
         if kind == "class" and name not in known:
             raise ConfigError("--slo-class" if p.metric.endswith(f"[class={name}]") else "--slo",
-                              f"the workload has no SLO class {name!r}; its classes: {', '.join(known) or '(none)'}")
+                              f"the workload has no SLO class {show(name)}; its classes: {known_list(known)}")
 
 
 def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhausted: bool,
