@@ -42,9 +42,11 @@ import time
 
 import numpy as np
 
+from blis_fast.config.validate import as_int, as_list, as_str, show
 from blis_fast.errors import BlisFastError, ConfigError
 
 SEED = 42
+MAX_REPEATS = 1000  # timed repetitions per scenario (--repeats is in [1, MAX_REPEATS])
 
 # Workload shared by every scenario.  The chatbot preset (prompt 256±100, output 256±100
 # tokens) is the shortest-request preset, so a scenario has many requests per simulated
@@ -122,8 +124,8 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s":
 def scenario_overrides(name: str) -> dict:
     """The flat overrides of a named scenario (BASE + its row)."""
     if name not in SCENARIOS:
-        raise ConfigError("scenarios", f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}, batch-10k, "
-                                       "batch-100k")
+        raise ConfigError("--scenarios", f"unknown scenario {show(name)}; known: {', '.join(SCENARIOS)}, batch-10k, "
+                                         "batch-100k")
     return {**BASE, **SCENARIOS[name]}
 
 
@@ -200,8 +202,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     from blis_fast.run import build_state, build_workload, resolve, run_to_end
     from blis_fast_kernels.schema import RequestState
 
-    if repeats < 1:
-        raise ConfigError("repeats", f"must be >= 1, got {repeats}")
+    repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     overrides = scenario_overrides(name)
     cfg = build_config({}, overrides)
     setup = resolve(cfg)
@@ -347,7 +348,15 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     told each step as it starts."""
     from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch
 
-    names = list(SCENARIOS) + ["batch-10k"] if scenarios is None else [s.strip() for s in scenarios if s.strip()]
+    repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
+    if scenarios is None:
+        names = list(SCENARIOS) + ["batch-10k"]
+    else:
+        names = [as_str(s, "--scenarios", max_len=64).strip()
+                 for s in as_list(scenarios, "--scenarios", max_len=len(SCENARIOS) + len(BATCH_SCENARIOS) + 8)]
+        names = list(dict.fromkeys(n for n in names if n))
+        if not names:
+            raise ConfigError("--scenarios", "names no scenario")
     batches = [n for n in names if n in BATCH_SCENARIOS]
     names = [n for n in names if n not in BATCH_SCENARIOS]
     for name in names:

@@ -25,10 +25,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from blis_fast.errors import ConfigError
+
 COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
            "preemptions", "rejections", "dropped")
 ROW_BYTES = 8 * (len(COLUMNS) + 4)
 CHUNK = 1024  # samples charged to the memory budget at a time
+# A run's time series: at most MAX_SAMPLES sample times and MAX_SAMPLE_ROWS rows (sample times x
+# (instances + 1)).  Each sample stops the kernel and runs Python, so the count bounds the
+# time as well as the memory: the documented minimum interval on a long run is refused, not run.
+MAX_SAMPLES = 1_000_000
+MAX_SAMPLE_ROWS = 10_000_000
+INTERVAL_FIELD = "simulation.sample_interval_ms"
+
+
+def check_sample_count(samples: int, n_inst: int, why: str) -> None:
+    """ConfigError naming ``simulation.sample_interval_ms`` if ``samples`` sample times of
+    ``n_inst`` instance rows (plus the cluster's) are more than a run may take."""
+    rows = samples * (n_inst + 1)
+    if samples > MAX_SAMPLES or rows > MAX_SAMPLE_ROWS:
+        raise ConfigError(INTERVAL_FIELD, f"{why} takes {samples} samples ({rows} rows, {n_inst + 1} per sample: "
+                                          f"each instance and the cluster); a run takes at most {MAX_SAMPLES} samples and "
+                                          f"{MAX_SAMPLE_ROWS} rows: raise the interval (--sample-interval-ms)")
 
 
 class TimeSeriesRecorder:
@@ -42,6 +60,7 @@ class TimeSeriesRecorder:
         self.kv_total: np.ndarray | None = None
 
     def __call__(self, state, t_us: int) -> None:
+        check_sample_count(len(self.times) + 1, self.n_inst, f"sampling up to {int(t_us)} µs")
         if len(self.times) % CHUNK == 0:
             from blis_fast.config import memory
 

@@ -147,8 +147,19 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if progress is not None:
             progress("preparing the tables", 0, None, "")
         sim = cfg.simulation
-        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
         interval_us = sample_interval_us(cfg)
+        if interval_us:
+            from blis_fast.results.timeseries import check_sample_count
+
+            # the run lasts at least until its last known arrival (at most until the horizon):
+            # a series that would exceed its maximum by then is refused before the run
+            known = wl.arrival_us[wl.arrival_us >= 0]
+            last_us = int(known.max()) if known.size else 0
+            if sim.horizon is not None:
+                last_us = min(last_us, int(sim.horizon))
+            check_sample_count(last_us // interval_us, pool_size(cfg),
+                               f"sampling every {interval_us} µs up to the last arrival at {last_us} µs")
+        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
         recorder = None
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder
