@@ -33,6 +33,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blis_fast.adapters.core import FitnessSet, feedback_text
+from blis_fast.config.validate import show
+from blis_fast.errors import ConfigError
+
+MAX_PROGRAM_BYTES = 16 * 2**20  # a program file (policy YAML or Python), as a YAML file's limit
 
 SCENARIOS_ENV = "BLIS_FAST_SCENARIOS"
 PROGRAM_TIMEOUT_ENV = "BLIS_FAST_PROGRAM_TIMEOUT_S"  # seconds a .py program may take (default 10)
@@ -112,10 +116,15 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
             return _failure(None, "setup", f"cannot read the scenarios file {scenarios}: {exc.strerror or exc}")
         from blis_fast.errors import BlisFastError
 
+        if not isinstance(program_path, (str, os.PathLike)) or not str(program_path) or "\0" in str(program_path):
+            return _failure(fitness, f"stage{stage}", f"program_path must be the path of a program file, got "
+                                                      f"{show(program_path)}")
         try:
             cand = _candidate(program_path)
         except OSError as exc:
             return _failure(fitness, f"stage{stage}", f"cannot read the program: {exc.strerror or exc}")
+        except BlisFastError as exc:  # the program, not the setup
+            return _failure(fitness, f"stage{stage}", str(exc))
         names = fitness.names[:1] if stage == 1 else fitness.names
         results = fitness.run(cand, names, summarize=True)
         return _result(fitness, names, results, stage)
@@ -130,7 +139,10 @@ def _candidate(program_path: str):
     from blis_fast.batch.candidates import load_candidate
 
     p = Path(program_path)
-    data = p.read_bytes()
+    with open(p, "rb") as f:
+        data = f.read(MAX_PROGRAM_BYTES + 1)  # bounded: the file is the LLM's output
+    if len(data) > MAX_PROGRAM_BYTES:
+        raise ConfigError("program", f"is larger than {MAX_PROGRAM_BYTES} bytes (the size of a YAML file's limit)")
     key = hashlib.sha256(p.suffix.encode() + b"\0" + data).hexdigest()
     with _lock:
         if key in _candidates:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from blis_fast.config.sim import SimConfig
-from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, show
+from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, escape_controls, show
 from blis_fast.errors import ConfigError
 from blis_fast.run.api import as_config
 from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
@@ -112,7 +112,7 @@ class CapacityResult:
                 cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
             cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
             rows.append(cells)
-        return text_table(head, rows) + "\n\n" + self.message
+        return text_table(head, rows) + "\n\n" + escape_controls(self.message)
 
 
 class _Searcher:

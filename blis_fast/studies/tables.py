@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blis_fast.config.validate import show
+from blis_fast.config.validate import show, show_text
 from blis_fast.errors import ConfigError
 
 TABLE_FORMATS = (".parquet", ".csv")
 
 
+CELL_CHARS = 80
+
+
 def text_table(header: list[str], rows: list[list[str]], left: int = 0) -> str:
     """Columns padded to their widest cell: the first ``left`` left-aligned, the rest
-    right-aligned."""
+    right-aligned.  Cells may hold user text (a configuration's file name, a swept name,
+    a metric): each is shortened to CELL_CHARS with control characters escaped."""
+    header = [show_text(c, CELL_CHARS) for c in header]
+    rows = [[show_text(c, CELL_CHARS) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      for r in [header, *rows])
