@@ -146,7 +146,7 @@ def show_text(value: Any, limit: int = MAX_SHOWN) -> str:
 
 def key_name(key: Any, limit: int = 60) -> str:
     """A mapping key or setting name as it appears in a field path (shortened, unquoted)."""
-    if isinstance(key, str) and len(key) <= limit and key.isprintable():
+    if isinstance(key, str) and 0 < len(key) <= limit and key.isprintable():
         return key
     return show(key, limit)
 

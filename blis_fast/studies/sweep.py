@@ -34,6 +34,7 @@ from blis_fast.studies.tables import text_table, write_rows
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
+MAX_EXTRA_METRICS = 256  # --metrics names of one study
 
 
 @dataclass(frozen=True)
@@ -246,9 +247,14 @@ def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics
     for cfg in cfgs:
         names += [f"slo_attainment[class={c}]" for c in class_names(cfg)]
     if extra:
-        items = extra.split(",") if isinstance(extra, str) else list(extra)
+        if isinstance(extra, str):
+            items = as_str(extra, field, max_len=100_000).split(",")
+        else:
+            items = as_list(extra, field, max_len=MAX_EXTRA_METRICS, what="metric names")
+        if len(items) > MAX_EXTRA_METRICS:
+            raise ConfigError(field, f"at most {MAX_EXTRA_METRICS} metrics, got {len(items)}")
         for m in items:
-            m = str(m).strip()
+            m = as_str(m, field).strip()
             check_metric(m, field)
             names.append(m)
     return list(dict.fromkeys(names))
@@ -259,7 +265,11 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
               on_start: Callable[[int], None] | None = None) -> SweepResult:
     """Every (configuration, grid point) x seed, in one parallel batch: see the module
     docstring.  ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
-    axes = [parse_axis(s) for s in ([sets] if isinstance(sets, (str, Axis)) else list(sets))]
+    if sets is None:
+        sets = ()
+    items = [sets] if isinstance(sets, (str, Axis)) else as_list(sets, "--set", max_len=MAX_AXES,
+                                                                  what="a list of NAME=VALUES")
+    axes = [parse_axis(s) for s in items]
     if len(axes) > MAX_AXES:
         raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
     if len({a.name for a in axes}) != len(axes):
