@@ -34,7 +34,7 @@ from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
 from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
 from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
-from blis_fast.config.validate import as_int
+from blis_fast.config.validate import as_int, as_str, show
 from blis_fast.errors import ConfigError, SimulationError
 
 BUDGET_EXCEEDED = "budget_exceeded"
@@ -42,6 +42,7 @@ SIMULATION_FAILED = "simulation_error"  # the kernel stopped with an error statu
 RUN_REFUSED = "config_error"  # e.g. the candidate's tables exceed the scenario's memory budget
 INTERNAL = "internal_error"  # a bug of ours: reported in the row, never raised
 MAX_WORKERS = 1024
+MAX_EVALUATIONS = 1_000_000  # candidates x scenarios of one batch
 GROUP_SIZE = 8  # candidates per task handed to an external executor
 
 
@@ -87,8 +88,13 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
                                       f"got {type(executor).__name__}")
     n_workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False)
     ids, sources = _named(candidates)
+    scens = as_scenarios(scenarios)
+    if len(sources) * len(scens) > MAX_EVALUATIONS:  # refused before any program runs or workload is built
+        raise ConfigError("candidates", f"{len(sources)} candidates x {len(scens)} scenarios is "
+                                        f"{len(sources) * len(scens)} evaluations, more than the {MAX_EVALUATIONS} "
+                                        f"of one batch; split it")
     cands = load_candidates(ids, sources, n_workers, program_timeout_s)
-    prepared = [prepare(s, objectives) for s in as_scenarios(scenarios)]
+    prepared = [prepare(s, objectives) for s in scens]
     results = evaluate_prepared(cands, prepared, budget, n_workers, executor, summarize, progress)
     return BatchResult(results_table(results, cands, prepared, summarize, include_wall_time), results)
 
@@ -118,7 +124,7 @@ def default_workers() -> int:
 
 def _named(candidates) -> tuple[list[str], list]:
     if isinstance(candidates, dict):
-        ids = [str(k) for k in candidates]
+        ids = [as_str(k, "candidates", numbers_ok=True) for k in candidates]  # (ids of a bounded size)
         sources = list(candidates.values())
     elif isinstance(candidates, (list, tuple)):
         sources = list(candidates)
@@ -130,7 +136,7 @@ def _named(candidates) -> tuple[list[str], list]:
         raise ConfigError("candidates", "needs at least one candidate")
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise ConfigError("candidates", f"two candidates are named {dup!r}; give each its own id")
+        raise ConfigError("candidates", f"two candidates are named {show(dup)}; give each its own id")
     return ids, sources
 
 

@@ -370,3 +370,22 @@ def test_no_classs_typo_in_messages():
     with pytest.raises(ConfigError) as exc:
         result.evaluate("slo_attainment[class=zz]")
     assert "classs" not in str(exc.value) and "classes" in str(exc.value)
+
+
+def test_batch_evaluations_bounded_before_any_candidate_loads(monkeypatch):
+    import blis_fast.batch.evaluate as ev
+
+    def refuse(*args, **kwargs):
+        raise Simulated("candidates were loaded")
+
+    monkeypatch.setattr(ev, "MAX_EVALUATIONS", 3)
+    monkeypatch.setattr(ev, "load_candidates", refuse)
+    scenarios = [{**SCENARIO, "name": f"s{k}"} for k in range(2)]
+    with pytest.raises(ConfigError, match="2 candidates x 2 scenarios is 4 evaluations"):
+        blis_fast.evaluate_many(["routing: {type: round-robin}"] * 2, scenarios, workers=1)
+
+
+def test_batch_candidate_ids_bounded():
+    with pytest.raises(ConfigError) as exc:
+        blis_fast.evaluate_many({10**5000: "routing: {type: round-robin}"}, [SCENARIO], workers=1)
+    assert exc.value.field == "candidates" and "digits" in exc.value.message
