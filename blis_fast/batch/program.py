@@ -55,11 +55,15 @@ def check_timeout(value: Any, field: str = "program_timeout_s") -> float:
     return as_float(value, field, 0, MAX_TIMEOUT_S, lo_open=True, text=False, unit="seconds")
 
 
+LAYERS = ("namespaces", "tmpfs", "user", "landlock", "seccomp")  # (rlimits are always set)
+
+
 def run_policy_program(path: str | Path, timeout_s: float = TIMEOUT_S,
-                       memory_limit: int = MEMORY_LIMIT_BYTES) -> object:
+                       memory_limit: int = MEMORY_LIMIT_BYTES, *, layers_off: tuple = ()) -> object:
     """The value ``get_policy()`` (or ``POLICY``) of program ``path`` holds, as JSON data,
     computed in the sandbox and killed after ``timeout_s``; ProgramError (one line) on
-    any failure of the program, ConfigError for a bad ``timeout_s``."""
+    any failure of the program, ConfigError for a bad ``timeout_s``.  ``layers_off``
+    (names in LAYERS) runs without those layers: for tests of what the others hold."""
     timeout_s = check_timeout(timeout_s)
     source = _read_program(Path(path))
     with tempfile.TemporaryDirectory(prefix="blis-fast-program-", ignore_cleanup_errors=True) as tmp:
@@ -69,7 +73,8 @@ def run_policy_program(path: str | Path, timeout_s: float = TIMEOUT_S,
         program.write_bytes(source)
         header, payload = _supervise(dict(program=str(program), work=str(work), timeout_s=timeout_s,
                                           memory_bytes=int(memory_limit), file_bytes=FILE_LIMIT_BYTES,
-                                          tmpfs_bytes=TMPFS_BYTES, max_result=MAX_RESULT_BYTES, parent=os.getpid()),
+                                          tmpfs_bytes=TMPFS_BYTES, max_result=MAX_RESULT_BYTES, parent=os.getpid(),
+                                          off=[x for x in LAYERS if x in layers_off]),
                                      timeout_s + SUPERVISOR_GRACE_S)
     return _outcome(header, payload, timeout_s, memory_limit)
 

@@ -17,7 +17,8 @@ docs/limits.md ("Candidate programs: the sandbox") says what holds without it.
 
 CONFIG is a JSON object: program (the copy to run, inside ``work``), work (the private
 folder), timeout_s, memory_bytes, file_bytes, tmpfs_bytes, max_result, parent (the
-caller's pid).
+caller's pid), and optionally off (layers not to set up -- "namespaces", "tmpfs",
+"user", "landlock", "seccomp" -- so that tests can check what the others hold).
 """
 
 import ctypes
@@ -219,13 +220,18 @@ def main() -> None:
         os._exit(EXIT_ORPHANED)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the runner come to us, not to init
     layers: dict = {}
-    namespaces = make_namespaces(layers)
-    user = runner_user()
+    off = set(cfg.get("off", ()))
+    for name in off:
+        layers[name] = {"active": False, "detail": "turned off"}
+    namespaces = make_namespaces(layers) if "namespaces" not in off else set()
+    user = runner_user() if "user" not in off else None
     work, program = cfg["work"], cfg["program"]
     if user is not None:
         os.chmod(os.path.dirname(work), 0o711)  # the runner's user may pass through to its folder
         os.chown(work, *user[:2])
-    if "mount" in namespaces:
+    if "tmpfs" in off:
+        pass
+    elif "mount" in namespaces:
         private_tmpfs(work, program, cfg["tmpfs_bytes"], user[:2] if user else None, layers)
     else:
         layers["tmpfs"] = {"active": False, "detail": "no mount namespace: its folder is on disk, each file "
@@ -238,7 +244,7 @@ def main() -> None:
         try:
             os.close(status_r)
             os.close(result_r)
-            runner(cfg, status_w, result_w, user, namespaces)
+            runner(cfg, status_w, result_w, user, namespaces, off)
         finally:
             os._exit(70)
     os.close(status_w)
@@ -299,9 +305,9 @@ def _open_to_others(path: str) -> bool:
 # ----------------------------------------------------------------------------- runner side
 
 
-def runner(cfg: dict, status_w: int, result_w: int, user: tuple | None, namespaces: set) -> None:
+def runner(cfg: dict, status_w: int, result_w: int, user: tuple | None, namespaces: set, off: set) -> None:
     """Confine this process, then run the program (never returns)."""
-    layers: dict = {}
+    layers: dict = {name: {"active": False, "detail": "turned off"} for name in off}
     os.setsid()  # alone in its process group: kill(0, ...) reaches nothing else
     os.chdir(cfg["work"])
     null = os.open("/dev/null", os.O_RDWR)
@@ -315,12 +321,15 @@ def runner(cfg: dict, status_w: int, result_w: int, user: tuple | None, namespac
             except OSError:
                 pass
     set_limits(cfg, layers)
-    drop_user(user, "user" in namespaces, layers)
+    if "user" not in off:
+        drop_user(user, "user" in namespaces, layers)
     # tied to the supervisor: killed when it dies; the write fails if it died before this line
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    landlock(cfg, layers)
-    seccomp(layers)
+    if "landlock" not in off:
+        landlock(cfg, layers)
+    if "seccomp" not in off:
+        seccomp(layers)
     os.write(status_w, json.dumps(layers).encode() + b"\n")
     os.close(status_w)
     run_program(cfg["program"], cfg["memory_bytes"], result_w)

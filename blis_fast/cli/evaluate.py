@@ -26,6 +26,7 @@ def evaluate(
     max_wall_s: Annotated[Optional[str], number_option("--max-wall-s", help="budget per evaluation: wall-clock seconds (default 60)", metavar="FLOAT")] = None,
     summaries: Annotated[bool, typer.Option("--summaries", help="add each run's trace-summary text (column summary_text)")] = False,
     top: Annotated[Optional[str], number_option("--top", help="rows of the printed ranking (default 20; 0 = all)")] = None,
+    program_timeout_s: Annotated[Optional[str], number_option("--program-timeout-s", help="seconds each .py program may take to return its policy (default 10, at most 3600)", metavar="FLOAT")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -34,7 +35,8 @@ def evaluate(
     that fail (malformed, over budget) get score 0 and a message; the command still
     exits 0."""
     from blis_fast.batch.budget import Budget
-    from blis_fast.batch.candidates import candidate_files
+    from blis_fast.batch.candidates import PROGRAM_SUFFIXES, candidate_files
+    from blis_fast.batch.program import MAX_TIMEOUT_S
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
     from blis_fast.cli.run import input_files
     from blis_fast.config.outputs import atomic_write, check_outputs
@@ -46,6 +48,8 @@ def evaluate(
     if n_workers is not None and dask_scheduler is not None:
         raise ConfigError("--workers", "give --workers or --dask-scheduler, not both (Dask workers set their own)")
     n_top = as_int(top, "--top", 0, 10**9) if top is not None else 20
+    timeout_s = as_float(program_timeout_s, "--program-timeout-s", 0, MAX_TIMEOUT_S, lo_open=True) \
+        if program_timeout_s is not None else None
     files = candidate_files(policies)
     scen, file_objectives, file_budget = load_scenarios_file(scenarios)
     budget = dict(Budget.parse(file_budget, f"--scenarios {scenarios.name}: budget").to_dict())
@@ -64,11 +68,14 @@ def evaluate(
             raise scenario_error(s.name, exc) from None
     check_outputs([("--out", out)], inputs)  # before anything is evaluated
 
+    if verbose and any(f.suffix in PROGRAM_SUFFIXES for f in files):
+        _log_sandbox()
     executor, client = (None, None)
     if dask_scheduler is not None:
         executor, client = dask_executor(dask_scheduler)
     try:
-        batch = _run(files, scen, default_objectives, Budget.parse(budget), n_workers, executor, summaries)
+        batch = _run(files, scen, default_objectives, Budget.parse(budget), n_workers, executor, summaries,
+                     timeout_s)
     finally:
         if client is not None:
             client.close()
@@ -78,13 +85,24 @@ def evaluate(
     typer.echo(ranking_text(batch.table, n_top))
 
 
-def _run(files, scen, objectives, budget, workers, executor, summaries):
+def _run(files, scen, objectives, budget, workers, executor, summaries, program_timeout_s=None):
     from blis_fast.batch.evaluate import evaluate_many
 
     n = len(files) * len(scen)
     with _progress(n) as report:
         return evaluate_many(files, scen, objectives=objectives, budget=budget, workers=workers, executor=executor,
-                             summarize=summaries, progress=report)
+                             summarize=summaries, progress=report, program_timeout_s=program_timeout_s)
+
+
+def _log_sandbox() -> None:
+    """With -v: the layers of the policy programs' sandbox on this machine."""
+    from blis_fast.batch.program import ProgramError, sandbox_status_text
+    from blis_fast.cli.feedback import logger
+
+    try:
+        logger.info("blis-fast: policy program sandbox:\n" + sandbox_status_text())
+    except ProgramError as exc:
+        logger.info(f"blis-fast: policy program sandbox: {exc}")
 
 
 def _progress(total: int):
