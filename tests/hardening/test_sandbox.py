@@ -427,6 +427,36 @@ def test_program_timeout_is_checked(bad):
         run_policy_program(__file__, bad)
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "0", "3601", "x", "1e400"])
+def test_program_timeout_flag_is_checked(tmp_path, bad):
+    from hardening_helpers import assert_clean_error, cli_in_process
+
+    scen = tmp_path / "scen.yaml"
+    scen.write_text("scenarios:\n  - {name: a, config: {num_instances: 2}}\n")
+    prog = tmp_path / "p.py"
+    prog.write_text(f"def get_policy():\n    return {VALID}\n")
+    assert_clean_error(*cli_in_process("evaluate", "--policies", prog, "--scenarios", scen, "--out",
+                                       tmp_path / "o.parquet", "--program-timeout-s", bad),
+                       needles=["--program-timeout-s"])
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_evaluate_verbose_shows_the_sandbox_layers(tmp_path, layers):
+    from hardening_helpers import cli_in_process
+
+    scen = tmp_path / "scen.yaml"
+    scen.write_text("scenarios:\n  - {name: a, config: {num_instances: 2, workload: chatbot, rate: 40, "
+                    "num_requests: 30}}\n")
+    prog = tmp_path / "p.py"
+    prog.write_text(f"def get_policy():\n    return {VALID}\n")
+    code, out, err = cli_in_process("evaluate", "--policies", prog, "--scenarios", scen, "--out",
+                                    tmp_path / "o.parquet", "--program-timeout-s", "5", "-v")
+    assert code == 0, err
+    assert "policy program sandbox" in err
+    for name, layer in layers.items():
+        assert f"{'on ' if layer['active'] else 'off'}  {name}: " in err
+
+
 def test_program_file_limits(tmp_path):
     with pytest.raises(ProgramError, match="not found"):
         run_policy_program(tmp_path / "missing.py")
