@@ -68,7 +68,7 @@ def run_policy_program(path: str | Path, timeout_s: float = TIMEOUT_S,
     source = _read_program(Path(path))
     with tempfile.TemporaryDirectory(prefix="blis-fast-program-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp) / "work"
-        work.mkdir()
+        work.mkdir(mode=0o700)
         program = work / "program.py"  # a copy: the program reads nothing of the caller's, not even its own file
         program.write_bytes(source)
         header, payload = _supervise(dict(program=str(program), work=str(work), timeout_s=timeout_s,
@@ -192,6 +192,9 @@ def _read_program(p: Path) -> bytes:
 def _outcome(header: dict, payload: bytes, timeout_s: float, memory_limit: int) -> object:
     """What the program returned, from the supervisor's header and the runner's bytes."""
     outcome = header.get("outcome")
+    runner = header.get("layers", {}).get("runner")
+    if runner is not None:  # it ended (or was killed) before confining itself: the program never ran
+        raise ProgramError(f"the program's sandbox could not be set up: {clean_line(str(runner.get('detail')))}")
     if outcome == "timeout":
         raise ProgramError(f"the program did not return a policy within {timeout_s:g} s (killed); it must "
                            "build and return the policy dict quickly, without loops that never end")

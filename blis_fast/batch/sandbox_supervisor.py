@@ -308,28 +308,33 @@ def _open_to_others(path: str) -> bool:
 def runner(cfg: dict, status_w: int, result_w: int, user: tuple | None, namespaces: set, off: set) -> None:
     """Confine this process, then run the program (never returns)."""
     layers: dict = {name: {"active": False, "detail": "turned off"} for name in off}
-    os.setsid()  # alone in its process group: kill(0, ...) reaches nothing else
-    os.chdir(cfg["work"])
-    null = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    keep = {0, 1, 2, status_w, result_w}
-    for fd in _open_fds():  # every fd of the supervisor but the two pipes (and stdio, now /dev/null)
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    set_limits(cfg, layers)
-    if "user" not in off:
-        drop_user(user, "user" in namespaces, layers)
-    # tied to the supervisor: killed when it dies; the write fails if it died before this line
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if "landlock" not in off:
-        landlock(cfg, layers)
-    if "seccomp" not in off:
-        seccomp(layers)
+    try:
+        os.setsid()  # alone in its process group: kill(0, ...) reaches nothing else
+        os.chdir(cfg["work"])
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = {0, 1, 2, status_w, result_w}
+        for fd in _open_fds():  # every fd of the supervisor but the two pipes (and stdio, now /dev/null)
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        set_limits(cfg, layers)
+        if "user" not in off:
+            drop_user(user, "user" in namespaces, layers)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the supervisor
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if "landlock" not in off:
+            landlock(cfg, layers)
+        if "seccomp" not in off:
+            seccomp(layers)
+    except Exception as exc:  # noqa: BLE001 -- the supervisor reports it; the program never runs
+        layers["runner"] = {"active": False, "detail": f"setup failed: {type(exc).__name__}: {exc}"}
+        os.write(status_w, json.dumps(layers).encode() + b"\n")
+        os._exit(71)
+    # (a supervisor that died before PR_SET_PDEATHSIG above makes this write fail: the runner ends)
     os.write(status_w, json.dumps(layers).encode() + b"\n")
     os.close(status_w)
     run_program(cfg["program"], cfg["memory_bytes"], result_w)

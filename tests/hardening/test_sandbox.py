@@ -188,6 +188,7 @@ def test_signals_reach_no_process_outside(world, layers, config):
     need(layers, config)
     targets = [("bystander", "BYSTANDER", "signal.SIGSTOP"), ("bystander", "BYSTANDER", "signal.SIGKILL"),
                ("caller", "CALLER", "signal.SIGKILL"), ("group", "-CALLER_GROUP", "signal.SIGKILL"),
+               ("parent", "os.getppid() or os.getpid()", "signal.SIGSTOP"),
                ("parent", "os.getppid() or os.getpid()", "signal.SIGKILL")]
     if config in ("all", "namespaces", "seccomp") and signal_safe(layers):
         targets.append(("everyone", "-1", "signal.SIGKILL"))
@@ -455,6 +456,13 @@ def test_evaluate_verbose_shows_the_sandbox_layers(tmp_path, layers):
     assert "policy program sandbox" in err
     for name, layer in layers.items():
         assert f"{'on ' if layer['active'] else 'off'}  {name}: " in err
+
+
+def test_a_sandbox_that_cannot_be_set_up_is_a_clean_error(tmp_path):
+    prog = tmp_path / "p.py"
+    prog.write_text(f"def get_policy():\n    return {VALID}\n")
+    with pytest.raises(ProgramError, match="could not be set up: setup failed: OverflowError"):
+        run_policy_program(prog, 2, memory_limit=2**70)  # setrlimit refuses it
 
 
 def test_program_file_limits(tmp_path):
