@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -174,8 +175,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _read_program(p: Path) -> bytes:
+    """The program's source: a regular file (a FIFO or a device would block or never
+    end) of at most MAX_PROGRAM_BYTES."""
     try:
-        with open(p, "rb") as f:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ProgramError(f"the program {show(str(p))} is not a regular file")
             source = f.read(MAX_PROGRAM_BYTES + 1)
     except FileNotFoundError:
         raise ProgramError(f"program file not found: {show(str(p))}") from None

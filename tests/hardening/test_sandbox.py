@@ -472,6 +472,10 @@ def test_program_file_limits(tmp_path):
     big.write_bytes(b"#" * (2**20 + 1))
     with pytest.raises(ProgramError, match="larger than"):
         run_policy_program(big)
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    with pytest.raises(ProgramError, match="not a regular file"):
+        run_policy_program(fifo)
 
 
 # ----------------------------------------------------------------------------- interrupts
