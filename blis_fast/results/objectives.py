@@ -47,7 +47,8 @@ DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:mi
 FRACTIONS = frozenset({
     "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
     "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
-    "busy_fraction", "rejected_fraction", "cached_token_fraction",
+    "busy_fraction", "rejected_fraction", "cached_token_fraction", "token_budget_occupancy", "batch_slot_occupancy",
+    "kv_occupancy_mean",
 })
 # metrics where less is better (the default direction)
 _LOWER_IS_BETTER = frozenset({

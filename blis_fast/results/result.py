@@ -343,7 +343,8 @@ class Result:
             out["counterfactuals"] = self.counterfactuals
         if self.setup.config.objectives is not None:  # asked for: the score and its vector
             ev = self.evaluate()
-            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives}
+            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives,
+                                 "values": {k: ev.metrics.get(k) for k in ev.objectives}}  # raw, beside the scores
         return out
 
     @cached_property
