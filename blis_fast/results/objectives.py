@@ -288,6 +288,13 @@ def metric_value(result, name: str) -> float:
     if value not in masks:
         raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
                                                f"{kind}s: {', '.join(masks) or '(none)'}")
+    if base == "slo_attainment" and kind == "class":
+        from blis_fast.results.slo import has_targets
+
+        if not has_targets((result.workload.slo_targets or {}).get(value)):
+            raise ConfigError("objectives.metric", f"{name}: class {value!r} sets no SLO targets, so its attainment "
+                                                   f"would only count completed requests; give the class ttft_ms, "
+                                                   f"tpot_ms or e2e_ms targets, or name completed_requests")
     return float(scorecard.group_metrics(result, masks[value])[base])
 
 

@@ -38,7 +38,8 @@ from blis_fast.errors import ConfigError
 from blis_fast.run.api import as_config
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from blis_fast.studies.tables import text_table
+from blis_fast.cli.output import metric_text
+from blis_fast.studies.tables import interval_text, text_table
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -100,18 +101,21 @@ class CapacityResult:
             "probes": [p.to_dict(self.slos) for p in self.probes],
         }
 
-    def table(self) -> str:
-        """The probes as a text table (in probe order), then the answer."""
+    def table(self, width: int | None = None) -> str:
+        """The seeds per probe, the probes as a text table (in probe order; numbers as
+        ``tables.interval_text`` rounds them), then the answer."""
         head = [self.search, *(str(p) for p in self.slos), "met"]
         rows = []
         for pr in self.probes:
-            cells = [f"{pr.value:.6g}"]
+            cells = [metric_text("rate" if self.search == "rate" else "instances", pr.value, with_unit=False)]
             for p in self.slos:
                 s = pr.stats[p.metric]
-                cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
+                cells.append(interval_text(p.metric, s.mean, s.half_width))
             cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
             rows.append(cells)
-        return text_table(head, rows) + "\n\n" + self.message
+        n = len(self.seeds)
+        seeds = f"{n} seed{'s' if n > 1 else ''} per probe" + (", mean ± 95 % confidence interval" if n > 1 else "")
+        return seeds + "\n\n" + text_table(head, rows, left=0, width=width) + "\n\n" + self.message
 
 
 class _Searcher:

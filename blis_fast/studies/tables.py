@@ -1,21 +1,88 @@
-"""Output of a study's tables: aligned text for the terminal, Parquet or CSV files."""
+"""Output of a study's tables: aligned text for the terminal, Parquet or CSV files.
+
+Numbers read as in the ``run`` view (blis_fast.cli.output: three significant figures,
+thousands separated, fractions as percentages); a mean over seeds with its 95 % interval
+is rounded to the precision the interval supports (``interval_text``: ``299 ± 12``, not
+``299.166 ± 12.3``).
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
+import sys
 from pathlib import Path
 
+from blis_fast.cli.output import metric_text, unit_of
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 
 TABLE_FORMATS = (".parquet", ".csv")
+GAP = "  "  # between columns
 
 
-def text_table(header: list[str], rows: list[list[str]], left: int = 0) -> str:
+def terminal_width() -> int | None:
+    """The columns of the terminal stdout writes to (``COLUMNS`` when set); None for a
+    pipe or a file, where tables keep every column on one line for scripts."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return max(int(os.environ["COLUMNS"]), 20)
+    try:
+        if not sys.stdout.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def text_table(header: list[str], rows: list[list[str]], left: int = 0, width: int | None = None,
+               keep: int | None = None) -> str:
     """Columns padded to their widest cell: the first ``left`` left-aligned, the rest
-    right-aligned."""
+    right-aligned.  Wider than ``width`` characters, the table is split into blocks of
+    columns (separated by a blank line), each repeating the first ``keep`` columns (default
+    ``left``, at least one) so that every row stays readable on the terminal."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in [header, *rows])
+
+    def block(cols: list[int]) -> str:
+        return "\n".join(GAP.join(r[i].ljust(widths[i]) if i < left else r[i].rjust(widths[i]) for i in cols)
+                         for r in [header, *rows])
+
+    everything = list(range(len(header)))
+    if width is None or sum(widths) + len(GAP) * (len(widths) - 1) <= width:
+        return block(everything)
+    keep = min(max(left if keep is None else keep, 1), len(header))
+    base = sum(widths[:keep]) + len(GAP) * keep
+    blocks, cols, used = [], [], base
+    for i in everything[keep:]:
+        if cols and used + widths[i] > width:  # (a column wider than the terminal gets a block of its own)
+            blocks.append(cols)
+            cols, used = [], base
+        cols.append(i)
+        used += widths[i] + len(GAP)
+    blocks.append(cols)
+    return "\n\n".join(block(everything[:keep] + c) for c in blocks)
+
+
+def interval_text(metric: str, mean: float | None, half_width: float = 0.0, with_unit: bool = False) -> str:
+    """A mean and the half-width of its 95 % interval for reading: both rounded to two
+    significant figures of the half-width (``299 ± 12``, ``10,940 ± 290``, ``97.3 ± 1.2%``);
+    without an interval (one seed: 0) the value as the ``run`` view prints it; "-" for
+    None or a non-finite mean.  ``with_unit`` appends the metric's unit (``299 ± 12 req/s``)."""
+    if mean is None or not math.isfinite(mean):
+        return "-"
+    if not half_width or not math.isfinite(half_width):
+        return metric_text(metric, mean, with_unit)
+    unit = unit_of(metric)
+    scale = 100.0 if unit == "%" else 1.0
+    m, h = mean * scale, abs(half_width) * scale
+    place = math.floor(math.log10(h)) - 1  # the decimal place of the half-width's second figure
+    decimals = max(-place, 0)
+    step = 10.0 ** place
+    m_r, h_r = round(m / step) * step, round(h / step) * step
+    text = f"{m_r:,.{decimals}f} ± {h_r:,.{decimals}f}"
+    if unit == "%":
+        return text + "%"
+    return f"{text} {unit}" if with_unit and unit else text
 
 
 def check_table_path(path, flag: str = "--out") -> Path:
