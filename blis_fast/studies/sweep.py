@@ -233,7 +233,10 @@ class SweepResult:
         return interval_text(metric, s.mean, s.half_width)
 
     def _diff(self, metric: str, s: SeedStats) -> str:
-        """A paired difference, signed; of a fraction in percentage points (pp)."""
+        """A paired difference, signed; of a fraction in percentage points (pp); "0" when
+        every seed gave the same value."""
+        if s.mean == 0 and s.half_width == 0:
+            return "0"
         text = interval_text(metric, s.mean, s.half_width)
         if text.endswith("%"):
             text = text[:-1] + " pp"
