@@ -16,7 +16,7 @@ from blis_fast.results.metrics import HEADROOM_METRICS
 from blis_fast.results.objectives import metric_value
 from tests.builders import HAND_STEPS, lengths_workload, sim
 
-# one H100 instance with the default workload completes ~41 requests/s at saturation
+# one H100 instance with the default workload completes ~42 requests/s at saturation
 # (the batch-slot limit, max_num_seqs 256, binds first): 20 req/s is about half load
 HALF_LOAD = dict(rate=20, num_requests=2000)
 
