@@ -230,12 +230,16 @@ def _anomalies(c: dict) -> str:
 
 def _evaluation(ev: dict) -> str:
     """The score, then each objective's value beside its normalized score:
-    ``ttft_p99_ms 1,742 ms -> 0.287``."""
+    ``ttft_p99_ms 1,742 ms -> 0.287``; ``slo_attainment no targets -> 1.000`` when the
+    workload sets no SLO target."""
     values = ev.get("values") or {}
     parts = [f"evaluation score {ev.get('score', 0):.3f}"]
     for k, v in (ev.get("objectives") or {}).items():
         if isinstance(v, (int, float)):
-            shown = f"{metric_text(k, values[k])} -> " if values.get(k) is not None else ""
+            if values.get(k) is not None:
+                shown = f"{metric_text(k, values[k])} -> "
+            else:  # null: an SLO attainment without targets (its score counts completions)
+                shown = "no targets -> " if k in values else ""
             parts.append(f"{k} {shown}{v:.3f}")
     return " · ".join(parts)
 

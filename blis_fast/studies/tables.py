@@ -25,8 +25,9 @@ GAP = "  "  # between columns
 def terminal_width() -> int | None:
     """The columns of the terminal stdout writes to (``COLUMNS`` when set); None for a
     pipe or a file, where tables keep every column on one line for scripts."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return max(int(os.environ["COLUMNS"]), 20)
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdecimal() and len(columns) <= 6:  # (a longer value is no real terminal: ignored)
+        return max(int(columns), 20)
     try:
         if not sys.stdout.isatty():
             return None

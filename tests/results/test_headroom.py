@@ -104,3 +104,5 @@ def test_evaluation_values_beside_scores():
     ev = r.summary()["evaluation"]
     assert ev["values"]["ttft_p99_ms"] == r.cluster["ttft_p99_ms"]
     assert ev["objectives"]["ttft_p99_ms"] == pytest.approx(1 / r.cluster["ttft_p99_ms"])
+    assert ev["values"]["slo_attainment"] is None  # no SLO target in the workload: no attainment to show
+    assert ev["objectives"]["slo_attainment"] == 1.0  # (its score counts completions: fitness stays defined)

@@ -10,7 +10,7 @@ import pytest
 
 import blis_fast
 from blis_fast.studies.sweep import compare, offered_rate, study_metrics, sweep
-from blis_fast.studies.tables import interval_text, text_table
+from blis_fast.studies.tables import interval_text, terminal_width, text_table
 from builders import run_cli
 
 TINY = dict(workload="chatbot", num_requests=40, output_tokens=16, output_tokens_stdev=4, output_tokens_min=4,
@@ -135,3 +135,13 @@ def test_study_figure_labels_offered_load_and_missing_targets(tmp_path):
     for text in ("no SLO targets in the workload", "session follow-up turns included", "Step occupancy and headroom",
                  "token budget per step", "time a step runs"):
         assert text in svg, text
+
+
+def test_terminal_width_from_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "90")
+    assert terminal_width() == 90
+    monkeypatch.setenv("COLUMNS", "3")
+    assert terminal_width() == 20  # a table needs some room
+    for junk in ("9" * 5000, "-5", "wide", "٣٣"):  # no traceback, no giant width
+        monkeypatch.setenv("COLUMNS", junk)
+        assert terminal_width() is None or terminal_width() < 10**6
