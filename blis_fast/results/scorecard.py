@@ -4,7 +4,9 @@ metrics, for the whole run or one group of requests (an SLO class, tenant or cli
 one instance.  Definitions (README "Evaluation metrics" has the full list with units):
 
 - a request *meets its SLO* when it completed and every target of its class holds
-  (``blis_fast.results.slo``); a class without targets only asks for completion;
+  (``blis_fast.results.slo``); a class without targets only asks for completion -- so
+  ``slo_attainment[class=C]`` of such a class is refused (``objectives.metric_value``),
+  while the whole-run ``slo_attainment`` (a default objective) still counts them;
 - ``slo_attainment`` = requests meeting their SLO / requests that arrived;
 - ``goodput_rps`` = requests meeting their SLO / simulated duration (s);
 - ``jain_fairness`` = Jain's index (Σx)² / (n·Σx²) over the tenants' goodput_rps

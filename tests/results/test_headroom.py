@@ -106,3 +106,11 @@ def test_evaluation_values_beside_scores():
     assert ev["objectives"]["ttft_p99_ms"] == pytest.approx(1 / r.cluster["ttft_p99_ms"])
     assert ev["values"]["slo_attainment"] is None  # no SLO target in the workload: no attainment to show
     assert ev["objectives"]["slo_attainment"] == 1.0  # (its score counts completions: fitness stays defined)
+
+
+def test_trace_summary_says_step_occupancy_and_no_targets():
+    text = blis_fast.simulate(rate=10, num_requests=60, num_instances=2).summary_text()
+    assert "step occupancy" in text and "token budget" in text and "utilization 0" not in text
+    assert "SLO attainment - (no SLO targets" in text
+    judged = targets_run({"fast": {"ttft_ms": 1.5}}).summary_text()
+    assert "SLO attainment 0.75" in judged
