@@ -283,6 +283,25 @@ def targeted_class_names(cfg: SimConfig) -> list[str] | None:
     return None if cfg.workload.type == "traces" else []
 
 
+def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str) -> None:
+    """Refuse, before running, ``slo_attainment[class=C]`` where a configuration's workload
+    spec defines C without any target (its attainment would only count completions;
+    ``objectives.metric_value`` refuses it in a run too)."""
+    from blis_fast.results.objectives import split_metric
+
+    for cfg in cfgs:
+        targeted = targeted_class_names(cfg)
+        if targeted is None:
+            continue
+        known = class_names(cfg)
+        for m in metrics:
+            base, kind, name = split_metric(m, field)
+            if base == "slo_attainment" and kind == "class" and name in known and name not in targeted:
+                raise ConfigError(field, f"{m}: class {name!r} sets no SLO targets, so its attainment would only "
+                                         f"count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
+                                         f"targets, or name completed_requests")
+
+
 def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:
     """TABLE_METRICS (without the SLO-judged ones, ``SLO_JUDGED``, when no configuration's
     workload sets an SLO target), SLO attainment per class that sets targets of every
@@ -292,8 +311,9 @@ def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics
     names = [m for m in TABLE_METRICS if judged or m not in SLO_JUDGED]
     for classes in targeted:
         names += [f"slo_attainment[class={c}]" for c in classes or ()]
-    names += requested_metrics(extra, field)
-    return list(dict.fromkeys(names))
+    requested = requested_metrics(extra, field)
+    check_targeted(requested, cfgs, field)
+    return list(dict.fromkeys(names + requested))
 
 
 def requested_metrics(extra, field: str = "--metrics") -> list[str]:

@@ -76,14 +76,27 @@ def interval_text(metric: str, mean: float | None, half_width: float = 0.0, with
     unit = unit_of(metric)
     scale = 100.0 if unit == "%" else 1.0
     m, h = mean * scale, abs(half_width) * scale
-    place = math.floor(math.log10(h)) - 1  # the decimal place of the half-width's second figure
-    decimals = max(-place, 0)
-    step = 10.0 ** place
-    m_r, h_r = round(m / step) * step, round(h / step) * step
-    text = f"{m_r:,.{decimals}f} ± {h_r:,.{decimals}f}"
+    text = f"{rounded(m, h)} ± {rounded(h, h)}"
     if unit == "%":
         return text + "%"
     return f"{text} {unit}" if with_unit and unit else text
+
+
+def rounded(value: float, uncertainty: float) -> str:
+    """``value`` rounded to the decimal place of the second significant figure of
+    ``uncertainty`` (> 0), thousands separated: ``rounded(299.166, 12.3)`` is "299",
+    ``rounded(0.97312, 0.0123)`` "0.973"."""
+    place = math.floor(math.log10(uncertainty)) - 1
+    step = 10.0 ** place
+    return f"{round(value / step) * step:,.{max(-place, 0)}f}"
+
+
+def bracket_text(met: float, failed: float) -> str:
+    """A capacity answer known to lie between a met probe and a failed one: the met value
+    rounded to the precision the bracket supports (``bracket_text(338.686, 362.039)`` is
+    "339"; the JSON keeps every digit)."""
+    gap = abs(failed - met)
+    return rounded(met, gap) if gap > 0 and math.isfinite(gap) else f"{met:,.6g}"
 
 
 def check_table_path(path, flag: str = "--out") -> Path:

@@ -10,8 +10,8 @@ import pytest
 
 import blis_fast
 from blis_fast.studies.sweep import compare, offered_rate, study_metrics, sweep
-from blis_fast.studies.tables import interval_text, terminal_width, text_table
-from builders import run_cli
+from blis_fast.studies.tables import bracket_text, interval_text, terminal_width, text_table
+from builders import expect_cli_error, run_cli
 
 TINY = dict(workload="chatbot", num_requests=40, output_tokens=16, output_tokens_stdev=4, output_tokens_min=4,
             output_tokens_max=32)
@@ -53,15 +53,21 @@ def test_tables_split_to_the_width_repeating_the_key_columns():
     assert cells == head[1:]  # every column once, in order
 
 
+def two_class_spec(tmp_path):
+    """A spec with a class with targets (fast) and one without (bulk)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("seed: 3\nrate: 4\nnum_requests: 30\nslo_classes: {fast: {ttft_ms: 500}, bulk: {}}\n"
+                    "clients:\n  - {name: a, slo_class: fast, rate_fraction: 0.5, profile: chat}\n"
+                    "  - {name: b, slo_class: bulk, rate_fraction: 0.5, profile: chat}\n")
+    return spec
+
+
 def test_slo_columns_only_where_targets_exist(tmp_path):
     plain = blis_fast.build_config({}, {"workload": "chatbot"})
     names = study_metrics([plain])
     assert "slo_attainment" not in names and "goodput_rps" not in names
     assert {"token_budget_occupancy", "batch_slot_occupancy", "kv_occupancy_mean"} <= set(names)
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("seed: 3\nrate: 4\nnum_requests: 30\nslo_classes: {fast: {ttft_ms: 500}, bulk: {}}\n"
-                    "clients:\n  - {name: a, slo_class: fast, rate_fraction: 0.5, profile: chat}\n"
-                    "  - {name: b, slo_class: bulk, rate_fraction: 0.5, profile: chat}\n")
+    spec = two_class_spec(tmp_path)
     judged = study_metrics([blis_fast.build_config({}, {"workload_spec": str(spec)})])
     assert "slo_attainment" in judged and "slo_attainment[class=fast]" in judged
     assert "slo_attainment[class=bulk]" not in judged
@@ -145,3 +151,18 @@ def test_terminal_width_from_columns(monkeypatch):
     for junk in ("9" * 5000, "-5", "wide", "٣٣"):  # no traceback, no giant width
         monkeypatch.setenv("COLUMNS", junk)
         assert terminal_width() is None or terminal_width() < 10**6
+
+
+def test_attainment_of_a_class_without_targets_is_refused_before_running(capsys, tmp_path):
+    spec = two_class_spec(tmp_path)
+    for args, field in ((("sweep", "--set", "rate_scale=1,2", "--metrics", "slo_attainment[class=bulk]"), "--metrics"),
+                        (("capacity", "--slo", "slo_attainment[class=bulk]>=0.9"), "--slo")):
+        err = expect_cli_error(capsys, *args, "--workload-spec", spec, needles=[field, "sets no SLO targets"])
+        assert "in the run at" not in err  # refused before any run
+
+
+def test_capacity_answer_rounded_to_its_bracket():
+    assert bracket_text(338.686, 362.039) == "339"
+    assert bracket_text(66.6667, 67.3333) == "66.67"
+    assert bracket_text(1024.0, 1536.0) == "1,020"
+    assert bracket_text(5.0, 5.0) == "5"
