@@ -86,9 +86,12 @@ def rounded(value: float, uncertainty: float) -> str:
     """``value`` rounded to the decimal place of the second significant figure of
     ``uncertainty`` (> 0), thousands separated: ``rounded(299.166, 12.3)`` is "299",
     ``rounded(0.97312, 0.0123)`` "0.973"."""
-    place = math.floor(math.log10(uncertainty)) - 1
+    place = max(math.floor(math.log10(uncertainty)) - 1, -12)  # (no metric is known to more places)
     step = 10.0 ** place
-    return f"{round(value / step) * step:,.{max(-place, 0)}f}"
+    units = value / step
+    if not abs(units) < 2.0**53:  # more figures than a float holds: the value as it is
+        return f"{value:,.0f}" if math.isfinite(value) else "-"
+    return f"{round(units) * step + 0.0:,.{max(-place, 0)}f}"  # (+ 0.0: no "-0")
 
 
 def bracket_text(met: float, failed: float) -> str:

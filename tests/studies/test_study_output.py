@@ -27,9 +27,16 @@ TINY = dict(workload="chatbot", num_requests=40, output_tokens=16, output_tokens
     ("responses_per_sec", 299.166, 0.0, "299"),
     ("token_budget_occupancy", 0.0123, 0.0, "1.2%"),
     ("ttft_p99_ms", float("nan"), 1.0, "-"),
+    ("ttft_p99_ms", -0.0001, 0.0123, "0.000 ± 0.012"),
+    ("slo_attainment", -0.0184, 0.0014, "-1.84 ± 0.14%"),
 ])
 def test_interval_text(metric, mean, half, text):
     assert interval_text(metric, mean, half) == text
+
+
+def test_interval_text_extremes():
+    assert interval_text("ttft_p99_ms", 1e300, 1e-300).endswith(" ± 0.000000000000")
+    assert interval_text("ttft_p99_ms", 1.5, 1e300).startswith("0 ± 1")
 
 
 def test_interval_text_with_unit():
