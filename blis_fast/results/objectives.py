@@ -21,6 +21,10 @@ increasing for ``min``; always in [0, 1]):
 A latency statistic of a set with no samples (nothing completed, no first token) scores 0:
 nothing measured, no credit (else rejecting everything would look fast).
 
+``slo_attainment[class=C]`` of a class that sets no targets is refused (ConfigError): its
+requests "meet" their SLO by completing, so it would read 1.0 however slow they were.  The
+whole-run ``slo_attainment`` (a default objective) keeps counting such requests as met.
+
 score = Σ weightᵢ · normalizedᵢ / Σ weightᵢ.
 
 Spec text (``--objectives``): comma-separated ``metric[:direction[:target[:weight]]]``, e.g.

@@ -221,7 +221,7 @@ class SweepResult:
             cells = ([str(pt["config"])] if self.compared else []) + [_fmt(pt[a.name]) for a in self.axes]
             body.append(cells + [self._cell(m, st[m]) for m in shown])
         out = self.header() + "\n\n" + text_table(keys + shown, body, left=len(keys), width=width)
-        if self.compared:
+        if self.compared and len(self.labels) > 1:
             diffs = [(pt, d) for pt, d in zip(self.points, self.differences()) if d is not None]
             rows = [[str(pt["config"])] + [_fmt(pt[a.name]) for a in self.axes] + [self._diff(m, d[m]) for m in shown]
                     for pt, d in diffs]

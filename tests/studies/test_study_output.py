@@ -173,3 +173,9 @@ def test_capacity_answer_rounded_to_its_bracket():
     assert bracket_text(66.6667, 67.3333) == "66.67"
     assert bracket_text(1024.0, 1536.0) == "1,020"
     assert bracket_text(5.0, 5.0) == "5"
+
+
+def test_compare_of_one_configuration_has_no_difference_table():
+    c = compare({"only": {"num_instances": 1}}, "rate=20,40", **TINY)
+    text = c.text(["ttft_p99_ms"])
+    assert "difference against" not in text and len(text.split("\n\n")) == 2
