@@ -237,7 +237,8 @@ def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable", "kv_total_blocks",
                "kv_peak_used_blocks", "kv_peak_utilization", "prefix_cache_hit_rate", "prefill_tokens_computed",
                "decode_tokens_computed", "steps", "mean_batch_size", "mean_wait_queue_len", "wait_queue_peak",
-               "batch_size_peak", "busy_fraction", *HEADROOM_METRICS, "arrived_requests", "rejected_requests", "still_in_flight",
+               "batch_size_peak", "busy_fraction", *HEADROOM_METRICS, "arrived_requests", "rejected_requests",
+               "still_in_flight",
                "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
     overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS]))
     return overall, GROUP_METRICS, INSTANCE_METRICS

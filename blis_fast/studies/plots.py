@@ -149,8 +149,9 @@ def study_figure(study, path: Path, title: str) -> None:
     request that arrives, follow-up turns of sessions included -- when the rate is swept,
     with the line y = x), step occupancy and the headroom metrics (token budget, batch
     slots, KV blocks per step), and SLO attainment (all requests and one line per SLO
-    class with targets; a note instead when the workload sets none).  One colour per series -- configuration and the other
-    swept settings -- and one line style per metric; 95 % CI bands with several seeds."""
+    class with targets; a note instead when the workload sets none).  One colour per
+    series -- configuration and the other swept settings -- and one line style per metric;
+    95 % CI bands with several seeds."""
     plt = _pyplot()
     x_axis = study.axes[0] if study.axes else None
     compare = study.labels != [None]
