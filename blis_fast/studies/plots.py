@@ -125,7 +125,7 @@ STUDY_PANELS = (
                                                 ("busy_fraction", "time a step runs")]),
     ("SLO attainment", "fraction of requests", [("slo_attainment", "all")]),
 )
-OFFERED_LABEL = "offered load (requests/s, every arriving request: session follow-up turns included)"
+OFFERED_LABEL = "offered load (requests/s)\nevery arriving request: follow-up turns included"
 NO_TARGETS = "no SLO targets in the workload\n(attainment would only count completions)"
 _STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 _HATCHES = ("", "//", "..", "xx", "\\\\", "++")

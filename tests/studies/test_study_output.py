@@ -145,7 +145,7 @@ def test_study_figure_labels_offered_load_and_missing_targets(tmp_path):
     s = sweep("rate=20,40", **TINY)
     study_figure(s, tmp_path / "s.svg", "Sweep")
     svg = (tmp_path / "s.svg").read_text()
-    for text in ("no SLO targets in the workload", "session follow-up turns included", "Step occupancy and headroom",
+    for text in ("no SLO targets in the workload", "follow-up turns included", "Step occupancy and headroom",
                  "token budget per step", "time a step runs"):
         assert text in svg, text
 
