@@ -36,9 +36,8 @@ def evaluate(
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import candidate_files
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
-    from blis_fast.cli.run import input_files
-    from blis_fast.config.outputs import atomic_write, check_outputs
-    from blis_fast.config.validate import as_float, as_int
+    from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
+    from blis_fast.config.validate import as_float, as_int, show
     from blis_fast.errors import ConfigError
     from blis_fast.results.objectives import parse_objectives
 
@@ -58,8 +57,10 @@ def evaluate(
     default_objectives = parse_objectives(objectives, "--objectives") if objectives is not None else file_objectives
     inputs = [("--scenarios", scenarios)] + [("--policies", f) for f in files]
     for s in scen:
+        if s.config_file is not None:
+            inputs.append((f"scenario {show(s.name, 80)}: config", s.config_file))
         try:
-            inputs += input_files(s.config)
+            inputs += config_inputs(s.config)
         except ConfigError as exc:  # e.g. a workload spec that does not exist
             raise scenario_error(s.name, exc) from None
     check_outputs([("--out", out)], inputs)  # before anything is evaluated

@@ -11,7 +11,7 @@ from blis_fast.cli import feedback
 from blis_fast.cli.app import ENGINE, OUTPUT, POLICIES, SIMULATION, WORKLOAD, Quiet, Verbose, app, field_help
 from blis_fast.cli.output import PER_INSTANCE_LIMIT, render, summary_json, wants_json
 from blis_fast.cli.app import option as _opt
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
 from blis_fast.config.policy import load_policy_bundle
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml, replace
 from blis_fast.errors import ConfigError
@@ -112,7 +112,7 @@ def run(
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
-    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
+    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
     if per_request_out is not None:
         from blis_fast.results.result import request_table_format
 
@@ -183,26 +183,3 @@ def with_analysis_outputs(cfg: SimConfig, *, trace_level, sample_interval_ms, ti
 
 RESULTS_BYTES_PER_REQUEST = 4096  # the results document's per-request records (dicts, then JSON text)
 TABLE_BYTES_PER_REQUEST = 1024  # the per-request Parquet table (Arrow columns, then the file buffer)
-
-
-def input_files(cfg: SimConfig) -> list[tuple[str, Path]]:
-    """The files a run reads besides --config / --policy-config: a model config.json, the
-    trace, the workload spec and the files the spec names."""
-    out: list[tuple[str, Path]] = []
-    model = Path(cfg.model)
-    try:
-        if model.is_dir():
-            out.append(("--model", model / "config.json"))
-        elif model.suffix == ".json" or model.is_file():
-            out.append(("--model", model))
-    except OSError:
-        pass
-    w = cfg.workload
-    if w.traces_filepath:
-        out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
-    if w.spec_filepath:
-        from blis_fast.workload.spec import spec_files
-
-        out.append(("--workload-spec", Path(w.spec_filepath)))
-        out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
-    return out

@@ -126,6 +126,26 @@ def _check_study_outputs(out, plot, inputs) -> None:
         check_plot_path(plot)
 
 
+def _grid_inputs_check(out, plot, inputs):
+    """``run_study``'s ``on_configs``: the outputs checked again against the files every
+    grid point reads (a swept trace or workload spec, ``--set workload_traces_filepath=a,b``),
+    before any point runs."""
+    from blis_fast.config.outputs import config_inputs
+
+    def check(configs) -> None:
+        if out is None and plot is None:
+            return
+        seen, grid_inputs = set(), []
+        for c in configs:  # the seeds of a point share its files: each distinct file source once
+            key = (c.model, c.workload.traces_filepath, c.workload.spec_filepath)
+            if key not in seen:
+                seen.add(key)
+                grid_inputs += [(f"{flag} of a grid point", p) for flag, p in config_inputs(c)]
+        check_outputs((("--out", out), ("--plot", plot)), [*inputs, *grid_inputs])
+
+    return check
+
+
 @app.command()
 @with_run_flags(exclude=SINGLE_RUN_OUTPUTS)
 def sweep(
@@ -148,10 +168,12 @@ def sweep(
     from blis_fast.studies.sweep import run_study
 
     cfg = config_from_flags(run_flags)
-    _check_study_outputs(out, plot, input_paths(run_flags, cfg))
+    inputs = input_paths(run_flags, cfg)
+    _check_study_outputs(out, plot, inputs)
     with feedback.progress("sweep", None, "runs") as bar:
         study = run_study([(None, cfg)], set_, seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Sweep")
 
 
@@ -188,5 +210,6 @@ def compare(
     _check_study_outputs(out, plot, inputs)
     with feedback.progress("compare", None, "runs") as bar:
         study = run_study(bases, set_ or (), seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Comparison")

@@ -1,10 +1,15 @@
 """Output files: checked before a run, written atomically.
 
+Every command writes its output files through this module (docs/limits.md "Output files"):
+
 - ``check_outputs`` refuses, before anything is simulated or generated, an output path
   that is a directory, lies in a missing or read-only folder, or names the same file as
   an input (``--config``, ``--spec``, a trace, a file a spec refers to ...) or as another
   output -- compared as resolved paths and, for existing files, by device and inode (so
   symlinks and hard links count as the same file).
+- ``config_inputs`` lists the files one run configuration reads (model config, trace,
+  workload spec and the files it names): each command adds these for every configuration
+  it will run -- every scenario of ``evaluate``, every grid point of ``sweep``/``compare``.
 - ``atomic_write`` writes into a temporary file in the target's folder and renames it over
   the target: a reader never sees a half-written file, and a failed write leaves the
   target exactly as it was (only the temporary file is removed).  Targets that are not
@@ -65,6 +70,29 @@ def check_writable(flag: str, path: str | Path | None) -> None:
         raise ConfigError(flag, f"cannot use {show(str(p))}: {exc.strerror or exc}") from None
     if not os.access(parent, os.W_OK):
         raise ConfigError(flag, f"folder {show(str(parent))} is not writable")
+
+
+def config_inputs(cfg) -> list[tuple[str, Path]]:
+    """The files a run of SimConfig ``cfg`` reads besides its --config / --policy-config
+    files: a model config.json, the trace, the workload spec and the files the spec names."""
+    out: list[tuple[str, Path]] = []
+    model = Path(cfg.model)
+    try:
+        if model.is_dir():
+            out.append(("--model", model / "config.json"))
+        elif model.suffix == ".json" or model.is_file():
+            out.append(("--model", model))
+    except OSError:
+        pass
+    w = cfg.workload
+    if w.traces_filepath:
+        out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
+    if w.spec_filepath:
+        from blis_fast.workload.spec import spec_files  # the workload package loads numpy: only when needed
+
+        out.append(("--workload-spec", Path(w.spec_filepath)))
+        out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
+    return out
 
 
 def check_outputs(outputs: Iterable[tuple[str, str | Path | None]],
