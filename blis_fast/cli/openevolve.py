@@ -26,6 +26,15 @@ def openevolve_init(
 
     files = write_starter(directory)
     for f in files:
-        typer.echo(str(f))
-    typer.echo(f"start: openevolve-run {directory / 'initial_program.yaml'} {directory / 'evaluator.py'} "
-               f"--config {directory / 'config.yaml'}")
+        typer.echo(_shown(f))
+    typer.echo(f"start: openevolve-run {_shown(directory / 'initial_program.yaml')} "
+               f"{_shown(directory / 'evaluator.py')} --config {_shown(directory / 'config.yaml')}")
+
+
+def _shown(path: Path) -> str:
+    """``path`` as printed: as is, or quoted with its control characters escaped (a BEL in
+    a folder name must not reach the terminal raw)."""
+    from blis_fast.config.validate import show
+
+    text = str(path)
+    return text if text.isprintable() else show(text, 4200)

@@ -14,6 +14,12 @@ Every command writes its output files through this module (docs/limits.md "Outpu
   the target: a reader never sees a half-written file, and a failed write leaves the
   target exactly as it was (only the temporary file is removed).  Targets that are not
   regular files (``/dev/null``, a FIFO) are written in place.
+- ``write_new_files`` creates a set of new files in a folder all or nothing (``openevolve
+  init``): never over an existing name -- a symlink, even a dangling one, counts as
+  existing, so nothing is ever written through a link -- and a failure removes every file
+  and folder it created.
+- ``check_path_length`` refuses a path the file system cannot hold (a name longer than
+  NAME_MAX, a path longer than PATH_MAX) with one line instead of an OSError later.
 - ``remove_pending`` deletes the temporary files of writes still under way: the CLI's
   Ctrl-C watchdog calls it when it has to end the process without unwinding
   (blis_fast/cli/feedback.py).
@@ -50,16 +56,51 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     return _resolved(a) == _resolved(b)
 
 
+PATH_MAX = 4096  # bytes of a path (Linux); os.pathconf tells where it can
+NAME_MAX = 255  # bytes of one path component (every common Linux file system)
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    """os.pathconf(folder, name), or ``default`` where the system cannot say."""
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError, AttributeError):
+        return default
+
+
+def check_path_length(flag: str, path: str | Path) -> None:
+    """ConfigError naming ``flag`` if ``path`` (as bytes in the file-system encoding) is
+    longer than PATH_MAX or one of its components longer than NAME_MAX (of the nearest
+    existing folder's file system), or holds a NUL byte."""
+    text = os.fspath(path)
+    if "\x00" in text:
+        raise ConfigError(flag, f"{show(text)} holds a NUL byte")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeError:
+        raise ConfigError(flag, f"{show(text)} cannot be encoded as a file name") from None
+    anchor = os.path.dirname(os.path.abspath(text)) or "/"
+    while not os.path.isdir(anchor) and anchor != os.path.dirname(anchor):
+        anchor = os.path.dirname(anchor)
+    path_max = _limit(anchor, "PC_PATH_MAX", PATH_MAX)
+    if len(os.fsencode(os.path.abspath(text))) >= path_max:
+        raise ConfigError(flag, f"path too long ({len(raw)} bytes; the file system allows {path_max - 1})")
+    name_max = _limit(anchor, "PC_NAME_MAX", NAME_MAX)
+    for part in raw.split(b"/"):
+        if len(part) > name_max:
+            raise ConfigError(flag, f"a name in {show(text)} is {len(part)} bytes long; the file system allows "
+                                    f"{name_max}")
+
+
 def check_writable(flag: str, path: str | Path | None) -> None:
     """ConfigError unless ``path`` can be written: not a directory, its folder exists and
-    is writable."""
+    is writable, the path not too long for the file system."""
     if path is None:
         return
     p = Path(path)
     if str(p) in ("", "."):
         raise ConfigError(flag, "needs a file name")
-    if len(str(p)) > 4096:
-        raise ConfigError(flag, f"path too long ({len(str(p))} characters)")
+    check_path_length(flag, p)
     parent = p.parent if str(p.parent) else Path(".")
     try:
         if p.is_dir():
@@ -111,6 +152,54 @@ def check_outputs(outputs: Iterable[tuple[str, str | Path | None]],
             if same_file(p, q):
                 raise ConfigError(flag, f"{show(str(p))} is also the output of {other_flag}; give each output "
                                         "its own path")
+
+
+def write_new_files(folder: str | Path, files: dict[str, str], flag: str) -> list[Path]:
+    """Create ``folder`` (and missing parents) and the new files ``files`` {name: text}
+    in it; returns their paths.  All or nothing: a name that exists already (a symlink
+    too, dangling or not) is refused before anything is written, each file is created
+    exclusively without following links (O_EXCL | O_NOFOLLOW: a link planted meanwhile
+    fails the call rather than being written through), and on any failure every file
+    and folder made here is removed.  OSError -> ConfigError(flag)."""
+    d = Path(folder)
+    check_path_length(flag, d)
+    for name in files:
+        check_path_length(flag, d / name)
+    try:
+        if os.path.lexists(d) and not d.is_dir():
+            raise ConfigError(flag, f"{show(str(d))} exists and is not a folder")
+        existing = [name for name in files if os.path.lexists(d / name)]
+    except OSError as exc:
+        raise ConfigError(flag, f"cannot use {show(str(d))}: {exc.strerror or exc}") from None
+    if existing:
+        raise ConfigError(flag, f"{show(str(d))} already holds {', '.join(existing)}; choose an empty folder "
+                                "(nothing was written)")
+    made_dirs: list[Path] = []
+    made_files: list[Path] = []
+    try:
+        missing = [p for p in [d, *d.parents] if not os.path.lexists(p)]
+        for p in reversed(missing):  # outermost first
+            p.mkdir()
+            made_dirs.append(p)
+        for name, text in files.items():
+            target = d / name
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            made_files.append(target)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+    except BaseException as exc:
+        for p in made_files:
+            _remove(p)
+        for p in reversed(made_dirs):  # innermost first; a folder someone else filled stays
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise ConfigError(flag, f"cannot write in {show(str(d))}: {exc.strerror or exc} "
+                                    "(nothing was left behind)") from None
+        raise
+    return made_files
 
 
 _pending: set[Path] = set()  # temporary files being written (at most one per output at a time)
