@@ -185,7 +185,12 @@ def write_new_files(folder: str | Path, files: dict[str, str], flag: str) -> lis
             target = d / name
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
             made_files.append(target)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            try:
+                f = os.fdopen(fd, "w", encoding="utf-8")
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
                 f.write(text)
     except BaseException as exc:
         for p in made_files:
