@@ -12,8 +12,9 @@ address checked before anything connects, and the connection bounded in time.
   default ``DEFAULT_TIMEOUT_S``).  Dask's own connect timeout does not hold against a
   listener that accepts and never answers (it waits for the handshake as long as the
   socket lives) and a listener answering junk makes it raise assorted errors (or
-  allocate what a junk length asks for).  So, over tcp, a probe first reads the
-  scheduler's handshake itself -- a Dask scheduler sends one as soon as it accepts -- with
+  allocate what a junk length asks for).  So a probe first reads the scheduler's
+  handshake itself (through TLS with Dask's TLS settings for ``tls://``; without them
+  ``tls://`` is refused) -- a Dask scheduler sends one as soon as it accepts -- with
   a socket timeout and a size bound, and decodes it without unpickling; only a peer that
   answers like a scheduler gets a Dask client, itself made in a thread that is given up
   at the deadline.  Every failure is one ``ConfigError`` naming the flag.
@@ -110,10 +111,10 @@ def connect(address: str, timeout: float | None = None, flag: str = FLAG):
         from dask.distributed import Client
     except ImportError:
         raise ConfigError(flag, "needs Dask: pip install 'blis-fast[distributed]'") from None
+    ssl_context = _tls_context(flag) if scheme == "tls" else None
     deadline = time.monotonic() + seconds
     where = f"the scheduler at {show(address, 120)}"
-    if scheme == "tcp":
-        _probe_handshake(host, port, deadline, where, flag)
+    _probe_handshake(host, port, ssl_context, deadline, where, flag)
     outcome: dict = {}
 
     def make_client() -> None:
@@ -133,11 +134,23 @@ def connect(address: str, timeout: float | None = None, flag: str = FLAG):
     raise ConfigError(flag, f"cannot reach {where}: {_one_line(outcome.get('error'))}")
 
 
-def _probe_handshake(host: str, port: int, deadline: float, where: str, flag: str) -> None:
-    """Connect and read the handshake a Dask scheduler sends on accepting, by the deadline:
-    an 8-byte length, then that many bytes of frames that decode (without unpickling) to a
-    mapping.  ConfigError naming ``flag`` when the peer is silent, closes, or answers
-    anything else."""
+def _tls_context(flag: str):
+    """The client SSL context of Dask's TLS settings (``distributed.comm.tls``); ConfigError
+    naming ``flag`` when none is configured (a tls:// scheduler cannot be reached then)."""
+    from distributed.security import Security
+
+    context = Security().get_connection_args("client").get("ssl_context")
+    if context is None:
+        raise ConfigError(flag, "tls:// needs Dask's TLS settings (distributed.comm.tls: ca-file, client cert and "
+                                "key; Dask's configuration docs); use tcp:// on a trusted network")
+    return context
+
+
+def _probe_handshake(host: str, port: int, ssl_context, deadline: float, where: str, flag: str) -> None:
+    """Connect (through TLS when ``ssl_context`` is given) and read the handshake a Dask
+    scheduler sends on accepting, by the deadline: an 8-byte length, then that many bytes
+    of frames that decode (without unpickling) to a mapping.  ConfigError naming ``flag``
+    when the peer is silent, closes, or answers anything else."""
     def remaining() -> float:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -145,7 +158,8 @@ def _probe_handshake(host: str, port: int, deadline: float, where: str, flag: st
         return left
 
     try:
-        with socket.create_connection((host, port), timeout=remaining()) as sock:
+        with socket.create_connection((host, port), timeout=remaining()) as plain:
+            sock = plain if ssl_context is None else ssl_context.wrap_socket(plain, server_hostname=host)
             head = _read_exactly(sock, 8, remaining)
             (size,) = struct.unpack("<Q", head)
             if not 0 < size <= MAX_HANDSHAKE_BYTES:
