@@ -11,7 +11,7 @@ from blis_fast.cli import feedback
 from blis_fast.cli.app import ENGINE, OUTPUT, POLICIES, SIMULATION, WORKLOAD, Quiet, Verbose, app, field_help
 from blis_fast.cli.output import PER_INSTANCE_LIMIT, render, summary_json, wants_json
 from blis_fast.cli.app import option as _opt
-from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
+from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs, staged_outputs
 from blis_fast.config.policy import load_policy_bundle
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml, replace
 from blis_fast.errors import ConfigError
@@ -123,24 +123,25 @@ def run(
     reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
     with feedback.progress("blis-fast run") as bar:
         result = run_config(cfg, output_bytes_per_request=reserve, progress=bar.report)
-        if results_path:
-            bar.report(f"writing {results_path}", 0, None)
-            atomic_write(results_path, result.write_results, "--results-path")
-        if per_request_out:
-            bar.report(f"writing {per_request_out}", 0, None)
-            atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
-        if evaluation_out:
-            bar.report(f"writing {evaluation_out}", 0, None)
-            text = result.evaluate(summarize=summarize_trace).to_json()
-            atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
-        if timeseries_out:
-            bar.report(f"writing {timeseries_out}", 0, None)
-            atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
-        if trace_out:
-            from blis_fast.results.trace_table import write_decision_trace
+        with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
+            if results_path:
+                bar.report(f"writing {results_path}", 0, None)
+                atomic_write(results_path, result.write_results, "--results-path")
+            if per_request_out:
+                bar.report(f"writing {per_request_out}", 0, None)
+                atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
+            if evaluation_out:
+                bar.report(f"writing {evaluation_out}", 0, None)
+                text = result.evaluate(summarize=summarize_trace).to_json()
+                atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
+            if timeseries_out:
+                bar.report(f"writing {timeseries_out}", 0, None)
+                atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
+            if trace_out:
+                from blis_fast.results.trace_table import write_decision_trace
 
-            bar.report(f"writing {trace_out}", 0, None)
-            atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
+                bar.report(f"writing {trace_out}", 0, None)
+                atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
         summary = result.summary()
         if summarize_trace:
             summary["summary_text"] = result.summary_text()

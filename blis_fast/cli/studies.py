@@ -13,7 +13,7 @@ import typer
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
@@ -95,20 +95,22 @@ def capacity(
             search_max_instances=1024 if search_max_instances is None else search_max_instances,
             max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)
     text = json.dumps(result.to_dict(), indent=2, allow_nan=False)
-    if out is not None:
-        _write_text(out, text + "\n", "--out")
-    if plot is not None:
-        capacity_figure(result, plot)
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            _write_text(out, text + "\n", "--out")
+        if plot is not None:
+            capacity_figure(result, plot)
     typer.echo(text if as_json else result.table())
 
 
 def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
     from blis_fast.studies.plots import study_figure
 
-    if out is not None:
-        study.write_table(out)
-    if plot is not None:
-        study_figure(study, plot, title)
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            study.write_table(out)
+        if plot is not None:
+            study_figure(study, plot, title)
     if as_json:
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:

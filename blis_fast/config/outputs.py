@@ -20,6 +20,9 @@ Every command writes its output files through this module (docs/limits.md "Outpu
   and folder it created.
 - ``check_path_length`` refuses a path the file system cannot hold (a name longer than
   NAME_MAX, a path longer than PATH_MAX) with one line instead of an OSError later.
+- ``staged_outputs`` makes a command's outputs all or nothing: inside the block each
+  ``atomic_write`` leaves its temporary file in place, and the block's end renames them
+  all -- or, if the block fails, removes them all (no output, old or new, is changed).
 - ``remove_pending`` deletes the temporary files of writes still under way: the CLI's
   Ctrl-C watchdog calls it when it has to end the process without unwinding
   (blis_fast/cli/feedback.py).
@@ -27,6 +30,7 @@ Every command writes its output files through this module (docs/limits.md "Outpu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -208,6 +212,41 @@ def write_new_files(folder: str | Path, files: dict[str, str], flag: str) -> lis
 
 
 _pending: set[Path] = set()  # temporary files being written (at most one per output at a time)
+_staged: list[tuple[Path, Path, str]] | None = None  # (temporary file, target, flag) awaiting their renames
+
+
+@contextlib.contextmanager
+def staged_outputs():
+    """Make the ``atomic_write`` calls inside the block all or nothing: their temporary
+    files are renamed over their targets when the block ends, or all removed if it
+    raises.  A block inside another one joins the outer."""
+    global _staged
+    if _staged is not None:
+        yield
+        return
+    staged = _staged = []
+    try:
+        yield
+    except BaseException:
+        _staged = None
+        _discard(staged)
+        raise
+    _staged = None
+    try:
+        for tmp, target, flag in staged:
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise ConfigError(flag, f"cannot write {show(str(target))}: {exc.strerror or exc}") from None
+            _pending.discard(tmp)
+    finally:
+        _discard([entry for entry in staged if entry[0] in _pending])  # those a failed rename left
+
+
+def _discard(staged: list[tuple[Path, Path, str]]) -> None:
+    for tmp, _, _ in staged:
+        _remove(tmp)
+        _pending.discard(tmp)
 
 
 def remove_pending() -> None:
@@ -241,11 +280,16 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
     os.close(fd)
     tmp = Path(tmp_name)
     _pending.add(tmp)
+    staged = False
     try:
         mode = st.st_mode & 0o777 if st is not None else 0o666 & ~_umask()
         os.chmod(tmp, mode)
         write(tmp)
-        os.replace(tmp, p)
+        if _staged is not None:  # renamed when the staged_outputs block ends
+            _staged.append((tmp, p, flag))
+            staged = True
+        else:
+            os.replace(tmp, p)
     except OSError as exc:
         _remove(tmp)
         raise ConfigError(flag, f"cannot write {show(str(p))}: {exc.strerror or exc}") from None
@@ -253,7 +297,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
         _remove(tmp)
         raise
     finally:
-        _pending.discard(tmp)
+        if not staged:
+            _pending.discard(tmp)
     return p
 
 

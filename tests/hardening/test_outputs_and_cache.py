@@ -334,3 +334,33 @@ def test_run_and_clear_cache_in_fresh_processes_with_a_hostile_cache(tmp_path):
     p = subprocess.run([sys.executable, "-m", "blis_fast.cli", "clear-cache"], env=long_env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 2 and p.stderr.splitlines()[-1].startswith("error: NUMBA_CACHE_DIR: "), p.stderr
+
+
+# ============================================================================ all outputs or none
+
+
+def test_a_failed_output_leaves_every_output_of_the_command_as_it_was(tmp_path, monkeypatch):
+    """``run`` writes its outputs staged (config/outputs.staged_outputs): when the second
+    one fails (a full disk), the first -- already written to its temporary file -- is not
+    renamed over its old content, and no temporary file stays."""
+    from blis_fast.results.result import Result
+
+    results, table = write(tmp_path, "r.json", "old results\n"), write(tmp_path, "t.csv", "old table\n")
+    before = digest(results, table)
+
+    def disk_full(self, path, fmt):
+        Path(path).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Result, "write_requests", disk_full)
+    assert_clean_error(*cli_in_process("run", "--num-requests", "5", "--results-path", results,
+                                       "--per-request-out", table), needles=["--per-request-out", "No space left"])
+    assert digest(results, table) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.csv"]
+    monkeypatch.undo()
+    code, out, err = cli_in_process("run", "--num-requests", "5", "--results-path", results, "--per-request-out", table)
+    assert code == 0, err
+    after = digest(results, table)
+    assert all(after[k][0] != before[k][0] for k in before)  # both rewritten
+    assert results.read_text().startswith("{")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.csv"]
