@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from blis_fast import paths as P
 from blis_fast.batch.scheduler import parse_scheduler_address
@@ -243,6 +245,19 @@ def test_malformed_dask_address_is_one_line_before_anything_is_read(tmp_path, ad
     ("tcp://[::1]:8786", ("tcp", "::1", 8786)), ("tcp://node-7:8786", ("tcp", "node-7", 8786))])
 def test_valid_dask_addresses_parse(address, parsed):
     assert parse_scheduler_address(address) == parsed
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.text(max_size=400), st.from_regex(r"(tcp|tls|inproc|ws)?(://)?[a-z0-9.\[\]:-]{0,80}(:[0-9+-]{0,8})?",
+                                                      fullmatch=True)))
+def test_any_text_as_a_dask_address_parses_or_is_a_config_error(address):
+    try:
+        scheme, host, port = parse_scheduler_address(address)
+    except ConfigError as exc:
+        assert exc.field == "--dask-scheduler" and len(str(exc)) < 600
+        assert not any(ord(c) < 32 for c in str(exc))  # control characters escaped
+        return
+    assert scheme in ("tcp", "tls") and 1 <= port <= 65535 and host and len(address) <= 300
 
 
 @pytest.mark.parametrize("value", ["nan", "0", "-1", "1e9", "ten"])
