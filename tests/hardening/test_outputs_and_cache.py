@@ -316,6 +316,33 @@ def test_clear_cache_removes_only_what_numba_wrote(cache_dir):
     assert code == 0 and out.startswith("removed 0 cache files"), err
 
 
+def test_the_kernels_own_clearing_and_healing_skip_folders_and_links(tmp_path, monkeypatch):
+    """kernels/cache.py of this checkout (imported from its file: the installed copy may be
+    older): ``clear`` (run on import when the sources changed) removes every numba file
+    past a stray ``*.nbi`` folder instead of stopping at it, and ``heal`` skips it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("checkout_kernel_cache",
+                                                  Path(__file__).resolve().parents[2] / "kernels" / "cache.py")
+    cache = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cache)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    root = cache.cache_dirs()[0]
+    root.mkdir(parents=True)
+    names = [f"{c}.f-1.py311.nbi" for c in "abcdefgh"]
+    for name in names:
+        (root / name).write_bytes(b"garbage")
+    (root / "d.stray.nbi").mkdir()
+    outside = write(tmp_path, "outside.txt", "keep\n")
+    (root / "z.link.nbi").symlink_to(outside)
+    assert cache.heal(lambda p: p.name != "c.f-1.py311.nbi") == "c.f-1.py311.nbi"
+    assert cache.clear() == len(names) - 1
+    assert sorted(p.name for p in root.iterdir() if p.suffix == ".nbi") == ["d.stray.nbi", "z.link.nbi"]
+    assert outside.read_text() == "keep\n"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / ("c" * 300)))
+    assert cache.clear() == 0 and cache.heal(lambda p: True) is None
+
+
 @pytest.mark.parametrize("value", ["/tmp/" + "c" * 300, "/".join(["/tmp"] + ["c" * 250] * 20), "/tmp/a\x00b"])
 def test_clear_cache_refuses_a_cache_path_the_file_system_cannot_hold(monkeypatch, value):
     assert P.cache_dir_problem(value) is not None
