@@ -246,19 +246,47 @@ def _intact_or_foreign(path: Path) -> bool:
     return intact(path) if written_by_numba(path) else True
 
 
-def cache_dir_problem(value: str | None) -> str | None:
-    """Why ``value`` (of $NUMBA_CACHE_DIR) cannot be a cache folder -- a name longer than
-    the file system allows, a path longer than PATH_MAX, a NUL byte -- or None."""
-    if not value:
-        return None
-    from blis_fast.config.outputs import check_path_length
-    from blis_fast.errors import ConfigError
+PATH_MAX = 4096  # bytes of a path (Linux), where os.pathconf cannot say
+NAME_MAX = 255  # bytes of one path component (every common Linux file system), likewise
 
+
+def _limit(folder: str, name: str, default: int) -> int:
     try:
-        check_path_length(CACHE_DIR_ENV, value)
-    except ConfigError as exc:
-        return exc.message
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError, AttributeError):
+        return default
+
+
+def path_length_problem(path) -> str | None:
+    """What makes ``path`` one the file system cannot hold -- as bytes in the file-system
+    encoding, longer than PATH_MAX or a component longer than NAME_MAX (both of the
+    nearest existing folder's file system), or a NUL byte -- or None.  (Here, not in
+    blis_fast.config, because ``import blis_fast`` needs it and must stay light.)"""
+    text = os.fspath(path)
+    if "\x00" in text:
+        return "holds a NUL byte"
+    try:
+        whole = os.fsencode(os.path.abspath(text))
+    except UnicodeError:
+        return "cannot be encoded as a file name"
+    anchor = os.path.dirname(os.path.abspath(text)) or "/"
+    while not os.path.isdir(anchor) and anchor != os.path.dirname(anchor):
+        anchor = os.path.dirname(anchor)
+    path_max = _limit(anchor, "PC_PATH_MAX", PATH_MAX)
+    if len(whole) >= path_max:
+        return f"is {len(whole)} bytes long as a full path; the file system allows {path_max - 1}"
+    name_max = _limit(anchor, "PC_NAME_MAX", NAME_MAX)
+    longest = max(whole.split(b"/"), key=len)
+    if len(longest) > name_max:
+        return f"has a name {len(longest)} bytes long; the file system allows {name_max}"
     return None
+
+
+def cache_dir_problem(value: str | None) -> str | None:
+    """Why ``value`` (of $NUMBA_CACHE_DIR) cannot be a cache folder (``path_length_problem``),
+    or None."""
+    problem = path_length_problem(value) if value else None
+    return None if problem is None else f"the path {problem}"
 
 
 def clear_kernel_cache() -> tuple[int, list[Path]]:

@@ -60,40 +60,15 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     return _resolved(a) == _resolved(b)
 
 
-PATH_MAX = 4096  # bytes of a path (Linux); os.pathconf tells where it can
-NAME_MAX = 255  # bytes of one path component (every common Linux file system)
-
-
-def _limit(folder: str, name: str, default: int) -> int:
-    """os.pathconf(folder, name), or ``default`` where the system cannot say."""
-    try:
-        return int(os.pathconf(folder, name))
-    except (OSError, ValueError, AttributeError):
-        return default
-
-
 def check_path_length(flag: str, path: str | Path) -> None:
-    """ConfigError naming ``flag`` if ``path`` (as bytes in the file-system encoding) is
-    longer than PATH_MAX or one of its components longer than NAME_MAX (of the nearest
-    existing folder's file system), or holds a NUL byte."""
-    text = os.fspath(path)
-    if "\x00" in text:
-        raise ConfigError(flag, f"{show(text)} holds a NUL byte")
-    try:
-        raw = os.fsencode(text)
-    except UnicodeError:
-        raise ConfigError(flag, f"{show(text)} cannot be encoded as a file name") from None
-    anchor = os.path.dirname(os.path.abspath(text)) or "/"
-    while not os.path.isdir(anchor) and anchor != os.path.dirname(anchor):
-        anchor = os.path.dirname(anchor)
-    path_max = _limit(anchor, "PC_PATH_MAX", PATH_MAX)
-    if len(os.fsencode(os.path.abspath(text))) >= path_max:
-        raise ConfigError(flag, f"path too long ({len(raw)} bytes; the file system allows {path_max - 1})")
-    name_max = _limit(anchor, "PC_NAME_MAX", NAME_MAX)
-    for part in raw.split(b"/"):
-        if len(part) > name_max:
-            raise ConfigError(flag, f"a name in {show(text)} is {len(part)} bytes long; the file system allows "
-                                    f"{name_max}")
+    """ConfigError naming ``flag`` if ``path`` is longer than PATH_MAX, one of its
+    components longer than NAME_MAX (as bytes, of the nearest existing folder's file
+    system), or holds a NUL byte (``blis_fast.paths.path_length_problem``)."""
+    from blis_fast.paths import path_length_problem
+
+    problem = path_length_problem(path)
+    if problem is not None:
+        raise ConfigError(flag, f"{show(os.fspath(path))} {problem}")
 
 
 def check_writable(flag: str, path: str | Path | None) -> None:

@@ -145,7 +145,7 @@ def test_an_output_path_with_control_characters_is_shown_escaped(tmp_path):
 
 def test_check_path_length_counts_bytes_and_components(tmp_path):
     check_path_length("F", tmp_path / ("é" * 127))  # 254 bytes
-    with pytest.raises(ConfigError, match="bytes long"):
+    with pytest.raises(ConfigError, match="name 256 bytes long"):
         check_path_length("F", tmp_path / ("é" * 128))  # 256 bytes
     with pytest.raises(ConfigError, match="NUL"):
         check_path_length("F", "a\x00b")
