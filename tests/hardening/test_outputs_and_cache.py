@@ -406,3 +406,14 @@ def test_a_failed_output_leaves_every_output_of_the_command_as_it_was(tmp_path, 
     assert all(after[k][0] != before[k][0] for k in before)  # both rewritten
     assert results.read_text().startswith("{")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.csv"]
+
+
+@pytest.mark.slow  # a fresh process
+@pytest.mark.parametrize("cache", ["ok", "c" * 300])
+def test_import_stays_light_with_numba_cache_dir_set(tmp_path, cache):
+    """The cache guard on ``import blis_fast`` checks $NUMBA_CACHE_DIR without loading the
+    config package or numpy (the CLI arms Ctrl-C before they load)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / cache)}
+    p = subprocess.run([sys.executable, "-c", "import sys, blis_fast; print('numpy' in sys.modules, "
+                        "'blis_fast.config' in sys.modules)"], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == ["False", "False"], p.stderr
