@@ -7,7 +7,7 @@ import os
 
 import typer
 
-from blis_fast.cli.app import app
+from blis_fast.cli.app import app, printable_path
 from blis_fast.paths import skip_numba_blas_probe
 
 # The command runs only blis-fast's kernels: numba's registry set-up need not load SciPy's
@@ -30,14 +30,8 @@ def clear_cache() -> None:
     if problem is not None:
         raise ConfigError(paths.CACHE_DIR_ENV, f"{problem}; nothing was removed")
     removed, foreign = paths.clear_kernel_cache()
-    typer.echo(f"removed {removed} cache files of blis-fast's kernels (folders: {_shown(cache_dirs()[0].parent)} ...)")
+    folders = printable_path(cache_dirs()[0].parent)
+    typer.echo(f"removed {removed} cache files of blis-fast's kernels (folders: {folders} ...)")
     if foreign:
         typer.echo(f"blis-fast: left {len(foreign)} entries numba did not write (e.g. {show(str(foreign[0]))}); "
                    "remove them by hand if they are yours to remove", err=True)
-
-
-def _shown(path) -> str:
-    from blis_fast.config.validate import show
-
-    text = str(path)
-    return text if text.isprintable() else show(text, 4200)

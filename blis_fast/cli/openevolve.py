@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from blis_fast.cli.app import Quiet, Verbose, app
+from blis_fast.cli.app import Quiet, Verbose, app, printable_path
 
 openevolve_app = typer.Typer(no_args_is_help=True, help="OpenEvolve integration: blis-fast as the fitness function.")
 app.add_typer(openevolve_app, name="openevolve")
@@ -26,15 +26,6 @@ def openevolve_init(
 
     files = write_starter(directory)
     for f in files:
-        typer.echo(_shown(f))
-    typer.echo(f"start: openevolve-run {_shown(directory / 'initial_program.yaml')} "
-               f"{_shown(directory / 'evaluator.py')} --config {_shown(directory / 'config.yaml')}")
-
-
-def _shown(path: Path) -> str:
-    """``path`` as printed: as is, or quoted with its control characters escaped (a BEL in
-    a folder name must not reach the terminal raw)."""
-    from blis_fast.config.validate import show
-
-    text = str(path)
-    return text if text.isprintable() else show(text, 4200)
+        typer.echo(printable_path(f))
+    typer.echo(f"start: openevolve-run {printable_path(directory / 'initial_program.yaml')} "
+               f"{printable_path(directory / 'evaluator.py')} --config {printable_path(directory / 'config.yaml')}")

@@ -139,5 +139,6 @@ def test_tls_without_dask_tls_settings_is_one_line(capsys, tmp_path):
     write(pol, "good.yaml", GOOD)
     scen = write(tmp_path, "s.yaml", {"scenarios": SCENARIOS[:1]})
     with listener(SILENT) as address:
-        expect_cli_error(capsys, "evaluate", "--policies", pol, "--scenarios", scen, "--out", tmp_path / "r.parquet", "--dask-scheduler", address.replace("tcp://", "tls://"),
+        expect_cli_error(capsys, "evaluate", "--policies", pol, "--scenarios", scen, "--out", tmp_path / "r.parquet",
+                         "--dask-scheduler", address.replace("tcp://", "tls://"),
                          needles=["--dask-scheduler", "TLS settings"])

@@ -224,7 +224,7 @@ def test_openevolve_init_on_a_file_or_with_a_bell_in_its_name(tmp_path):
     assert (tmp_path / "bell\x07" / "evaluator.py").is_file()
 
 
-# ============================================================================ C. Dask scheduler addresses (no Dask needed)
+# ============================================================================ C. Dask addresses (no Dask needed)
 
 
 @pytest.mark.parametrize("address", [
@@ -247,9 +247,11 @@ def test_valid_dask_addresses_parse(address, parsed):
     assert parse_scheduler_address(address) == parsed
 
 
+ADDRESS_LIKE = r"(tcp|tls|inproc|ws)?(://)?[a-z0-9.\[\]:-]{0,80}(:[0-9+-]{0,8})?"
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.text(max_size=400), st.from_regex(r"(tcp|tls|inproc|ws)?(://)?[a-z0-9.\[\]:-]{0,80}(:[0-9+-]{0,8})?",
-                                                      fullmatch=True)))
+@given(st.one_of(st.text(max_size=400), st.from_regex(ADDRESS_LIKE, fullmatch=True)))
 def test_any_text_as_a_dask_address_parses_or_is_a_config_error(address):
     try:
         scheme, host, port = parse_scheduler_address(address)
