@@ -13,7 +13,7 @@ import typer
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
@@ -99,10 +99,11 @@ def capacity(
             search_max_instances=1024 if search_max_instances is None else search_max_instances,
             max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)
     text = json.dumps(result.to_dict(), indent=2, allow_nan=False)
-    if out is not None:
-        _write_text(out, text + "\n", "--out")
-    if plot is not None:
-        capacity_figure(result, plot)
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            _write_text(out, text + "\n", "--out")
+        if plot is not None:
+            capacity_figure(result, plot)
     from blis_fast.studies.tables import terminal_width
 
     typer.echo(text if as_json else result.table(width=terminal_width()))
@@ -111,10 +112,11 @@ def capacity(
 def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
     from blis_fast.studies.plots import study_figure
 
-    if out is not None:
-        study.write_table(out)
-    if plot is not None:
-        study_figure(study, plot, title)
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            study.write_table(out)
+        if plot is not None:
+            study_figure(study, plot, title)
     if as_json:
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:
@@ -133,6 +135,26 @@ def _check_study_outputs(out, plot, inputs) -> None:
         check_table_path(out)
     if plot is not None:
         check_plot_path(plot)
+
+
+def _grid_inputs_check(out, plot, inputs):
+    """``run_study``'s ``on_configs``: the outputs checked again against the files every
+    grid point reads (a swept trace or workload spec, ``--set workload_traces_filepath=a,b``),
+    before any point runs."""
+    from blis_fast.config.outputs import config_inputs
+
+    def check(configs) -> None:
+        if out is None and plot is None:
+            return
+        seen, grid_inputs = set(), []
+        for c in configs:  # the seeds of a point share its files: each distinct file source once
+            key = (c.model, c.workload.traces_filepath, c.workload.spec_filepath)
+            if key not in seen:
+                seen.add(key)
+                grid_inputs += [(f"{flag} of a grid point", p) for flag, p in config_inputs(c)]
+        check_outputs((("--out", out), ("--plot", plot)), [*inputs, *grid_inputs])
+
+    return check
 
 
 @app.command()
@@ -157,10 +179,12 @@ def sweep(
     from blis_fast.studies.sweep import run_study
 
     cfg = config_from_flags(run_flags)
-    _check_study_outputs(out, plot, input_paths(run_flags, cfg))
+    inputs = input_paths(run_flags, cfg)
+    _check_study_outputs(out, plot, inputs)
     with feedback.progress("sweep", None, "runs") as bar:
         study = run_study([(None, cfg)], set_, seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Sweep")
 
 
@@ -197,5 +221,6 @@ def compare(
     _check_study_outputs(out, plot, inputs)
     with feedback.progress("compare", None, "runs") as bar:
         study = run_study(bases, set_ or (), seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Comparison")

@@ -330,9 +330,12 @@ def requested_metrics(extra, field: str = "--metrics") -> list[str]:
 
 def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: int = 1, metrics=None,
               jobs: int | None = None, on_run: Callable[[], None] | None = None,
-              on_start: Callable[[int], None] | None = None) -> SweepResult:
+              on_start: Callable[[int], None] | None = None,
+              on_configs: Callable[[list[SimConfig]], None] | None = None) -> SweepResult:
     """Every (configuration, grid point) x seed, in one parallel batch: see the module
-    docstring.  ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
+    docstring.  ``on_configs(configs)`` once every run's configuration is built and
+    before any runs (the CLI checks its outputs against the files they read there),
+    ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
     axes = [parse_axis(s) for s in ([sets] if isinstance(sets, (str, Axis)) else list(sets))]
     if len(axes) > MAX_AXES:
         raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
@@ -361,6 +364,8 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             configs += cfgs
             at = ", ".join([*([str(label)] if label is not None else []), *(f"{k}={v}" for k, v in point.items())])
             where += [at] * len(cfgs)
+    if on_configs is not None:
+        on_configs(configs)
     if on_start is not None:
         on_start(len(configs))
     rows = run_all(configs, names, jobs, on_run, where)
