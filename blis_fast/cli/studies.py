@@ -113,6 +113,9 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:
         typer.echo(study.text([*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment["))]))
+    note = study.adequacy_note()  # runs too short or saturated: one line on stderr (--quiet drops it)
+    if note:
+        feedback.logger.warning(note)
 
 
 def _check_study_outputs(out, plot, inputs) -> None:

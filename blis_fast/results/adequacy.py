@@ -116,9 +116,12 @@ def _secs(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _lengthen_setting(cfg) -> str:
-    """The setting that lengthens a run of ``cfg``'s workload."""
+def _lengthen_setting(cfg, horizon_cut: bool) -> str:
+    """The setting that lengthens a run of ``cfg``'s workload (``horizon_cut``: the horizon
+    ended the run before every request arrived)."""
     w = cfg.workload
+    if horizon_cut:
+        return "raise --horizon"
     if w.spec_filepath:
         return "the workload spec's duration_s or num_requests"
     if w.type == "traces":
@@ -129,8 +132,9 @@ def _lengthen_setting(cfg) -> str:
 def adequacy(result) -> Adequacy:
     """The adequacy of ``result``'s run (a ``Result``)."""
     reqs = result.reqs
-    lengthen = _lengthen_setting(result.setup.config)
     state = reqs["state"]
+    cfg = result.setup.config
+    lengthen = _lengthen_setting(cfg, cfg.simulation.horizon is not None and bool((state == RequestState.PENDING).any()))
     arrived = state != RequestState.PENDING  # pending: never arrived (a horizon, an unreleased session turn)
     arrival = reqs["arrival_us"][arrived]
     n_arrived = int(arrival.size)

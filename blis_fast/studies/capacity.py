@@ -465,20 +465,23 @@ def _stopped_message(out: CapacityResult, good: Probe | None, s: _Searcher) -> s
     p = s.unresolved
     slos = ", ".join(str(q) for q in out.slos)
     unit = "req/s" if out.search == "rate" else "instances"
-    head = f"{p.value:.6g} {unit} meets {slos} on runs that "
+    head = f"stopped at {p.value:.6g} {unit}: it meets {slos} on runs "
     if p.verdict == "unfinished":
-        head += "the horizon cut with requests in flight (their latencies are missing): raise --horizon"
+        head += "the horizon cut with requests in flight, whose latencies are missing: raise --horizon"
     else:
         span = "" if p.span_s is None else f"arrivals span {p.span_s:.3g} s"
-        need = "" if p.span_needed_s is None else f", under 10 x the E2E p99 ({p.span_needed_s / 10:.3g} s)"
+        need = "" if p.span_needed_s is None else f", under 10 x their E2E p99 of {p.span_needed_s / 10:.3g} s"
+        head += f"too short to trust ({span}{need})"
+        target = (p.span_needed_s or 0.0) * SPAN_MARGIN
         if s.lengthens:
-            want = math.ceil(s.offered(p.value) * (p.span_needed_s or 0.0) * SPAN_MARGIN)
-            how = (f"the search lengthens a probe to {MAX_PROBE_REQUESTS:,} requests at most: give "
-                   f"--num-requests {max(want, (p.num_requests or 0) * 2)} (every probe runs at least that many)")
+            want = max(math.ceil(s.offered(p.value) * target), (p.num_requests or 0) * 2)
+            head += (f" even at {p.num_requests:,} requests, the most the search runs per probe: give "
+                     f"--num-requests {want} (every probe runs at least that many)")
+        elif s.cfg.workload.spec_filepath:
+            head += (f"; the workload spec fixes its length: make its duration_s (or num_requests) cover at least "
+                     f"{target:.3g} s of arrivals")
         else:
-            how = ("lengthen the workload (a spec's duration_s or num_requests, or a longer trace); "
-                   "the search cannot resize it")
-        head += f"are too short to trust ({span}{need}): {how}"
+            head += f"; the trace fixes its length: replay one covering at least {target:.3g} s of arrivals"
     found = (f"highest {'rate' if out.search == 'rate' else 'instance count'} meeting {slos} on adequate runs: "
              f"{good.value:.6g} {unit}; " if good is not None else "")
-    return f"{found}stopped: {head}"
+    return found + head
