@@ -24,6 +24,15 @@ search then stops early rather than probing what it cannot resolve.
 Instance search: integers, doubling up from (or halving down to) the config's
 ``num_instances``, then bisection to adjacent counts; the answer is the smallest count
 that met.
+
+Run adequacy (``blis_fast.results.adequacy``; docs/studies.md "Run adequacy"): a probe
+meets the SLOs only on adequate runs.  Its runs are sized to the arrival span the met
+probes so far needed (SPAN_MARGIN x 10 x their E2E p99; at least the workload's
+``num_requests``); a probe whose SLOs hold on runs too short to trust is rerun longer (up
+to MAX_LENGTHENINGS times, MAX_PROBE_REQUESTS requests); a saturated probe fails; a
+too-short probe that fails counts as failed (a run that starts empty is optimistic).  A
+probe that stays too short (or that a horizon cut) stops the search with a message naming
+what to lengthen.
 """
 
 from __future__ import annotations
