@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blis_fast.config.sim import MAX_REQUESTS
 from blis_fast_kernels.schema import RequestState
 
 MIN_SPAN_OVER_E2E = 10.0  # arrival span / E2E p99 below this: too short
@@ -94,6 +95,8 @@ class Adequacy:
             return (f"blis-fast: warning: the cluster is saturated: arrivals {self.arrival_rate_rps:.4g} req/s, "
                     f"completions {self.completion_rate_rps:.4g} req/s over the last quarter of the run; the backlog "
                     f"grows with the run's length, so do its latencies (lower the rate or add capacity)")
+        if self.verdict == "too_short" and self.e2e_p99_s is None:  # nothing to size a longer run from
+            return f"blis-fast: warning: the run measured no latency: {self.reasons[0]}"
         if self.verdict == "too_short":
             return f"blis-fast: warning: the run is too short for steady state: {self.reasons[0]}; {self._lengthen()}"
         return (f"blis-fast: warning: the run ended with {self.in_flight_at_end:,} of {self.arrived_requests:,} "
@@ -104,7 +107,10 @@ class Adequacy:
         if need is None or not self.arrived_requests or self.arrival_span_s <= 0:
             return f"run longer ({self.lengthen})"
         want = math.ceil(self.arrived_requests * need / self.arrival_span_s)
-        how = f"--num-requests {want} at this rate" if self.lengthen == _BY_REQUESTS else self.lengthen
+        how = self.lengthen
+        if self.lengthen == _BY_REQUESTS:
+            how = (f"--num-requests {want} at this rate" if want <= MAX_REQUESTS else
+                   f"more than the {MAX_REQUESTS} requests a run may have at this rate: a lower --rate")
         return f"run arrivals over at least {_secs(need)} s ({how})"
 
 
@@ -175,7 +181,9 @@ def adequacy(result) -> Adequacy:
 
     too_short = e2e_p99 is None or ratio < MIN_SPAN_OVER_E2E
     if e2e_p99 is None:
-        reasons.append("no request completed")
+        n_left = int(left.sum())
+        reasons.append(f"no request completed ({n_left:,} of {n_arrived:,} rejected or dropped)" if n_left else
+                       "no request completed")
     elif too_short:
         reasons.append(f"arrivals span {_secs(span_s)} s, under {MIN_SPAN_OVER_E2E:g} x the E2E p99 ({_secs(e2e_p99)} s)")
 

@@ -76,3 +76,16 @@ def test_every_verdict_is_json_ready_and_deterministic():
         json.dumps(d, allow_nan=False)
         assert r.adequacy.to_dict() == d
     assert runs[0].adequacy.verdict == "too_short"  # one request: no span at all
+
+
+def test_a_run_without_latencies_says_so_rather_than_asking_for_more_requests():
+    rejected = blis_fast.simulate(num_requests=50, admission_policy="token-bucket", token_bucket_capacity=1,
+                                  token_bucket_refill_rate=0.0001).adequacy
+    assert rejected.verdict == "too_short" and rejected.e2e_p99_s is None
+    assert "measured no latency" in rejected.warning() and "rejected" in rejected.warning()
+    assert "--num-requests" not in rejected.warning()
+    none_arrived = blis_fast.simulate(num_requests=10, horizon=1).adequacy
+    assert none_arrived.arrived_requests == 0 and "no request arrived" in none_arrived.warning()
+    # a remedy beyond what a run may hold names the rate instead
+    huge = blis_fast.simulate(num_requests=2, rate=1e12).adequacy
+    assert "a lower --rate" in huge.warning()
