@@ -140,8 +140,11 @@ class CapacityResult:
             for p in self.slos:
                 s = pr.stats[p.metric]
                 cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
-            cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else "")
-                         + (f" ({pr.verdict.replace('_', ' ')})" if pr.verdict != "ok" else ""))
+            if pr.holds and pr.verdict in ("too_short", "unfinished"):  # neither met nor failed: not measured
+                cells.append(f"unknown ({pr.verdict.replace('_', ' ')})")
+            else:
+                cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else "")
+                             + (" (saturated)" if pr.verdict == "saturated" else ""))
             rows.append(cells)
         return text_table(head, rows) + "\n\n" + self.message
 
@@ -367,8 +370,10 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 
     ``config`` and ``overrides`` are as in ``blis_fast.simulate``; the config's rate (or
     num_instances) is where the search starts.  Every probe runs ``seeds`` seeds (from
-    the config's seed on), ``jobs`` at a time (default: all cores).  ``on_run()`` is
-    called after each simulation (progress).  Bad input raises ConfigError.
+    the config's seed on), ``jobs`` at a time (default: all cores), each with at least
+    the config's ``num_requests`` and more when its runs are too short for steady state
+    (module docstring, "Run adequacy").  ``on_run()`` is called after each simulation
+    (progress).  Bad input raises ConfigError.
     """
     search = as_choice(search, "--search", SEARCHES)
     preds = parse_slos(slo, slo_classes)

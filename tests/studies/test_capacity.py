@@ -227,6 +227,7 @@ def test_search_stops_naming_what_to_lengthen_when_probes_cannot_grow(monkeypatc
     assert "every probed rate" not in r.message and "--rate-max" not in r.message
     assert r.answer is not None and r.answer < 8 and r.failed_neighbour is None
     assert r.probes[-1].verdict == "too_short" and not r.probes[-1].met
+    assert r.table().splitlines()[len(r.probes)].endswith("unknown (too short)")  # the last probe's row
 
 
 def test_search_on_a_short_workload_spec_stops_naming_its_duration(tmp_path):
