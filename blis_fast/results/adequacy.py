@@ -49,6 +49,7 @@ MAX_IN_FLIGHT_FRACTION = 0.05  # requests in flight at the end / arrivals above 
 VERDICTS = ("ok", "too_short", "saturated", "unfinished")
 
 _LEFT = (RequestState.REJECTED, RequestState.DROPPED)  # leave the cluster as they arrive
+_BY_REQUESTS = "--num-requests"  # what lengthens a generated workload's run
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Adequacy:
     completion_rate_rps: float | None
     arrived_requests: int
     reasons: tuple[str, ...]
-    lengthen: str = "--num-requests"  # the setting that lengthens the run (not in the JSON)
+    lengthen: str = _BY_REQUESTS  # the setting that lengthens the run (not in the JSON)
 
     @property
     def ok(self) -> bool:
@@ -112,9 +113,6 @@ class Adequacy:
             how = (f"--num-requests {want} at this rate" if want <= MAX_REQUESTS else
                    f"more than the {MAX_REQUESTS} requests a run may have at this rate: a lower --rate")
         return f"run arrivals over at least {_secs(need)} s ({how})"
-
-
-_BY_REQUESTS = "--num-requests"
 
 
 def _secs(x: float) -> str:
