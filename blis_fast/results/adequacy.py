@@ -46,7 +46,7 @@ SATURATION_GROWTH = 0.1  # the tail's backlog growth / its arrivals above this: 
 LEVELLED = 1.25  # ... if the tail completed at most this x the previous quarter (completions levelled off)
 MIN_COMPLETIONS = 20  # ... and each of the two quarters completed at least this many (the cluster is delivering)
 MAX_IN_FLIGHT_FRACTION = 0.05  # requests in flight at the end / arrivals above this: unfinished
-VERDICTS = ("ok", "too_short", "saturated", "unfinished")
+VERDICTS = ("ok", "unfinished", "too_short", "saturated")  # from the best to the worst
 
 _LEFT = (RequestState.REJECTED, RequestState.DROPPED)  # leave the cluster as they arrive
 _BY_REQUESTS = "--num-requests"  # what lengthens a generated workload's run
@@ -131,6 +131,12 @@ def _lengthen_setting(cfg, horizon_cut: bool) -> str:
     if w.type == "traces":
         return "a longer trace"
     return _BY_REQUESTS
+
+
+def worst_verdict(verdicts) -> str:
+    """The worst of ``verdicts`` (saturated, too_short, unfinished, ok; "ok" if none): the
+    verdict of a study point, over its seeds' runs."""
+    return max(verdicts, key=VERDICTS.index, default="ok")
 
 
 def adequacy(result) -> Adequacy:

@@ -44,6 +44,7 @@ from typing import Callable
 from blis_fast.config.sim import SimConfig
 from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int
 from blis_fast.errors import ConfigError
+from blis_fast.results.adequacy import worst_verdict
 from blis_fast.run.api import as_config
 from blis_fast.studies.measure import ADEQUACY
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
@@ -61,7 +62,6 @@ EXPANSION_STEPS = 12  # bracketing steps each way: factors 2, 4, ..., 2^12 (a ~1
 MAX_PROBE_REQUESTS = 200_000
 MAX_LENGTHENINGS = 4
 SPAN_MARGIN = 1.25
-_SEVERITY = ("ok", "unfinished", "too_short", "saturated")  # a probe's verdict: the worst of its runs
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class _Searcher:
         uncertain = any(stats[p.metric].low <= p.threshold <= stats[p.metric].high
                         and stats[p.metric].half_width > 0 for p in self.slos)
         runs = [r[ADEQUACY] for r in per_seed if r.get(ADEQUACY) is not None]  # None: not assessed
-        verdict = max((a.verdict for a in runs), key=_SEVERITY.index, default="ok")
+        verdict = worst_verdict(a.verdict for a in runs)
         # a saturated run fails whatever its numbers: its latencies grow with the run's length;
         # a run too short to trust (or cut by the horizon) neither meets nor fails yet
         met = holds and verdict == "ok"

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, with_overrides
 from blis_fast.config.validate import as_str, parse_decimal, show
 from blis_fast.errors import ConfigError
+from blis_fast.results.adequacy import worst_verdict
 from blis_fast.studies.measure import ADEQUACY, TABLE_METRICS, check_metric
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, run_all, seed_list, seed_stats
 from blis_fast.studies.tables import text_table, write_rows
@@ -276,15 +277,9 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
     for k in range(len(out.points)):
         per_seed = rows[k * n_seeds:(k + 1) * n_seeds]
         out.stats.append({m: seed_stats([r[m] for r in per_seed]) for m in names})
-        out.adequacy.append(worst_verdict(r[ADEQUACY] for r in per_seed))
+        out.adequacy.append(worst_verdict(r[ADEQUACY].verdict for r in per_seed))
     return out
 
-
-def worst_verdict(runs) -> str:
-    """The worst adequacy verdict of ``runs`` (``results.adequacy.Adequacy``, None: not
-    assessed): saturated, too_short, unfinished, else ok."""
-    verdicts = {a.verdict for a in runs if a is not None}
-    return next((v for v in ("saturated", "too_short", "unfinished") if v in verdicts), "ok")
 
 
 def offered_rate(cfg: SimConfig) -> float | None:
