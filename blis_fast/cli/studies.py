@@ -20,13 +20,17 @@ _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default 
 _SET_HELP = ("a swept setting NAME=start:stop:step (stop included) or NAME=v1,v2,...; NAME is any flat setting "
              "(rate, num_instances, max_num_seqs, routing_policy, ...) or a weight entry "
              "(routing_scorers.queue-depth); repeat for a grid")
-_METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed); "
-                 "latencies, throughput, utilization and SLO attainment (per class) are always there")
+_METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed), "
+                 "printed after the key columns; latencies, throughput, occupancy and SLO attainment (per class "
+                 "with targets) are always there")
 _OUT_HELP = "write the table of every point (metric means and 95 % CI half-widths) here: .parquet or .csv"
-_PLOT_HELP = ("draw latency percentiles, throughput vs offered load, utilization and SLO attainment per class vs "
+_PLOT_HELP = ("draw latency percentiles, throughput vs offered load, step occupancy and headroom and SLO attainment "
+              "per class vs "
               "the first swept setting into this .png or .svg (needs: pip install 'blis-fast[plot]')")
-# the columns printed on stdout (the --out table has every metric)
-SHOWN = ("responses_per_sec", "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "slo_attainment", "utilization")
+# the columns printed on stdout (the --out table has every metric), then the SLO classes'
+# attainment and the --metrics columns
+SHOWN = ("responses_per_sec", "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "slo_attainment", "token_budget_occupancy",
+         "batch_slot_occupancy", "kv_occupancy_mean")
 
 
 def _write_text(path: Path, text: str, flag: str) -> None:
@@ -103,7 +107,9 @@ def capacity(
         _write_text(out, text + "\n", "--out")
     if plot is not None:
         capacity_figure(result, plot)
-    typer.echo(text if as_json else result.table())
+    from blis_fast.studies.tables import terminal_width
+
+    typer.echo(text if as_json else result.table(width=terminal_width()))
 
 
 def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
@@ -116,7 +122,10 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
     if as_json:
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:
-        typer.echo(study.text([*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment["))]))
+        from blis_fast.studies.tables import terminal_width
+
+        shown = [*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment[")), *study.requested]
+        typer.echo(study.text(list(dict.fromkeys(shown)), width=terminal_width()))
     note = study.adequacy_note()  # runs too short or saturated: one line on stderr (--quiet drops it)
     if note:
         feedback.logger.warning(note)
