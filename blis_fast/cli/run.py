@@ -149,6 +149,9 @@ def run(
         typer.echo(summary_json(summary))
     else:
         render(summary, per_instance=per_instance)
+    warning = result.adequacy.warning()  # too short or saturated: one line on stderr (--quiet drops it)
+    if warning:
+        feedback.logger.warning(warning)
 
 
 DEFAULT_SAMPLE_INTERVAL_MS = 100.0

@@ -84,6 +84,10 @@ def capacity(
     at worst, usually faster); every probe runs --seeds seeds in parallel and compares
     the mean with each threshold.  Prints the probes and the answer, and says when the
     seeds' noise limits it.
+
+    A probe counts only on runs that measure steady state: each runs at least
+    --num-requests requests, and more when its arrivals span less than 10x its E2E p99
+    (up to 200,000); a saturated probe fails (docs/studies.md, "Run adequacy").
     """
     from blis_fast.studies.capacity import DEFAULT_SEEDS, DEFAULT_TOLERANCE, MAX_PROBES, capacity as run_capacity
     from blis_fast.studies.plots import capacity_figure, check_plot_path
@@ -124,6 +128,9 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
 
         shown = [*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment[")), *study.requested]
         typer.echo(study.text(list(dict.fromkeys(shown)), width=terminal_width()))
+    note = study.adequacy_note()  # runs too short or saturated: one line on stderr (--quiet drops it)
+    if note:
+        feedback.logger.warning(note)
 
 
 def _check_study_outputs(out, plot, inputs) -> None:

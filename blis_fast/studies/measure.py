@@ -1,4 +1,5 @@
-"""What a study keeps of each run: a flat dict of metric name -> float.
+"""What a study keeps of each run: a flat dict of metric name -> float, and the run's
+adequacy (``ADEQUACY``).
 
 A run's Result (its State holds every table of the run) is dropped as soon as its numbers
 are read, so a study of hundreds of runs holds only these dicts.  Metric names are those
@@ -36,6 +37,13 @@ def check_metric(name: str, field: str) -> None:
         raise ConfigError(field, f"unknown {what} {base!r}; known: {', '.join(allowed)}")
 
 
-def run_metrics(result, names) -> dict[str, float]:
-    """``{name: metric_value(result, name)}`` for ``names``."""
-    return {name: metric_value(result, name) for name in names}
+# the key of a run's ``results.adequacy.Adequacy`` in its ``run_metrics`` dict (not a metric name)
+ADEQUACY = "adequacy"
+
+
+def run_metrics(result, names) -> dict:
+    """``{name: metric_value(result, name)}`` for ``names``, and under ``ADEQUACY`` the run's
+    adequacy (too short, saturated, ...: ``blis_fast.results.adequacy``)."""
+    out = {name: metric_value(result, name) for name in names}
+    out[ADEQUACY] = result.adequacy
+    return out

@@ -25,12 +25,14 @@ from typing import Callable, Sequence
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, with_overrides
 from blis_fast.config.validate import as_str, parse_decimal, show
 from blis_fast.errors import ConfigError
-from blis_fast.studies.measure import SLO_JUDGED, TABLE_METRICS, check_metric
+from blis_fast.results.adequacy import worst_verdict
+from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check_metric
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, run_all, seed_list, seed_stats
 from blis_fast.studies.tables import interval_text, text_table, write_rows
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
+MAX_NOTED = 4  # inadequate points named in the warning line
 
 
 @dataclass(frozen=True)
@@ -139,21 +141,24 @@ class SweepResult:
     points: list[dict] = field(default_factory=list)  # {"config": label, **axis values}
     stats: list[dict[str, SeedStats]] = field(default_factory=list)
     offered_rate: list[float | None] = field(default_factory=list)  # requests/s offered (None: a trace)
+    adequacy: list[str] = field(default_factory=list)  # per point: the worst verdict of its runs (results.adequacy)
     requested: list[str] = field(default_factory=list)  # the metrics the user named (--metrics), in order
 
     def rows(self) -> list[dict]:
         """One flat dict per point: config label (compare), axis values, the offered rate
-        (requests/s, every arriving request counted: ``offered_rate``), then per metric its
-        mean and, with several seeds, ``<metric>_ci95``; a comparison of several
+        (requests/s, every arriving request counted: ``offered_rate``), seeds, the adequacy
+        of its runs (the worst verdict: ok, unfinished, too_short, saturated), then per
+        metric its mean and, with several seeds, ``<metric>_ci95``; a comparison of several
         configurations adds ``<metric>_diff`` (and ``_diff_ci95``), the paired difference
         against the first configuration (``differences``; null on the first's rows)."""
         out = []
         diffs = self.differences()
-        for pt, st, rate, diff in zip(self.points, self.stats, self.offered_rate, diffs):
+        for pt, st, rate, verdict, diff in zip(self.points, self.stats, self.offered_rate, self.adequacy, diffs):
             row = {} if self.labels == [None] else {"config": pt["config"]}
             row.update({a.name: pt[a.name] for a in self.axes})
             row["offered_rate"] = rate
             row["seeds"] = len(self.seeds)
+            row["adequacy"] = verdict
             for m in self.metrics:
                 row[m] = st[m].mean
                 if len(self.seeds) > 1:
@@ -228,6 +233,25 @@ class SweepResult:
             out += (f"\n\ndifference against {self.labels[0]} (paired: same seeds, same point)\n\n"
                     + text_table(keys + shown, rows, left=len(keys), width=width))
         return out
+
+    def adequacy_note(self) -> str | None:
+        """One line naming the points whose runs are too short, saturated or unfinished
+        (None when every run is adequate): their numbers do not describe steady state."""
+        bad = [(k, v) for k, v in enumerate(self.adequacy) if v != "ok"]
+        if not bad:
+            return None
+
+        def where(k):
+            pt = self.points[k]
+            parts = ([str(pt["config"])] if self.compared else []) + [f"{a.name}={_fmt(pt[a.name])}"
+                                                                      for a in self.axes]
+            return " ".join(parts) or "the run"
+
+        shown = "; ".join(f"{where(k)}: {v.replace('_', ' ')}" for k, v in bad[:MAX_NOTED])
+        more = f"; and {len(bad) - MAX_NOTED} more" if len(bad) > MAX_NOTED else ""
+        return (f"blis-fast: warning: {len(bad)} of {len(self.points)} points ran inadequately ({shown}{more}); "
+                f"their numbers are not steady state: lengthen the runs (--num-requests, or a workload spec's "
+                f"duration_s) or, if saturated, lower the load (the adequacy column of --out and --json)")
 
     def _cell(self, metric: str, s: SeedStats) -> str:
         return interval_text(metric, s.mean, s.half_width)
@@ -372,6 +396,7 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
     for k in range(len(out.points)):
         per_seed = rows[k * n_seeds:(k + 1) * n_seeds]
         out.stats.append({m: seed_stats([r[m] for r in per_seed]) for m in names})
+        out.adequacy.append(worst_verdict(r[ADEQUACY].verdict for r in per_seed))
     return out
 
 

@@ -61,7 +61,7 @@ def test_json_flag_and_pipes_give_the_json_unchanged(monkeypatch, capsys):
     piped = capsys.readouterr().out  # capsys: not a terminal
     assert code in (0, None)
     assert json.loads(term) == json.loads(piped)
-    assert list(json.loads(piped)) == ["cluster", "instances", "run"]
+    assert list(json.loads(piped)) == ["cluster", "instances", "run", "adequacy"]
 
 
 @pytest.mark.parametrize("fmt,value,text", [

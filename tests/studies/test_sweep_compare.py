@@ -107,7 +107,11 @@ def test_cli_sweep_tables_and_figure(capsys, tmp_path):
     csv = pcsv.read_csv(tmp_path / "s.csv")
     assert csv.column_names == table.column_names
     for name in table.column_names:
-        assert csv.column(name).to_pylist() == pytest.approx(table.column(name).to_pylist(), rel=1e-12)
+        expected = table.column(name).to_pylist()
+        if name == "adequacy":  # the one text column: each point's verdict
+            assert csv.column(name).to_pylist() == expected == ["too_short", "too_short"]
+        else:
+            assert csv.column(name).to_pylist() == pytest.approx(expected, rel=1e-12)
     assert (tmp_path / "s2.svg").read_bytes() == (tmp_path / "s.svg").read_bytes()
     code, js, err = run_cli(capsys, *args, "--json")
     assert code == 0 and [r["rate"] for r in json.loads(js)["rows"]] == [20, 40]
@@ -165,3 +169,20 @@ def test_missing_matplotlib_is_one_line_naming_the_extra(capsys, monkeypatch, tm
     line = expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--plot", tmp_path / "s.png",
                             needles=["--plot", "pip install 'blis-fast[plot]'"])
     assert not (tmp_path / "s.png").exists() and "Traceback" not in line
+
+
+def test_sweep_rows_carry_each_points_adequacy_and_the_cli_warns(capsys):
+    """Chatbot on 4 instances (capacity ~340 req/s): 100 requests at 100 req/s are too short,
+    8,000 at 100 req/s measure steady state, 8,000 at 1,400 req/s saturate."""
+    study = sweep("rate=100,1400", workload="chatbot", num_instances=4, num_requests=8000)
+    assert [row["adequacy"] for row in study.rows()] == ["ok", "saturated"]
+    assert "rate=1400: saturated" in study.adequacy_note() and "rate=100:" not in study.adequacy_note()
+    assert sweep("rate=100", workload="chatbot", num_instances=4, num_requests=8000).adequacy_note() is None
+    code, out, err = run_cli(capsys, "sweep", "--set", "rate=100", "--workload", "chatbot", "--num-instances", "4")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1 and "1 of 1 points ran inadequately (rate=100: too short" in lines[0], err
+    assert "warning" not in out
+    code, out, err = run_cli(capsys, "sweep", "--set", "rate=100", "--workload", "chatbot", "--num-instances", "4",
+                             "--json", "--quiet")
+    assert code == 0 and "warning" not in err and json.loads(out)["rows"][0]["adequacy"] == "too_short"
