@@ -405,8 +405,8 @@ def landlock(cfg: dict, layers: dict) -> None:
     readable = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path,
                 "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/dev/urandom",
                 "/proc/self"]
-    rules = [(p, LL_READ) for p in dict.fromkeys(readable) if p] + [("/dev/null", LL_READ | LL_WRITE_FILE | LL_TRUNCATE),
-                                                                   (cfg["work"], fs)]
+    rules = [(p, LL_READ) for p in dict.fromkeys(readable) if p]
+    rules += [("/dev/null", LL_READ | LL_WRITE_FILE | LL_TRUNCATE), (cfg["work"], fs)]
     for path, access in rules:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)

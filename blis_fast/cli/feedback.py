@@ -15,8 +15,9 @@ command's result, which scripts parse):
   systemd and Kubernetes send) the guard's handler raises it too -- and temporary output
   files are removed as it unwinds (``blis_fast.config.outputs.atomic_write``), running
   policy programs killed (``blis_fast.batch.evaluate.load_candidates``);
-  ``interrupted()`` then prints one line and exits with 130 (SIGINT) or 143 (SIGTERM).  A watchdog thread covers the moments the main thread cannot react
-  (inside a long C call such as LLVM compiling a kernel): if the process still runs
+  ``interrupted()`` then prints one line and exits with 130 (SIGINT) or 143 (SIGTERM).
+  A watchdog thread covers the moments the main thread cannot react (inside a long C
+  call such as LLVM compiling a kernel): if the process still runs
   ``GRACE_S`` after the signal, or at a second one, it prints the line, removes the
   temporary output files and ends the process (its policy programs' sandboxes die with
   it: blis_fast.batch.program).
