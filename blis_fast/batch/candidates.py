@@ -38,7 +38,8 @@ class Candidate:
 def load_candidate(source: Any, candidate_id: str, program_timeout_s: float | None = None) -> Candidate:
     """A Candidate from bundle YAML text, a bundle dict, or a file path (``Path``, or a
     string naming an existing ``.yaml``/``.yml``/``.py`` file).  Never raises for bad
-    content."""
+    content; a bad ``program_timeout_s`` (seconds a ``.py`` program may take, a number
+    in (0, 3600]; None = 10) is a ConfigError."""
     if program_timeout_s is not None:  # a bad argument, not a bad candidate: raised
         from blis_fast.batch.program import check_timeout
 

@@ -116,8 +116,10 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
         return list(pool.map(load, pairs))
     except BaseException:
         stop_all_programs()  # the threads' programs end now, not at their time limit
-        pool.shutdown(wait=True, cancel_futures=True)
-        allow_programs()
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            allow_programs()
         raise
     finally:
         pool.shutdown(wait=True)
