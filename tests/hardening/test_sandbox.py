@@ -17,6 +17,7 @@ An escape whose guarantee this machine's layers do not give is skipped, with the
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 import re
@@ -31,6 +32,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blis_fast.batch.candidates import load_candidate
 from blis_fast.batch.evaluate import evaluate_many
@@ -445,6 +448,21 @@ def test_program_timeout_is_checked(bad):
         evaluate_many([VALID], SCENARIO, program_timeout_s=bad)
     with pytest.raises(ConfigError, match="program_timeout_s"):
         run_policy_program(__file__, bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-10**30, max_value=10**30),
+                 st.text(max_size=20), st.booleans(), st.lists(st.integers(), max_size=2)))
+def test_program_timeout_accepts_exactly_finite_seconds_in_range(value):
+    ok = not isinstance(value, (bool, str, list)) and math.isfinite(value) and 0 < value <= 3600 \
+        and not (value != 0 and abs(value) < 2.2250738585072014e-308)
+    try:
+        cand = load_candidate(VALID, "c", program_timeout_s=value)  # (bundle text: the timeout is checked first)
+    except ConfigError as exc:
+        assert not ok and exc.field == "program_timeout_s", value
+        assert "\n" not in str(exc) and len(str(exc)) < 300
+    else:
+        assert ok and cand.error is None, value
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-1", "0", "3601", "x", "1e400"])
