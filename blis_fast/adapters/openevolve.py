@@ -12,7 +12,7 @@ The module-level ``evaluate``/``evaluate_stage1``/``evaluate_stage2`` read
 ``BLIS_FAST_SCENARIOS`` only.
 
 A program is a policy bundle (``.yaml``/``.yml``) or a ``.py`` module whose
-``get_policy()`` returns one (run in a child process with a hard kill and a memory cap:
+``get_policy()`` returns one (run in a sandbox with a time limit and a memory cap:
 ``blis_fast.batch.program``; ``BLIS_FAST_PROGRAM_TIMEOUT_S`` sets its time limit, default
 10 s).  Stage 1 parses the program and runs the first scenario of
 the file (put a short one first); stage 2 runs them all.  Every result carries
@@ -157,10 +157,11 @@ def _candidate(program_path: str):
 
 def program_timeout() -> float | None:
     """``$BLIS_FAST_PROGRAM_TIMEOUT_S`` (ConfigError naming it when not a number in (0, 3600])."""
+    from blis_fast.batch.program import MAX_TIMEOUT_S
     from blis_fast.config.validate import as_float
 
     text = os.environ.get(PROGRAM_TIMEOUT_ENV)
-    return None if not text else as_float(text, PROGRAM_TIMEOUT_ENV, 0, 3600, lo_open=True)
+    return None if not text else as_float(text, PROGRAM_TIMEOUT_ENV, 0, MAX_TIMEOUT_S, lo_open=True)
 
 
 def _result(fitness: FitnessSet, names: list[str], results: list, stage: int):

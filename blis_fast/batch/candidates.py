@@ -38,7 +38,12 @@ class Candidate:
 def load_candidate(source: Any, candidate_id: str, program_timeout_s: float | None = None) -> Candidate:
     """A Candidate from bundle YAML text, a bundle dict, or a file path (``Path``, or a
     string naming an existing ``.yaml``/``.yml``/``.py`` file).  Never raises for bad
-    content."""
+    content; a bad ``program_timeout_s`` (seconds a ``.py`` program may take, a number
+    in (0, 3600]; None = 10) is a ConfigError."""
+    if program_timeout_s is not None:  # a bad argument, not a bad candidate: raised
+        from blis_fast.batch.program import check_timeout
+
+        check_timeout(program_timeout_s)
     try:
         if isinstance(source, Candidate):
             return source
@@ -78,6 +83,25 @@ def settings_of(data: Any, where: str, looks_like_path: bool = False) -> dict:
     return settings
 
 
+def program_settings(value: Any, where: str) -> dict:
+    """The PolicyConfig fields of what a program's get_policy() (or POLICY) returned: a
+    bundle dict, or bundle YAML text; anything else -- None, a list, a number, text that
+    is not a mapping -- is a ConfigError saying what it returned."""
+    from blis_fast.errors import ConfigError
+
+    expected = ("it must return the policy bundle as a dict (or bundle YAML text), e.g. "
+                "{'routing': {'type': 'least-loaded'}}")
+    if isinstance(value, str):
+        data = load_yaml_text(value, where)
+        if not isinstance(data, dict):
+            raise ConfigError(where, f"returned text that is not a bundle mapping (it holds {show(data, 60)}); "
+                                     f"{expected}")
+        return settings_of(data, where)
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"returned {show(value, 60)} ({type(value).__name__}); {expected}")
+    return settings_of(value, where)
+
+
 def merged_policy(base: PolicyConfig, settings: dict) -> PolicyConfig:
     """The scenario's policy settings overridden by the candidate's."""
     from dataclasses import replace
@@ -99,8 +123,8 @@ def _from_file(path: Path, candidate_id: str, program_timeout_s: float | None) -
     if path.suffix in PROGRAM_SUFFIXES:
         from blis_fast.batch.program import TIMEOUT_S, run_policy_program
 
-        data = run_policy_program(path, program_timeout_s or TIMEOUT_S)
-        return Candidate(candidate_id, settings_of(data, f"get_policy() of {path.name}"))
+        data = run_policy_program(path, TIMEOUT_S if program_timeout_s is None else program_timeout_s)
+        return Candidate(candidate_id, program_settings(data, f"get_policy() of {path.name}"))
     if path.suffix not in BUNDLE_SUFFIXES:
         raise ConfigError(str(path), "a candidate file must be a .yaml/.yml policy bundle or a .py policy program")
     text = read_text_limited(path, "policy bundle")

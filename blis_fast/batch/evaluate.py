@@ -32,6 +32,7 @@ import numpy as np
 
 from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
 from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
+from blis_fast.batch.program import check_timeout
 from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
 from blis_fast.config.validate import as_int, as_str, show
@@ -80,13 +81,16 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
     thread); ``executor``: any ``concurrent.futures.Executor`` instead.  ``summarize``
     adds each run's trace summary text; ``include_wall_time`` adds a wall_time_s column
     (which makes the table differ run to run).  ``progress(done, total)`` is called in
-    this thread as evaluations finish.
+    this thread as evaluations finish.  ``program_timeout_s``: seconds each ``.py``
+    program may take to return its policy (default 10; a number in (0, 3600]).
     """
     budget = Budget.parse(budget)
     if executor is not None and not isinstance(executor, Executor):
         raise ConfigError("executor", f"must be a concurrent.futures.Executor (e.g. a Dask client's get_executor()), "
                                       f"got {type(executor).__name__}")
     n_workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False)
+    if program_timeout_s is not None:
+        program_timeout_s = check_timeout(program_timeout_s)
     ids, sources = _named(candidates)
     scens = as_scenarios(scenarios)
     if len(sources) * len(scens) > MAX_EVALUATIONS:  # refused before any program runs or workload is built
@@ -100,8 +104,11 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
 
 
 def load_candidates(ids: list[str], sources: list, workers: int, program_timeout_s: float | None) -> list[Candidate]:
-    """Load every candidate; ``.py`` programs (a child process each) on ``workers`` threads."""
+    """Load every candidate; ``.py`` programs (a sandbox each) on ``workers`` threads.  If
+    this thread is interrupted (Ctrl-C, SIGTERM through blis_fast.cli.feedback), every
+    running program is killed before the interrupt goes on."""
     from blis_fast.batch.candidates import PROGRAM_SUFFIXES
+    from blis_fast.batch.program import allow_programs, stop_all_programs
 
     def load(pair):
         return load_candidate(pair[1], pair[0], program_timeout_s)
@@ -110,8 +117,18 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
     programs = sum(1 for _, src in pairs if isinstance(src, (str, os.PathLike)) and str(src).endswith(PROGRAM_SUFFIXES))
     if workers <= 1 or programs <= 1:
         return [load(p) for p in pairs]
-    with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-load") as pool:
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-load")
+    try:
         return list(pool.map(load, pairs))
+    except BaseException:
+        stop_all_programs()  # the threads' programs end now, not at their time limit
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            allow_programs()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def default_workers() -> int:

@@ -16,7 +16,7 @@
 Each command parses its options, calls one ``blis_fast`` function and writes its result
 on stdout.  Every user error -- a bad flag value, a bad YAML key, a malformed trace --
 ends with one line ``error: <field>: <message>`` on stderr and exit code 2; Ctrl-C ends
-any command with one line and exit code 130.
+any command with one line and exit code 130 (SIGTERM: 143).
 
 This module stays light (stdlib only): ``main`` arms the Ctrl-C handling *before* the
 commands, typer and numpy are imported, so that even an interrupt during start-up ends
@@ -36,10 +36,11 @@ __all__ = ["app", "main"]
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (``blis-fast``, ``python -m blis_fast``): runs one
-    command; exit code 0, 2 (user error, one ``error:`` line) or 130 (Ctrl-C).  Run as the
+    command; exit code 0, 2 (user error, one ``error:`` line), 130 (Ctrl-C) or 143
+    (SIGTERM).  Run as the
     program (``argv`` None), an interrupted command skips the interpreter's teardown
     (a second or more after a large run), once its temporary files are gone."""
-    from blis_fast.cli.feedback import EXIT_INTERRUPTED, end_now, interrupt_guard, interrupted
+    from blis_fast.cli.feedback import EXIT_INTERRUPTED, EXIT_TERMINATED, end_now, interrupt_guard, interrupted
 
     try:
         with interrupt_guard():
@@ -50,8 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             except KeyboardInterrupt:
                 interrupted()
     except SystemExit as exc:
-        if exc.code == EXIT_INTERRUPTED and argv is None:
-            end_now(EXIT_INTERRUPTED)
+        if exc.code in (EXIT_INTERRUPTED, EXIT_TERMINATED) and argv is None:
+            end_now(exc.code)
         raise
 
 

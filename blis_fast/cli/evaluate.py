@@ -21,13 +21,14 @@ def evaluate(
     scenarios: Annotated[Path, typer.Option("--scenarios", metavar="FILE", help="scenarios YAML: scenarios: [{name, config, workload_spec|trace, seed, slo_classes, objectives}], objectives:, budget: (configs/evaluate/scenarios.yaml)")],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="write one row per (candidate, scenario) here (Parquet): score, objectives, metrics, status, message")],
     workers: Annotated[Optional[str], number_option("--workers", help="threads evaluating in parallel (default: all cores; 1 = serial)")] = None,
-    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", metavar="ADDR", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT (extra blis-fast[distributed])", show_default=False)] = None,
+    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", metavar="ADDR", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT or tls://HOST:PORT, reached within $BLIS_FAST_DASK_TIMEOUT_S seconds (default 10) (extra blis-fast[distributed])", show_default=False)] = None,
     objectives: Annotated[Optional[str], typer.Option("--objectives", metavar="SPEC", help="default objectives of scenarios that set none, e.g. 'ttft_p99_ms:min:200,slo_attainment:max' (overrides the file's)", show_default=False)] = None,
     max_events: Annotated[Optional[str], number_option("--max-events", help="budget per evaluation: events (overrides the file's budget)")] = None,
     max_simulated_s: Annotated[Optional[str], number_option("--max-simulated-s", help="budget per evaluation: simulated seconds", metavar="FLOAT")] = None,
     max_wall_s: Annotated[Optional[str], number_option("--max-wall-s", help="budget per evaluation: wall-clock seconds (default 60)", metavar="FLOAT")] = None,
     summaries: Annotated[bool, typer.Option("--summaries", help="add each run's trace-summary text (column summary_text)")] = False,
     top: Annotated[Optional[str], number_option("--top", help="rows of the printed ranking (default 20; 0 = all)")] = None,
+    program_timeout_s: Annotated[Optional[str], number_option("--program-timeout-s", help="seconds each .py program may take to return its policy (default 10, at most 3600)", metavar="FLOAT")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -36,18 +37,25 @@ def evaluate(
     that fail (malformed, over budget) get score 0 and a message; the command still
     exits 0."""
     from blis_fast.batch.budget import Budget
-    from blis_fast.batch.candidates import candidate_files
+    from blis_fast.batch.candidates import PROGRAM_SUFFIXES, candidate_files
+    from blis_fast.batch.program import MAX_TIMEOUT_S
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
-    from blis_fast.cli.run import input_files
-    from blis_fast.config.outputs import atomic_write, check_outputs
-    from blis_fast.config.validate import as_float, as_int
+    from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
+    from blis_fast.config.validate import as_float, as_int, show
     from blis_fast.errors import ConfigError
     from blis_fast.results.objectives import parse_objectives
 
     n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None
+    if dask_scheduler is not None:
+        from blis_fast.batch.scheduler import parse_scheduler_address, timeout_from_env
+
+        parse_scheduler_address(dask_scheduler)  # before anything is read or connected
+        timeout_from_env()
     if n_workers is not None and dask_scheduler is not None:
         raise ConfigError("--workers", "give --workers or --dask-scheduler, not both (Dask workers set their own)")
     n_top = as_int(top, "--top", 0, 10**9) if top is not None else 20
+    timeout_s = as_float(program_timeout_s, "--program-timeout-s", 0, MAX_TIMEOUT_S, lo_open=True) \
+        if program_timeout_s is not None else None
     files = candidate_files(policies)
     scen, file_objectives, file_budget = load_scenarios_file(scenarios)
     budget = dict(Budget.parse(file_budget, f"--scenarios {scenarios.name}: budget").to_dict())
@@ -60,17 +68,22 @@ def evaluate(
     default_objectives = parse_objectives(objectives, "--objectives") if objectives is not None else file_objectives
     inputs = [("--scenarios", scenarios)] + [("--policies", f) for f in files]
     for s in scen:
+        if s.config_file is not None:
+            inputs.append((f"scenario {show(s.name, 80)}: config", s.config_file))
         try:
-            inputs += input_files(s.config)
+            inputs += config_inputs(s.config)
         except ConfigError as exc:  # e.g. a workload spec that does not exist
             raise scenario_error(s.name, exc) from None
     check_outputs([("--out", out)], inputs)  # before anything is evaluated
 
+    if verbose and any(f.suffix in PROGRAM_SUFFIXES for f in files):
+        _log_sandbox()
     executor, client = (None, None)
     if dask_scheduler is not None:
         executor, client = dask_executor(dask_scheduler)
     try:
-        batch = _run(files, scen, default_objectives, Budget.parse(budget), n_workers, executor, summaries)
+        batch = _run(files, scen, default_objectives, Budget.parse(budget), n_workers, executor, summaries,
+                     timeout_s)
     finally:
         if client is not None:
             client.close()
@@ -80,13 +93,24 @@ def evaluate(
     typer.echo(ranking_text(batch.table, n_top))
 
 
-def _run(files, scen, objectives, budget, workers, executor, summaries):
+def _run(files, scen, objectives, budget, workers, executor, summaries, program_timeout_s=None):
     from blis_fast.batch.evaluate import evaluate_many
 
     n = len(files) * len(scen)
     with _progress(n) as report:
         return evaluate_many(files, scen, objectives=objectives, budget=budget, workers=workers, executor=executor,
-                             summarize=summaries, progress=report)
+                             summarize=summaries, progress=report, program_timeout_s=program_timeout_s)
+
+
+def _log_sandbox() -> None:
+    """With -v: the layers of the policy programs' sandbox on this machine."""
+    from blis_fast.batch.program import ProgramError, sandbox_status_text
+    from blis_fast.cli.feedback import logger
+
+    try:
+        logger.info("blis-fast: policy program sandbox:\n" + sandbox_status_text())
+    except ProgramError as exc:
+        logger.info(f"blis-fast: policy program sandbox: {exc}")
 
 
 def _progress(total: int):
@@ -105,19 +129,12 @@ def _progress(total: int):
 
 
 def dask_executor(address: str):
-    """(executor, client) of the Dask scheduler at ``address``; ConfigError naming
-    --dask-scheduler when the extra is missing or the scheduler cannot be reached."""
-    from blis_fast.errors import ConfigError
+    """(executor, client) of the Dask scheduler at ``address``
+    (``blis_fast.batch.scheduler.connect``: the address checked, the connection bounded by
+    $BLIS_FAST_DASK_TIMEOUT_S, default 10 s); ConfigError naming --dask-scheduler."""
+    from blis_fast.batch.scheduler import connect
 
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise ConfigError("--dask-scheduler", "needs Dask: pip install 'blis-fast[distributed]'") from None
-    try:
-        client = Client(address, timeout="5s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise ConfigError("--dask-scheduler", f"cannot reach the scheduler at {address!r}: "
-                                              f"{' '.join(str(exc).split())[:200]}") from None
+    client = connect(address)
     return client.get_executor(), client
 
 

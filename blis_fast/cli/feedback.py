@@ -10,13 +10,17 @@ command's result, which scripts parse):
   its work has lasted ``show_after`` seconds (default 1 s, ``$BLIS_FAST_PROGRESS_AFTER``),
   so quick commands print nothing; it is erased when the work ends.  Bars opened while
   another is shown stack under it (a sweep's runs under the sweep).
-- ``interrupt_guard()``: the ``blis-fast`` entry point's Ctrl-C handling.  Python raises
-  KeyboardInterrupt in the main thread (temporary output files are removed as it unwinds:
-  ``blis_fast.config.outputs.atomic_write``); ``interrupted()`` then prints one line and
-  exits with 130.  A watchdog thread covers the moments the main thread cannot react
-  (inside a long C call such as LLVM compiling a kernel): if the process still runs
-  ``GRACE_S`` after the signal, or at a second Ctrl-C, it prints the line, removes the
-  temporary output files and ends the process.
+- ``interrupt_guard()``: the ``blis-fast`` entry point's Ctrl-C and SIGTERM handling.
+  Python raises KeyboardInterrupt in the main thread -- for SIGTERM (what ``timeout``,
+  systemd and Kubernetes send) the guard's handler raises it too -- and temporary output
+  files are removed as it unwinds (``blis_fast.config.outputs.atomic_write``), running
+  policy programs killed (``blis_fast.batch.evaluate.load_candidates``);
+  ``interrupted()`` then prints one line and exits with 130 (SIGINT) or 143 (SIGTERM).
+  A watchdog thread covers the moments the main thread cannot react (inside a long C
+  call such as LLVM compiling a kernel): if the process still runs
+  ``GRACE_S`` after the signal, or at a second one, it prints the line, removes the
+  temporary output files and ends the process (its policy programs' sandboxes die with
+  it: blis_fast.batch.program).
 
 Importing this module costs nothing (stdlib only; rich loads when a bar is first shown).
 """
@@ -32,7 +36,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 INTERRUPTED_LINE = "blis-fast: interrupted"
+TERMINATED_LINE = "blis-fast: terminated"
 GRACE_S = 0.5  # how long the main thread has to unwind after Ctrl-C before the watchdog ends the process
 DEFAULT_SHOW_AFTER_S = 1.0
 
@@ -253,6 +259,17 @@ def progress(description: str, total: float | None = None, unit: str = "") -> It
 
 _exit_lock = threading.Lock()
 _line_printed = False
+_terminated = threading.Event()  # the interrupt was a SIGTERM
+
+
+def _exit_code() -> int:
+    return EXIT_TERMINATED if _terminated.is_set() else EXIT_INTERRUPTED
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM ends the command like Ctrl-C (main thread; the watchdog sees it too)."""
+    _terminated.set()
+    raise KeyboardInterrupt
 
 
 def _print_interrupted_once() -> None:
@@ -266,7 +283,8 @@ def _print_interrupted_once() -> None:
     except Exception:  # noqa: BLE001 -- the display may be half-drawn; the line matters more
         pass
     try:
-        sys.stderr.write(("\n" if _stderr_is_tty() else "") + INTERRUPTED_LINE + "\n")
+        line = TERMINATED_LINE if _terminated.is_set() else INTERRUPTED_LINE
+        sys.stderr.write(("\n" if _stderr_is_tty() else "") + line + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -280,9 +298,10 @@ def _stderr_is_tty() -> bool:
 
 
 def interrupted() -> None:
-    """End the command after a Ctrl-C: one line on stderr, exit code 130."""
+    """End the command after a Ctrl-C (or SIGTERM): one line on stderr, exit code 130
+    (143)."""
     _print_interrupted_once()
-    raise SystemExit(EXIT_INTERRUPTED)
+    raise SystemExit(_exit_code())
 
 
 def end_now(code: int) -> None:
@@ -302,13 +321,13 @@ def end_now(code: int) -> None:
 def _hard_exit() -> None:
     """End the process from the watchdog thread: the main thread did not unwind in time."""
     _print_interrupted_once()
-    end_now(EXIT_INTERRUPTED)
+    end_now(_exit_code())
 
 
 class _Watchdog(threading.Thread):
     """Reads the signal numbers CPython writes to the wakeup pipe -- even while the main
     thread is stuck in C code -- and ends the process if it has not ended ``grace_s``
-    after a Ctrl-C, or at once on a second one."""
+    after a Ctrl-C or SIGTERM, or at once on a second one."""
 
     def __init__(self, read_fd: int, grace_s: float):
         super().__init__(name="blis-fast-interrupts", daemon=True)
@@ -325,8 +344,10 @@ class _Watchdog(threading.Thread):
                 return
             if not data:  # the guard closed the pipe: the command is over
                 return
-            if signal.SIGINT not in data:
+            if signal.SIGINT not in data and signal.SIGTERM not in data:
                 continue
+            if signal.SIGTERM in data:
+                _terminated.set()
             self.seen += 1
             if self.seen >= 2 or self.grace_s <= 0:  # a second Ctrl-C: the person wants out now
                 _hard_exit()
@@ -358,11 +379,14 @@ def interrupt_guard(grace_s: float = GRACE_S) -> Iterator[None]:
         yield
         return
     _line_printed = False
+    _terminated.clear()
+    previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
     watchdog = _Watchdog(read_fd, grace_s)
     watchdog.start()
     try:
         yield
     finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
         signal.set_wakeup_fd(previous)
         os.close(write_fd)  # the watchdog reads EOF and ends
         watchdog.join(1.0)

@@ -271,6 +271,14 @@ class Result:
 
         return overall_metrics(self)
 
+    @cached_property
+    def adequacy(self):
+        """Whether the run measures steady state: too short, saturated, unfinished or ok
+        (``blis_fast.results.adequacy``)."""
+        from .adequacy import adequacy
+
+        return adequacy(self)
+
     @property
     def seed(self) -> int:
         """The workload seed in force (explicit, else the workload spec's, else 42)."""
@@ -333,7 +341,8 @@ class Result:
                        lat["ttft_us"][lat["has_first"]], lat["e2e_us"][lat["done"]])
 
     def summary(self) -> dict:
-        """The JSON printed on stdout: {"cluster", "instances", "run"} (+ "fitness")."""
+        """The JSON printed on stdout: {"cluster", "instances", "run"} (+ "fitness", "slo",
+        "counterfactuals", "evaluation" when they apply), then "adequacy"."""
         out = {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
         if self.fitness is not None:
             out["fitness"] = self.fitness
@@ -343,8 +352,19 @@ class Result:
             out["counterfactuals"] = self.counterfactuals
         if self.setup.config.objectives is not None:  # asked for: the score and its vector
             ev = self.evaluate()
-            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives}
+            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives, "values": self._objective_values(ev)}
+        out["adequacy"] = self.adequacy.to_dict()
         return out
+
+    def _objective_values(self, ev) -> dict:
+        """Each objective's raw value, shown beside its normalized score; null for an SLO
+        attainment when no class of the workload sets a target (it would only count
+        completions: results.slo)."""
+        from .slo import has_targets
+
+        targeted = any(has_targets(t) for t in (self.workload.slo_targets or {}).values())
+        return {k: None if k.startswith("slo_attainment") and not targeted else ev.metrics.get(k)
+                for k in ev.objectives}
 
     @cached_property
     def slo(self) -> dict | None:

@@ -24,6 +24,15 @@ search then stops early rather than probing what it cannot resolve.
 Instance search: integers, doubling up from (or halving down to) the config's
 ``num_instances``, then bisection to adjacent counts; the answer is the smallest count
 that met.
+
+Run adequacy (``blis_fast.results.adequacy``; docs/studies.md "Run adequacy"): a probe
+meets the SLOs only on adequate runs.  Its runs are sized to the arrival span the met
+probes so far needed (SPAN_MARGIN x 10 x their E2E p99; at least the workload's
+``num_requests``); a probe whose SLOs hold on runs too short to trust is rerun longer (up
+to MAX_LENGTHENINGS times, MAX_PROBE_REQUESTS requests); a saturated probe fails; a
+too-short probe that fails counts as failed (a run that starts empty is optimistic).  A
+probe that stays too short (or that a horizon cut) stops the search with a message naming
+what to lengthen.
 """
 
 from __future__ import annotations
@@ -35,11 +44,14 @@ from typing import Callable
 from blis_fast.config.sim import SimConfig
 from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, escape_controls, show
 from blis_fast.errors import ConfigError
+from blis_fast.results.adequacy import worst_verdict
 from blis_fast.run.api import as_config
+from blis_fast.studies.measure import ADEQUACY
 from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
                                    seed_list, seed_stats)
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from blis_fast.studies.tables import text_table
+from blis_fast.cli.output import metric_text
+from blis_fast.studies.tables import bracket_text, interval_text, text_table
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -47,25 +59,45 @@ DEFAULT_TOLERANCE = 0.01
 DEFAULT_SEEDS = 3
 MAX_PROBES = 40  # a search that has not converged by then stops with what it has
 EXPANSION_STEPS = 12  # bracketing steps each way: factors 2, 4, ..., 2^12 (a ~10^23 range)
+# run adequacy (results.adequacy): a probe's runs are sized to cover SPAN_MARGIN x the arrival span
+# its E2E p99 needs, lengthened at most MAX_LENGTHENINGS times and to MAX_PROBE_REQUESTS requests
+MAX_PROBE_REQUESTS = 200_000
+MAX_LENGTHENINGS = 4
+SPAN_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
 class Probe:
     """One point of the search: the rate (req/s) or instance count, each SLO metric over
-    the seeds, whether every predicate holds for the means, the smallest margin, and
-    whether some metric's 95 % CI contains its threshold (the seeds disagree)."""
+    the seeds, whether it meets the SLOs (every predicate holds for the means and its runs
+    are adequate), the smallest margin, and whether some metric's 95 % CI contains its
+    threshold (the seeds disagree).  ``verdict`` is the worst adequacy of its runs
+    (saturated, too_short, unfinished, ok; ``results.adequacy``), ``num_requests`` the
+    requests per run (None: the workload's own), ``holds`` whether the predicates hold
+    for the means whatever the adequacy, and ``span_needed_s`` the arrival span its
+    longest-latency run needs (10 x its E2E p99; None: unknown)."""
 
     value: float
     stats: dict[str, SeedStats]
     met: bool
     margin: float
     uncertain: bool
+    verdict: str = "ok"
+    num_requests: int | None = None
+    holds: bool = False
+    arrival_rate: float | None = None  # mean over the seeds, req/s, over the last quarter of the arrivals
+    completion_rate: float | None = None
+    span_s: float | None = None  # the shortest arrival span of its runs
+    span_needed_s: float | None = None
 
     def to_dict(self, slos: list[SloPredicate]) -> dict:
         return {
             "value": self.value, "met": self.met, "uncertain": self.uncertain,
             "metrics": {p.metric: {"mean": self.stats[p.metric].mean, "ci95": self.stats[p.metric].half_width,
                                    "per_seed": list(self.stats[p.metric].values)} for p in slos},
+            "adequacy": {"verdict": self.verdict, "num_requests": self.num_requests, "arrival_span_s": self.span_s,
+                         "arrival_span_needed_s": self.span_needed_s, "arrival_rate_rps": self.arrival_rate,
+                         "completion_rate_rps": self.completion_rate},
         }
 
 
@@ -101,22 +133,30 @@ class CapacityResult:
             "probes": [p.to_dict(self.slos) for p in self.probes],
         }
 
-    def table(self) -> str:
-        """The probes as a text table (in probe order), then the answer."""
+    def table(self, width: int | None = None) -> str:
+        """The seeds per probe, the probes as a text table (in probe order; numbers as
+        ``tables.interval_text`` rounds them), then the answer."""
         head = [self.search, *(str(p) for p in self.slos), "met"]
         rows = []
         for pr in self.probes:
-            cells = [f"{pr.value:.6g}"]
+            cells = [metric_text("rate" if self.search == "rate" else "instances", pr.value, with_unit=False)]
             for p in self.slos:
                 s = pr.stats[p.metric]
-                cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
-            cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
+                cells.append(interval_text(p.metric, s.mean, s.half_width))
+            if pr.holds and pr.verdict in ("too_short", "unfinished"):  # neither met nor failed: not measured
+                cells.append(f"unknown ({pr.verdict.replace('_', ' ')})")
+            else:
+                cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else "")
+                             + (" (saturated)" if pr.verdict == "saturated" else ""))
             rows.append(cells)
-        return text_table(head, rows) + "\n\n" + escape_controls(self.message)
+        n = len(self.seeds)
+        seeds = f"{n} seed{'s' if n > 1 else ''} per probe" + (", mean ± 95 % confidence interval" if n > 1 else "")
+        return seeds + "\n\n" + text_table(head, rows, left=0, width=width) + "\n\n" + escape_controls(self.message)
 
 
 class _Searcher:
-    """Runs probes (every seed of one value, in parallel) and keeps them."""
+    """Runs probes (every seed of one value, in parallel), lengthens the runs of a probe
+    that meets the SLOs but is too short to trust, and keeps the probes."""
 
     def __init__(self, cfg: SimConfig, search: str, slos: list[SloPredicate], seeds: list[int], jobs: int,
                  on_run: Callable[[], None] | None, max_probes: int):
@@ -133,35 +173,98 @@ class _Searcher:
                 raise ConfigError("--search", "rate search needs rate-driven clients; this workload spec has none")
             self.start = self.spec_rate * cfg.workload.rate_scale
         self.metrics = list(dict.fromkeys(p.metric for p in slos))
+        # a generated workload is lengthened by its request count; a spec or a trace has its own length
+        self.lengthens = not cfg.workload.spec_filepath and cfg.workload.type != "traces"
+        self.min_requests = cfg.workload.num_requests  # every probe runs at least these
+        self.span_target = 0.0  # arrival span (s) a probe is sized for: learned from the probes that met
+        self.unresolved: Probe | None = None  # a probe that met but could not be made adequate: the search stops
 
-    def settings(self, value: float) -> dict:
+    def settings(self, value: float, num_requests: int | None) -> dict:
+        out = {} if num_requests is None else {"num_requests": num_requests}
         if self.search == "rate" and self.spec_rate:  # a spec: scale its clients' rates to total ``value``
-            return {"rate_scale": value / self.spec_rate}
+            return {**out, "rate_scale": value / self.spec_rate}
         if self.search == "rate":
-            return {"rate": value, "rate_scale": 1.0}
-        return {"num_instances": int(value), "min_instances": None, "max_instances": None}
+            return {**out, "rate": value, "rate_scale": 1.0}
+        return {**out, "num_instances": int(value), "min_instances": None, "max_instances": None}
+
+    def offered(self, value: float) -> float:
+        """The arrival rate of a probe at ``value``, req/s."""
+        return value if self.search == "rate" else self.start
+
+    def requests_for(self, value: float) -> int | None:
+        """Requests per run at ``value``: enough to span ``span_target`` seconds of arrivals,
+        at least the workload's, at most MAX_PROBE_REQUESTS (None: the workload's own length)."""
+        if not self.lengthens:
+            return None
+        want = min(math.ceil(self.offered(value) * self.span_target), MAX_PROBE_REQUESTS)
+        return max(self.min_requests, want)
+
+    def _run(self, values: list[float], sizes: list[int | None]) -> list[dict]:
+        configs = [c for v, n in zip(values, sizes) for c in configs_for(self.cfg, self.settings(v, n), self.seeds)]
+        where = [f"{self.search}={v:.6g}" for v in values for _ in self.seeds]
+        return run_all(configs, self.metrics, self.jobs, self.on_run, where, metrics_field="--slo")
+
+    def _reduce(self, value: float, per_seed: list[dict], num_requests: int | None) -> Probe:
+        stats = {m: seed_stats([r[m] for r in per_seed]) for m in self.metrics}
+        holds = all(p.holds(stats[p.metric].mean) for p in self.slos)
+        margin = min(p.margin(stats[p.metric].mean) for p in self.slos)
+        uncertain = any(stats[p.metric].low <= p.threshold <= stats[p.metric].high
+                        and stats[p.metric].half_width > 0 for p in self.slos)
+        runs = [r[ADEQUACY] for r in per_seed if r.get(ADEQUACY) is not None]  # None: not assessed
+        verdict = worst_verdict(a.verdict for a in runs)
+        # a saturated run fails whatever its numbers: its latencies grow with the run's length;
+        # a run too short to trust (or cut by the horizon) neither meets nor fails yet
+        met = holds and verdict == "ok"
+        if verdict == "saturated":
+            margin = min(margin, 0.0)
+
+        def mean(xs):
+            xs = [x for x in xs if x is not None]
+            return math.fsum(xs) / len(xs) if xs else None
+
+        needed = [a.span_needed_s for a in runs if a.span_needed_s is not None]
+        return Probe(value, stats, met, margin, uncertain, verdict, num_requests, holds,
+                     mean(a.arrival_rate_rps for a in runs), mean(a.completion_rate_rps for a in runs),
+                     min((a.arrival_span_s for a in runs), default=None), max(needed, default=None))
+
+    def _longer(self, probe: Probe) -> int | None:
+        """More requests per run for a probe too short to trust, or None if it cannot be lengthened."""
+        if not self.lengthens or probe.num_requests is None or probe.num_requests >= MAX_PROBE_REQUESTS:
+            return None
+        need = (probe.span_needed_s or 0.0) * SPAN_MARGIN
+        want = max(math.ceil(self.offered(probe.value) * need), 2 * probe.num_requests)
+        return min(want, MAX_PROBE_REQUESTS)
 
     def probe(self, values: list[float]) -> list[Probe]:
-        """Probe ``values`` (all seeds of all of them in one parallel batch)."""
-        configs = [c for v in values for c in configs_for(self.cfg, self.settings(v), self.seeds)]
-        where = [f"{self.search}={v:.6g}" for v in values for _ in self.seeds]
-        rows = run_all(configs, self.metrics, self.jobs, self.on_run, where, metrics_field="--slo")
+        """Probe ``values`` (all seeds of all of them in one parallel batch).  A probe whose
+        SLOs hold on runs too short to trust is rerun longer (up to MAX_LENGTHENINGS times);
+        one that still is, or that the horizon cut, is ``unresolved`` and the search stops.
+        A too-short probe that fails counts as failed: a run that starts with an empty
+        cluster is optimistic about latency, a longer one would fail too."""
+        sizes = [self.requests_for(v) for v in values]
+        rows = self._run(values, sizes)
         n = len(self.seeds)
         out = []
         for k, v in enumerate(values):
-            per_seed = rows[k * n:(k + 1) * n]
-            stats = {m: seed_stats([r[m] for r in per_seed]) for m in self.metrics}
-            met = all(p.holds(stats[p.metric].mean) for p in self.slos)
-            margin = min(p.margin(stats[p.metric].mean) for p in self.slos)
-            uncertain = any(stats[p.metric].low <= p.threshold <= stats[p.metric].high
-                            and stats[p.metric].half_width > 0 for p in self.slos)
-            out.append(Probe(v, stats, met, margin, uncertain))
+            per_seed, size = rows[k * n:(k + 1) * n], sizes[k]
+            p = self._reduce(v, per_seed, size)
+            for _ in range(MAX_LENGTHENINGS):
+                longer = self._longer(p) if p.holds and p.verdict == "too_short" else None
+                if longer is None:
+                    break
+                self.span_target = max(self.span_target, longer / self.offered(v))
+                p = self._reduce(v, self._run([v], [longer]), longer)
+            if p.holds and p.verdict in ("too_short", "unfinished") and self.unresolved is None:
+                self.unresolved = p
+            if p.met and p.span_needed_s is not None:
+                self.span_target = max(self.span_target, p.span_needed_s * SPAN_MARGIN)
+            out.append(p)
         self.probes += out
         return out
 
     @property
     def exhausted(self) -> bool:
-        return len(self.probes) >= self.max_probes
+        return len(self.probes) >= self.max_probes or self.unresolved is not None
 
 
 def _round_rate(r: float) -> float:
@@ -272,8 +375,10 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 
     ``config`` and ``overrides`` are as in ``blis_fast.simulate``; the config's rate (or
     num_instances) is where the search starts.  Every probe runs ``seeds`` seeds (from
-    the config's seed on), ``jobs`` at a time (default: all cores).  ``on_run()`` is
-    called after each simulation (progress).  Bad input raises ConfigError.
+    the config's seed on), ``jobs`` at a time (default: all cores), each with at least
+    the config's ``num_requests`` and more when its runs are too short for steady state
+    (module docstring, "Run adequacy").  ``on_run()`` is called after each simulation
+    (progress).  Bad input raises ConfigError.
     """
     search = as_choice(search, "--search", SEARCHES)
     preds = parse_slos(slo, slo_classes)
@@ -305,10 +410,15 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
             raise ConfigError("--search-max-instances", f"must be >= num_instances ({cfg.deployment.num_instances}), "
                                                  f"got {max_instances}")
         good, bad = _search_instances(s, cfg, max_instances)
+    if s.unresolved is not None and bad is s.unresolved:
+        bad = None  # it did not fail: it could not be measured
     out = CapacityResult(search, good.value if good else None, preds, s.seeds, tol, s.probes,
                          bad.value if bad else None)
     out.noise_limited = bool(good and bad and (good.uncertain or bad.uncertain))
-    out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
+    if s.unresolved is not None:
+        out.message = _stopped_message(out, good, s)
+    else:
+        out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
     if n_seeds == 1:
         out.message += "; one seed per probe, so seed noise is not assessed (--seeds 3 gives confidence intervals)"
     return out
@@ -317,7 +427,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
     """Refuse, before running, a [class=NAME] the workload spec does not define."""
     from blis_fast.results.objectives import known_list, split_metric
-    from blis_fast.studies.sweep import class_names
+    from blis_fast.studies.sweep import check_targeted, class_names
 
     known = class_names(cfg)
     for p in preds:
@@ -325,6 +435,7 @@ def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
         if kind == "class" and name not in known:
             raise ConfigError("--slo-class" if p.metric.endswith(f"[class={name}]") else "--slo",
                               f"the workload has no SLO class {show(name)}; its classes: {known_list(known)}")
+    check_targeted([p.metric for p in preds], [cfg], "--slo")
 
 
 def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhausted: bool,
@@ -337,17 +448,21 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
                     f" down to {bad.value:.6g} req/s" if bad else ""
         else:
             where = f" up to {int(bad.value)} instances (--search-max-instances {max_instances})" if bad else ""
-        return f"no {what} meets {slos}{where}"
+        return f"no {what} meets {slos}{where}" + _saturation(bad)
     if bad is None:
-        if out.search == "rate":
-            top = f"--rate-max {rate_max:g}" if rate_max is not None else f"{good.value:.6g} req/s"
-            return f"every probed rate meets {slos}, up to {top}: raise --rate-max"
+        if out.search == "rate" and rate_max is not None:
+            return f"every probed rate meets {slos}, up to --rate-max {rate_max:g}: raise --rate-max"
+        if out.search == "rate":  # the bracket stopped growing: the probe budget, or a rate no run can reach
+            why = "--max-probes" if len(out.probes) >= MAX_PROBES or exhausted else "the bracket's doublings"
+            return (f"every probed rate meets {slos}, up to {good.value:.6g} req/s; the search stopped there "
+                    f"({why}): start from a higher --rate, or give --rate-min and --rate-max around the answer")
         return f"1 instance meets {slos}"
     if out.search == "rate":
-        text = (f"highest rate meeting {slos}: {good.value:.6g} req/s ({bad.value:.6g} fails; "
+        text = (f"highest rate meeting {slos}: {bracket_text(good.value, bad.value)} req/s "
+                f"({good.value:.6g} meets, {bad.value:.6g} fails{_saturation(bad)}; "
                 f"{len(out.probes)} probes x {len(out.seeds)} seeds = {out.simulations} simulations)")
     else:
-        text = (f"fewest instances meeting {slos}: {int(good.value)} ({int(bad.value)} fails; "
+        text = (f"fewest instances meeting {slos}: {int(good.value)} ({int(bad.value)} fails{_saturation(bad)}; "
                 f"{len(out.probes)} probes x {len(out.seeds)} seeds = {out.simulations} simulations)")
     if out.noise_limited:
         text += ("; limited by seed noise: a metric's 95 % CI contains its threshold at the bracket's end, so "
@@ -355,3 +470,40 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
     elif exhausted and out.search == "rate" and bad.value > good.value * (1 + out.tolerance):
         text += f"; stopped after {len(out.probes)} probes (--max-probes) before the {out.tolerance:g} tolerance"
     return text
+
+
+def _saturation(p: Probe | None) -> str:
+    """", saturated: ..." for a failed probe whose runs were saturated (the backlog grew
+    without bound), with its arrival and completion rates."""
+    if p is None or p.verdict != "saturated" or p.arrival_rate is None:
+        return ""
+    return (f", saturated: arrivals {p.arrival_rate:.4g} req/s, completions {p.completion_rate:.4g} req/s "
+            f"over the last quarter of its runs")
+
+
+def _stopped_message(out: CapacityResult, good: Probe | None, s: _Searcher) -> str:
+    """The search stopped at a probe whose SLOs hold on runs it could not make adequate:
+    what it found so far, and the setting that lengthens the runs."""
+    p = s.unresolved
+    slos = ", ".join(str(q) for q in out.slos)
+    unit = "req/s" if out.search == "rate" else "instances"
+    head = f"stopped at {p.value:.6g} {unit}: it meets {slos} on runs "
+    if p.verdict == "unfinished":
+        head += "the horizon cut with requests in flight, whose latencies are missing: raise --horizon"
+    else:
+        span = "" if p.span_s is None else f"arrivals span {p.span_s:.3g} s"
+        need = "" if p.span_needed_s is None else f", under 10 x their E2E p99 of {p.span_needed_s / 10:.3g} s"
+        head += f"too short to trust ({span}{need})"
+        target = (p.span_needed_s or 0.0) * SPAN_MARGIN
+        if s.lengthens:
+            want = max(math.ceil(s.offered(p.value) * target), (p.num_requests or 0) * 2)
+            head += (f" even at {p.num_requests:,} requests, the most the search runs per probe: give "
+                     f"--num-requests {want} (every probe runs at least that many)")
+        elif s.cfg.workload.spec_filepath:
+            head += (f"; the workload spec fixes its length: make its duration_s (or num_requests) cover at least "
+                     f"{target:.3g} s of arrivals")
+        else:
+            head += f"; the trace fixes its length: replay one covering at least {target:.3g} s of arrivals"
+    found = (f"highest {'rate' if out.search == 'rate' else 'instance count'} meeting {slos} on adequate runs: "
+             f"{good.value:.6g} {unit}; " if good is not None else "")
+    return found + head

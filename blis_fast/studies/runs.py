@@ -105,8 +105,8 @@ def configs_for(cfg: SimConfig, settings: dict, seeds: Sequence[int]) -> list[Si
 def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
             on_done: Callable[[], None] | None = None, where: Sequence[str] | None = None,
             metrics_field: str = "--metrics") -> list[dict[str, float]]:
-    """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each, in
-    order; ``on_done()`` after each run.  The first error stops the study (runs not yet
+    """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each (its
+    metrics and its adequacy), in order; ``on_done()`` after each run.  The first error stops the study (runs not yet
     started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800").
     A metric's selector that names no group of a run's workload (or no instance) is
     refused, naming ``metrics_field``, before that run simulates anything."""

@@ -43,7 +43,7 @@ def test_run_with_no_args_prints_default_summary(mode, capsys):
     code, stdout, stderr = invoke(mode, capsys, "run")
     assert code == 0, stderr
     out = json.loads(stdout)
-    assert list(out) == ["cluster", "instances", "run"]
+    assert list(out) == ["cluster", "instances", "run", "adequacy"]
     assert out["cluster"]["completed_requests"] == 100
     assert out["cluster"]["instance_id"] == "cluster"
     assert len(out["instances"]) == 1

@@ -161,3 +161,27 @@ def test_guard_is_a_no_op_outside_the_main_thread():
     t.start()
     t.join()
     assert done
+
+
+@pytest.mark.parametrize("grace_s,unwinds", [(5.0, True), (0.2, False)])
+def test_sigterm_ends_a_command_like_ctrl_c_with_143(grace_s, unwinds):
+    """SIGTERM (timeout, systemd, Kubernetes) raises KeyboardInterrupt in the main thread
+    under the guard: one ``terminated`` line and exit 143, whether the main thread unwinds
+    (``interrupted()``) or not (the watchdog ends the process)."""
+    code = textwrap.dedent(f"""
+        import os, signal, time
+        from blis_fast.cli import feedback
+        with feedback.interrupt_guard(grace_s={grace_s}):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+            except KeyboardInterrupt:
+                if {unwinds}:
+                    feedback.interrupted()
+                while True:
+                    time.sleep(0.05)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == feedback.EXIT_TERMINATED == 143, p.stderr
+    assert p.stderr.strip().splitlines() == [feedback.TERMINATED_LINE]

@@ -100,10 +100,16 @@ def assert_clean_error(code: int, out: str, err: str, needles=()) -> str:
 
 
 def assert_ok_or_clean_error(code: int, out: str, err: str) -> str:
-    """Either a valid run (exit 0, JSON on stdout, nothing on stderr) or a clean error."""
+    """Either a valid run (exit 0, JSON on stdout, nothing on stderr but the one warning
+    line of a run that is not adequate -- too short, saturated, unfinished: the JSON's
+    ``adequacy``) or a clean error."""
     if code == 0:
-        json.loads(out)
-        assert err == "", err[-2000:]
+        summary = json.loads(out)
+        verdict = summary.get("adequacy", {}).get("verdict", "ok") if isinstance(summary, dict) else "ok"
+        if verdict == "ok":
+            assert err == "", err[-2000:]
+        else:
+            assert err.startswith("blis-fast: warning: ") and err.count("\n") == 1, err[-2000:]
         return "ok"
     return assert_clean_error(code, out, err)
 

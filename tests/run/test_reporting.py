@@ -35,7 +35,7 @@ def test_summary_field_order(any_loaded):
         assert list(obj)[: len(SUMMARY_HEAD)] == SUMMARY_HEAD
     doc = any_loaded.results_document()
     assert list(doc)[: len(SUMMARY_HEAD)] == SUMMARY_HEAD
-    assert list(any_loaded.summary()) == ["cluster", "instances", "run"]
+    assert list(any_loaded.summary()) == ["cluster", "instances", "run", "adequacy"]
 
 
 def test_instance_ids(loaded):

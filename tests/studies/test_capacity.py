@@ -145,7 +145,8 @@ def test_cli_capacity_table_json_and_plot(capsys, tmp_path):
             "--output-tokens-stdev", "0", "--output-tokens-min", "10", "--output-tokens-max", "10"]
     code, out, err = run_cli(capsys, *args, "--plot", tmp_path / "cap.png", "--out", tmp_path / "cap.json")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["rate", MD1_SLO, "met"]
+    assert out.splitlines()[0] == "2 seeds per probe, mean ± 95 % confidence interval"
+    assert out.split("\n\n")[1].splitlines()[0].split() == ["rate", MD1_SLO, "met"]
     assert "highest rate meeting e2e_mean_ms<=20" in out
     saved = json.loads((tmp_path / "cap.json").read_text())
     assert (tmp_path / "cap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -181,3 +182,76 @@ def test_rate_search_on_a_workload_spec_scales_its_clients_per_slo_class(tmp_pat
     assert 0.5 < r.answer * 0.010 < 0.8, r.table()
     at = blis_fast.simulate(workload_spec=str(spec), rate_scale=r.answer / 20, **SINGLE_SERVER)
     assert len(at.workload) / (20 * r.answer) == pytest.approx(1, rel=0.15)  # the spec's rates were scaled
+
+
+# ============================================================================ run adequacy (results.adequacy)
+
+# llama-3.1-8b on H100, the chatbot preset, 4 instances: the answer with 20,000 requests per
+# probe (test_default_search_matches_20000_requests) -- the issue's 333 req/s
+CHATBOT_4 = dict(workload="chatbot", num_instances=4)
+CHATBOT_4_ANSWER = 332.2
+
+
+def test_default_chatbot_search_answers_within_5_percent_of_long_runs():
+    """From its defaults (100 requests at 1 req/s) the search sizes its probes to the span
+    their E2E p99 needs: it answers, instead of every probe 'meeting' on runs shorter than
+    one request's latency up to the rate cap."""
+    r = blis_fast.capacity("ttft_p99_ms<=200", **CHATBOT_4)
+    assert r.answer == pytest.approx(CHATBOT_4_ANSWER, rel=0.05), r.table()
+    assert r.message.startswith("highest rate meeting") and "every probed rate" not in r.message
+    met = [p for p in r.probes if p.met]
+    assert all(p.verdict == "ok" for p in met)
+    near = [p for p in met if p.value > 100]
+    assert near and all(p.num_requests > 1000 for p in near)  # lengthened from the default 100
+    saturated = [p for p in r.probes if p.verdict == "saturated"]
+    assert saturated and not any(p.met for p in saturated)
+    d = r.to_dict()["probes"][0]["adequacy"]
+    assert set(d) == {"verdict", "num_requests", "arrival_span_s", "arrival_span_needed_s", "arrival_rate_rps",
+                      "completion_rate_rps"}
+
+
+@pytest.mark.slow
+def test_default_search_matches_20000_requests():
+    short = blis_fast.capacity("ttft_p99_ms<=200", **CHATBOT_4)
+    long = blis_fast.capacity("ttft_p99_ms<=200", num_requests=20_000, **CHATBOT_4)
+    assert short.answer == pytest.approx(long.answer, rel=0.05), (short.table(), long.table())
+    assert long.answer == pytest.approx(CHATBOT_4_ANSWER, rel=0.01)
+
+
+def test_search_stops_naming_what_to_lengthen_when_probes_cannot_grow(monkeypatch):
+    """With the lengthening capped at 150 requests, the probe at 8 req/s (span ~19 s,
+    under 10 x its E2E p99 of ~2.8 s) meets but cannot be trusted: the search stops with
+    the highest adequately measured rate and the --num-requests that would do."""
+    monkeypatch.setattr(cap, "MAX_PROBE_REQUESTS", 150)
+    r = blis_fast.capacity("ttft_p99_ms<=200", seeds=1, **CHATBOT_4)
+    assert "stopped" in r.message and "too short to trust" in r.message and "--num-requests" in r.message
+    assert "every probed rate" not in r.message and "--rate-max" not in r.message
+    assert r.answer is not None and r.answer < 8 and r.failed_neighbour is None
+    assert r.probes[-1].verdict == "too_short" and not r.probes[-1].met
+    rows = [line.split() for line in r.table().splitlines() if line.endswith("unknown (too short)")]
+    assert [row[0] for row in rows] == ["8"]  # the last probe's row: neither met nor failed
+
+
+def test_search_on_a_short_workload_spec_stops_naming_its_duration(tmp_path):
+    """A spec fixes its own length (duration_s): 5 s of arrivals of ~2.7 s requests cannot
+    be lengthened by the search."""
+    spec = tmp_path / "short.yaml"
+    spec.write_text("seed: 3\nduration_s: 5\nclients:\n"
+                    "  - {name: a, rate: 20, prompt_tokens: {type: constant, value: 100},\n"
+                    "     output_tokens: {type: constant, value: 256}}\n")
+    r = blis_fast.capacity("ttft_p99_ms<=200", workload_spec=str(spec), seeds=1)
+    assert r.answer is None and "duration_s" in r.message and "stopped" in r.message, r.message
+    assert len(r.probes) == 1
+
+
+def test_a_saturated_probe_fails_even_when_its_slo_holds():
+    """e2e_p99 <= 10 min holds at every instance count on these runs, but with 3 or fewer
+    instances the queue grows without bound (chatbot at 300 req/s, ~85 per instance)."""
+    r = blis_fast.capacity("e2e_p99_ms<=600000", search="instances", rate=300, num_instances=1, seeds=1,
+                           workload="chatbot")
+    assert r.answer == 4 and r.failed_neighbour == 3, r.table()
+    three = next(p for p in r.probes if p.value == 3)
+    assert three.holds and not three.met and three.verdict == "saturated"
+    assert three.completion_rate < three.arrival_rate
+    assert "saturated: arrivals" in r.message and "completions" in r.message
+    assert "no (saturated)" in r.table()

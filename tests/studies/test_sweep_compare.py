@@ -81,7 +81,9 @@ def test_compare_runs_each_configuration_on_the_same_workload_and_seeds(tmp_path
     assert c.stats[3]["ttft_p99_ms"].mean == direct["ttft_p99_ms"]
     one = compare({"a": {"num_instances": 1}, "b": {"num_instances": 3}}, num_requests=120, workload="chatbot")
     text = one.text(["ttft_p99_ms", "responses_per_sec"])
-    assert text.splitlines()[0].split() == ["metric", "a", "b"] and len(text.splitlines()) == 3
+    header, table = text.split("\n\n")
+    assert header.startswith("1 seed per point")
+    assert table.splitlines()[0].split() == ["metric", "a", "b", "Δ", "b"] and len(table.splitlines()) == 3
     with pytest.raises(blis_fast.ConfigError):
         compare({"a": {}, "b": {"num_instances": 0}}, num_requests=10)
 
@@ -92,8 +94,10 @@ def test_cli_sweep_tables_and_figure(capsys, tmp_path):
     args = ["sweep", "--set", "rate=20,40", "--num-requests", "60", "--workload", "chatbot", "--seeds", "2"]
     code, out, err = run_cli(capsys, *args, "--out", tmp_path / "s.parquet", "--plot", tmp_path / "s.svg")
     assert code == 0, err
-    assert out.splitlines()[0].split()[:3] == ["rate", "responses_per_sec", "ttft_p99_ms"]
-    assert len(out.splitlines()) == 3
+    header, table = out.strip().split("\n\n")
+    assert header.startswith("2 seeds per point") and "95 %" in header
+    assert table.splitlines()[0].split()[:3] == ["rate", "responses_per_sec", "ttft_p99_ms"]
+    assert len(table.splitlines()) == 3
     table = pq.read_table(tmp_path / "s.parquet")
     assert table.column("rate").to_pylist() == [20, 40] and "ttft_p99_ms_ci95" in table.column_names
     svg = (tmp_path / "s.svg").read_text()
@@ -103,7 +107,11 @@ def test_cli_sweep_tables_and_figure(capsys, tmp_path):
     csv = pcsv.read_csv(tmp_path / "s.csv")
     assert csv.column_names == table.column_names
     for name in table.column_names:
-        assert csv.column(name).to_pylist() == pytest.approx(table.column(name).to_pylist(), rel=1e-12)
+        expected = table.column(name).to_pylist()
+        if name == "adequacy":  # the one text column: each point's verdict
+            assert csv.column(name).to_pylist() == expected == ["too_short", "too_short"]
+        else:
+            assert csv.column(name).to_pylist() == pytest.approx(expected, rel=1e-12)
     assert (tmp_path / "s2.svg").read_bytes() == (tmp_path / "s.svg").read_bytes()
     code, js, err = run_cli(capsys, *args, "--json")
     assert code == 0 and [r["rate"] for r in json.loads(js)["rows"]] == [20, 40]
@@ -119,7 +127,8 @@ def test_cli_compare_examples(capsys, tmp_path):
     code, out, err = run_cli(capsys, "compare", *files, "--workload", "chatbot", "--num-requests", "100",
                              "--rate", "20", "--plot", tmp_path / "c.png")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["metric", "least-loaded", "prefix-affinity", "round-robin"]
+    assert out.split("\n\n")[1].splitlines()[0].split() == ["metric", "least-loaded", "prefix-affinity", "Δ",
+                                                             "prefix-affinity", "round-robin", "Δ", "round-robin"]
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -160,3 +169,20 @@ def test_missing_matplotlib_is_one_line_naming_the_extra(capsys, monkeypatch, tm
     line = expect_cli_error(capsys, "sweep", "--set", "rate=1,2", "--plot", tmp_path / "s.png",
                             needles=["--plot", "pip install 'blis-fast[plot]'"])
     assert not (tmp_path / "s.png").exists() and "Traceback" not in line
+
+
+def test_sweep_rows_carry_each_points_adequacy_and_the_cli_warns(capsys):
+    """Chatbot on 4 instances (capacity ~340 req/s): 100 requests at 100 req/s are too short,
+    8,000 at 100 req/s measure steady state, 8,000 at 1,400 req/s saturate."""
+    study = sweep("rate=100,1400", workload="chatbot", num_instances=4, num_requests=8000)
+    assert [row["adequacy"] for row in study.rows()] == ["ok", "saturated"]
+    assert "rate=1400: saturated" in study.adequacy_note() and "rate=100:" not in study.adequacy_note()
+    assert sweep("rate=100", workload="chatbot", num_instances=4, num_requests=8000).adequacy_note() is None
+    code, out, err = run_cli(capsys, "sweep", "--set", "rate=100", "--workload", "chatbot", "--num-instances", "4")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1 and "1 of 1 points ran inadequately (rate=100: too short" in lines[0], err
+    assert "warning" not in out
+    code, out, err = run_cli(capsys, "sweep", "--set", "rate=100", "--workload", "chatbot", "--num-instances", "4",
+                             "--json", "--quiet")
+    assert code == 0 and "warning" not in err and json.loads(out)["rows"][0]["adequacy"] == "too_short"
