@@ -295,9 +295,7 @@ def metric_value(result, name: str) -> float:
         from blis_fast.results.slo import has_targets
 
         if not has_targets((result.workload.slo_targets or {}).get(value)):
-            raise ConfigError("objectives.metric", f"{show(name)}: class {show(value)} sets no SLO targets, so its "
-                                                   f"attainment would only count completed requests; give the class "
-                                                   f"ttft_ms, tpot_ms or e2e_ms targets, or name completed_requests")
+            raise ConfigError("objectives.metric", untargeted_message(name, value))
     return float(scorecard.group_metrics(result, masks[value])[base])
 
 
@@ -315,6 +313,11 @@ def known_list(names) -> str:
 def no_group_message(metric: str, kind: str, value: str, known) -> str:
     return (f"{show(metric)}: the workload has no {kind} {show(value)}; its {_KIND_PLURALS[kind]}: "
             f"{known_list(known)}")
+
+
+def untargeted_message(metric: str, value: str) -> str:
+    return (f"{show(metric)}: class {show(value)} sets no SLO targets, so its attainment would only count completed "
+            f"requests; give the class ttft_ms, tpot_ms or e2e_ms targets, or name completed_requests")
 
 
 def instance_index(value: str) -> int | None:
@@ -343,7 +346,7 @@ def check_selectors(selected, workload, instances: int) -> None:
     result (``metric_value``), which also knows which instances served."""
     groups: dict[str, list[str]] = {}
     for field, metric in selected:
-        _, kind, value = split_metric(metric, field)
+        base, kind, value = split_metric(metric, field)
         if kind is None:
             continue
         if kind == "instance":
@@ -356,6 +359,11 @@ def check_selectors(selected, workload, instances: int) -> None:
             groups[kind] = workload_groups(workload, kind)
         if value not in groups[kind]:
             raise ConfigError(field, no_group_message(metric, kind, value, groups[kind]))
+        if base == "slo_attainment" and kind == "class":
+            from blis_fast.results.slo import has_targets
+
+            if not has_targets((workload.slo_targets or {}).get(value)):
+                raise ConfigError(field, untargeted_message(metric, value))
 
 
 _SAMPLED = ("ttft_", "e2e_", "tpot_", "itl_", "scheduling_delay_")  # statistics over per-request samples

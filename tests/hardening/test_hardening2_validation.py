@@ -64,8 +64,13 @@ def test_yaml_objectives_are_checked_before_the_simulation(no_simulation, tmp_pa
 
 def test_known_selectors_still_run():
     result = blis_fast.simulate(num_requests=12, rate=20, num_instances=2,
-                                objectives="utilization[instance=1],slo_attainment[class=0]")
+                                objectives="utilization[instance=1],ttft_p99_ms[class=0]")
     assert 0.0 <= result.evaluate().score <= 1.0
+
+
+def test_untargeted_class_attainment_refused_before_the_simulation(no_simulation):
+    code, out, err = cli_in_process("run", *TINY, "--objectives", "slo_attainment[class=0]")
+    assert_clean_error(code, out, err, ["objectives[0].metric", "sets no SLO targets"])
 
 
 def test_scenario_objectives_are_refused_when_the_scenario_is_prepared(no_simulation):
