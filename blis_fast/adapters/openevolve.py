@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blis_fast.adapters.core import FitnessSet, feedback_text
-from blis_fast.config.validate import show
+from blis_fast.config.validate import as_str, show
 from blis_fast.errors import ConfigError
 
 MAX_PROGRAM_BYTES = 16 * 2**20  # a program file (policy YAML or Python), as a YAML file's limit
@@ -70,7 +70,9 @@ def evaluate_stage2(program_path: str):
 def evaluators_for(evaluation_file: str) -> tuple[Callable, Callable, Callable]:
     """(evaluate, evaluate_stage1, evaluate_stage2) on the scenarios file beside
     ``evaluation_file`` (``$BLIS_FAST_SCENARIOS`` when set)."""
-    sidecar = Path(evaluation_file).resolve().with_name(SIDECAR)
+    if not isinstance(evaluation_file, (str, os.PathLike)):
+        raise ConfigError("evaluation_file", f"must be the evaluator file's path (__file__), got {show(evaluation_file)}")
+    sidecar = Path(as_str(os.fspath(evaluation_file), "evaluation_file")).resolve().with_name(SIDECAR)
 
     def scenarios() -> Path:
         env = os.environ.get(SCENARIOS_ENV)

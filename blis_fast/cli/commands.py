@@ -88,5 +88,5 @@ def run_command(argv: list[str] | None = None) -> None:
         interrupted()
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         raise SystemExit(code)
-    for w in caught:  # the command succeeded: show what it warned about, after its output
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    for w in caught:  # the command succeeded: show what it warned about, after its output (user text escaped)
+        warnings.showwarning(escape_controls(str(w.message)), w.category, w.filename, w.lineno)

@@ -394,3 +394,25 @@ def test_batch_candidate_ids_bounded():
     with pytest.raises(ConfigError) as exc:
         blis_fast.evaluate_many({10**5000: "routing: {type: round-robin}"}, [SCENARIO], workers=1)
     assert exc.value.field == "candidates" and "digits" in exc.value.message
+
+
+def test_warnings_after_a_command_escape_control_characters(monkeypatch):
+    import warnings
+
+    import blis_fast.cli.commands as commands
+
+    def command(args, standalone_mode=False):
+        warnings.warn("class '\x07\x1b[2J' has no requests")
+        return 0
+
+    monkeypatch.setattr(commands, "_click_command", lambda: command)
+    code, out, err = cli_in_process("run")
+    assert code == 0 and "has no requests" in err and "\\x07\\x1b[2J" in err and "\x07" not in err
+
+
+def test_openevolve_evaluators_for_checks_its_argument():
+    from blis_fast.adapters.openevolve import evaluators_for
+
+    for bad in (None, b"x", 5, "a\0b"):
+        with pytest.raises(ConfigError, match="evaluation_file"):
+            evaluators_for(bad)
