@@ -126,14 +126,15 @@ def _emit(v: Any, out: list[str], budget: list[int], depth: int) -> None:
     budget[0] -= len(s)
 
 
-def escape_controls(text: str) -> str:
+def escape_controls(text: str, keep: str = "") -> str:
     """``text`` with every character that is not printable (BEL, ESC and the other C0 and
     C1 controls, line and paragraph separators, ...) written as its Python escape
     (``\\x07``), so user text cannot ring the bell or drive the terminal; printable text
-    (spaces included) is returned unchanged."""
+    (spaces included) and the characters of ``keep`` (``"\\n"`` for multi-line text) are
+    left as they are."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def show_text(value: Any, limit: int = MAX_SHOWN) -> str:

@@ -418,3 +418,23 @@ def test_openevolve_evaluators_for_checks_its_argument():
     for bad in (None, b"x", 5, "a\0b"):
         with pytest.raises(ConfigError, match="evaluation_file"):
             evaluators_for(bad)
+
+
+def test_run_summary_on_a_terminal_escapes_names_from_the_spec(monkeypatch, tmp_path):
+    import sys
+
+    from blis_fast.cli import main
+    from builders import FakeTerminal
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text('seed: 3\nrate: 4\nnum_requests: 20\nslo_classes: {"f\\e[2Jx\\a": {ttft_ms: 500}}\n'
+                    'clients:\n  - {name: a, slo_class: "f\\e[2Jx\\a", rate_fraction: 1, profile: chat}\n')
+    term = FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", term)
+    monkeypatch.setenv("COLUMNS", "160")
+    try:
+        main(["run", "--workload-spec", str(spec)])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    out = term.getvalue()
+    assert "f\\x1b[2Jx\\x07" in out and "\x1b[2J" not in out and "\x07" not in out
