@@ -438,3 +438,15 @@ def test_run_summary_on_a_terminal_escapes_names_from_the_spec(monkeypatch, tmp_
         assert exc.code in (0, None)
     out = term.getvalue()
     assert "f\\x1b[2Jx\\x07" in out and "\x1b[2J" not in out and "\x07" not in out
+
+
+def test_notices_escape_control_characters(capsys):
+    from blis_fast.cli import feedback
+
+    feedback.configure(quiet=False, verbose=1)
+    try:
+        feedback.logger.warning("scenario 'a\x07\x1b[2J' line one\nline two")
+    finally:
+        feedback.configure(quiet=False, verbose=0)
+    err = capsys.readouterr().err
+    assert "a\\x07\\x1b[2J' line one\nline two" in err and "\x07" not in err and "\x1b" not in err
