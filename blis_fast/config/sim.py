@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from blis_fast.config import effective
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
@@ -281,11 +281,13 @@ def load_yaml(path: str | Path, name: str = "--config") -> dict:
 
 def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,
                  policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config",
-                 *, keywords: bool = False) -> SimConfig:
+                 *, keywords: bool = False, settled: Collection[str] = ()) -> SimConfig:
     """Defaults <- YAML data <- policy bundle settings <- CLI overrides (flat flag names;
     None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.config.policy.load_policy_bundle).
     Errors name an override as its flag (``--num-instances``), or with ``keywords`` as the
-    Python keyword argument it came from (``num_instances``).
+    Python keyword argument it came from (``num_instances``).  ``settled``: the nested
+    paths of ``yaml_data`` copied from a config already checked (``with_overrides``), which
+    blis_fast.config.effective does not refuse again.
     Every value is converted and range-checked by the shared checkers
     (``blis_fast.config.validate``); errors name the YAML path or flag as the user spelled it."""
     nested: dict[str, Any] = {}
@@ -312,6 +314,9 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         else:
             known = sorted(set(FLAG_PATHS) | set(_SECTIONS))
             raise ConfigError(key_name(key), f"unknown key; known: {', '.join(known)}")
+    for path in settled:
+        if layer.get(path) == effective.YAML:
+            layer[path] = effective.SETTLED
     for name, value in (policy_settings or {}).items():
         nested[f"policy.{name}"] = value
         origin[f"policy.{name}"] = f"{policy_origin} ({name})"
@@ -384,8 +389,6 @@ def validate(cfg: SimConfig) -> None:
                                              f"take {step:.3g} µs, more than 2^53 µs; lower the coefficients")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
-    if w.type == "traces" and not w.spec_filepath and w.rate_scale != 1:
-        raise ConfigError("workload.rate_scale", "does not apply to a trace: its arrival times are recorded")
     lo, hi = d.bounds()
     if lo > hi:
         raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")
@@ -402,7 +405,10 @@ def with_overrides(cfg: SimConfig, **flat: Any) -> SimConfig:
             raise ConfigError(key_name(flag), "unknown setting")
         section, _, name = FLAG_PATHS[flag].rpartition(".")
         (data[section] if section else data)[name] = value
-    return build_config(data)
+    changed = {FLAG_PATHS[flag] for flag in flat}
+    unchanged = [f"{section}.{name}" for section, values in data.items() if isinstance(values, dict)
+                 for name in values if f"{section}.{name}" not in changed]
+    return build_config(data, settled=unchanged)
 
 
 # ----------------------------------------------------------------------------- helpers

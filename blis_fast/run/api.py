@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from blis_fast.config import memory
+from blis_fast.config import effective, memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, load_yaml
 from blis_fast.config.validate import show
@@ -80,6 +80,8 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
         workload = None
     if workload is not None and not isinstance(workload, Workload):
         raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
+    if workload is not None:
+        effective.check_ready_workload(settings)
     cfg = as_config(config, settings, policy=policy)
     return run_config(cfg, workload, progress=progress)
 
