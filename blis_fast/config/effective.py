@@ -158,6 +158,20 @@ def check_workload_source(cfg, layer: dict[str, int], where: Callable[[str], str
         raise ConfigError(where(path), f"has no effect with {SOURCE_NAMES[source]}: {unused[source]}")
 
 
+def check_class_weights(cfg, workload) -> None:
+    """Refuse SLO-class weights on a workload whose requests are all in one SLO class (a
+    distribution, a preset, a BLIS trace, a spec or rich trace with one class): the weight
+    shifts every request's priority alike and changes no order.  Checked once the
+    workload the config describes is built (its classes are known then)."""
+    if not cfg.policy.slo_class_weights or cfg.policy.priority == "constant":
+        return  # (constant: refused by check_effective)
+    classes = workload.slo_class
+    if classes is None or len(classes) == 0 or (classes == classes[0]).all():
+        raise ConfigError("slo_class_weights", "has no effect: every request of this workload is in one SLO class, "
+                                               "so the weights shift every priority alike; SLO classes come from a "
+                                               "workload spec's slo_classes (or a rich trace written from one)")
+
+
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
     """Raise ConfigError naming the setting (as the user spelled it) if a given setting
     would change nothing.  ``layer`` maps each given path to the layer that set it."""

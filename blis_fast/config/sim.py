@@ -406,9 +406,12 @@ def with_overrides(cfg: SimConfig, **flat: Any) -> SimConfig:
         section, _, name = FLAG_PATHS[flag].rpartition(".")
         (data[section] if section else data)[name] = value
     changed = {FLAG_PATHS[flag] for flag in flat}
-    unchanged = [f"{section}.{name}" for section, values in data.items() if isinstance(values, dict)
-                 for name in values if f"{section}.{name}" not in changed]
-    return build_config(data, settled=unchanged)
+    return build_config(data, settled=[p for p in section_paths(data) if p not in changed])
+
+
+def section_paths(data: dict) -> list[str]:
+    """The nested paths (``workload.rate``) of a dict shaped like a run-config file."""
+    return [f"{section}.{name}" for section, values in data.items() if isinstance(values, dict) for name in values]
 
 
 # ----------------------------------------------------------------------------- helpers
