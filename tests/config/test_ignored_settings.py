@@ -371,3 +371,11 @@ def test_studies_on_a_trace_run_one_seed(capsys):
     with pytest.raises(ConfigError) as ei:
         blis_fast.sweep("num_instances=1,2", seeds=2, **trace)
     assert ei.value.field == "--seeds" and "--seeds 1" in ei.value.message
+
+
+def test_workload_stats_refuses_a_seed_for_a_trace(capsys, files):
+    code, out, err = run_cli(capsys, "workload", "stats", TRACE_CSV, "--seed", "3")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, ["--seed", "workload spec"])
+    code, out, err = run_cli(capsys, "workload", "stats", files["spec"], "--seed", "3")
+    assert code == 0 and json.loads(out)["num_requests"] > 0
