@@ -5,6 +5,7 @@ notice, on ``import blis_fast``)."""
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -216,16 +217,133 @@ def skip_numba_blas_probe() -> None:
         _on_import("numba.np.arraymath", without_scipy_linalg)
 
 
+# numba's names for a function's cache files: the index ``<qualname>-<line>.py<XY>.nbi`` and
+# its data ``<qualname>-<line>.py<XY>.<n>.nbc``.  Anything else in a cache folder (a stray
+# ``*.nbi`` folder, a symlink, someone's notes) was not written by numba: left alone.
+_NUMBA_CACHE_NAME = re.compile(r"^[^/]+-\d+\.py\d+(?:\.\d+)?\.nb[ic]$")
+# our own bookkeeping files in the package root's cache folder (blis_fast_kernels.cache)
+_BOOKKEEPING = ("blis_fast_kernels.digest", "blis_fast_kernels.checked")
+CACHE_DIR_ENV = "NUMBA_CACHE_DIR"
+NOTICE_CACHE_DIR = ("blis-fast: NUMBA_CACHE_DIR ignored ({why}); the kernels' cache stays in its default folder")
+ignored_cache_dir: str | None = None  # why guard_kernel_cache dropped $NUMBA_CACHE_DIR, if it did
+
+
+def written_by_numba(path: Path) -> bool:
+    """True if ``path`` is a regular file (not a link, not a folder) named as numba names
+    cache files: the only entries of a cache folder that healing or clearing touches."""
+    import stat
+
+    if not _NUMBA_CACHE_NAME.match(path.name):
+        return False
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _intact_or_foreign(path: Path) -> bool:
+    """``intact`` for numba's own cache files; True (leave it be) for anything else."""
+    return intact(path) if written_by_numba(path) else True
+
+
+PATH_MAX = 4096  # bytes of a path (Linux), where os.pathconf cannot say
+NAME_MAX = 255  # bytes of one path component (every common Linux file system), likewise
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError, AttributeError):
+        return default
+
+
+def path_length_problem(path) -> str | None:
+    """What makes ``path`` one the file system cannot hold -- as bytes in the file-system
+    encoding, longer than PATH_MAX or a component longer than NAME_MAX (both of the
+    nearest existing folder's file system), or a NUL byte -- or None.  (Here, not in
+    blis_fast.config, because ``import blis_fast`` needs it and must stay light.)"""
+    text = os.fspath(path)
+    if "\x00" in text:
+        return "holds a NUL byte"
+    try:
+        whole = os.fsencode(os.path.abspath(text))
+    except UnicodeError:
+        return "cannot be encoded as a file name"
+    anchor = os.path.dirname(os.path.abspath(text)) or "/"
+    while not os.path.isdir(anchor) and anchor != os.path.dirname(anchor):
+        anchor = os.path.dirname(anchor)
+    path_max = _limit(anchor, "PC_PATH_MAX", PATH_MAX)
+    if len(whole) >= path_max:
+        return f"is {len(whole)} bytes long as a full path; the file system allows {path_max - 1}"
+    name_max = _limit(anchor, "PC_NAME_MAX", NAME_MAX)
+    longest = max(whole.split(b"/"), key=len)
+    if len(longest) > name_max:
+        return f"has a name {len(longest)} bytes long; the file system allows {name_max}"
+    return None
+
+
+def cache_dir_problem(value: str | None) -> str | None:
+    """Why ``value`` (of $NUMBA_CACHE_DIR) cannot be a cache folder (``path_length_problem``),
+    or None."""
+    problem = path_length_problem(value) if value else None
+    return None if problem is None else f"the path {problem}"
+
+
+def clear_kernel_cache() -> tuple[int, list[Path]]:
+    """Delete the compiled-kernel cache files numba wrote for our kernels (and our record
+    files beside them); returns (files removed, entries left alone because numba did not
+    write them).  Never raises on what a folder holds: a file that cannot be removed is
+    left, a folder that cannot be listed skipped."""
+    from blis_fast_kernels.cache import cache_dirs
+
+    removed, foreign = 0, []
+    folders = cache_dirs()
+    for d in folders:
+        try:
+            entries = [Path(e.path) for e in os.scandir(d)]
+        except OSError:
+            continue
+        for p in entries:
+            if written_by_numba(p):
+                try:
+                    p.unlink()
+                    removed += 1
+                except OSError:
+                    pass
+            elif p.name.endswith((".nbi", ".nbc")):
+                foreign.append(p)
+    for name in _BOOKKEEPING[1:]:  # the record of checked files (the digest stays: it is still true)
+        try:
+            (folders[0] / name).unlink()
+        except OSError:
+            pass
+    return removed, foreign
+
+
 def guard_kernel_cache() -> str | None:
     """Run on ``import blis_fast``: remove damaged compiled-kernel cache entries
-    (``blis_fast_kernels.cache.heal``) and, if the kernels will have to compile, arm a one-line
-    notice on stderr for the moment they start.  Returns the damaged file's name, if any.
-    A warm cache costs ~2 ms here and prints nothing."""
+    (``blis_fast_kernels.cache.heal``; entries numba did not write are left alone:
+    ``written_by_numba``) and, if the kernels will have to compile, arm a one-line
+    notice on stderr for the moment they start.  A $NUMBA_CACHE_DIR the file system
+    cannot hold (``cache_dir_problem``) is dropped from the environment with a notice.
+    Returns the damaged file's name, if any.  A warm cache costs ~2 ms here and prints
+    nothing."""
+    global ignored_cache_dir
+    problem = cache_dir_problem(os.environ.get(CACHE_DIR_ENV))
+    if problem is not None:
+        import logging
+
+        ignored_cache_dir = problem
+        os.environ.pop(CACHE_DIR_ENV)  # before numba reads it (numba is imported later, on first use)
+        logging.getLogger("blis_fast").warning(NOTICE_CACHE_DIR.format(why=problem))
     from blis_fast_kernels import cache
 
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return None  # nothing compiles or loads
-    damaged = cache.heal(intact)
+    try:
+        damaged = cache.heal(_intact_or_foreign)
+    except Exception:  # noqa: BLE001 -- a cache folder nobody can read: numba copes, a run must not fail here
+        return None
     if damaged is not None:
         arm_compile_notice(NOTICE_HEALED.format(file=damaged, seconds=COMPILE_SECONDS))
     elif not cache.entry_cached():

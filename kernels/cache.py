@@ -56,18 +56,34 @@ def cache_dirs() -> list[Path]:
 
 
 def cache_files() -> list[Path]:
-    """numba's index (.nbi) and data (.nbc) files of this package's kernels."""
-    return [p for d in cache_dirs() if d.is_dir() for p in d.glob("*.nb[ic]")]
+    """numba's index (.nbi) and data (.nbc) files of this package's kernels: regular files
+    only (a folder or a symlink named ``*.nbi`` is not numba's, and is left alone)."""
+    out = []
+    for d in cache_dirs():
+        try:
+            entries = list(os.scandir(d))
+        except OSError:  # missing, unreadable, or a path the file system cannot hold
+            continue
+        out += [Path(e.path) for e in entries if e.name.endswith((".nbi", ".nbc")) and _regular(e)]
+    return out
+
+
+def _regular(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def clear() -> int:
-    """Delete this package's cache files; returns how many were removed."""
+    """Delete this package's cache files; returns how many were removed (a file that
+    cannot be removed is left: clearing never fails on what a folder holds)."""
     n = 0
     for p in cache_files():
         try:
             p.unlink()
             n += 1
-        except FileNotFoundError:
+        except OSError:
             pass
     try:
         (cache_dirs()[0] / _CHECKED).unlink()
@@ -116,7 +132,7 @@ def _listing() -> dict[str, tuple[int, int]]:
         except OSError:
             continue
         for e in entries:
-            if e.name.endswith((".nbi", ".nbc")):
+            if e.name.endswith((".nbi", ".nbc")) and _regular(e):
                 try:
                     st = e.stat()
                 except OSError:
@@ -142,7 +158,10 @@ def _entry_files(path: Path) -> list[Path]:
     ``mod.func-LINE.pyXY.nbi`` and its data files ``mod.func-LINE.pyXY.N.nbc`` (the index
     names the data files, so neither is usable without the other)."""
     stem = path.name.split(".py", 1)[0]  # "mod.func-LINE"
-    tag = path.name[len(stem):].split(".")[1]  # "pyXY"
+    parts = path.name[len(stem):].split(".")
+    if len(parts) < 3:  # not in numba's naming: only the file itself
+        return [path]
+    tag = parts[1]  # "pyXY"
     return [p for p in path.parent.glob(f"{stem}.{tag}*") if p.name.endswith((".nbi", ".nbc"))]
 
 

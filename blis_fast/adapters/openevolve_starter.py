@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blis_fast.config.validate import show
-from blis_fast.errors import ConfigError
+from blis_fast.config.outputs import write_new_files
 
 SHIM = ("from blis_fast.adapters.openevolve import evaluators_for; "
         "evaluate, evaluate_stage1, evaluate_stage2 = evaluators_for(__file__)\n")
@@ -119,8 +118,10 @@ evaluator:
 
 
 def write_starter(directory: str | Path) -> list[Path]:
-    """Write the starter files into ``directory`` (created if missing); ConfigError naming
-    DIR if a file exists already or the folder cannot be written."""
+    """Write the starter files into ``directory`` (created if missing), all or nothing
+    (``blis_fast.config.outputs.write_new_files``); ConfigError naming DIR if one of the
+    names exists already (a symlink too), the path is too long or the folder cannot be
+    written."""
     from blis_fast.batch.evaluate import default_workers
 
     d = Path(directory)
@@ -132,14 +133,4 @@ def write_starter(directory: str | Path) -> list[Path]:
         "initial_program.yaml": PROGRAM_YAML,
         "initial_program.py": PROGRAM_PY,
     }
-    existing = [name for name in files if (d / name).exists()]
-    if existing:
-        raise ConfigError("DIR", f"{show(str(d))} already holds {', '.join(existing)}; choose an empty folder "
-                                 "(nothing was written)")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (d / name).write_text(text)
-    except OSError as exc:
-        raise ConfigError("DIR", f"cannot write in {show(str(d))}: {exc.strerror or exc}") from None
-    return [d / name for name in files]
+    return write_new_files(d, files, "DIR")

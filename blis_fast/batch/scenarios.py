@@ -43,12 +43,14 @@ MAX_SCENARIOS = 10_000
 class Scenario:
     """A validated scenario: ``config`` (SimConfig) plus SLO classes {name: {ttft_ms,
     tpot_ms, e2e_ms}} replacing the workload's targets, and objectives (None = the
-    batch's)."""
+    batch's); ``config_file``: the run-config file it was read from, if any (an input
+    that no output may overwrite)."""
 
     name: str
     config: SimConfig
     slo_classes: dict | None = None
     objectives: Any = None
+    config_file: Path | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,9 +83,11 @@ def scenario_from_dict(data: Any, where: str, base_dir: Path | None = None) -> S
         raise ConfigError(f"{where}.name", "is required (a short name for the scenario's rows)")
     name = as_str(data["name"], f"{where}.name", max_len=MAX_STR_LEN, numbers_ok=True)
     raw = data.get("config") or {}
+    config_file = None
     if isinstance(raw, (str, Path)):
+        config_file = _rel(raw, base_dir)
         try:
-            raw = load_yaml(_rel(raw, base_dir))
+            raw = load_yaml(config_file)
         except ConfigError as exc:  # "--config ..." -> this scenario's key
             raise ConfigError(f"{where}.config", exc.message) from None
     elif not isinstance(raw, dict):
@@ -106,7 +110,7 @@ def scenario_from_dict(data: Any, where: str, base_dir: Path | None = None) -> S
     slo = data.get("slo_classes")
     if slo is not None:
         slo = _slo_classes(slo, f"{where}.slo_classes")
-    return Scenario(name, cfg, slo, _objectives(data.get("objectives"), f"{where}.objectives"))
+    return Scenario(name, cfg, slo, _objectives(data.get("objectives"), f"{where}.objectives"), config_file)
 
 
 def _objectives(spec, where: str):

@@ -162,3 +162,12 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet, rich_
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_set_verbose, rich_help_panel=OUTPUT,
                                       show_default=False,
                                       help="more notices on stderr (-vv: debug details)")]
+
+
+def printable_path(path) -> str:
+    """A path as a command prints it on stdout: as is, or -- when it holds control
+    characters (a BEL in a folder name) -- quoted with them escaped, never raw."""
+    from blis_fast.config.validate import show
+
+    text = str(path)
+    return text if text.isprintable() else show(text, 4200)

@@ -19,7 +19,7 @@ def evaluate(
     scenarios: Annotated[Path, typer.Option("--scenarios", metavar="FILE", help="scenarios YAML: scenarios: [{name, config, workload_spec|trace, seed, slo_classes, objectives}], objectives:, budget: (configs/evaluate/scenarios.yaml)")],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="write one row per (candidate, scenario) here (Parquet): score, objectives, metrics, status, message")],
     workers: Annotated[Optional[str], number_option("--workers", help="threads evaluating in parallel (default: all cores; 1 = serial)")] = None,
-    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", metavar="ADDR", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT (extra blis-fast[distributed])", show_default=False)] = None,
+    dask_scheduler: Annotated[Optional[str], typer.Option("--dask-scheduler", metavar="ADDR", help="evaluate on a Dask cluster instead: scheduler address tcp://HOST:PORT or tls://HOST:PORT, reached within $BLIS_FAST_DASK_TIMEOUT_S seconds (default 10) (extra blis-fast[distributed])", show_default=False)] = None,
     objectives: Annotated[Optional[str], typer.Option("--objectives", metavar="SPEC", help="default objectives of scenarios that set none, e.g. 'ttft_p99_ms:min:200,slo_attainment:max' (overrides the file's)", show_default=False)] = None,
     max_events: Annotated[Optional[str], number_option("--max-events", help="budget per evaluation: events (overrides the file's budget)")] = None,
     max_simulated_s: Annotated[Optional[str], number_option("--max-simulated-s", help="budget per evaluation: simulated seconds", metavar="FLOAT")] = None,
@@ -36,13 +36,17 @@ def evaluate(
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import candidate_files
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
-    from blis_fast.cli.run import input_files
-    from blis_fast.config.outputs import atomic_write, check_outputs
-    from blis_fast.config.validate import as_float, as_int
+    from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
+    from blis_fast.config.validate import as_float, as_int, show
     from blis_fast.errors import ConfigError
     from blis_fast.results.objectives import parse_objectives
 
     n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None
+    if dask_scheduler is not None:
+        from blis_fast.batch.scheduler import parse_scheduler_address, timeout_from_env
+
+        parse_scheduler_address(dask_scheduler)  # before anything is read or connected
+        timeout_from_env()
     if n_workers is not None and dask_scheduler is not None:
         raise ConfigError("--workers", "give --workers or --dask-scheduler, not both (Dask workers set their own)")
     n_top = as_int(top, "--top", 0, 10**9) if top is not None else 20
@@ -58,8 +62,10 @@ def evaluate(
     default_objectives = parse_objectives(objectives, "--objectives") if objectives is not None else file_objectives
     inputs = [("--scenarios", scenarios)] + [("--policies", f) for f in files]
     for s in scen:
+        if s.config_file is not None:
+            inputs.append((f"scenario {show(s.name, 80)}: config", s.config_file))
         try:
-            inputs += input_files(s.config)
+            inputs += config_inputs(s.config)
         except ConfigError as exc:  # e.g. a workload spec that does not exist
             raise scenario_error(s.name, exc) from None
     check_outputs([("--out", out)], inputs)  # before anything is evaluated
@@ -103,19 +109,12 @@ def _progress(total: int):
 
 
 def dask_executor(address: str):
-    """(executor, client) of the Dask scheduler at ``address``; ConfigError naming
-    --dask-scheduler when the extra is missing or the scheduler cannot be reached."""
-    from blis_fast.errors import ConfigError
+    """(executor, client) of the Dask scheduler at ``address``
+    (``blis_fast.batch.scheduler.connect``: the address checked, the connection bounded by
+    $BLIS_FAST_DASK_TIMEOUT_S, default 10 s); ConfigError naming --dask-scheduler."""
+    from blis_fast.batch.scheduler import connect
 
-    try:
-        from dask.distributed import Client
-    except ImportError:
-        raise ConfigError("--dask-scheduler", "needs Dask: pip install 'blis-fast[distributed]'") from None
-    try:
-        client = Client(address, timeout="5s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise ConfigError("--dask-scheduler", f"cannot reach the scheduler at {address!r}: "
-                                              f"{' '.join(str(exc).split())[:200]}") from None
+    client = connect(address)
     return client.get_executor(), client
 
 

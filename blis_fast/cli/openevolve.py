@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from blis_fast.cli.app import Quiet, Verbose, app
+from blis_fast.cli.app import Quiet, Verbose, app, printable_path
 
 openevolve_app = typer.Typer(no_args_is_help=True, help="OpenEvolve integration: blis-fast as the fitness function.")
 app.add_typer(openevolve_app, name="openevolve")
@@ -26,6 +26,6 @@ def openevolve_init(
 
     files = write_starter(directory)
     for f in files:
-        typer.echo(str(f))
-    typer.echo(f"start: openevolve-run {directory / 'initial_program.yaml'} {directory / 'evaluator.py'} "
-               f"--config {directory / 'config.yaml'}")
+        typer.echo(printable_path(f))
+    typer.echo(f"start: openevolve-run {printable_path(directory / 'initial_program.yaml')} "
+               f"{printable_path(directory / 'evaluator.py')} --config {printable_path(directory / 'config.yaml')}")

@@ -63,6 +63,41 @@ def count(x: Any) -> str:
     return "-" if x is None else f"{int(x):,}"
 
 
+def sig3(x: Any) -> str:
+    """Any other number: 3 significant figures, thousands separated (0.0123, 4.56, 78,912)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    x = float(x)
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def unit_of(metric: str) -> str:
+    """The unit of an evaluation metric by its name (selectors ignored): "ms", "%" (a
+    fraction), "req/s", "tok/s" or "" (a count or ratio)."""
+    from blis_fast.results.objectives import FRACTIONS
+
+    base = metric.partition("[")[0]
+    if base.endswith("_ms"):
+        return "ms"
+    if base in FRACTIONS or base.endswith("_occupancy"):
+        return "%"
+    if base in ("responses_per_sec", "goodput_rps") or base.endswith("_rps") or base == "offered_rate":
+        return "req/s"
+    if base == "tokens_per_sec":
+        return "tok/s"
+    return ""
+
+
+def metric_text(metric: str, x: Any, with_unit: bool = True) -> str:
+    """A metric's value for reading, formatted by its unit (``unit_of``): "1,742 ms",
+    "44.7%", "299 req/s"; ``None`` (e.g. SLO attainment without targets) is "-"."""
+    unit = unit_of(metric)
+    if unit == "%":
+        return pct(x)
+    text = ms(x) if unit == "ms" else sig3(x)
+    return f"{text} {unit}" if with_unit and unit and text != "-" else text
+
+
 # ----------------------------------------------------------------------------- the summary
 
 
@@ -94,9 +129,7 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
         console.print(_fitness(summary["fitness"]), highlight=False)
     if summary.get("evaluation"):  # --objectives
         ev = summary["evaluation"]
-        parts = [f"evaluation score {ev.get('score', 0):.3f}"]
-        parts += [f"{k} {v:.3f}" for k, v in (ev.get("objectives") or {}).items() if isinstance(v, (int, float))]
-        console.print(" · ".join(parts), highlight=False, markup=False)
+        console.print(_evaluation(ev), highlight=False, markup=False)
     if summary.get("counterfactuals"):
         console.print(f"{len(summary['counterfactuals'])} counterfactual replays (--json shows them)", highlight=False)
     if summary.get("summary_text"):  # --summarize-trace: markdown, printed as it is
@@ -141,21 +174,28 @@ def _cluster_lines(c: dict) -> list[str]:
                         f"simulated {rate(c.get('vllm_estimated_duration_s'))} s"]),
             " · ".join([f"KV peak {pct(c.get('kv_peak_utilization'))}",
                         f"prefix cache hits {pct(c.get('prefix_cache_hit_rate'))}",
-                        f"busy {pct(c.get('busy_fraction'))}", f"mean batch {rate(c.get('mean_batch_size'))}"])]
+                        f"mean batch {rate(c.get('mean_batch_size'))}"]),
+            # headroom: how full the steps were; step occupancy is near 100% at any load
+            " · ".join([f"step occupancy: token budget {pct(c.get('token_budget_occupancy'))}",
+                        f"batch slots {pct(c.get('batch_slot_occupancy'))}",
+                        f"KV {pct(c.get('kv_occupancy_mean'))}",
+                        f"a step running {pct(c.get('busy_fraction'))} of the time"])]
 
 
 def _instance_table(instances: list[dict]):
     from rich.table import Table
 
-    t = Table(title="instances (times in ms)", title_justify="left", box=None, pad_edge=False, show_edge=False,
-              header_style="bold")
+    t = Table(title="instances (times in ms; budget, slots, KV: mean step occupancy; stepping: time a step runs)",
+              title_justify="left", box=None, pad_edge=False, show_edge=False, header_style="bold")
     for name, right in (("instance", False), ("completed", True), ("TTFT p99", True), ("E2E p99", True),
-                        ("ITL p99", True), ("KV peak", True), ("busy", True), ("preempted", True)):
+                        ("ITL p99", True), ("KV peak", True), ("budget", True), ("slots", True), ("KV", True),
+                        ("stepping", True), ("preempted", True)):
         t.add_column(name, justify="right" if right else "left")
     for s in instances:
         t.add_row(str(s.get("instance_id")), count(s.get("completed_requests")), ms(s.get("ttft_p99_ms")),
                   ms(s.get("e2e_p99_ms")), ms(s.get("itl_p99_ms")), pct(s.get("kv_peak_utilization")),
-                  pct(s.get("busy_fraction")), count(s.get("preemption_count")))
+                  pct(s.get("token_budget_occupancy")), pct(s.get("batch_slot_occupancy")),
+                  pct(s.get("kv_occupancy_mean")), pct(s.get("busy_fraction")), count(s.get("preemption_count")))
     return t
 
 
@@ -170,7 +210,8 @@ def _slo_table(classes: dict):
     for name, s in classes.items():
         targets = " ".join(f"{k.removesuffix('_ms')}≤{ms(v)}" for k, v in (s.get("targets") or {}).items()
                            if v is not None)
-        t.add_row(str(name), count(s.get("arrived")), count(s.get("completed")), pct(s.get("slo_attainment")),
+        attained = "no targets" if s.get("slo_attainment") is None else pct(s["slo_attainment"])
+        t.add_row(str(name), count(s.get("arrived")), count(s.get("completed")), attained,
                   ms((s.get("ttft_ms") or {}).get("p99")), ms((s.get("tpot_ms") or {}).get("p99")),
                   ms((s.get("e2e_ms") or {}).get("p99")), targets or "-")
     return t
@@ -185,6 +226,22 @@ ANOMALIES = (("rejected_requests", "rejected"), ("dropped_unservable", "dropped 
 def _anomalies(c: dict) -> str:
     seen = [f"{label} {count(c[key])}" for key, label in ANOMALIES if c.get(key)]
     return "anomalies: " + (" · ".join(seen) if seen else "none")
+
+
+def _evaluation(ev: dict) -> str:
+    """The score, then each objective's value beside its normalized score:
+    ``ttft_p99_ms 1,742 ms -> 0.287``; ``slo_attainment no targets -> 1.000`` when the
+    workload sets no SLO target."""
+    values = ev.get("values") or {}
+    parts = [f"evaluation score {ev.get('score', 0):.3f}"]
+    for k, v in (ev.get("objectives") or {}).items():
+        if isinstance(v, (int, float)):
+            if values.get(k) is not None:
+                shown = f"{metric_text(k, values[k])} -> "
+            else:  # null: an SLO attainment without targets (its score counts completions)
+                shown = "no targets -> " if k in values else ""
+            parts.append(f"{k} {shown}{v:.3f}")
+    return " · ".join(parts)
 
 
 def _fitness(f: dict) -> str:

@@ -11,7 +11,7 @@ from blis_fast.cli import feedback
 from blis_fast.cli.app import ENGINE, OUTPUT, POLICIES, SIMULATION, WORKLOAD, Quiet, Verbose, app, field_help
 from blis_fast.cli.output import PER_INSTANCE_LIMIT, render, summary_json, wants_json
 from blis_fast.cli.app import option as _opt
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs, staged_outputs
 from blis_fast.config.policy import load_policy_bundle
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, build_config, load_yaml, replace
 from blis_fast.errors import ConfigError
@@ -112,7 +112,7 @@ def run(
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
-    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + input_files(cfg))
+    check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
     if per_request_out is not None:
         from blis_fast.results.result import request_table_format
 
@@ -123,24 +123,25 @@ def run(
     reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
     with feedback.progress("blis-fast run") as bar:
         result = run_config(cfg, output_bytes_per_request=reserve, progress=bar.report)
-        if results_path:
-            bar.report(f"writing {results_path}", 0, None)
-            atomic_write(results_path, result.write_results, "--results-path")
-        if per_request_out:
-            bar.report(f"writing {per_request_out}", 0, None)
-            atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
-        if evaluation_out:
-            bar.report(f"writing {evaluation_out}", 0, None)
-            text = result.evaluate(summarize=summarize_trace).to_json()
-            atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
-        if timeseries_out:
-            bar.report(f"writing {timeseries_out}", 0, None)
-            atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
-        if trace_out:
-            from blis_fast.results.trace_table import write_decision_trace
+        with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
+            if results_path:
+                bar.report(f"writing {results_path}", 0, None)
+                atomic_write(results_path, result.write_results, "--results-path")
+            if per_request_out:
+                bar.report(f"writing {per_request_out}", 0, None)
+                atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
+            if evaluation_out:
+                bar.report(f"writing {evaluation_out}", 0, None)
+                text = result.evaluate(summarize=summarize_trace).to_json()
+                atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
+            if timeseries_out:
+                bar.report(f"writing {timeseries_out}", 0, None)
+                atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
+            if trace_out:
+                from blis_fast.results.trace_table import write_decision_trace
 
-            bar.report(f"writing {trace_out}", 0, None)
-            atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
+                bar.report(f"writing {trace_out}", 0, None)
+                atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
         summary = result.summary()
         if summarize_trace:
             summary["summary_text"] = result.summary_text()
@@ -183,26 +184,3 @@ def with_analysis_outputs(cfg: SimConfig, *, trace_level, sample_interval_ms, ti
 
 RESULTS_BYTES_PER_REQUEST = 4096  # the results document's per-request records (dicts, then JSON text)
 TABLE_BYTES_PER_REQUEST = 1024  # the per-request Parquet table (Arrow columns, then the file buffer)
-
-
-def input_files(cfg: SimConfig) -> list[tuple[str, Path]]:
-    """The files a run reads besides --config / --policy-config: a model config.json, the
-    trace, the workload spec and the files the spec names."""
-    out: list[tuple[str, Path]] = []
-    model = Path(cfg.model)
-    try:
-        if model.is_dir():
-            out.append(("--model", model / "config.json"))
-        elif model.suffix == ".json" or model.is_file():
-            out.append(("--model", model))
-    except OSError:
-        pass
-    w = cfg.workload
-    if w.traces_filepath:
-        out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
-    if w.spec_filepath:
-        from blis_fast.workload.spec import spec_files
-
-        out.append(("--workload-spec", Path(w.spec_filepath)))
-        out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
-    return out

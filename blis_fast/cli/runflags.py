@@ -66,7 +66,7 @@ def config_from_flags(run_flags: dict) -> SimConfig:
 
 def input_paths(run_flags: dict, cfg: SimConfig) -> list[tuple[str, Path]]:
     """Every file the runs read (never to be overwritten by an output)."""
-    from blis_fast.cli.run import input_files
+    from blis_fast.config.outputs import config_inputs
 
     given = [("--" + k.replace("_", "-"), run_flags[k]) for k in FILE_FLAGS if run_flags.get(k)]
-    return given + input_files(cfg)
+    return given + config_inputs(cfg)

@@ -13,20 +13,24 @@ import typer
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
 _SET_HELP = ("a swept setting NAME=start:stop:step (stop included) or NAME=v1,v2,...; NAME is any flat setting "
              "(rate, num_instances, max_num_seqs, routing_policy, ...) or a weight entry "
              "(routing_scorers.queue-depth); repeat for a grid")
-_METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed); "
-                 "latencies, throughput, utilization and SLO attainment (per class) are always there")
+_METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed), "
+                 "printed after the key columns; latencies, throughput, occupancy and SLO attainment (per class "
+                 "with targets) are always there")
 _OUT_HELP = "write the table of every point (metric means and 95 % CI half-widths) here: .parquet or .csv"
-_PLOT_HELP = ("draw latency percentiles, throughput vs offered load, utilization and SLO attainment per class vs "
+_PLOT_HELP = ("draw latency percentiles, throughput vs offered load, step occupancy and headroom and SLO attainment "
+              "per class vs "
               "the first swept setting into this .png or .svg (needs: pip install 'blis-fast[plot]')")
-# the columns printed on stdout (the --out table has every metric)
-SHOWN = ("responses_per_sec", "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "slo_attainment", "utilization")
+# the columns printed on stdout (the --out table has every metric), then the SLO classes'
+# attainment and the --metrics columns
+SHOWN = ("responses_per_sec", "ttft_p99_ms", "e2e_p99_ms", "itl_p99_ms", "slo_attainment", "token_budget_occupancy",
+         "batch_slot_occupancy", "kv_occupancy_mean")
 
 
 def _write_text(path: Path, text: str, flag: str) -> None:
@@ -95,24 +99,31 @@ def capacity(
             search_max_instances=1024 if search_max_instances is None else search_max_instances,
             max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)
     text = json.dumps(result.to_dict(), indent=2, allow_nan=False)
-    if out is not None:
-        _write_text(out, text + "\n", "--out")
-    if plot is not None:
-        capacity_figure(result, plot)
-    typer.echo(text if as_json else result.table())
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            _write_text(out, text + "\n", "--out")
+        if plot is not None:
+            capacity_figure(result, plot)
+    from blis_fast.studies.tables import terminal_width
+
+    typer.echo(text if as_json else result.table(width=terminal_width()))
 
 
 def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
     from blis_fast.studies.plots import study_figure
 
-    if out is not None:
-        study.write_table(out)
-    if plot is not None:
-        study_figure(study, plot, title)
+    with staged_outputs():  # both outputs or neither
+        if out is not None:
+            study.write_table(out)
+        if plot is not None:
+            study_figure(study, plot, title)
     if as_json:
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:
-        typer.echo(study.text([*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment["))]))
+        from blis_fast.studies.tables import terminal_width
+
+        shown = [*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment[")), *study.requested]
+        typer.echo(study.text(list(dict.fromkeys(shown)), width=terminal_width()))
 
 
 def _check_study_outputs(out, plot, inputs) -> None:
@@ -124,6 +135,26 @@ def _check_study_outputs(out, plot, inputs) -> None:
         check_table_path(out)
     if plot is not None:
         check_plot_path(plot)
+
+
+def _grid_inputs_check(out, plot, inputs):
+    """``run_study``'s ``on_configs``: the outputs checked again against the files every
+    grid point reads (a swept trace or workload spec, ``--set workload_traces_filepath=a,b``),
+    before any point runs."""
+    from blis_fast.config.outputs import config_inputs
+
+    def check(configs) -> None:
+        if out is None and plot is None:
+            return
+        seen, grid_inputs = set(), []
+        for c in configs:  # the seeds of a point share its files: each distinct file source once
+            key = (c.model, c.workload.traces_filepath, c.workload.spec_filepath)
+            if key not in seen:
+                seen.add(key)
+                grid_inputs += [(f"{flag} of a grid point", p) for flag, p in config_inputs(c)]
+        check_outputs((("--out", out), ("--plot", plot)), [*inputs, *grid_inputs])
+
+    return check
 
 
 @app.command()
@@ -148,10 +179,12 @@ def sweep(
     from blis_fast.studies.sweep import run_study
 
     cfg = config_from_flags(run_flags)
-    _check_study_outputs(out, plot, input_paths(run_flags, cfg))
+    inputs = input_paths(run_flags, cfg)
+    _check_study_outputs(out, plot, inputs)
     with feedback.progress("sweep", None, "runs") as bar:
         study = run_study([(None, cfg)], set_, seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Sweep")
 
 
@@ -188,5 +221,6 @@ def compare(
     _check_study_outputs(out, plot, inputs)
     with feedback.progress("compare", None, "runs") as bar:
         study = run_study(bases, set_ or (), seeds=1 if seeds is None else seeds, metrics=metrics, jobs=jobs,
-                          on_run=bar.advance, on_start=lambda n: bar.update(total=n))
+                          on_run=bar.advance, on_start=lambda n: bar.update(total=n),
+                          on_configs=_grid_inputs_check(out, plot, inputs))
     _finish_study(study, out, plot, as_json, "Comparison")

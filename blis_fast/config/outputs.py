@@ -1,14 +1,28 @@
 """Output files: checked before a run, written atomically.
 
+Every command writes its output files through this module (docs/limits.md "Output files"):
+
 - ``check_outputs`` refuses, before anything is simulated or generated, an output path
   that is a directory, lies in a missing or read-only folder, or names the same file as
   an input (``--config``, ``--spec``, a trace, a file a spec refers to ...) or as another
   output -- compared as resolved paths and, for existing files, by device and inode (so
   symlinks and hard links count as the same file).
+- ``config_inputs`` lists the files one run configuration reads (model config, trace,
+  workload spec and the files it names): each command adds these for every configuration
+  it will run -- every scenario of ``evaluate``, every grid point of ``sweep``/``compare``.
 - ``atomic_write`` writes into a temporary file in the target's folder and renames it over
   the target: a reader never sees a half-written file, and a failed write leaves the
   target exactly as it was (only the temporary file is removed).  Targets that are not
   regular files (``/dev/null``, a FIFO) are written in place.
+- ``write_new_files`` creates a set of new files in a folder all or nothing (``openevolve
+  init``): never over an existing name -- a symlink, even a dangling one, counts as
+  existing, so nothing is ever written through a link -- and a failure removes every file
+  and folder it created.
+- ``check_path_length`` refuses a path the file system cannot hold (a name longer than
+  NAME_MAX, a path longer than PATH_MAX) with one line instead of an OSError later.
+- ``staged_outputs`` makes a command's outputs all or nothing: inside the block each
+  ``atomic_write`` leaves its temporary file in place, and the block's end renames them
+  all -- or, if the block fails, removes them all (no output, old or new, is changed).
 - ``remove_pending`` deletes the temporary files of writes still under way: the CLI's
   Ctrl-C watchdog calls it when it has to end the process without unwinding
   (blis_fast/cli/feedback.py).
@@ -16,6 +30,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -45,16 +60,26 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     return _resolved(a) == _resolved(b)
 
 
+def check_path_length(flag: str, path: str | Path) -> None:
+    """ConfigError naming ``flag`` if ``path`` is longer than PATH_MAX, one of its
+    components longer than NAME_MAX (as bytes, of the nearest existing folder's file
+    system), or holds a NUL byte (``blis_fast.paths.path_length_problem``)."""
+    from blis_fast.paths import path_length_problem
+
+    problem = path_length_problem(path)
+    if problem is not None:
+        raise ConfigError(flag, f"{show(os.fspath(path))} {problem}")
+
+
 def check_writable(flag: str, path: str | Path | None) -> None:
     """ConfigError unless ``path`` can be written: not a directory, its folder exists and
-    is writable."""
+    is writable, the path not too long for the file system."""
     if path is None:
         return
     p = Path(path)
     if str(p) in ("", "."):
         raise ConfigError(flag, "needs a file name")
-    if len(str(p)) > 4096:
-        raise ConfigError(flag, f"path too long ({len(str(p))} characters)")
+    check_path_length(flag, p)
     parent = p.parent if str(p.parent) else Path(".")
     try:
         if p.is_dir():
@@ -65,6 +90,29 @@ def check_writable(flag: str, path: str | Path | None) -> None:
         raise ConfigError(flag, f"cannot use {show(str(p))}: {exc.strerror or exc}") from None
     if not os.access(parent, os.W_OK):
         raise ConfigError(flag, f"folder {show(str(parent))} is not writable")
+
+
+def config_inputs(cfg) -> list[tuple[str, Path]]:
+    """The files a run of SimConfig ``cfg`` reads besides its --config / --policy-config
+    files: a model config.json, the trace, the workload spec and the files the spec names."""
+    out: list[tuple[str, Path]] = []
+    model = Path(cfg.model)
+    try:
+        if model.is_dir():
+            out.append(("--model", model / "config.json"))
+        elif model.suffix == ".json" or model.is_file():
+            out.append(("--model", model))
+    except OSError:
+        pass
+    w = cfg.workload
+    if w.traces_filepath:
+        out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
+    if w.spec_filepath:
+        from blis_fast.workload.spec import spec_files  # the workload package loads numpy: only when needed
+
+        out.append(("--workload-spec", Path(w.spec_filepath)))
+        out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
+    return out
 
 
 def check_outputs(outputs: Iterable[tuple[str, str | Path | None]],
@@ -85,7 +133,95 @@ def check_outputs(outputs: Iterable[tuple[str, str | Path | None]],
                                         "its own path")
 
 
+def write_new_files(folder: str | Path, files: dict[str, str], flag: str) -> list[Path]:
+    """Create ``folder`` (and missing parents) and the new files ``files`` {name: text}
+    in it; returns their paths.  All or nothing: a name that exists already (a symlink
+    too, dangling or not) is refused before anything is written, each file is created
+    exclusively without following links (O_EXCL | O_NOFOLLOW: a link planted meanwhile
+    fails the call rather than being written through), and on any failure every file
+    and folder made here is removed.  OSError -> ConfigError(flag)."""
+    d = Path(folder)
+    check_path_length(flag, d)
+    for name in files:
+        check_path_length(flag, d / name)
+    try:
+        if os.path.lexists(d) and not d.is_dir():
+            raise ConfigError(flag, f"{show(str(d))} exists and is not a folder")
+        existing = [name for name in files if os.path.lexists(d / name)]
+    except OSError as exc:
+        raise ConfigError(flag, f"cannot use {show(str(d))}: {exc.strerror or exc}") from None
+    if existing:
+        raise ConfigError(flag, f"{show(str(d))} already holds {', '.join(existing)}; choose an empty folder "
+                                "(nothing was written)")
+    made_dirs: list[Path] = []
+    made_files: list[Path] = []
+    try:
+        missing = [p for p in [d, *d.parents] if not os.path.lexists(p)]
+        for p in reversed(missing):  # outermost first
+            p.mkdir()
+            made_dirs.append(p)
+        for name, text in files.items():
+            target = d / name
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            made_files.append(target)
+            try:
+                f = os.fdopen(fd, "w", encoding="utf-8")
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
+                f.write(text)
+    except BaseException as exc:
+        for p in made_files:
+            _remove(p)
+        for p in reversed(made_dirs):  # innermost first; a folder someone else filled stays
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise ConfigError(flag, f"cannot write in {show(str(d))}: {exc.strerror or exc} "
+                                    "(nothing was left behind)") from None
+        raise
+    return made_files
+
+
 _pending: set[Path] = set()  # temporary files being written (at most one per output at a time)
+_staged: list[tuple[Path, Path, str]] | None = None  # (temporary file, target, flag) awaiting their renames
+
+
+@contextlib.contextmanager
+def staged_outputs():
+    """Make the ``atomic_write`` calls inside the block all or nothing: their temporary
+    files are renamed over their targets when the block ends, or all removed if it
+    raises.  A block inside another one joins the outer."""
+    global _staged
+    if _staged is not None:
+        yield
+        return
+    staged = _staged = []
+    try:
+        yield
+    except BaseException:
+        _staged = None
+        _discard(staged)
+        raise
+    _staged = None
+    try:
+        for tmp, target, flag in staged:
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise ConfigError(flag, f"cannot write {show(str(target))}: {exc.strerror or exc}") from None
+            _pending.discard(tmp)
+    finally:
+        _discard([entry for entry in staged if entry[0] in _pending])  # those a failed rename left
+
+
+def _discard(staged: list[tuple[Path, Path, str]]) -> None:
+    for tmp, _, _ in staged:
+        _remove(tmp)
+        _pending.discard(tmp)
 
 
 def remove_pending() -> None:
@@ -119,11 +255,16 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
     os.close(fd)
     tmp = Path(tmp_name)
     _pending.add(tmp)
+    staged = False
     try:
         mode = st.st_mode & 0o777 if st is not None else 0o666 & ~_umask()
         os.chmod(tmp, mode)
         write(tmp)
-        os.replace(tmp, p)
+        if _staged is not None:  # renamed when the staged_outputs block ends
+            _staged.append((tmp, p, flag))
+            staged = True
+        else:
+            os.replace(tmp, p)
     except OSError as exc:
         _remove(tmp)
         raise ConfigError(flag, f"cannot write {show(str(p))}: {exc.strerror or exc}") from None
@@ -131,7 +272,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
         _remove(tmp)
         raise
     finally:
-        _pending.discard(tmp)
+        if not staged:
+            _pending.discard(tmp)
     return p
 
 

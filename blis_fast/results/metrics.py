@@ -423,5 +423,35 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
     out["mean_wait_queue_len"] = int(inst["sum_wq_len"].sum()) / steps if steps else 0.0
     out["wait_queue_peak"] = int(inst["wq_peak"].max()) if inst.size else 0
     out["batch_size_peak"] = int(inst["batch_peak"].max()) if inst.size else 0
+    # step occupancy: the fraction of the time an engine step runs -- near 1 whenever a
+    # request is in flight, however small the batch, so it shows no headroom
     out["busy_fraction"] = int(inst["busy_us"].sum()) / (duration_us * len(inst)) if duration_us and len(inst) else 0.0
+    out.update(headroom(inst))
     return out
+
+
+HEADROOM_METRICS = ("token_budget_occupancy", "batch_slot_occupancy", "kv_occupancy_mean")
+
+
+def headroom(inst: np.ndarray) -> dict[str, float]:
+    """How full the engine steps of ``inst`` rows were, over all their steps (0 without
+    steps), from the kernel's per-instance step counters:
+
+    - ``token_budget_occupancy`` = Σ tokens scheduled (prefill, cache hits excluded, and
+      decode) / Σ max_num_batched_tokens;
+    - ``batch_slot_occupancy`` = Σ running requests / Σ max_num_seqs;
+    - ``kv_occupancy_mean`` = Σ allocated KV blocks (once the batch is formed) / Σ total
+      KV blocks.
+
+    Each sum runs over the steps, so with equal limits on every instance each is the mean
+    over steps of that step's ratio.  Unlike ``busy_fraction`` these fall with the load:
+    they are the headroom a planner reads."""
+    steps = inst["steps"].astype(np.int64)
+    if not inst.size or int(steps.sum()) == 0:
+        return dict.fromkeys(HEADROOM_METRICS, 0.0)
+    tokens = int(inst["prefill_tokens"].sum()) + int(inst["decode_tokens"].sum())
+    return {
+        "token_budget_occupancy": tokens / int((steps * inst["max_batched_tokens"]).sum()),
+        "batch_slot_occupancy": int(inst["sum_batch_len"].sum()) / int((steps * inst["max_num_seqs"]).sum()),
+        "kv_occupancy_mean": int(inst["sum_kv_allocated"].sum()) / int((steps * inst["kv_total"]).sum()),
+    }

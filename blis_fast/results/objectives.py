@@ -21,6 +21,10 @@ increasing for ``min``; always in [0, 1]):
 A latency statistic of a set with no samples (nothing completed, no first token) scores 0:
 nothing measured, no credit (else rejecting everything would look fast).
 
+``slo_attainment[class=C]`` of a class that sets no targets is refused (ConfigError): its
+requests "meet" their SLO by completing, so it would read 1.0 however slow they were.  The
+whole-run ``slo_attainment`` (a default objective) keeps counting such requests as met.
+
 score = Σ weightᵢ · normalizedᵢ / Σ weightᵢ.
 
 Spec text (``--objectives``): comma-separated ``metric[:direction[:target[:weight]]]``, e.g.
@@ -47,7 +51,8 @@ DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:mi
 FRACTIONS = frozenset({
     "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
     "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
-    "busy_fraction", "rejected_fraction", "cached_token_fraction",
+    "busy_fraction", "rejected_fraction", "cached_token_fraction", "token_budget_occupancy", "batch_slot_occupancy",
+    "kv_occupancy_mean",
 })
 # metrics where less is better (the default direction)
 _LOWER_IS_BETTER = frozenset({
@@ -287,6 +292,13 @@ def metric_value(result, name: str) -> float:
     if value not in masks:
         raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
                                                f"{kind}s: {', '.join(masks) or '(none)'}")
+    if base == "slo_attainment" and kind == "class":
+        from blis_fast.results.slo import has_targets
+
+        if not has_targets((result.workload.slo_targets or {}).get(value)):
+            raise ConfigError("objectives.metric", f"{name}: class {value!r} sets no SLO targets, so its attainment "
+                                                   f"would only count completed requests; give the class ttft_ms, "
+                                                   f"tpot_ms or e2e_ms targets, or name completed_requests")
     return float(scorecard.group_metrics(result, masks[value])[base])
 
 

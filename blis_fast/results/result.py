@@ -343,8 +343,18 @@ class Result:
             out["counterfactuals"] = self.counterfactuals
         if self.setup.config.objectives is not None:  # asked for: the score and its vector
             ev = self.evaluate()
-            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives}
+            out["evaluation"] = {"score": ev.score, "objectives": ev.objectives, "values": self._objective_values(ev)}
         return out
+
+    def _objective_values(self, ev) -> dict:
+        """Each objective's raw value, shown beside its normalized score; null for an SLO
+        attainment when no class of the workload sets a target (it would only count
+        completions: results.slo)."""
+        from .slo import has_targets
+
+        targeted = any(has_targets(t) for t in (self.workload.slo_targets or {}).values())
+        return {k: None if k.startswith("slo_attainment") and not targeted else ev.metrics.get(k)
+                for k in ev.objectives}
 
     @cached_property
     def slo(self) -> dict | None:

@@ -4,15 +4,23 @@ metrics, for the whole run or one group of requests (an SLO class, tenant or cli
 one instance.  Definitions (README "Evaluation metrics" has the full list with units):
 
 - a request *meets its SLO* when it completed and every target of its class holds
-  (``blis_fast.results.slo``); a class without targets only asks for completion;
+  (``blis_fast.results.slo``); a class without targets only asks for completion -- so
+  ``slo_attainment[class=C]`` of such a class is refused (``objectives.metric_value``),
+  while the whole-run ``slo_attainment`` (a default objective) still counts them;
 - ``slo_attainment`` = requests meeting their SLO / requests that arrived;
 - ``goodput_rps`` = requests meeting their SLO / simulated duration (s);
 - ``jain_fairness`` = Jain's index (Σx)² / (n·Σx²) over the tenants' goodput_rps
   (``jain_fairness_throughput``: over their completed requests per second); tenants are
   those with at least one arrived request; 1.0 with fewer than two or when all are 0;
-- ``utilization`` = busy time / duration, per instance (overall: the mean over instances);
-- ``kv_utilization_mean`` = mean over engine steps of allocated / total KV blocks;
-  ``kv_utilization_peak`` = peak allocated / total;
+- ``utilization`` = busy time / duration, per instance (overall: the mean over instances):
+  *step occupancy*, the fraction of the time an engine step runs -- near 1 whenever a
+  request is in flight, however small the batch, so it is no measure of headroom;
+- headroom: ``token_budget_occupancy`` (tokens scheduled / max_num_batched_tokens),
+  ``batch_slot_occupancy`` (running requests / max_num_seqs), ``kv_occupancy_mean``
+  (allocated / total KV blocks), each summed over engine steps
+  (``blis_fast.results.metrics.headroom``; overall: pooled over the instances' steps);
+- ``kv_utilization_mean`` = mean over engine steps of allocated / total KV blocks (overall:
+  the mean over instances); ``kv_utilization_peak`` = peak allocated / total;
 - ``queue_depth_mean`` = mean wait-queue length at step start; ``queue_depth_peak``;
 - ``preemption_rate`` = preemptions per arrived request; ``rejected_fraction`` = rejected /
   arrived.
@@ -29,7 +37,7 @@ import numpy as np
 
 from blis_fast_kernels.schema import RequestState
 
-from .metrics import sorted_percentiles
+from .metrics import HEADROOM_METRICS, headroom, sorted_percentiles
 
 GROUP_KINDS = {"class": "slo_class", "tenant": "tenant", "client": "client"}  # selector key -> request column
 
@@ -46,7 +54,7 @@ SUMMARY_OWNED = ("responses_per_sec", "tokens_per_sec", "completed_requests")
 # Metrics of one instance (``[instance=i]``) and, averaged or pooled, of the cluster.
 INSTANCE_METRICS = ("utilization", "kv_utilization_mean", "kv_utilization_peak", "queue_depth_mean",
                     "queue_depth_peak", "prefix_cache_hit_rate", "preemptions", "injected_requests",
-                    "completed_requests", "batch_size_mean")
+                    "completed_requests", "batch_size_mean", *HEADROOM_METRICS)
 # Whole-run only.
 CLUSTER_METRICS = ("jain_fairness", "jain_fairness_throughput", "utilization_min", "utilization_max",
                    "utilization_imbalance", "simulated_duration_s")
@@ -164,6 +172,7 @@ def instance_metrics(result, rows: np.ndarray) -> dict[str, float]:
         "injected_requests": int(inst["injected"].sum()),
         "completed_requests": int(inst["completed"].sum()),
         "batch_size_mean": float((inst["sum_batch_len"] / per_step).mean()) if len(inst) else 0.0,
+        **headroom(inst),  # pooled over the rows' steps, as the cluster summary gives them
     }
 
 
@@ -228,7 +237,8 @@ def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                "scheduling_delay_p99_ms", "preemption_count", "dropped_unservable", "kv_total_blocks",
                "kv_peak_used_blocks", "kv_peak_utilization", "prefix_cache_hit_rate", "prefill_tokens_computed",
                "decode_tokens_computed", "steps", "mean_batch_size", "mean_wait_queue_len", "wait_queue_peak",
-               "batch_size_peak", "busy_fraction", "arrived_requests", "rejected_requests", "still_in_flight",
+               "batch_size_peak", "busy_fraction", *HEADROOM_METRICS, "arrived_requests", "rejected_requests",
+               "still_in_flight",
                "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
     overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS]))
     return overall, GROUP_METRICS, INSTANCE_METRICS

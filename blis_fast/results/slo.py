@@ -7,6 +7,9 @@ A request *meets* its class's SLO when it completed and each target its class de
 (``ttft_ms``, ``tpot_ms``, ``e2e_ms``; missing = no constraint) holds.  Attainment =
 requests meeting it / requests that arrived (released at the cluster: rejected, dropped
 and unfinished requests count as misses; closed-loop turns never released do not count).
+A class without targets has no attainment: ``slo_attainment`` is null there (and for a
+tenant or client none of whose requests has a class with targets), never a completion
+fraction that would read as 1.0 however slow the requests were.
 
     from blis_fast.results.slo import slo_report
     report = slo_report(blis_fast.simulate(workload_spec="configs/workloads/multi-tenant.yaml"))
@@ -21,6 +24,17 @@ from blis_fast_kernels.schema import RequestState
 from .metrics import request_latencies
 
 TARGETS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def has_targets(targets) -> bool:
+    """Whether a class's targets (a mapping ``ttft_ms``/``tpot_ms``/``e2e_ms`` -> ms, None =
+    no constraint) set at least one."""
+    return any((targets or {}).get(k) is not None for k in TARGETS)
+
+
+def targeted_classes(slo_names: list[str], slo_targets: dict) -> list[int]:
+    """The class ids (positions in ``slo_names``) whose class sets at least one target."""
+    return [c for c, name in enumerate(slo_names) if has_targets(slo_targets.get(name))]
 
 
 def _pcts(us: np.ndarray) -> dict:
@@ -55,16 +69,18 @@ def request_slo_table(reqs: np.ndarray, slo_names: list[str], slo_targets: dict,
     return {"arrived": arrived, "done": done, "ttft_us": ttft, "tpot_us": tpot, "e2e_us": e2e, "met": met}
 
 
-def _group(reqs, tab, mask) -> dict:
+def _group(reqs, tab, mask, judged: bool) -> dict:
+    """``judged``: some request of the group has a class with targets (else no attainment)."""
     arrived = mask & tab["arrived"]
     done = mask & tab["done"]
     n_arr = int(arrived.sum())
+    attained = (float((mask & tab["met"]).sum() / n_arr) if n_arr else 0.0) if judged else None
     return {
         "arrived": n_arr,
         "completed": int(done.sum()),
         "rejected": int((mask & (reqs["state"] == RequestState.REJECTED)).sum()),
         "dropped_unservable": int((mask & (reqs["state"] == RequestState.DROPPED)).sum()),
-        "slo_attainment": float((mask & tab["met"]).sum() / n_arr) if n_arr else 0.0,
+        "slo_attainment": attained,
         "ttft_ms": _pcts(tab["ttft_us"][mask & (tab["ttft_us"] >= 0)]),
         "tpot_ms": _pcts(tab["tpot_us"][done]),
         "e2e_ms": _pcts(tab["e2e_us"][done]),
@@ -81,6 +97,7 @@ def slo_report(result) -> dict:
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
     slo_names = list(names.get("slo_class") or [str(i) for i in range(n_cls)])
     tab = request_slo_table(reqs, slo_names, wl.slo_targets or {}, result.latencies)
+    targeted = np.isin(reqs["slo_class"], targeted_classes(slo_names, wl.slo_targets or {}))
     win = result.in_window  # only the requests of the measurement window (results.window)
     out: dict = {}
     for col, key in (("slo_class", "slo_classes"), ("tenant", "tenants"), ("client", "clients")):
@@ -91,7 +108,7 @@ def slo_report(result) -> dict:
             m = ids == i if win is None else (ids == i) & win
             if not m.any():
                 continue
-            g = _group(reqs, tab, m)
+            g = _group(reqs, tab, m, bool((m & targeted).any()))
             if col == "slo_class":
                 g = {"targets": dict(wl.slo_targets.get(name) or {}), **g}
             groups[name] = g

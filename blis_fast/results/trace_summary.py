@@ -37,7 +37,8 @@ def _group_lines(result) -> list[str]:
 
 
 def _instance_lines(result) -> list[str]:
-    """Utilization, mean queue and mean KV utilization per instance."""
+    """Step occupancy (the time a step runs), how full the steps were (token budget, batch
+    slots), mean queue and mean KV utilization per instance."""
     import numpy as np
 
     from blis_fast.results.scorecard import instance_metrics
@@ -46,7 +47,9 @@ def _instance_lines(result) -> list[str]:
     parts = []
     for i in used[:MAX_ROWS]:
         m = instance_metrics(result, np.array([i]))
-        parts.append(f"instance_{i}: utilization {_fmt(m['utilization'])}, queue {_fmt(m['queue_depth_mean'])}, "
+        parts.append(f"instance_{i}: step occupancy {_fmt(m['utilization'])} (token budget "
+                     f"{_fmt(m['token_budget_occupancy'])}, batch slots {_fmt(m['batch_slot_occupancy'])}), "
+                     f"queue {_fmt(m['queue_depth_mean'])}, "
                      f"KV {_fmt(m['kv_utilization_mean'])}, {m['injected_requests']} requests")
     more = f" (+{len(used) - MAX_ROWS} more)" if len(used) > MAX_ROWS else ""
     return ["", f"Per instance{more} (means over steps): " + "; ".join(parts) + "."] if parts else []
@@ -57,6 +60,7 @@ def summary_text(result, objectives=None) -> str:
     ``Result.evaluate``)."""
     from blis_fast.results.diagnosis import diagnose
     from blis_fast.results.objectives import judge, parse_objectives, weighted_score
+    from blis_fast.results.slo import has_targets
 
     cfg = result.setup.config
     objs = parse_objectives(objectives if objectives is not None else cfg.objectives)
@@ -73,12 +77,16 @@ def summary_text(result, objectives=None) -> str:
     for r in rows:
         lines.append(f"| {r['metric']} ({r['direction']}) | {_fmt(r['value'])} | {_fmt(r['target'])} | "
                      f"{_fmt(r['normalized'])} | {_fmt(r['met'])} |")
+    targeted = any(has_targets(t) for t in (result.workload.slo_targets or {}).values())
+    attainment = _fmt(m["slo_attainment"]) if targeted else "- (no SLO targets: only completions counted)"
     lines += ["", f"Score {_fmt(weighted_score(rows))} (weighted mean of the normalized objectives). "
-                  f"SLO attainment {_fmt(m['slo_attainment'])}, goodput {_fmt(m['goodput_rps'])} req/s, "
+                  f"SLO attainment {attainment}, goodput {_fmt(m['goodput_rps'])} req/s, "
                   f"TTFT p50/p99 {_fmt(m['ttft_p50_ms'])}/{_fmt(m['ttft_p99_ms'])} ms, "
                   f"E2E p99 {_fmt(m['e2e_p99_ms'])} ms, rejected {_fmt(m['rejected_fraction'])}, "
                   f"preemptions {m['preemption_count']}, prefix-cache hit rate {_fmt(m['prefix_cache_hit_rate'])}, "
-                  f"utilization {_fmt(m['utilization_min'])}-{_fmt(m['utilization_max'])}."]
+                  f"step occupancy {_fmt(m['utilization_min'])}-{_fmt(m['utilization_max'])} (the time a step "
+                  f"runs), token budget {_fmt(m['token_budget_occupancy'])} and batch slots "
+                  f"{_fmt(m['batch_slot_occupancy'])} occupied per step."]
     lines += _group_lines(result) + _instance_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]

@@ -38,7 +38,8 @@ from blis_fast.errors import ConfigError
 from blis_fast.run.api import as_config
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from blis_fast.studies.tables import text_table
+from blis_fast.cli.output import metric_text
+from blis_fast.studies.tables import bracket_text, interval_text, text_table
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -100,18 +101,21 @@ class CapacityResult:
             "probes": [p.to_dict(self.slos) for p in self.probes],
         }
 
-    def table(self) -> str:
-        """The probes as a text table (in probe order), then the answer."""
+    def table(self, width: int | None = None) -> str:
+        """The seeds per probe, the probes as a text table (in probe order; numbers as
+        ``tables.interval_text`` rounds them), then the answer."""
         head = [self.search, *(str(p) for p in self.slos), "met"]
         rows = []
         for pr in self.probes:
-            cells = [f"{pr.value:.6g}"]
+            cells = [metric_text("rate" if self.search == "rate" else "instances", pr.value, with_unit=False)]
             for p in self.slos:
                 s = pr.stats[p.metric]
-                cells.append(f"{s.mean:.4g} ± {s.half_width:.2g}" if len(self.seeds) > 1 else f"{s.mean:.4g}")
+                cells.append(interval_text(p.metric, s.mean, s.half_width))
             cells.append(("yes" if pr.met else "no") + ("?" if pr.uncertain else ""))
             rows.append(cells)
-        return text_table(head, rows) + "\n\n" + self.message
+        n = len(self.seeds)
+        seeds = f"{n} seed{'s' if n > 1 else ''} per probe" + (", mean ± 95 % confidence interval" if n > 1 else "")
+        return seeds + "\n\n" + text_table(head, rows, left=0, width=width) + "\n\n" + self.message
 
 
 class _Searcher:
@@ -315,7 +319,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
     """Refuse, before running, a [class=NAME] the workload spec does not define."""
     from blis_fast.results.objectives import split_metric
-    from blis_fast.studies.sweep import class_names
+    from blis_fast.studies.sweep import check_targeted, class_names
 
     known = class_names(cfg)
     for p in preds:
@@ -323,6 +327,7 @@ def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
         if kind == "class" and name not in known:
             raise ConfigError("--slo-class" if p.metric.endswith(f"[class={name}]") else "--slo",
                               f"the workload has no SLO class {name!r}; its classes: {', '.join(known) or '(none)'}")
+    check_targeted([p.metric for p in preds], [cfg], "--slo")
 
 
 def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhausted: bool,
@@ -342,7 +347,8 @@ def _message(out: CapacityResult, good: Probe | None, bad: Probe | None, exhaust
             return f"every probed rate meets {slos}, up to {top}: raise --rate-max"
         return f"1 instance meets {slos}"
     if out.search == "rate":
-        text = (f"highest rate meeting {slos}: {good.value:.6g} req/s ({bad.value:.6g} fails; "
+        text = (f"highest rate meeting {slos}: {bracket_text(good.value, bad.value)} req/s "
+                f"({good.value:.6g} meets, {bad.value:.6g} fails; "
                 f"{len(out.probes)} probes x {len(out.seeds)} seeds = {out.simulations} simulations)")
     else:
         text = (f"fewest instances meeting {slos}: {int(good.value)} ({int(bad.value)} fails; "

@@ -118,9 +118,15 @@ STUDY_PANELS = (
     ("End-to-end latency", "E2E latency (ms)", [("e2e_mean_ms", "mean"), ("e2e_p90_ms", "p90"), ("e2e_p99_ms", "p99")]),
     ("Inter-token latency", "ITL (ms)", [("itl_mean_ms", "mean"), ("itl_p99_ms", "p99")]),
     ("Throughput", "throughput (requests/s)", [("responses_per_sec", "completed"), ("goodput_rps", "meeting SLO")]),
-    ("Utilization", "fraction", [("utilization", "busy time"), ("kv_peak_utilization", "KV peak")]),
+    # headroom: how full the steps were; step occupancy (a step running) is near 1 at any load
+    ("Step occupancy and headroom", "fraction", [("token_budget_occupancy", "token budget per step"),
+                                                ("batch_slot_occupancy", "batch slots per step"),
+                                                ("kv_occupancy_mean", "KV blocks per step"),
+                                                ("busy_fraction", "time a step runs")]),
     ("SLO attainment", "fraction of requests", [("slo_attainment", "all")]),
 )
+OFFERED_LABEL = "offered load (requests/s)\nevery arriving request: follow-up turns included"
+NO_TARGETS = "no SLO targets in the workload\n(attainment would only count completions)"
 _STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 _HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 _AXIS_LABELS = {"rate": "arrival rate (requests/s)", "rate_scale": "rate scale (x the workload's rates)", "num_instances": "instances", "max_num_seqs": "max_num_seqs "
@@ -139,10 +145,13 @@ def _is_number(v) -> bool:
 
 def study_figure(study, path: Path, title: str) -> None:
     """Six panels against the first swept setting (or the configurations, when nothing is
-    swept): TTFT, E2E and ITL percentiles, throughput (against the offered rate when the
-    rate is swept, with the line y = x), utilization, and SLO attainment (all requests
-    and one line per SLO class).  One colour per series -- configuration and the other
-    swept settings -- and one line style per metric; 95 % CI bands with several seeds."""
+    swept): TTFT, E2E and ITL percentiles, throughput (against the offered rate -- every
+    request that arrives, follow-up turns of sessions included -- when the rate is swept,
+    with the line y = x), step occupancy and the headroom metrics (token budget, batch
+    slots, KV blocks per step), and SLO attainment (all requests and one line per SLO
+    class with targets; a note instead when the workload sets none).  One colour per
+    series -- configuration and the other swept settings -- and one line style per metric;
+    95 % CI bands with several seeds."""
     plt = _pyplot()
     x_axis = study.axes[0] if study.axes else None
     compare = study.labels != [None]
@@ -199,7 +208,9 @@ def study_figure(study, path: Path, title: str) -> None:
         if offered_x and ptitle == "Throughput":
             lo, hi = min(study.offered_rate), max(study.offered_rate)
             ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--", label="offered load (y = x)")
-            ptitle, xlabel = "Throughput vs offered load", "offered load (requests/s)"
+            ptitle, xlabel = "Throughput vs offered load", OFFERED_LABEL
+        if not lines and ptitle == "SLO attainment":
+            ax.text(0.5, 0.5, NO_TARGETS, ha="center", va="center", transform=ax.transAxes, color="0.4")
         if len(series) > 1 and len(lines) > 1:  # line styles (hatches) name the metrics; colours the series
             for li, (_, label) in enumerate(lines):
                 if categorical:

@@ -25,9 +25,9 @@ from typing import Callable, Sequence
 from blis_fast.config.sim import FLAG_PATHS, SimConfig
 from blis_fast.config.validate import as_str, parse_decimal, show
 from blis_fast.errors import ConfigError
-from blis_fast.studies.measure import TABLE_METRICS, check_metric
+from blis_fast.studies.measure import SLO_JUDGED, TABLE_METRICS, check_metric
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
-from blis_fast.studies.tables import text_table, write_rows
+from blis_fast.studies.tables import interval_text, text_table, write_rows
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
@@ -139,12 +139,17 @@ class SweepResult:
     points: list[dict] = field(default_factory=list)  # {"config": label, **axis values}
     stats: list[dict[str, SeedStats]] = field(default_factory=list)
     offered_rate: list[float | None] = field(default_factory=list)  # requests/s offered (None: a trace)
+    requested: list[str] = field(default_factory=list)  # the metrics the user named (--metrics), in order
 
     def rows(self) -> list[dict]:
-        """One flat dict per point: config label (compare), axis values, then per metric
-        its mean and, with several seeds, ``<metric>_ci95``."""
+        """One flat dict per point: config label (compare), axis values, the offered rate
+        (requests/s, every arriving request counted: ``offered_rate``), then per metric its
+        mean and, with several seeds, ``<metric>_ci95``; a comparison of several
+        configurations adds ``<metric>_diff`` (and ``_diff_ci95``), the paired difference
+        against the first configuration (``differences``; null on the first's rows)."""
         out = []
-        for pt, st, rate in zip(self.points, self.stats, self.offered_rate):
+        diffs = self.differences()
+        for pt, st, rate, diff in zip(self.points, self.stats, self.offered_rate, diffs):
             row = {} if self.labels == [None] else {"config": pt["config"]}
             row.update({a.name: pt[a.name] for a in self.axes})
             row["offered_rate"] = rate
@@ -153,6 +158,11 @@ class SweepResult:
                 row[m] = st[m].mean
                 if len(self.seeds) > 1:
                     row[f"{m}_ci95"] = st[m].half_width
+            if self.compared and len(self.labels) > 1:  # paired against the first configuration
+                for m in self.metrics:
+                    row[f"{m}_diff"] = None if diff is None else diff[m].mean
+                    if len(self.seeds) > 1:
+                        row[f"{m}_diff_ci95"] = None if diff is None else diff[m].half_width
             out.append(row)
         return out
 
@@ -165,25 +175,87 @@ class SweepResult:
         """The rows as Parquet or CSV (by suffix), atomically."""
         write_rows(self.rows(), path, flag)
 
-    def text(self, columns: Sequence[str] | None = None) -> str:
-        """A text table of the axes and the key metrics (all metrics if ``columns`` None);
-        a comparison without swept settings side by side: one column per configuration."""
+    @property
+    def compared(self) -> bool:
+        """Several configurations (``compare``), not one swept configuration."""
+        return self.labels != [None]
+
+    def differences(self) -> list[dict[str, SeedStats] | None]:
+        """Per point, each metric's paired difference against the first configuration at
+        the same grid point: the mean over seeds of (this run - the first configuration's
+        run with the same seed) and its 95 % interval -- the same seeds give the same
+        arrivals, so the pairing removes the workload's noise.  None for the first
+        configuration's points (and for every point of a sweep)."""
+        if not self.compared:
+            return [None] * len(self.points)
+        per_config = len(self.points) // len(self.labels)
+        out: list[dict[str, SeedStats] | None] = []
+        for k, st in enumerate(self.stats):
+            if k < per_config:
+                out.append(None)
+                continue
+            first = self.stats[k % per_config]
+            out.append({m: seed_stats([a - b for a, b in zip(st[m].values, first[m].values)]) for m in self.metrics})
+        return out
+
+    def header(self) -> str:
+        """What every row is: the seeds per point and what a ± means."""
+        n = len(self.seeds)
+        seeds = f"{n} seed{'s' if n > 1 else ''} per point ({', '.join(map(str, self.seeds[:5]))}" \
+                f"{', ...' if n > 5 else ''})"
+        what = "mean ± 95 % confidence interval over the seeds" if n > 1 else "one run: no interval (--seeds N)"
+        return f"{seeds}; {what}"
+
+    def text(self, columns: Sequence[str] | None = None, width: int | None = None) -> str:
+        """A text table of the axes and the key metrics (all metrics if ``columns`` None),
+        numbers as the ``run`` view prints them, means and intervals rounded to what the
+        interval supports (``tables.interval_text``), under a header line naming the seeds;
+        a comparison also shows each configuration's paired difference against the first
+        one (``differences``).  Wider than ``width``: split into blocks of columns."""
         shown = [m for m in (columns or self.metrics) if m in self.metrics]
-        if self.labels != [None] and not self.axes:
-            return self._side_by_side(shown)
-        head = (["config"] if self.labels != [None] else []) + [a.name for a in self.axes] + shown
+        if self.compared and not self.axes:
+            return self.header() + "\n\n" + self._side_by_side(shown, width)
+        keys = (["config"] if self.compared else []) + [a.name for a in self.axes]
         body = []
         for pt, st in zip(self.points, self.stats):
-            cells = ([str(pt["config"])] if self.labels != [None] else []) + [_fmt(pt[a.name]) for a in self.axes]
-            body.append(cells + [self._cell(st[m]) for m in shown])
-        return text_table(head, body)
+            cells = ([str(pt["config"])] if self.compared else []) + [_fmt(pt[a.name]) for a in self.axes]
+            body.append(cells + [self._cell(m, st[m]) for m in shown])
+        out = self.header() + "\n\n" + text_table(keys + shown, body, left=len(keys), width=width)
+        if self.compared and len(self.labels) > 1:
+            diffs = [(pt, d) for pt, d in zip(self.points, self.differences()) if d is not None]
+            rows = [[str(pt["config"])] + [_fmt(pt[a.name]) for a in self.axes] + [self._diff(m, d[m]) for m in shown]
+                    for pt, d in diffs]
+            out += (f"\n\ndifference against {self.labels[0]} (paired: same seeds, same point)\n\n"
+                    + text_table(keys + shown, rows, left=len(keys), width=width))
+        return out
 
-    def _cell(self, s: SeedStats) -> str:
-        return f"{s.mean:.4g}" + (f" ± {s.half_width:.2g}" if len(self.seeds) > 1 else "")
+    def _cell(self, metric: str, s: SeedStats) -> str:
+        return interval_text(metric, s.mean, s.half_width)
 
-    def _side_by_side(self, shown: list[str]) -> str:
-        head = ["metric", *(str(pt["config"]) for pt in self.points)]
-        return text_table(head, [[m, *(self._cell(st[m]) for st in self.stats)] for m in shown], left=1)
+    def _diff(self, metric: str, s: SeedStats) -> str:
+        """A paired difference, signed; of a fraction in percentage points (pp); "0" when
+        every seed gave the same value."""
+        if s.mean == 0 and s.half_width == 0:
+            return "0"
+        text = interval_text(metric, s.mean, s.half_width)
+        if text.endswith("%"):
+            text = text[:-1] + " pp"
+        return "+" + text if s.mean > 0 else text
+
+    def _side_by_side(self, shown: list[str], width: int | None) -> str:
+        """One column per configuration, each after the first followed by its paired
+        difference against the first ("Δ label")."""
+        diffs = self.differences()
+        head = ["metric"]
+        for pt, d in zip(self.points, diffs):
+            head += [str(pt["config"])] + ([f"Δ {pt['config']}"] if d is not None else [])
+        body = []
+        for m in shown:
+            row = [m]
+            for st, d in zip(self.stats, diffs):
+                row += [self._cell(m, st[m])] + ([self._diff(m, d[m])] if d is not None else [])
+            body.append(row)
+        return text_table(head, body, left=1, width=width)
 
 
 def _fmt(v) -> str:
@@ -199,12 +271,54 @@ def class_names(cfg: SimConfig) -> list[str]:
     return list(load_spec(cfg.workload.spec_filepath).slo_classes)
 
 
-def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:
-    """TABLE_METRICS, SLO attainment per class of every configuration's workload, then
-    ``extra`` (names or comma-separated text), each checked."""
-    names = list(TABLE_METRICS)
+def targeted_class_names(cfg: SimConfig) -> list[str] | None:
+    """The SLO classes of the config's workload that set at least one target: those of its
+    workload spec, none for a generated workload; None for a trace (its header may set
+    targets: unknown before it is read)."""
+    if cfg.workload.spec_filepath:
+        from blis_fast.results.slo import has_targets
+        from blis_fast.workload.spec import load_spec
+
+        return [c for c, t in load_spec(cfg.workload.spec_filepath).slo_classes.items() if has_targets(t)]
+    return None if cfg.workload.type == "traces" else []
+
+
+def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str) -> None:
+    """Refuse, before running, ``slo_attainment[class=C]`` where a configuration's workload
+    spec defines C without any target (its attainment would only count completions;
+    ``objectives.metric_value`` refuses it in a run too)."""
+    from blis_fast.results.objectives import split_metric
+
     for cfg in cfgs:
-        names += [f"slo_attainment[class={c}]" for c in class_names(cfg)]
+        targeted = targeted_class_names(cfg)
+        if targeted is None:
+            continue
+        known = class_names(cfg)
+        for m in metrics:
+            base, kind, name = split_metric(m, field)
+            if base == "slo_attainment" and kind == "class" and name in known and name not in targeted:
+                raise ConfigError(field, f"{m}: class {name!r} sets no SLO targets, so its attainment would only "
+                                         f"count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
+                                         f"targets, or name completed_requests")
+
+
+def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:
+    """TABLE_METRICS (without the SLO-judged ones, ``SLO_JUDGED``, when no configuration's
+    workload sets an SLO target), SLO attainment per class that sets targets of every
+    configuration's workload, then ``extra`` (names or comma-separated text), each checked."""
+    targeted = [targeted_class_names(cfg) for cfg in cfgs]
+    judged = any(t is None or t for t in targeted)
+    names = [m for m in TABLE_METRICS if judged or m not in SLO_JUDGED]
+    for classes in targeted:
+        names += [f"slo_attainment[class={c}]" for c in classes or ()]
+    requested = requested_metrics(extra, field)
+    check_targeted(requested, cfgs, field)
+    return list(dict.fromkeys(names + requested))
+
+
+def requested_metrics(extra, field: str = "--metrics") -> list[str]:
+    """The metric names of ``extra`` (names or comma-separated text), each checked."""
+    names = []
     if extra:
         items = extra.split(",") if isinstance(extra, str) else list(extra)
         for m in items:
@@ -216,9 +330,12 @@ def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics
 
 def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: int = 1, metrics=None,
               jobs: int | None = None, on_run: Callable[[], None] | None = None,
-              on_start: Callable[[int], None] | None = None) -> SweepResult:
+              on_start: Callable[[int], None] | None = None,
+              on_configs: Callable[[list[SimConfig]], None] | None = None) -> SweepResult:
     """Every (configuration, grid point) x seed, in one parallel batch: see the module
-    docstring.  ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
+    docstring.  ``on_configs(configs)`` once every run's configuration is built and
+    before any runs (the CLI checks its outputs against the files they read there),
+    ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
     axes = [parse_axis(s) for s in ([sets] if isinstance(sets, (str, Axis)) else list(sets))]
     if len(axes) > MAX_AXES:
         raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
@@ -236,7 +353,7 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
         raise ConfigError("--set", f"{len(grid) * len(bases)} points, more than {MAX_POINTS}")
     names = study_metrics([c for _, c in bases], metrics)
     seeds_used = seed_list(bases[0][1], n_seeds)
-    out = SweepResult(axes, [lb for lb, _ in bases], seeds_used, names)
+    out = SweepResult(axes, [lb for lb, _ in bases], seeds_used, names, requested=requested_metrics(metrics))
     configs, where = [], []
     for label, base in bases:
         for values in grid:
@@ -247,6 +364,8 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             configs += cfgs
             at = ", ".join([*([str(label)] if label is not None else []), *(f"{k}={v}" for k, v in point.items())])
             where += [at] * len(cfgs)
+    if on_configs is not None:
+        on_configs(configs)
     if on_start is not None:
         on_start(len(configs))
     rows = run_all(configs, names, jobs, on_run, where)
@@ -258,12 +377,14 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
 
 def offered_rate(cfg: SimConfig) -> float | None:
     """The arrival rate a config offers, requests/s: --rate (x rate_scale), a workload
-    spec's rate-driven clients' total (x rate_scale), None for a trace."""
+    spec's rate-driven clients' total (x rate_scale) with every request that arrives
+    counted -- follow-up turns of sessions included (``WorkloadSpec.request_rate``) --,
+    None for a trace."""
     w = cfg.workload
     if w.spec_filepath:
         from blis_fast.run.resolve import workload_spec
 
-        return workload_spec(cfg).total_rate
+        return workload_spec(cfg).request_rate
     return None if w.type == "traces" else w.rate * w.rate_scale
 
 

@@ -260,6 +260,15 @@ class WorkloadSpec:
         """The summed rate of the rate-driven clients, requests/s (0 if none)."""
         return math.fsum(c.rate for c in self.clients if c.rate is not None)
 
+    @property
+    def request_rate(self) -> float:
+        """The requests per second the rate-driven clients offer with every turn of their
+        sessions counted -- a session's start rate times its mean number of turns (the
+        distribution's mean; ``max_prompt_tokens`` may end sessions sooner) -- where
+        ``total_rate`` counts session starts only."""
+        return math.fsum(c.rate * (max(c.session.turns.approx_mean(), 1.0) if c.session is not None else 1.0)
+                         for c in self.clients if c.rate is not None)
+
     def scaled(self, factor: float) -> "WorkloadSpec":
         """This spec with every rate-driven client's rate (and the aggregate ``rate``)
         multiplied by ``factor``; trace timestamps, explicit burst intervals and session

@@ -70,3 +70,34 @@ def test_json_flag_and_pipes_give_the_json_unchanged(monkeypatch, capsys):
 ])
 def test_rounding_for_reading(fmt, value, text):
     assert fmt(value) == text
+
+
+def test_headroom_and_step_occupancy_are_labelled(monkeypatch, capsys):
+    out = run_on_terminal(monkeypatch, capsys, "--num-requests", "40", "--rate", "4", "--num-instances", "2")
+    line = next(x for x in out.splitlines() if x.startswith("step occupancy:"))
+    assert "token budget" in line and "batch slots" in line and "of the time" in line
+    assert "busy " not in out  # step occupancy is no longer shown as "busy" (utilization)
+    assert all(h in out for h in ("budget", "slots", "stepping"))
+
+
+def test_evaluation_line_shows_each_value_beside_its_score(monkeypatch, capsys):
+    out = run_on_terminal(monkeypatch, capsys, "--num-requests", "40", "--rate", "4", "--objectives",
+                          "ttft_p99_ms:min:1,slo_attainment:max,responses_per_sec")
+    line = next(x for x in out.splitlines() if x.startswith("evaluation score"))
+    assert re.search(r"ttft_p99_ms [0-9.,]+ ms -> 0\.\d{3}", line), line
+    assert re.search(r"slo_attainment no targets -> 1\.000", line), line  # the default workload sets none
+    assert re.search(r"responses_per_sec [0-9.]+ req/s -> 0\.\d{3}", line), line
+    out = run_on_terminal(monkeypatch, capsys, "--workload-spec", "configs/workloads/chat.yaml", "--num-requests",
+                          "40", "--objectives", "slo_attainment:max")
+    assert re.search(r"slo_attainment \d+\.\d% -> [01]\.\d{3}", out), out
+
+
+def test_classes_without_targets_read_no_targets(monkeypatch, capsys, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("seed: 3\nrate: 4\nnum_requests: 30\nslo_classes: {fast: {ttft_ms: 500}, bulk: {}}\n"
+                    "clients:\n  - {name: a, slo_class: fast, rate_fraction: 0.5, profile: chat}\n"
+                    "  - {name: b, slo_class: bulk, rate_fraction: 0.5, profile: chat}\n")
+    out = run_on_terminal(monkeypatch, capsys, "--workload-spec", spec)
+    row = next(x for x in out.splitlines() if x.startswith("bulk"))
+    assert "no targets" in row
+    assert "no targets" not in next(x for x in out.splitlines() if x.startswith("fast "))

@@ -145,7 +145,8 @@ def test_cli_capacity_table_json_and_plot(capsys, tmp_path):
             "--output-tokens-stdev", "0", "--output-tokens-min", "10", "--output-tokens-max", "10"]
     code, out, err = run_cli(capsys, *args, "--plot", tmp_path / "cap.png", "--out", tmp_path / "cap.json")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["rate", MD1_SLO, "met"]
+    assert out.splitlines()[0] == "2 seeds per probe, mean ± 95 % confidence interval"
+    assert out.split("\n\n")[1].splitlines()[0].split() == ["rate", MD1_SLO, "met"]
     assert "highest rate meeting e2e_mean_ms<=20" in out
     saved = json.loads((tmp_path / "cap.json").read_text())
     assert (tmp_path / "cap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

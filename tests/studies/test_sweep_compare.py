@@ -81,7 +81,9 @@ def test_compare_runs_each_configuration_on_the_same_workload_and_seeds(tmp_path
     assert c.stats[3]["ttft_p99_ms"].mean == direct["ttft_p99_ms"]
     one = compare({"a": {"num_instances": 1}, "b": {"num_instances": 3}}, num_requests=120, workload="chatbot")
     text = one.text(["ttft_p99_ms", "responses_per_sec"])
-    assert text.splitlines()[0].split() == ["metric", "a", "b"] and len(text.splitlines()) == 3
+    header, table = text.split("\n\n")
+    assert header.startswith("1 seed per point")
+    assert table.splitlines()[0].split() == ["metric", "a", "b", "Δ", "b"] and len(table.splitlines()) == 3
     with pytest.raises(blis_fast.ConfigError):
         compare({"a": {}, "b": {"num_instances": 0}}, num_requests=10)
 
@@ -92,8 +94,10 @@ def test_cli_sweep_tables_and_figure(capsys, tmp_path):
     args = ["sweep", "--set", "rate=20,40", "--num-requests", "60", "--workload", "chatbot", "--seeds", "2"]
     code, out, err = run_cli(capsys, *args, "--out", tmp_path / "s.parquet", "--plot", tmp_path / "s.svg")
     assert code == 0, err
-    assert out.splitlines()[0].split()[:3] == ["rate", "responses_per_sec", "ttft_p99_ms"]
-    assert len(out.splitlines()) == 3
+    header, table = out.strip().split("\n\n")
+    assert header.startswith("2 seeds per point") and "95 %" in header
+    assert table.splitlines()[0].split()[:3] == ["rate", "responses_per_sec", "ttft_p99_ms"]
+    assert len(table.splitlines()) == 3
     table = pq.read_table(tmp_path / "s.parquet")
     assert table.column("rate").to_pylist() == [20, 40] and "ttft_p99_ms_ci95" in table.column_names
     svg = (tmp_path / "s.svg").read_text()
@@ -119,7 +123,8 @@ def test_cli_compare_examples(capsys, tmp_path):
     code, out, err = run_cli(capsys, "compare", *files, "--workload", "chatbot", "--num-requests", "100",
                              "--rate", "20", "--plot", tmp_path / "c.png")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["metric", "least-loaded", "prefix-affinity", "round-robin"]
+    assert out.split("\n\n")[1].splitlines()[0].split() == ["metric", "least-loaded", "prefix-affinity", "Δ",
+                                                             "prefix-affinity", "round-robin", "Δ", "round-robin"]
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
