@@ -166,10 +166,11 @@ def check_class_weights(cfg, workload) -> None:
     if not cfg.policy.slo_class_weights or cfg.policy.priority == "constant":
         return  # (constant: refused by check_effective)
     classes = workload.slo_class
-    if classes is None or len(classes) == 0 or (classes == classes[0]).all():
-        raise ConfigError("slo_class_weights", "has no effect: every request of this workload is in one SLO class, "
-                                               "so the weights shift every priority alike; SLO classes come from a "
-                                               "workload spec's slo_classes (or a rich trace written from one)")
+    if classes is not None and (len(classes) == 0 or (classes != classes[0]).any()):
+        return  # several classes (or no request at all)
+    raise ConfigError("slo_class_weights", "has no effect: every request of this workload is in one SLO class, so "
+                                           "the weights shift every priority alike; SLO classes come from a "
+                                           "workload spec's slo_classes (or a rich trace written from one)")
 
 
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:

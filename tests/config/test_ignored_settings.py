@@ -379,3 +379,10 @@ def test_workload_stats_refuses_a_seed_for_a_trace(capsys, files):
     assert_one_error_line(err, ["--seed", "workload spec"])
     code, out, err = run_cli(capsys, "workload", "stats", files["spec"], "--seed", "3")
     assert code == 0 and json.loads(out)["num_requests"] > 0
+
+
+def test_capacity_on_a_trace_defaults_to_one_seed(capsys):
+    code, out, err = run_cli(capsys, "capacity", "--search", "instances", "--slo", "e2e_p99_ms<=100000", "--json",
+                             "--workload", "traces", "--workload-traces-filepath", TRACE_CSV)
+    assert code == 0, err
+    assert json.loads(out)["seeds"] == [42] and json.loads(out)["answer"] == 1
