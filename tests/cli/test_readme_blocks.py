@@ -145,3 +145,19 @@ def test_readme_block_runs_as_written_in_a_fresh_shell(tmp_path, k):
         f"{c} > /dev/null" for c in script) + "\n"
     p = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"{script}\n{p.stderr[-2000:]}"
+
+
+def test_every_image_has_the_command_that_draws_it_beside_it():
+    """An image of README.md or docs/ is drawn by a command printed in the same section
+    (``--plot NAME.png`` in a bash block above it), so it can be drawn again."""
+    images = 0
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"!\[[^\]]*\]\(([^)]+\.png)\)", text):
+            images += 1
+            name = Path(match.group(1)).name
+            section = text[text.rfind("\n## ", 0, match.start()):match.start()]
+            blocks = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
+            assert any(f"--plot {name}" in b for b in blocks), f"{page.name}: no command drawing {name} above it"
+            assert (page.parent / match.group(1)).is_file(), match.group(1)
+    assert images >= 4
