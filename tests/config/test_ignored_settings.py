@@ -386,3 +386,11 @@ def test_capacity_on_a_trace_defaults_to_one_seed(capsys):
                              "--workload", "traces", "--workload-traces-filepath", TRACE_CSV)
     assert code == 0, err
     assert json.loads(out)["seeds"] == [42] and json.loads(out)["answer"] == 1
+
+
+def test_an_evaluation_scenario_refuses_a_seed_for_its_trace():
+    from blis_fast.batch.scenarios import scenario_from_dict
+
+    with pytest.raises(ConfigError) as ei:
+        scenario_from_dict({"name": "a", "trace": str(TRACE_CSV), "seed": 3}, "scenarios[0]")
+    assert ei.value.field == "scenarios[0].seed" and "has no effect with a trace" in ei.value.message
