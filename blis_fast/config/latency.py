@@ -157,7 +157,8 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
         beta = np.zeros(3, dtype=np.float64)
     if engine.total_kv_blocks is not None or cs is not None:
         if engine.gpu_memory_utilization != _DEFAULT_GPU_MEMORY_UTILIZATION:  # (every setting changes the run)
-            given = "--total-kv-blocks" if engine.total_kv_blocks is not None else f"the coefficient set {_describe(cs)}"
+            given = ("--total-kv-blocks" if engine.total_kv_blocks is not None
+                     else f"the coefficient set {_describe(cs)}")
             raise ConfigError("gpu_memory_utilization", f"has no effect: the KV blocks come from {given}; it sizes "
                                                         "the KV cache only when the blocks are derived from GPU "
                                                         "memory (no coefficient set, no --total-kv-blocks); to "

@@ -20,7 +20,6 @@ The three settings that pick the source (``--workload``, ``--workload-traces-fil
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -145,7 +144,8 @@ EFFECTS = {
     "scheduler_weights": ("prompt_len:1", dict(scheduler="sort", **QUEUE)),
     "preemption_victim": ("lowest-priority", dict(priority_policy="inverted-slo", **PRESSURE)),
     "snapshot_refresh_interval": (2_000_000, dict(routing_policy="weighted", routing_scorers="kv-utilization:1")),
-    "snapshot_intervals": ("kv_utilization:2000000", dict(routing_policy="weighted", routing_scorers="kv-utilization:1")),
+    "snapshot_intervals": ("kv_utilization:2000000", dict(routing_policy="weighted",
+                                                          routing_scorers="kv-utilization:1")),
     "prefix_index_capacity": (1, lambda source: dict(routing_policy="prefix-affinity", **PREFIXES.get(source, {}))),
     "fitness_weights": ("throughput:1", {}),
     "objectives": ("ttft_p99_ms:min:1", {}),
@@ -286,6 +286,7 @@ def test_source_selectors(files):
     assert kind == "error" and "--workload traces" in out.message
 
 
+TRACE_ARGS = ["--workload", "traces", "--workload-traces-filepath", "{trace}"]
 REFUSED_CLI = [
     (["--workload-spec", "{spec}", "--rate", "5"], ["--rate", "--rate-scale"]),
     (["--workload-spec", "{spec}", "--num-requests", "50"], ["--num-requests", "duration_s"]),
@@ -294,10 +295,10 @@ REFUSED_CLI = [
     (["--workload-spec", "{spec}", "--prefix-tokens", "64"], ["--prefix-tokens", "prefix_groups"]),
     (["--workload-spec", "{spec}", "--arrival", "constant"], ["--arrival", "clients[i].arrival"]),
     (["--workload-spec", "{spec}", "--workload", "chatbot"], ["--workload", "leave --workload out"]),
-    (["--workload", "traces", "--workload-traces-filepath", "{trace}", "--rate", "5"], ["--rate", "--rate-scale"]),
-    (["--workload", "traces", "--workload-traces-filepath", "{trace}", "--num-requests", "5"], ["--num-requests", "--horizon"]),
-    (["--workload", "traces", "--workload-traces-filepath", "{trace}", "--seed", "5"], ["--seed", "generate --seed"]),
-    (["--workload", "traces", "--workload-traces-filepath", "{trace}", "--prompt-tokens-min", "5"], ["--prompt-tokens-min"]),
+    ([*TRACE_ARGS, "--rate", "5"], ["--rate", "--rate-scale"]),
+    ([*TRACE_ARGS, "--num-requests", "5"], ["--num-requests", "--horizon"]),
+    ([*TRACE_ARGS, "--seed", "5"], ["--seed", "generate --seed"]),
+    ([*TRACE_ARGS, "--prompt-tokens-min", "5"], ["--prompt-tokens-min"]),
     (["--workload-traces-filepath", "{trace}"], ["--workload-traces-filepath", "--workload traces"]),
     (["--gpu-memory-utilization", "0.5"], ["gpu_memory_utilization", "--total-kv-blocks"]),
 ]
@@ -316,7 +317,8 @@ def test_refused_from_yaml_naming_the_yaml_path(files):
         ({"workload": {"spec_filepath": str(files["spec"]), "num_requests": 50}}, "workload.num_requests"),
         ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV), "rate": 5.0}}, "workload.rate"),
         ({"workload_spec": str(files["spec"]), "prompt_tokens": 50}, "prompt_tokens"),
-        ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV)}, "simulation": {"seed": 1}}, "simulation.seed"),
+        ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV)}, "simulation": {"seed": 1}},
+         "simulation.seed"),
     ):
         with pytest.raises(ConfigError) as ei:
             build_config(data)
