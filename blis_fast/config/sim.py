@@ -55,12 +55,14 @@ class WorkloadConfig:
 
     type: str = _opt("distribution", "distribution | chatbot | contentgen | summarization | multidoc | traces",
                      choices=WORKLOAD_TYPES)
-    rate: float = _opt(1.0, "arrival rate, requests per second (> 0)", lo=0, lo_open=True, hi=MAX_RATE,
+    rate: float = _opt(1.0, "arrival rate, requests per second (> 0) of the distribution and presets (a spec: "
+                            "--rate-scale)", lo=0, lo_open=True, hi=MAX_RATE,
                        unit="requests/s")
     rate_scale: float = _opt(1.0, "multiplies the arrival rate: --rate, or every rate-driven client's rate of a "
                                   "workload spec (session follow-ups and trace timestamps keep their timing); for "
                                   "load sweeps and capacity searches on specs", lo=0, lo_open=True, hi=1e6)
-    num_requests: int = _opt(100, "number of requests to generate (>= 1)", lo=1, hi=MAX_REQUESTS)
+    num_requests: int = _opt(100, "number of requests to generate (>= 1) from the distribution or a preset (a "
+                                  "spec sets its own; a trace replays all)", lo=1, hi=MAX_REQUESTS)
     arrival: str | None = _opt(None, "arrival process: poisson | constant (default poisson; constant in compat mode)",
                                choices=ARRIVAL_PROCESSES)
     prefix_tokens: int | None = _opt(None, "shared-prefix tokens prepended to every prompt (preset value, else 0)",
@@ -109,7 +111,7 @@ class SimulationConfig:
     """The simulation key and run controls."""
 
     seed: int | None = _opt(None, "workload seed: with the config it fully determines the run (>= 0; default 42, "
-                                  "or the workload spec's own seed)", lo=0, hi=INT64_MAX)
+                                  "or the workload spec's own seed; a trace takes none)", lo=0, hi=INT64_MAX)
     simulation_seed: int | None = _opt(None, "seed for stochastic policies: none exists yet (nothing draws random numbers after the workload), so it is refused",
                                        lo=0, hi=INT64_MAX)
     horizon: int | None = _opt(None, "simulated time limit in µs: events at t > horizon are not executed (default: none)",
