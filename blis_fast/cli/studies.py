@@ -13,6 +13,7 @@ import typer
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
+from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
@@ -54,7 +55,7 @@ def capacity(
     search: Annotated[str, typer.Option("--search", metavar="rate|instances", help="rate: the highest arrival rate meeting the SLOs (from "
                                                          "--rate); instances: the fewest instances meeting them at "
                                                          "--rate (from --num-instances)")] = "rate",
-    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format(3))] = None,
+    seeds: Annotated[Optional[str], number_option("--seeds", help=_SEEDS_HELP.format("3; 1 for a trace"))] = None,
     tolerance: Annotated[Optional[str], number_option("--tolerance", metavar="FLOAT",
                                                       help="rate search: stop when failed/met rate <= 1 + this "
                                                            "(default 0.01)")] = None,
@@ -96,9 +97,11 @@ def capacity(
     check_outputs((("--out", out), ("--plot", plot)), input_paths(run_flags, cfg))
     if plot is not None:
         check_plot_path(plot)
+    if seeds is None:  # a trace draws nothing at random: one seed (more are refused: they repeat one run)
+        seeds = 1 if workload_source(cfg.workload) == TRACE else DEFAULT_SEEDS
     with feedback.progress("capacity search", None, "runs") as bar:
         result = run_capacity(
-            slo, cfg, search=search, slo_classes=slo_class, seeds=DEFAULT_SEEDS if seeds is None else seeds,
+            slo, cfg, search=search, slo_classes=slo_class, seeds=seeds,
             tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance, rate_min=rate_min, rate_max=rate_max,
             search_max_instances=1024 if search_max_instances is None else search_max_instances,
             max_probes=MAX_PROBES if max_probes is None else max_probes, jobs=jobs, on_run=bar.advance)

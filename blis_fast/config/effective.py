@@ -8,6 +8,18 @@ admission, scorers without weighted routing, SLO-class weights with the constant
 are refused when given at the same layer as the policy choice or a later one (YAML <
 policy bundle < flags / keywords): a flag that switches the policy of a file is fine, and
 its now-unused parameters are only reported as a notice (``-v``).
+
+Workload settings follow the same rule against the workload source
+(``workload_source``): a workload spec describes its own clients (rates, lengths, arrival
+processes, prefixes, length of the run), and a trace records its requests, so the
+settings of a generated distribution are refused with them -- each with the way to get
+the intended effect (``UNUSED_BY_SOURCE``).  A flag that switches the source of a YAML
+file (``--workload-spec`` over a file's ``workload: {type: chatbot, rate: 20}``) leaves
+the file's settings as a notice.
+
+Settings of a config that was already checked (``blis_fast.config.sim.with_overrides``:
+the studies' per-point configs) sit at the layer ``SETTLED``, below YAML: they are never
+refused again, only the settings changed on top of them are checked.
 """
 
 from __future__ import annotations
@@ -20,8 +32,8 @@ from blis_fast.errors import ConfigError
 
 logger = logging.getLogger("blis_fast.config")
 
-# layers, in the order build_config applies them
-YAML, BUNDLE, FLAGS = 0, 1, 2
+# layers, in the order build_config applies them (SETTLED: taken from a config already checked)
+SETTLED, YAML, BUNDLE, FLAGS = -1, 0, 1, 2
 
 # policy parameter -> (policy choice, the choice it needs, how to say it)
 POLICY_PARAMETERS = {
@@ -33,6 +45,132 @@ POLICY_PARAMETERS = {
     "policy.slo_class_weights": ("policy.priority", "!constant",
                                  "priority slo-based or inverted-slo (--priority-policy)"),
 }
+
+
+SPEC, TRACE, DISTRIBUTION = "spec", "trace", "distribution"
+SOURCE_NAMES = {SPEC: "a workload spec (--workload-spec)", TRACE: "a trace (--workload traces)",
+                DISTRIBUTION: "a generated distribution (--workload distribution or a preset)"}
+
+_SPEC_LENGTHS = ("the spec's clients draw their own lengths: set clients[i].prompt_tokens / output_tokens in the "
+                 "spec (docs/workloads.md)")
+_TRACE_LENGTHS = "a trace records every request's prompt and output; replay another trace"
+_SPEC_LENGTH_PATHS = {f"workload.{kind}_tokens{part}": (_SPEC_LENGTHS, _TRACE_LENGTHS)
+                      for kind in ("prompt", "output") for part in ("", "_stdev", "_min", "_max")}
+
+# setting -> {workload source that does not use it: why, and how to get the intended effect}
+UNUSED_BY_SOURCE: dict[str, dict[str, str]] = {
+    "workload.type": {
+        SPEC: "the spec replaces the workload type; leave --workload out (or drop --workload-spec to run the "
+              "type)",
+    },
+    "workload.traces_filepath": {
+        SPEC: "the spec replaces the trace; give one of them (a spec can replay trace timestamps: a client "
+              "with arrival: {type: trace})",
+        DISTRIBUTION: "a trace is read only with --workload traces; add it to replay the file",
+    },
+    "workload.rate": {
+        SPEC: "the spec's clients set their own rates; scale them all with --rate-scale (or edit the spec's "
+              "rate and clients[i].rate)",
+        TRACE: "a trace records its arrival times; to vary the load, generate the requests from a workload "
+               "spec (--workload-spec with --rate-scale)",
+    },
+    "workload.num_requests": {
+        SPEC: "the spec sets how many requests arrive; edit its num_requests (a cap) or duration_s (the "
+              "generation window)",
+        TRACE: "a trace replays every request it holds; replay a shorter file, or stop at a simulated time "
+               "with --horizon",
+    },
+    "workload.arrival": {
+        SPEC: "each client of the spec has its own arrival process (clients[i].arrival)",
+        TRACE: "a trace records its arrival times",
+    },
+    "workload.prefix_tokens": {
+        SPEC: "shared prefixes come from the spec's prefix_groups and clients[i].prefix",
+        TRACE: "a trace records its prompts, shared prefixes included",
+    },
+    **{path: {SPEC: spec_why, TRACE: trace_why} for path, (spec_why, trace_why) in _SPEC_LENGTH_PATHS.items()},
+    "workload.rate_scale": {
+        TRACE: "a trace records its arrival times; to vary the load, generate the requests from a workload "
+               "spec (--workload-spec with --rate-scale)",
+    },
+    "simulation.seed": {
+        TRACE: "a trace records its requests, so nothing is drawn at random; leave --seed out (blis-fast "
+               "workload generate --seed writes a trace of a spec with another seed)",
+    },
+}
+
+
+# the settings that describe the workload to build: a Workload passed in ready-made
+# (blis_fast.simulate(workload=...)) uses none of them
+WORKLOAD_SETTINGS = tuple(p for p in UNUSED_BY_SOURCE if p.startswith("workload.")) + ("workload.spec_filepath",)
+
+
+def check_ready_workload(keywords: dict) -> None:
+    """Refuse keyword settings describing a workload when a ready-made Workload replaces
+    the one the config describes (``blis_fast.simulate(workload=wl, rate=...)``)."""
+    from blis_fast.config.sim import FLAG_PATHS  # (sim imports this module)
+
+    for name, value in keywords.items():
+        if value is not None and FLAG_PATHS.get(name) in WORKLOAD_SETTINGS:
+            raise ConfigError(name, "has no effect with a Workload passed in (workload=): it describes the "
+                                    "workload the config would build; build the Workload with it instead, or "
+                                    "leave workload= out")
+
+
+def workload_source(workload) -> str:
+    """Where a WorkloadConfig's requests come from: SPEC (a workload spec file, whatever
+    the type says), TRACE (--workload traces) or DISTRIBUTION (BLIS's distribution or a
+    preset)."""
+    if workload.spec_filepath:
+        return SPEC
+    return TRACE if workload.type == "traces" else DISTRIBUTION
+
+
+def _source_choice(source: str) -> str:
+    """The setting that picks a workload source."""
+    return "workload.spec_filepath" if source == SPEC else "workload.type"
+
+
+def _given(path: str, value, default, layer: dict[str, int]) -> bool:
+    """A setting counts as given when set explicitly (flags / keywords: whatever its value)
+    or to something other than its default (a whole config passed back in -- to_dict() --
+    repeats the defaults)."""
+    if layer.get(path, SETTLED) == SETTLED:
+        return False
+    return layer[path] == FLAGS or value != default
+
+
+def check_workload_source(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """Refuse a given workload setting that the config's workload source does not use
+    (``UNUSED_BY_SOURCE``), naming it and saying how to get the intended effect."""
+    source = workload_source(cfg.workload)
+    sections = {"workload": cfg.workload, "simulation": cfg.simulation}
+    defaults = {f"{name}.{f.name}": f.default for name, obj in sections.items() for f in fields(obj)}
+    for path, unused in UNUSED_BY_SOURCE.items():
+        section, _, name = path.partition(".")
+        value = getattr(sections[section], name)
+        if source not in unused or not _given(path, value, defaults[path], layer):
+            continue
+        choice = _source_choice(source)
+        if layer.get(choice, SETTLED) > layer[path]:  # a later layer switched the source: fine
+            logger.info("%s (from %s) has no effect with %s", path, where(path), SOURCE_NAMES[source])
+            continue
+        raise ConfigError(where(path), f"has no effect with {SOURCE_NAMES[source]}: {unused[source]}")
+
+
+def check_class_weights(cfg, workload) -> None:
+    """Refuse SLO-class weights on a workload whose requests are all in one SLO class (a
+    distribution, a preset, a BLIS trace, a spec or rich trace with one class): the weight
+    shifts every request's priority alike and changes no order.  Checked once the
+    workload the config describes is built (its classes are known then)."""
+    if not cfg.policy.slo_class_weights or cfg.policy.priority == "constant":
+        return  # (constant: refused by check_effective)
+    classes = workload.slo_class
+    if classes is not None and (len(classes) == 0 or (classes != classes[0]).any()):
+        return  # several classes (or no request at all)
+    raise ConfigError("slo_class_weights", "has no effect: every request of this workload is in one SLO class, so "
+                                           "the weights shift every priority alike; SLO classes come from a "
+                                           "workload spec's slo_classes (or a rich trace written from one)")
 
 
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
@@ -58,13 +196,14 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> 
     defaults = {f.name: f.default for f in fields(cfg.policy)}
     for path, (choice_path, needed, how) in POLICY_PARAMETERS.items():
         name = path.rpartition(".")[2]
-        if path not in layer or getattr(cfg.policy, name) == defaults[name]:
+        if layer.get(path, SETTLED) == SETTLED or getattr(cfg.policy, name) == defaults[name]:
             continue  # (a whole config passed back in -- SimConfig.to_dict() -- repeats the defaults)
         chosen = getattr(cfg.policy, choice_path.rpartition(".")[2])
         in_use = chosen != needed[1:] if needed.startswith("!") else chosen == needed
         if in_use:
             continue
-        if layer.get(choice_path, -1) > layer[path]:  # a later layer switched the policy: fine
+        if layer.get(choice_path, SETTLED) > layer[path]:  # a later layer switched the policy: fine
             logger.info("%s (from %s) has no effect with %s %s", path, where(path), choice_path, chosen)
             continue
         raise ConfigError(where(path), f"has no effect with {choice_path.rpartition('.')[2]} {chosen}; it needs {how}")
+    check_workload_source(cfg, layer, where)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -93,6 +93,9 @@ def _coeffs(values, flag: str) -> np.ndarray | None:
                      for k, x in enumerate(values)], dtype=np.float64)
 
 
+_DEFAULT_GPU_MEMORY_UTILIZATION = next(f.default for f in fields(EngineConfig) if f.name == "gpu_memory_utilization")
+
+
 def _describe(cs: CoefficientSet) -> str:
     return f"defaults.yaml[{cs.model_id} | {cs.gpu} | TP{cs.tp} | {cs.vllm_version}]"
 
@@ -152,6 +155,14 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
         sources.append("alpha: " + ("--alpha-coeffs" if alpha is not None else "zeros (roofline)"))
         alpha = alpha if alpha is not None else np.zeros(3, dtype=np.float64)
         beta = np.zeros(3, dtype=np.float64)
+    if engine.total_kv_blocks is not None or cs is not None:
+        if engine.gpu_memory_utilization != _DEFAULT_GPU_MEMORY_UTILIZATION:  # (every setting changes the run)
+            given = ("--total-kv-blocks" if engine.total_kv_blocks is not None
+                     else f"the coefficient set {_describe(cs)}")
+            raise ConfigError("gpu_memory_utilization", f"has no effect: the KV blocks come from {given}; it sizes "
+                                                        "the KV cache only when the blocks are derived from GPU "
+                                                        "memory (no coefficient set, no --total-kv-blocks); to "
+                                                        "change the KV cache, set --total-kv-blocks")
     if engine.total_kv_blocks is not None:
         blocks = engine.total_kv_blocks
         sources.append("total_kv_blocks: engine config")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from blis_fast.config import effective
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
@@ -55,12 +55,14 @@ class WorkloadConfig:
 
     type: str = _opt("distribution", "distribution | chatbot | contentgen | summarization | multidoc | traces",
                      choices=WORKLOAD_TYPES)
-    rate: float = _opt(1.0, "arrival rate, requests per second (> 0)", lo=0, lo_open=True, hi=MAX_RATE,
+    rate: float = _opt(1.0, "arrival rate, requests per second (> 0) of the distribution and presets (a spec: "
+                            "--rate-scale)", lo=0, lo_open=True, hi=MAX_RATE,
                        unit="requests/s")
     rate_scale: float = _opt(1.0, "multiplies the arrival rate: --rate, or every rate-driven client's rate of a "
                                   "workload spec (session follow-ups and trace timestamps keep their timing); for "
                                   "load sweeps and capacity searches on specs", lo=0, lo_open=True, hi=1e6)
-    num_requests: int = _opt(100, "number of requests to generate (>= 1)", lo=1, hi=MAX_REQUESTS)
+    num_requests: int = _opt(100, "number of requests to generate (>= 1) from the distribution or a preset (a "
+                                  "spec sets its own; a trace replays all)", lo=1, hi=MAX_REQUESTS)
     arrival: str | None = _opt(None, "arrival process: poisson | constant (default poisson; constant in compat mode)",
                                choices=ARRIVAL_PROCESSES)
     prefix_tokens: int | None = _opt(None, "shared-prefix tokens prepended to every prompt (preset value, else 0)",
@@ -109,7 +111,7 @@ class SimulationConfig:
     """The simulation key and run controls."""
 
     seed: int | None = _opt(None, "workload seed: with the config it fully determines the run (>= 0; default 42, "
-                                  "or the workload spec's own seed)", lo=0, hi=INT64_MAX)
+                                  "or the workload spec's own seed; a trace takes none)", lo=0, hi=INT64_MAX)
     simulation_seed: int | None = _opt(None, "seed for stochastic policies: none exists yet (nothing draws random numbers after the workload), so it is refused",
                                        lo=0, hi=INT64_MAX)
     horizon: int | None = _opt(None, "simulated time limit in µs: events at t > horizon are not executed (default: none)",
@@ -281,11 +283,13 @@ def load_yaml(path: str | Path, name: str = "--config") -> dict:
 
 def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None = None,
                  policy_settings: dict[str, Any] | None = None, policy_origin: str = "--policy-config",
-                 *, keywords: bool = False) -> SimConfig:
+                 *, keywords: bool = False, settled: Collection[str] = ()) -> SimConfig:
     """Defaults <- YAML data <- policy bundle settings <- CLI overrides (flat flag names;
     None = not given).  ``policy_settings`` are PolicyConfig fields (blis_fast.config.policy.load_policy_bundle).
     Errors name an override as its flag (``--num-instances``), or with ``keywords`` as the
-    Python keyword argument it came from (``num_instances``).
+    Python keyword argument it came from (``num_instances``).  ``settled``: the nested
+    paths of ``yaml_data`` copied from a config already checked (``with_overrides``), which
+    blis_fast.config.effective does not refuse again.
     Every value is converted and range-checked by the shared checkers
     (``blis_fast.config.validate``); errors name the YAML path or flag as the user spelled it."""
     nested: dict[str, Any] = {}
@@ -312,6 +316,9 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         else:
             known = sorted(set(FLAG_PATHS) | set(_SECTIONS))
             raise ConfigError(key_name(key), f"unknown key; known: {', '.join(known)}")
+    for path in settled:
+        if layer.get(path) == effective.YAML:
+            layer[path] = effective.SETTLED
     for name, value in (policy_settings or {}).items():
         nested[f"policy.{name}"] = value
         origin[f"policy.{name}"] = f"{policy_origin} ({name})"
@@ -384,8 +391,6 @@ def validate(cfg: SimConfig) -> None:
                                              f"take {step:.3g} µs, more than 2^53 µs; lower the coefficients")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
-    if w.type == "traces" and not w.spec_filepath and w.rate_scale != 1:
-        raise ConfigError("workload.rate_scale", "does not apply to a trace: its arrival times are recorded")
     lo, hi = d.bounds()
     if lo > hi:
         raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")
@@ -402,7 +407,13 @@ def with_overrides(cfg: SimConfig, **flat: Any) -> SimConfig:
             raise ConfigError(key_name(flag), "unknown setting")
         section, _, name = FLAG_PATHS[flag].rpartition(".")
         (data[section] if section else data)[name] = value
-    return build_config(data)
+    changed = {FLAG_PATHS[flag] for flag in flat}
+    return build_config(data, settled=[p for p in section_paths(data) if p not in changed])
+
+
+def section_paths(data: dict) -> list[str]:
+    """The nested paths (``workload.rate``) of a dict shaped like a run-config file."""
+    return [f"{section}.{name}" for section, values in data.items() if isinstance(values, dict) for name in values]
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -15,9 +15,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from blis_fast.config import memory
+from blis_fast.config import effective, memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
-from blis_fast.config.sim import SimConfig, build_config, load_yaml
+from blis_fast.config.sim import SimConfig, build_config, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.run.resolve import build_workload, check_expected_size, resolve
@@ -80,6 +80,8 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
         workload = None
     if workload is not None and not isinstance(workload, Workload):
         raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
+    if workload is not None:
+        effective.check_ready_workload(settings)
     cfg = as_config(config, settings, policy=policy)
     return run_config(cfg, workload, progress=progress)
 
@@ -101,14 +103,17 @@ def as_config(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None,
         raise ConfigError("policy", f"must be a policy bundle YAML path or a dict shaped like one, got {show(policy)}")
     if isinstance(config, (str, os.PathLike)):
         config = load_yaml(config, "config")
+    settled = []
     if isinstance(config, SimConfig):
         if not overrides and bundle is None:
             return config
         config = config.to_dict()
+        settled = section_paths(config)  # (checked when it was built: only what changes on top is checked)
     elif config is not None and not isinstance(config, Mapping):
         raise ConfigError("config", f"must be a SimConfig, a dict of settings, a YAML file path or None, "
                                     f"got {show(config)}")
-    return build_config(dict(config or {}), overrides, policy_settings=bundle, policy_origin="policy", keywords=True)
+    return build_config(dict(config or {}), overrides, policy_settings=bundle, policy_origin="policy", keywords=True,
+                        settled=settled)
 
 
 def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0,
@@ -135,6 +140,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             if progress is not None:
                 progress("generating the workload", 0, None, "")
             wl = build_workload(cfg)
+            effective.check_class_weights(cfg, wl)
         else:
             wl = workload
         check_run_selectors(cfg, wl, selectors)

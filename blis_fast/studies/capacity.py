@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.sim import SimConfig
 from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, escape_controls, show
 from blis_fast.errors import ConfigError
@@ -419,7 +420,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
         out.message = _stopped_message(out, good, s)
     else:
         out.message = _message(out, good, bad, s.exhausted, rate_min, rate_max, max_instances)
-    if n_seeds == 1:
+    if n_seeds == 1 and workload_source(cfg.workload) != TRACE:  # a trace's seeds would all repeat one run
         out.message += "; one seed per probe, so seed noise is not assessed (--seeds 3 gives confidence intervals)"
     return out
 

@@ -19,6 +19,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.sim import SimConfig, with_overrides
 from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError
@@ -85,9 +86,13 @@ def check_simulations(count: int, field: str, what: str) -> None:
                                  f"sweep fewer values or seeds")
 
 
-def seed_list(cfg: SimConfig, n: int) -> list[int]:
+def seed_list(cfg: SimConfig, n: int, field: str = "--seeds") -> list[int]:
     """``n`` consecutive workload seeds starting at the config's seed in force (explicit,
-    else the workload spec's own, else 42)."""
+    else the workload spec's own, else 42).  A trace draws nothing at random, so it takes
+    one seed only (more would repeat the same run)."""
+    if workload_source(cfg.workload) == TRACE and n > 1:
+        raise ConfigError(field, f"a trace replays the same requests whatever the seed, so its {n} seeds would "
+                                 f"repeat one run; use {field} 1 (or a workload spec, whose seeds differ)")
     base = cfg.simulation.seed
     if base is None and cfg.workload.spec_filepath:
         from blis_fast.workload.spec import load_spec
@@ -98,7 +103,10 @@ def seed_list(cfg: SimConfig, n: int) -> list[int]:
 
 
 def configs_for(cfg: SimConfig, settings: dict, seeds: Sequence[int]) -> list[SimConfig]:
-    """One config per seed: ``cfg`` with the flat ``settings`` (and the seed) changed."""
+    """One config per seed: ``cfg`` with the flat ``settings`` (and the seed) changed; a
+    trace's configs keep no seed (it uses none: blis_fast.config.effective refuses one)."""
+    if workload_source(cfg.workload) == TRACE:
+        return [with_overrides(cfg, **settings) for _ in seeds]
     return [with_overrides(cfg, **settings, seed=s) for s in seeds]
 
 

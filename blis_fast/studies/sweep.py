@@ -24,12 +24,12 @@ from pathlib import Path
 from decimal import Decimal, Overflow, localcontext
 from typing import Callable, Sequence, get_type_hints
 
-from blis_fast.config.sim import FLAG_PATHS, SimConfig, with_overrides
+from blis_fast.config.sim import FLAG_PATHS, SimConfig
 from blis_fast.config.validate import FLOAT_TINY, as_list, as_str, parse_decimal, show, show_text
 from blis_fast.errors import ConfigError
 from blis_fast.results.adequacy import worst_verdict
 from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check_metric
-from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, run_all,
+from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
                                    seed_list, seed_stats)
 from blis_fast.studies.tables import interval_text, text_table, write_rows
 
@@ -470,7 +470,7 @@ def _point_configs(base: SimConfig, point: dict, seeds: list[int]) -> list[SimCo
     settings = point_settings(base, point)
     where = ", ".join(f"{k}={show_text(v, 40)}" for k, v in point.items())
     try:
-        return [with_overrides(base, **settings, seed=s) for s in seeds]
+        return configs_for(base, settings, seeds)
     except ConfigError as exc:
         raise ConfigError(f"--set {where}" if where else exc.field, f"{exc.field}: {exc.message}") from None
 

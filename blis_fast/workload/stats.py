@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blis_fast.errors import WorkloadError
+from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 from blis_fast.workload.workload import Workload
 
@@ -93,6 +93,9 @@ def stats_of_file(path: str | Path, block_size: int = 16, seed: int | None = Non
     """``workload_stats`` of a rich trace, a BLIS trace CSV or a workload spec (.yaml/.yml,
     generated with ``seed``, default the spec's)."""
     p = Path(path)
+    if seed is not None and p.suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError("--seed", "has no effect with a trace: it records its requests, so nothing is drawn at "
+                                    "random; the seed applies to a workload spec (.yaml)")
     if p.suffix.lower() in (".yaml", ".yml"):
         from blis_fast.workload.generate import generate_from_spec
         from blis_fast.workload.spec import load_spec

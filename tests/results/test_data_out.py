@@ -23,7 +23,7 @@ SPEC = ROOT / "configs" / "workloads" / "chat.yaml"
 @pytest.fixture(scope="module")
 def spec_result():
     """A workload-spec run with sessions (labels, session_id / round_index)."""
-    return blis_fast.simulate(workload_spec=str(SPEC), num_requests=60, rate=4)
+    return blis_fast.simulate(workload_spec=str(SPEC))
 
 
 def test_every_format_has_the_fields_of_the_json_records(spec_result, tmp_path):

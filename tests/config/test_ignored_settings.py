@@ -1,0 +1,402 @@
+"""Every setting x every workload source: the setting changes the result, or it is refused
+(blis_fast.config.effective).
+
+The five workload sources: BLIS's ``distribution``, a preset (``chatbot``), a workload spec,
+a BLIS trace CSV (``configs/examples/trace.csv``) and a rich trace (Parquet, written from
+the spec).  For each setting of ``FLAG_PATHS`` (one name per config path), ``EFFECTS`` gives
+a value and the companion settings that make it matter (``--routing-scorers`` needs
+weighted routing); the run with companions and the value is compared with the run with
+companions alone.  "Changes the result" means the summary, the per-request table, the
+evaluation, the time series, the decision trace or the counterfactuals differ, or the
+setting's own limit fires (an error naming it: ``--max-events``, ``--max-memory``).
+"Refused" means ConfigError naming the keyword, with the remedy (``REMEDY``); the same
+combinations are refused from the command line (exit 2, one line) and from YAML (naming
+the YAML path), and by the study commands, which share the config path.
+
+The three settings that pick the source (``--workload``, ``--workload-traces-filepath``,
+``--workload-spec``) are covered by ``test_source_selectors``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import blis_fast
+from blis_fast import ConfigError
+from blis_fast.errors import SimulationError
+from blis_fast.config.effective import UNUSED_BY_SOURCE
+from blis_fast.config.sim import FLAG_PATHS, build_config
+from builders import ROOT, assert_one_error_line, run_cli
+
+TRACE_CSV = ROOT / "configs" / "examples" / "trace.csv"
+SPEC_TEXT = """\
+seed: 3
+duration_s: 4
+slo_classes:
+  interactive: {ttft_ms: 200}
+  batch: {e2e_ms: 60000}
+prefix_groups:
+  system: {count: 2, length: {type: constant, value: 128}}
+clients:
+  - {name: chat, rate: 6, tenant: a, slo_class: interactive, prefix: {group: system, reuse_probability: 0.9},
+     prompt_tokens: {type: uniform, min: 50, max: 400}, output_tokens: {type: uniform, min: 10, max: 200}}
+  - {name: bulk, rate: 4, tenant: b, slo_class: batch,
+     prompt_tokens: {type: uniform, min: 200, max: 900}, output_tokens: {type: uniform, min: 50, max: 300}}
+"""
+SOURCES = ("distribution", "preset", "spec", "trace-csv", "rich-trace")
+SOURCE_KIND = {"distribution": "distribution", "preset": "distribution", "spec": "spec", "trace-csv": "trace",
+               "rich-trace": "trace"}
+BASE = dict(num_instances=2)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from blis_fast.workload.formats.rich_trace import write_trace
+    from blis_fast.workload.generate import generate_requests
+    from blis_fast.workload.spec import load_spec
+
+    d = tmp_path_factory.mktemp("sources")
+    spec = d / "spec.yaml"
+    spec.write_text(SPEC_TEXT)
+    other = d / "other-spec.yaml"
+    other.write_text(SPEC_TEXT.replace("seed: 3", "seed: 4").replace("rate: 6", "rate: 9"))
+    rich = d / "rich.parquet"
+    write_trace(generate_requests(load_spec(spec), None), rich)
+    return {"spec": spec, "other-spec": other, "rich": rich}
+
+
+def source_settings(source: str, files) -> dict:
+    return {
+        "distribution": dict(num_requests=40, rate=20),
+        "preset": dict(workload="chatbot", num_requests=40, rate=20),
+        "spec": dict(workload_spec=str(files["spec"])),
+        "trace-csv": dict(workload="traces", workload_traces_filepath=str(TRACE_CSV)),
+        "rich-trace": dict(workload="traces", workload_traces_filepath=str(files["rich"])),
+    }[source]
+
+
+PREFIXES = {"distribution": dict(prefix_tokens=128), "preset": dict(prefix_tokens=128)}  # the others have prefixes
+QUEUE = dict(max_num_seqs=1)  # requests wait: the queue order matters
+PRESSURE = dict(total_kv_blocks=60, max_num_seqs=64)  # KV pressure: preemptions
+
+def generated(source: str, **settings) -> dict:
+    """Companion settings of a generated distribution (the other sources refuse them)."""
+    return settings if SOURCE_KIND[source] == "distribution" else {}
+
+
+# setting -> (value, companions (a dict, or a function of the source)) that make it matter
+EFFECTS = {
+    "model": ("qwen/qwen3-14b", dict(latency_model="roofline")),
+    "hardware": ("A100", dict(latency_model="auto")),
+    # the roofline model takes its KV blocks from a coefficient set of this version, else from GPU memory
+    "vllm_version": ("vllm/vllm-openai:v0.10.1.1", dict(latency_model="roofline")),
+    "latency_model": ("roofline", {}),
+    "alpha_coeffs": ([20000, 10, 10], {}),
+    "beta_coeffs": ([20000, 30, 30], {}),
+    "tp": (2, {}),
+    "pp": (2, {}),
+    "dp": (2, {}),
+    "total_kv_blocks": (40, {}),
+    "block_size_in_tokens": (64, {}),
+    "max_num_running_reqs": (1, {}),
+    "max_num_scheduled_tokens": (64, {}),
+    "long_prefill_token_threshold": (16, dict(max_num_scheduled_tokens=64)),
+    "gpu_memory_utilization": (0.5, dict(model="qwen/qwen3-14b", latency_model="roofline")),
+    "enable_prefix_caching": (False, lambda source: PREFIXES.get(source, {})),
+    "num_instances": (3, {}),
+    "min_instances": (1, {}),
+    "max_instances": (4, {}),
+    "rate": (60, {}),
+    "rate_scale": (3, {}),
+    "num_requests": (30, {}),
+    "arrival": ("constant", {}),
+    "prefix_tokens": (64, {}),
+    "prompt_tokens": (100, {}),
+    "prompt_tokens_stdev": (5, {}),
+    "prompt_tokens_min": (400, lambda source: generated(source, prompt_tokens=500)),
+    "prompt_tokens_max": (100, lambda source: generated(source, prompt_tokens=80)),
+    "output_tokens": (20, {}),
+    "output_tokens_stdev": (5, {}),
+    "output_tokens_min": (300, lambda source: generated(source, output_tokens=400)),
+    "output_tokens_max": (20, lambda source: generated(source, output_tokens=10)),
+    "seed": (7, {}),
+    "simulation_seed": (7, {}),
+    "horizon": (1_000_000, {}),
+    "compat": ("blis-2026.02", {}),
+    "admission_latency": (200_000, {}),
+    "routing_latency": (200_000, {}),
+    "warmup_s": (1.0, {}),
+    "cooldown_s": (1.0, {}),
+    "max_events": (10, {}),
+    "max_memory": (2**20, {}),
+    "trace_level": ("decisions", {}),
+    "sample_interval_ms": (50, {}),
+    "counterfactual_k": (2, {}),
+    "admission_policy": ("reject-all", {}),
+    "token_bucket_capacity": (300, dict(admission_policy="token-bucket")),
+    "token_bucket_refill_rate": (1, dict(admission_policy="token-bucket", token_bucket_capacity=3000)),
+    "routing_policy": ("always-busiest", {}),
+    "routing_scorers": ("prefix-affinity:1", dict(routing_policy="weighted")),
+    "priority_policy": ("inverted-slo", dict(scheduler="priority-fcfs", **QUEUE)),
+    "scheduler": ("sjf", QUEUE),
+    "scheduler_weights": ("prompt_len:1", dict(scheduler="sort", **QUEUE)),
+    "preemption_victim": ("lowest-priority", dict(priority_policy="inverted-slo", **PRESSURE)),
+    "snapshot_refresh_interval": (2_000_000, dict(routing_policy="weighted", routing_scorers="kv-utilization:1")),
+    "snapshot_intervals": ("kv_utilization:2000000", dict(routing_policy="weighted",
+                                                          routing_scorers="kv-utilization:1")),
+    "prefix_index_capacity": (1, lambda source: dict(routing_policy="prefix-affinity", **PREFIXES.get(source, {}))),
+    "fitness_weights": ("throughput:1", {}),
+    "objectives": ("ttft_p99_ms:min:1", {}),
+    "slo_class_weights": ("0,100", dict(priority_policy="slo-based", scheduler="priority-fcfs", **QUEUE)),
+}
+SELECTORS = ("workload", "workload_traces_filepath", "workload_spec")
+# verification only: by design it never changes a result (tests/run check what it verifies)
+UNCHANGED_BY_DESIGN = {"check_invariants": "verifies KV conservation and batch limits after every step"}
+# refused whatever the workload (tests/config/test_effective.py): not modelled yet
+REFUSED_EVERYWHERE = {"pp", "dp", "min_instances", "max_instances", "simulation_seed"}
+# the workloads with one SLO class: class weights shift every priority alike (refused once it is built)
+SINGLE_CLASS = {("slo_class_weights", s) for s in ("distribution", "preset", "trace-csv")}
+# words of each refusal's remedy
+REMEDY = {
+    "rate": {"spec": "--rate-scale", "trace": "--workload-spec"},
+    "rate_scale": {"trace": "--workload-spec"},
+    "num_requests": {"spec": "duration_s", "trace": "--horizon"},
+    "arrival": {"spec": "clients[i].arrival", "trace": "records its arrival times"},
+    "prefix_tokens": {"spec": "prefix_groups", "trace": "records its prompts"},
+    "seed": {"trace": "workload generate --seed"},
+    "slo_class_weights": {"distribution": "slo_classes", "trace": "slo_classes"},
+    **{f"{kind}_tokens{part}": {"spec": "clients[i].prompt_tokens", "trace": "replay another trace"}
+       for kind in ("prompt", "output") for part in ("", "_stdev", "_min", "_max")},
+}
+
+
+def unique_settings() -> list[str]:
+    """One flat name per config path (``max_num_seqs`` and ``max_num_running_reqs`` are one)."""
+    seen, out = set(), []
+    for name, path in FLAG_PATHS.items():
+        if path not in seen:
+            seen.add(path)
+            out.append(name)
+    return out
+
+
+def test_every_setting_is_in_the_table():
+    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN)
+    assert {FLAG_PATHS[name] for name in REMEDY} - {"policy.slo_class_weights"} == set(UNUSED_BY_SOURCE) - {
+        "workload.type", "workload.traces_filepath"}
+
+
+def expected_refusal(setting: str, source: str) -> bool:
+    unused = UNUSED_BY_SOURCE.get(FLAG_PATHS[setting], {})
+    return setting in REFUSED_EVERYWHERE or SOURCE_KIND[source] in unused
+
+
+def fingerprint(result) -> str:
+    """Everything a run produces but the echo of its own config."""
+    out = {k: v for k, v in result.summary().items() if k != "run"}
+    out["run"] = {k: v for k, v in result.summary()["run"].items() if k not in ("config", "workload")}
+    out["requests"] = result.requests_table().to_pylist()
+    out["evaluation"] = {k: v for k, v in result.evaluate().to_dict().items() if k != "policy_id"}  # (a config label)
+    if result.timeseries is not None:
+        out["timeseries"] = result.timeseries.table().to_pylist()
+    if result.setup.config.simulation.trace_level not in (None, "none") or result.counterfactuals:
+        out["decisions"] = result.decision_table().to_pylist()
+        out["counterfactuals"] = result.counterfactuals
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+_runs: dict = {}
+
+
+def outcome(settings: dict) -> tuple[str, object]:
+    """("ok", fingerprint) or ("error", the exception) of a run (memoized: bases repeat)."""
+    key = json.dumps(settings, sort_keys=True, default=str)
+    if key not in _runs:
+        try:
+            _runs[key] = ("ok", fingerprint(blis_fast.simulate(**settings)))
+        except (ConfigError, SimulationError) as exc:  # (SimulationError: a run limit, --max-events)
+            _runs[key] = ("error", exc)
+    return _runs[key]
+
+
+def check_cell(setting: str, source: str, files) -> str:
+    value, companions = EFFECTS[setting]
+    if callable(companions):
+        companions = companions(source)
+    base = {**BASE, **source_settings(source, files), **companions}
+    kind, base_out = outcome(base)
+    assert kind == "ok", f"{source} + {companions}: {base_out}"
+    kind, out = outcome({**base, setting: value})
+    if expected_refusal(setting, source) or (setting, source) in SINGLE_CLASS:
+        assert kind == "error" and out.field == setting, f"{setting} with {source} was not refused: {out}"
+        remedy = REMEDY.get(setting, {}).get(SOURCE_KIND[source])
+        assert remedy is None or remedy in out.message, out.message
+        return "refused"
+    if kind == "error":  # the setting's own limit fired (a budget, an unknown coefficient set)
+        named = getattr(out, "field", "") or str(out)
+        assert setting in named or FLAG_PATHS[setting].rpartition(".")[2] in named, out
+        assert "has no effect" not in str(out), f"{setting} refused with {source}: {out}"
+        return "limit"
+    assert out != base_out, f"{setting}={value!r} changed nothing with {source} (companions {companions})"
+    return "changed"
+
+
+WORKLOAD_SETTINGS = [s for s in EFFECTS if FLAG_PATHS[s].startswith("workload.") or s == "seed"]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_workload_settings_change_the_run_or_are_refused(files, source):
+    for setting in WORKLOAD_SETTINGS:
+        check_cell(setting, source, files)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_setting_changes_the_run_or_is_refused(files, source):
+    for setting in EFFECTS:
+        if setting not in WORKLOAD_SETTINGS:
+            check_cell(setting, source, files)
+    for setting in UNCHANGED_BY_DESIGN:
+        base = {**BASE, **source_settings(source, files)}
+        assert outcome({**base, setting: True}) == outcome(base)
+
+
+def test_source_selectors(files):
+    """--workload, --workload-traces-filepath and --workload-spec pick the source: another
+    value of the source's own selector changes the run; a selector of another source is
+    refused (the spec replaces the type and the trace; a trace file needs --workload traces)."""
+    spec, other = source_settings("spec", files), dict(workload_spec=str(files["other-spec"]))
+    assert outcome({**BASE, **spec})[1] != outcome({**BASE, **other})[1]
+    for source in ("trace-csv", "rich-trace"):
+        one = source_settings(source, files)
+        kind, out = outcome({**BASE, **spec, **one})
+        assert kind == "error" and out.field == "workload", out  # (the first of the two refused)
+    csv, rich = source_settings("trace-csv", files), source_settings("rich-trace", files)
+    assert outcome({**BASE, **csv})[1] != outcome({**BASE, **rich})[1]
+    dist, preset = source_settings("distribution", files), source_settings("preset", files)
+    assert outcome({**BASE, **dist})[1] != outcome({**BASE, **preset})[1]
+    for extra, field in ((dict(workload="chatbot"), "workload"),
+                         (dict(workload_traces_filepath=str(TRACE_CSV)), "workload_traces_filepath")):
+        kind, out = outcome({**BASE, **spec, **extra})
+        assert kind == "error" and out.field == field and "leave --workload out" in out.message or \
+            "replaces the trace" in out.message, out
+    kind, out = outcome({**BASE, **dist, "workload_traces_filepath": str(TRACE_CSV)})
+    assert kind == "error" and "--workload traces" in out.message
+
+
+TRACE_ARGS = ["--workload", "traces", "--workload-traces-filepath", "{trace}"]
+REFUSED_CLI = [
+    (["--workload-spec", "{spec}", "--rate", "5"], ["--rate", "--rate-scale"]),
+    (["--workload-spec", "{spec}", "--num-requests", "50"], ["--num-requests", "duration_s"]),
+    (["--workload-spec", "{spec}", "--prompt-tokens", "50"], ["--prompt-tokens", "clients[i].prompt_tokens"]),
+    (["--workload-spec", "{spec}", "--output-tokens-max", "50"], ["--output-tokens-max", "clients[i]"]),
+    (["--workload-spec", "{spec}", "--prefix-tokens", "64"], ["--prefix-tokens", "prefix_groups"]),
+    (["--workload-spec", "{spec}", "--arrival", "constant"], ["--arrival", "clients[i].arrival"]),
+    (["--workload-spec", "{spec}", "--workload", "chatbot"], ["--workload", "leave --workload out"]),
+    ([*TRACE_ARGS, "--rate", "5"], ["--rate", "--rate-scale"]),
+    ([*TRACE_ARGS, "--num-requests", "5"], ["--num-requests", "--horizon"]),
+    ([*TRACE_ARGS, "--seed", "5"], ["--seed", "generate --seed"]),
+    ([*TRACE_ARGS, "--prompt-tokens-min", "5"], ["--prompt-tokens-min"]),
+    (["--workload-traces-filepath", "{trace}"], ["--workload-traces-filepath", "--workload traces"]),
+    (["--gpu-memory-utilization", "0.5"], ["gpu_memory_utilization", "--total-kv-blocks"]),
+]
+
+
+@pytest.mark.parametrize("args,needles", REFUSED_CLI, ids=[" ".join(a[-2:]) for a, _ in REFUSED_CLI])
+def test_refused_from_the_command_line_with_exit_2(capsys, files, args, needles):
+    args = [a.format(spec=files["spec"], trace=TRACE_CSV) for a in args]
+    code, out, err = run_cli(capsys, "run", *args)
+    assert code == 2 and out == ""
+    assert_one_error_line(err, needles)
+
+
+def test_refused_from_yaml_naming_the_yaml_path(files):
+    for data, field in (
+        ({"workload": {"spec_filepath": str(files["spec"]), "num_requests": 50}}, "workload.num_requests"),
+        ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV), "rate": 5.0}}, "workload.rate"),
+        ({"workload_spec": str(files["spec"]), "prompt_tokens": 50}, "prompt_tokens"),
+        ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV)}, "simulation": {"seed": 1}},
+         "simulation.seed"),
+    ):
+        with pytest.raises(ConfigError) as ei:
+            build_config(data)
+        assert ei.value.field == field and "has no effect" in ei.value.message
+
+
+def test_a_flag_switching_a_files_source_leaves_the_files_settings(files):
+    """`--workload-spec` over a file's `workload: {type: chatbot, rate: 20}` is fine (the
+    file's settings stay as a notice); a whole config passed back in (to_dict()) too."""
+    cfg = build_config({"workload": {"type": "chatbot", "rate": 20, "num_requests": 500}},
+                       {"workload_spec": str(files["spec"])})
+    assert cfg.workload.spec_filepath and cfg.workload.rate == 20
+    spec_cfg = build_config({}, {"workload_spec": str(files["spec"])})
+    assert build_config(spec_cfg.to_dict()) == spec_cfg  # (the defaults it repeats are not "given")
+    # the config taken further (API, studies): only what changes on top of it is checked
+    assert blis_fast.simulate(cfg, num_instances=2).cluster["num_instances"] == 2
+    with pytest.raises(ConfigError) as ei:
+        blis_fast.simulate(cfg, rate=5)
+    assert ei.value.field == "rate"
+    with pytest.raises(ConfigError) as ei:  # written out and read back as a file, it is a file's setting again
+        build_config(cfg.to_dict())
+    assert ei.value.field == "workload.type"
+
+
+def test_a_ready_workload_refuses_the_settings_describing_one():
+    wl = blis_fast.simulate(num_requests=5).workload
+    for name, value in (("rate", 5), ("num_requests", 9), ("prompt_tokens", 10), ("workload_spec", "x.yaml")):
+        with pytest.raises(ConfigError) as ei:
+            blis_fast.simulate(workload=wl, **{name: value})
+        assert ei.value.field == name and "Workload passed in" in ei.value.message
+    assert blis_fast.simulate(workload=wl, num_instances=2).cluster["completed_requests"] == 5
+
+
+def test_studies_refuse_the_same_combinations(capsys, files):
+    """capacity, sweep and compare build their config as run does: the same refusals, and
+    a --set axis that a source does not use is refused too."""
+    for command in (["capacity", "--slo", "ttft_p99_ms<=200"], ["sweep", "--set", "num_instances=1,2"],
+                    ["compare", str(ROOT / "configs" / "examples" / "compare" / "instances" / "2-instances.yaml")]):
+        code, out, err = run_cli(capsys, *command, "--workload-spec", files["spec"], "--num-requests", "50")
+        assert code == 2 and out == ""
+        assert_one_error_line(err, ["--num-requests", "duration_s"])
+    code, out, err = run_cli(capsys, "sweep", "--set", "prompt_tokens=50,100", "--workload-spec", files["spec"])
+    assert code == 2 and "prompt_tokens" in err and "clients[i].prompt_tokens" in err
+
+
+def test_studies_on_a_trace_run_one_seed(capsys):
+    """A trace draws nothing at random: its study runs keep no seed, and more than one seed
+    is refused (every seed would repeat the same run)."""
+    trace = dict(workload="traces", workload_traces_filepath=str(TRACE_CSV), metrics="arrived_requests")
+    study = blis_fast.sweep("num_instances=1,2", **trace)
+    assert [s["arrived_requests"].mean for s in study.stats] == [40, 40]
+    with pytest.raises(ConfigError) as ei:
+        blis_fast.sweep("num_instances=1,2", seeds=2, **trace)
+    assert ei.value.field == "--seeds" and "--seeds 1" in ei.value.message
+
+
+def test_workload_stats_refuses_a_seed_for_a_trace(capsys, files):
+    code, out, err = run_cli(capsys, "workload", "stats", TRACE_CSV, "--seed", "3")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, ["--seed", "workload spec"])
+    code, out, err = run_cli(capsys, "workload", "stats", files["spec"], "--seed", "3")
+    assert code == 0 and json.loads(out)["num_requests"] > 0
+
+
+def test_capacity_on_a_trace_defaults_to_one_seed(capsys):
+    code, out, err = run_cli(capsys, "capacity", "--search", "instances", "--slo", "e2e_p99_ms<=100000", "--json",
+                             "--workload", "traces", "--workload-traces-filepath", TRACE_CSV)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["seeds"] == [42]
+    # the 40-request trace is too short to trust, and only a longer trace can fix that
+    assert result["answer"] is None and "the trace fixes its length" in result["message"]
+    assert "--seeds" not in result["message"]
+
+
+def test_an_evaluation_scenario_refuses_a_seed_for_its_trace():
+    from blis_fast.batch.scenarios import scenario_from_dict
+
+    with pytest.raises(ConfigError) as ei:
+        scenario_from_dict({"name": "a", "trace": str(TRACE_CSV), "seed": 3}, "scenarios[0]")
+    assert ei.value.field == "scenarios[0].seed" and "has no effect with a trace" in ei.value.message
