@@ -71,7 +71,8 @@ def evaluators_for(evaluation_file: str) -> tuple[Callable, Callable, Callable]:
     """(evaluate, evaluate_stage1, evaluate_stage2) on the scenarios file beside
     ``evaluation_file`` (``$BLIS_FAST_SCENARIOS`` when set)."""
     if not isinstance(evaluation_file, (str, os.PathLike)):
-        raise ConfigError("evaluation_file", f"must be the evaluator file's path (__file__), got {show(evaluation_file)}")
+        raise ConfigError("evaluation_file", f"must be the evaluator file's path (__file__), "
+                                             f"got {show(evaluation_file)}")
     sidecar = Path(as_str(os.fspath(evaluation_file), "evaluation_file")).resolve().with_name(SIDECAR)
 
     def scenarios() -> Path:

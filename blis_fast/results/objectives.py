@@ -131,7 +131,8 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
                                  f"selector, got {show(metric)}")
     base, kind, value = m.groups()
     if kind is not None and kind not in SELECTOR_KINDS:
-        raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; allowed: {', '.join(SELECTOR_KINDS)}")
+        raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; "
+                                 f"allowed: {', '.join(SELECTOR_KINDS)}")
     if kind is not None and value == "":
         raise ConfigError(where, f"empty selector value in {show(metric)}")
     return base, kind, value
@@ -287,7 +288,8 @@ def metric_value(result, name: str) -> float:
 
         return float(scorecard.instance_metrics(result, np.array([index]))[base])
     if base not in group:
-        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; known: {', '.join(group)}")
+        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; "
+                                               f"known: {', '.join(group)}")
     masks = scorecard.group_masks(result, kind)
     if value not in masks:
         raise ConfigError("objectives.metric", no_group_message(name, kind, value, list(masks)))

@@ -45,8 +45,9 @@ def check_sample_count(samples: int, n_inst: int, why: str) -> None:
     rows = samples * (n_inst + 1)
     if samples > MAX_SAMPLES or rows > MAX_SAMPLE_ROWS:
         raise ConfigError(INTERVAL_FIELD, f"{why} takes {samples} samples ({rows} rows, {n_inst + 1} per sample: "
-                                          f"each instance and the cluster); a run takes at most {MAX_SAMPLES} samples and "
-                                          f"{MAX_SAMPLE_ROWS} rows: raise the interval (--sample-interval-ms)")
+                                          f"each instance and the cluster); a run takes at most {MAX_SAMPLES} "
+                                          f"samples and {MAX_SAMPLE_ROWS} rows: raise the interval "
+                                          f"(--sample-interval-ms)")
 
 
 class TimeSeriesRecorder:

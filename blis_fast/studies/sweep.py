@@ -362,8 +362,8 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
         for m in metrics:
             base, kind, name = split_metric(m, field)
             if base == "slo_attainment" and kind == "class" and name in known and name not in targeted:
-                raise ConfigError(field, f"{show(m)}: class {show(name)} sets no SLO targets, so its attainment would only "
-                                         f"count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
+                raise ConfigError(field, f"{show(m)}: class {show(name)} sets no SLO targets, so its attainment "
+                                         f"would only count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
                                          f"targets, or name completed_requests")
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import blis_fast
 from blis_fast.batch.candidates import INVALID, PROGRAM_FAILED
-from blis_fast.batch.evaluate import BUDGET_EXCEEDED, INTERNAL, RUN_REFUSED, SIMULATION_FAILED
+from blis_fast.batch.evaluate import BUDGET_EXCEEDED, RUN_REFUSED, SIMULATION_FAILED
 from blis_fast.errors import ConfigError
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -32,7 +32,7 @@ MORE = settings(max_examples=int(os.environ.get("HARDENING_EXAMPLES", "60")), de
 SMALL_STUDY = 12  # simulations a fuzzed study may run (the real maximum is blis_fast.studies.runs.MAX_SIMULATIONS)
 ALARM_S = 120  # an example that takes longer has hung
 
-CLEAN_STATUSES = {"ok", INVALID, PROGRAM_FAILED, BUDGET_EXCEEDED, SIMULATION_FAILED, RUN_REFUSED}  # not INTERNAL
+CLEAN_STATUSES = {"ok", INVALID, PROGRAM_FAILED, BUDGET_EXCEEDED, SIMULATION_FAILED, RUN_REFUSED}  # not internal_error
 TINY = {"num_requests": 10, "rate": 20, "max_memory": "1GiB"}
 SCENARIO = {"name": "tiny", "config": {"num_requests": 10, "rate": 20, "num_instances": 2}}
 
