@@ -352,7 +352,7 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
     """Refuse, before running, ``slo_attainment[class=C]`` where a configuration's workload
     spec defines C without any target (its attainment would only count completions;
     ``objectives.metric_value`` refuses it in a run too)."""
-    from blis_fast.results.objectives import split_metric
+    from blis_fast.results.objectives import split_metric, untargeted_message
 
     for cfg in cfgs:
         targeted = targeted_class_names(cfg)
@@ -362,9 +362,7 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
         for m in metrics:
             base, kind, name = split_metric(m, field)
             if base == "slo_attainment" and kind == "class" and name in known and name not in targeted:
-                raise ConfigError(field, f"{show(m)}: class {show(name)} sets no SLO targets, so its attainment "
-                                         f"would only count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
-                                         f"targets, or name completed_requests")
+                raise ConfigError(field, untargeted_message(m, name))
 
 
 def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:

@@ -41,7 +41,8 @@ ATOMS = st.one_of(
     st.sampled_from([0, 1, 2, 3, -1, 2**63, 10**4000, 0.5, 5e-324, 1e308, math.nan, math.inf, "", " ", "nan", "inf",
                      "1e999999", "9" * 5000, "x" * 5000, "\x07\x1b[2J\x9b", "\x00", "tiny", "rate=10,20", "rate=1:3:1",
                      "rate.x=1", "max_num_seqs=1e30", "slo_attainment:max", "utilization[instance=1]",
-                     "slo_attainment[class=nope]", "ttft_p99_ms<=100", "ttft_p99_ms[tenant=x]<=5", "routing: round-robin",
+                     "slo_attainment[class=nope]", "ttft_p99_ms<=100", "ttft_p99_ms[tenant=x]<=5",
+                     "routing: round-robin",
                      "routing: {type: weighted, params: {scorers: {queue-depth: 1e308}}}", "[[[", "policy"]),
 )
 JUNK = st.recursive(ATOMS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
@@ -99,8 +100,8 @@ def check_sweep(sets, kwargs):
 
 
 # each keyword is left out (its default) about half the time, so that valid calls are common
-STUDY_KW = st.just({}) | st.fixed_dictionaries({}, optional={"seeds": SMALL, "metrics": st.one_of(JUNK, st.just("ttft_p90_ms")),
-                                               "jobs": SMALL})
+STUDY_KW = st.just({}) | st.fixed_dictionaries({}, optional={
+    "seeds": SMALL, "metrics": st.one_of(JUNK, st.just("ttft_p90_ms")), "jobs": SMALL})
 
 
 @FAST
@@ -169,8 +170,9 @@ def test_fuzz_capacity_more(slo, kwargs):
 # ----------------------------------------------------------------------------- batch
 
 
-SCENARIOS = st.one_of(JUNK, st.just([SCENARIO]), st.just(SCENARIO), st.builds(lambda k, v: [{**SCENARIO, k: v}], st.sampled_from(
-    ["name", "config", "seed", "objectives", "slo_classes", "workload_spec", "trace", "bogus"]), JUNK))
+SCENARIO_KEYS = ["name", "config", "seed", "objectives", "slo_classes", "workload_spec", "trace", "bogus"]
+SCENARIOS = st.one_of(JUNK, st.just([SCENARIO]), st.just(SCENARIO),
+                      st.builds(lambda k, v: [{**SCENARIO, k: v}], st.sampled_from(SCENARIO_KEYS), JUNK))
 CANDIDATES = st.one_of(JUNK, st.lists(st.one_of(JUNK, st.just("routing: {type: least-loaded}")), min_size=1,
                                       max_size=2), st.just(["routing: {type: round-robin}"]))
 
@@ -225,8 +227,8 @@ def check_gepa(init, batch, candidate, capture, components):
 GEPA_INIT = st.just({}) | st.fixed_dictionaries({}, optional={"objectives": JUNK, "budget": JUNK, "workers": SMALL})
 BATCHES = st.one_of(JUNK, st.just(["tiny"]), st.just(["tiny"]), st.lists(st.sampled_from(["tiny", "ghost"]),
                                                                           max_size=2))
-COMPONENTS = st.one_of(JUNK, st.just({"routing": "least-loaded"}), st.dictionaries(st.sampled_from(["routing", "policy", "scheduler", "bogus"]),
-                                             st.one_of(JUNK, st.just("round-robin")), max_size=2))
+COMPONENTS = st.one_of(JUNK, st.just({"routing": "least-loaded"}), st.dictionaries(
+    st.sampled_from(["routing", "policy", "scheduler", "bogus"]), st.one_of(JUNK, st.just("round-robin")), max_size=2))
 
 
 @FAST
@@ -263,7 +265,8 @@ def check_openevolve(oe_scenarios, tmp_path, program_path, text):
 
 
 @FAST
-@given(JUNK, st.one_of(st.none(), st.text(max_size=40), st.sampled_from(["routing: round-robin", "\x07: [", "x" * 5000])))
+@given(JUNK, st.one_of(st.none(), st.text(max_size=40),
+                       st.sampled_from(["routing: round-robin", "\x07: [", "x" * 5000])))
 def test_fuzz_openevolve_evaluate(oe_scenarios, tmp_path_factory, program_path, text):
     check_openevolve(oe_scenarios, tmp_path_factory.mktemp("prog"), program_path, text)
 
