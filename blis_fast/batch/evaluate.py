@@ -97,8 +97,9 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
         raise ConfigError("candidates", f"{len(sources)} candidates x {len(scens)} scenarios is "
                                         f"{len(sources) * len(scens)} evaluations, more than the {MAX_EVALUATIONS} "
                                         f"of one batch; split it")
-    cands = load_candidates(ids, sources, n_workers, program_timeout_s)
+    # the scenarios first: a bad one (its objectives, its workload) is refused before any program runs
     prepared = [prepare(s, objectives) for s in scens]
+    cands = load_candidates(ids, sources, n_workers, program_timeout_s)
     results = evaluate_prepared(cands, prepared, budget, n_workers, executor, summarize, progress)
     return BatchResult(results_table(results, cands, prepared, summarize, include_wall_time), results)
 

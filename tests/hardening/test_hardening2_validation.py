@@ -450,3 +450,15 @@ def test_notices_escape_control_characters(capsys):
         feedback.configure(quiet=False, verbose=0)
     err = capsys.readouterr().err
     assert "a\\x07\\x1b[2J' line one\nline two" in err and "\x07" not in err and "\x1b" not in err
+
+
+def test_batch_scenarios_refused_before_any_candidate_loads(monkeypatch):
+    import blis_fast.batch.evaluate as ev
+
+    def refuse(*args, **kwargs):
+        raise Simulated("candidates were loaded (programs run) before the scenarios were checked")
+
+    monkeypatch.setattr(ev, "load_candidates", refuse)
+    bad = {**SCENARIO, "objectives": "ttft_p99_ms[client=ghost]:min"}
+    with pytest.raises(ConfigError, match="ghost"):
+        blis_fast.evaluate_many(["routing: {type: round-robin}"], [bad], workers=1)
