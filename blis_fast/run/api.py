@@ -170,7 +170,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder
 
-            recorder = TimeSeriesRecorder(len(state.inst))
+            recorder = TimeSeriesRecorder(len(state.inst), interval_us)
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)

@@ -84,7 +84,7 @@ def _next_chunk(chunk: int, seconds: float) -> int:
 
 
 def run_to_end(state: State, progress: Callable[[State], None] | None = None,
-               sample_every_us: int | None = None, on_sample: Callable[[State, int], None] | None = None,
+               sample_every_us: int | None = None, on_sample: Callable[[State, int, int], None] | None = None,
                chunk_events: int | None = None, until_us: int | None = None) -> State:
     """Run the loop until the simulation ends; returns the final State (the logs may have
     been replaced by larger ones).  Raises SimulationError on an error status.
@@ -94,7 +94,9 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C (KeyboardInterrupt)
     surfaces there.  Where the kernel returns does not change the run.  With ``sample_every_us``, the loop also stops at
     every multiple of it on the simulated clock -- having processed every event up to that
-    time -- and ``on_sample(state, t_us)`` records what it needs (time series).  With
+    time -- and ``on_sample(state, t_us, repeats)`` records what it needs (time series):
+    the samples at ``t_us`` and the ``repeats - 1`` sample times after it, which see the
+    same state (no event falls between them).  With
     ``until_us`` (not with sampling) it returns instead once every event at or before
     ``until_us`` is processed (``run_until``).  A cohort's state (blis_fast.batch.cohorts)
     also returns, with Status.COHORT_SPLIT, where its members part."""
@@ -129,11 +131,35 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
             return state
         elif status == Status.PAUSED:
             t = int(settings[0]["pause_at_us"])
+            repeats = _unchanged_samples(state, t, int(sample_every_us))
             if on_sample is not None:
-                on_sample(state, t)
-            settings["pause_at_us"] = t + int(sample_every_us)
+                on_sample(state, t, repeats)
+            settings["pause_at_us"] = t + repeats * int(sample_every_us)
         else:
             raise SimulationError(describe_error(state))
+
+
+def next_event_us(state: State) -> int | None:
+    """When the loop's next event happens (the arrival stream's or the heap's), None if
+    no event is left."""
+    lp = state.loop[0]
+    times = []
+    if int(lp["next_arrival"]) < len(state.arrival_order):
+        times.append(int(state.reqs["arrival_us"][state.arrival_order[int(lp["next_arrival"])]]))
+    if int(lp["heap_size"]) > 0:
+        times.append(int(state.heap["time_us"][0]))
+    return min(times) if times else None
+
+
+def _unchanged_samples(state: State, t: int, every: int) -> int:
+    """How many sample times t, t + every, ... see the state the loop paused in: those
+    before its next event (the kernel pauses only before an event beyond t).  Taking them
+    at once makes a fine interval over idle stretches cost one sample, not one kernel
+    call each; a next event beyond the horizon ends the run, so it leaves one."""
+    e = next_event_us(state)
+    if e is None or e > int(state.settings[0]["horizon_us"]) or e <= t:
+        return 1
+    return -(-(e - t) // every)
 
 
 def run_until(state: State, t_us: int) -> State:

@@ -92,7 +92,7 @@ def test_minimal_log_growth_gives_the_same_run():
 def test_pausing_gives_the_same_run(every_us):
     want = straight()
     seen = []
-    st = run_to_end(loaded_state(), sample_every_us=every_us, on_sample=lambda s, t: seen.append(t))
+    st = run_to_end(loaded_state(), sample_every_us=every_us, on_sample=lambda s, t, k: seen.extend(range(t, t + k * every_us, every_us)))
     assert_same_run(st, want)
     assert seen and seen == sorted(seen) and all(t % every_us == 0 for t in seen)
     assert seen[-1] <= int(want.loop[0]["clock_us"])
