@@ -14,7 +14,8 @@ import typer.main
 
 from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
-from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted
+from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted, logger
+from blis_fast.config.effective import CompatIgnoredWarning
 from blis_fast.errors import BlisFastError
 
 __all__ = ["app", "run_command"]
@@ -85,5 +86,11 @@ def run_command(argv: list[str] | None = None) -> None:
         interrupted()
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         raise SystemExit(code)
+    shown = set()
     for w in caught:  # the command succeeded: show what it warned about, after its output
+        if issubclass(w.category, CompatIgnoredWarning):  # one line each, once (studies build many configs)
+            if str(w.message) not in shown:
+                shown.add(str(w.message))
+                logger.warning(str(w.message))
+            continue
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
