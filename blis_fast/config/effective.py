@@ -11,11 +11,15 @@ its now-unused parameters are only reported as a notice (``-v``).
 
 Workload settings follow the same rule against the workload source
 (``workload_source``): a workload spec describes its own clients (rates, lengths, arrival
-processes, prefixes, length of the run), and a trace records its requests, so the
-settings of a generated distribution are refused with them -- each with the way to get
-the intended effect (``UNUSED_BY_SOURCE``).  A flag that switches the source of a YAML
-file (``--workload-spec`` over a file's ``workload: {type: chatbot, rate: 20}``) leaves
-the file's settings as a notice.
+processes, prefixes), and a trace records its requests, so the settings of a generated
+distribution are refused with them -- each with the way to get the intended effect
+(``UNUSED_BY_SOURCE``).  A flag that switches the source of a YAML file
+(``--workload-spec`` over a file's ``workload: {type: chatbot, rate: 20}``) leaves the
+file's settings as a notice.  ``num_requests`` counts for every source when given, as in
+the reference (blis_fast.run.resolve: a spec's cap, a trace's first N requests).  Under
+``--compat blis-2026.02`` the refused settings that the reference accepts and ignores are
+accepted with one ``CompatIgnoredWarning`` and reset to their defaults, so that the
+reference's command lines run unchanged and give the run without them.
 
 Settings of a config that was already checked (``blis_fast.config.sim.with_overrides``:
 the studies' per-point configs) sit at the layer ``SETTLED``, below YAML: they are never
