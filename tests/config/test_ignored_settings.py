@@ -435,6 +435,8 @@ def test_num_requests_replays_the_first_requests_of_a_trace(tmp_path):
     assert len(capped.workload) == 10 and capped.workload.source_ids == alone.workload.source_ids
     assert per_request(capped) == per_request(alone)
     assert capped.cluster == alone.cluster
+    # too short to trust: the cut replay names --num-requests among the remedies
+    assert "a larger --num-requests (the trace's first N requests)" in capped.adequacy.warning()
     whole = blis_fast.simulate(**trace)
     assert len(whole.workload) == 40
     assert per_request(blis_fast.simulate(**trace, num_requests=1000)) == per_request(whole)
