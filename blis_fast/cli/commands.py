@@ -43,7 +43,8 @@ def _click_command():
 
 def run_command(argv: list[str] | None = None) -> None:
     """Run one command.  Warnings raised while it runs are shown only if it succeeds (never
-    before an error line)."""
+    before an error line); a ``CompatIgnoredWarning`` as its own one line (once, however
+    many configs the command builds), through the notices' logger (``--quiet`` drops it)."""
     args = sys.argv[1:] if argv is None else argv
     configure(quiet=False, verbose=0)  # the command's --quiet / -v change it while parsing
     with warnings.catch_warnings(record=True) as caught:

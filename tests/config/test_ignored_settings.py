@@ -535,3 +535,13 @@ def test_compat_still_refuses_settings_of_blis_fasts_own(files):
         blis_fast.simulate(**BASE, workload="traces", workload_traces_filepath=str(TRACE_CSV), compat=COMPAT,
                            rate_scale=2)
     assert ei.value.field == "rate_scale"
+
+
+def test_compat_warning_is_one_line_for_a_study(capsys):
+    """A sweep builds a config per point: the warning still shows once, after the output."""
+    code, out, err = run_cli(capsys, "sweep", "--set", "num_instances=1,2", "--compat", COMPAT, "--rate", "5",
+                             *[a.format(trace=TRACE_CSV) for a in TRACE_ARGS])
+    assert code == 0, err
+    assert [line for line in err.splitlines() if "no effect" in line] == [
+        "blis-fast: warning: --rate has no effect with a trace (--workload traces) (ignored, as the reference does "
+        "under --compat blis-2026.02)"]
