@@ -14,7 +14,8 @@ import typer.main
 
 from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
-from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted
+from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted, logger
+from blis_fast.config.effective import CompatIgnoredWarning
 from blis_fast.config.validate import escape_controls
 from blis_fast.errors import BlisFastError
 
@@ -45,7 +46,8 @@ def _click_command():
 
 def run_command(argv: list[str] | None = None) -> None:
     """Run one command.  Warnings raised while it runs are shown only if it succeeds (never
-    before an error line)."""
+    before an error line); a ``CompatIgnoredWarning`` as its own one line (once, however
+    many configs the command builds), through the notices' logger (``--quiet`` drops it)."""
     args = sys.argv[1:] if argv is None else argv
     configure(quiet=False, verbose=0)  # the command's --quiet / -v change it while parsing
     with warnings.catch_warnings(record=True) as caught:
@@ -88,5 +90,12 @@ def run_command(argv: list[str] | None = None) -> None:
         interrupted()
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         raise SystemExit(code)
+    shown = set()
     for w in caught:  # the command succeeded: show what it warned about, after its output (user text escaped)
-        warnings.showwarning(escape_controls(str(w.message)), w.category, w.filename, w.lineno)
+        text = escape_controls(str(w.message))
+        if issubclass(w.category, CompatIgnoredWarning):  # one line each, once (studies build many configs)
+            if text not in shown:
+                shown.add(text)
+                logger.warning(text)
+            continue
+        warnings.showwarning(text, w.category, w.filename, w.lineno)

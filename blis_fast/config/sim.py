@@ -47,6 +47,7 @@ MAX_COEFF = 1e9  # each α / β coefficient, µs (per token / request for α1, �
 MAX_WINDOW_S = MAX_TIME_US / 1e6  # warm-up / cool-down, seconds of simulated time
 MAX_STEP_US = 2**53  # a full step (β0 + β1·max_num_batched_tokens + β2·max_num_seqs) must stay below this
 TOKENS = MAX_REQUEST_TOKENS
+DEFAULT_NUM_REQUESTS = 100  # requests of a generated distribution or preset without --num-requests
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ class WorkloadConfig:
     rate_scale: float = _opt(1.0, "multiplies the arrival rate: --rate, or every rate-driven client's rate of a "
                                   "workload spec (session follow-ups and trace timestamps keep their timing); for "
                                   "load sweeps and capacity searches on specs", lo=0, lo_open=True, hi=1e6)
-    num_requests: int = _opt(100, "number of requests to generate (>= 1) from the distribution or a preset (a "
-                                  "spec sets its own; a trace replays all)", lo=1, hi=MAX_REQUESTS)
+    num_requests: int | None = _opt(None, "number of requests (>= 1): generated from the distribution or a preset "
+                                          "(default 100); given with a workload spec, it replaces the spec's "
+                                          "num_requests (a cap); given with a trace, only its first N requests (file "
+                                          "order) are replayed", lo=1, hi=MAX_REQUESTS)
     arrival: str | None = _opt(None, "arrival process: poisson | constant (default poisson; constant in compat mode)",
                                choices=ARRIVAL_PROCESSES)
     prefix_tokens: int | None = _opt(None, "shared-prefix tokens prepended to every prompt (preset value, else 0)",
@@ -82,6 +85,9 @@ class WorkloadConfig:
                                            "settings; seed from the file unless --seed is given")
 
     def __post_init__(self) -> None:
+        if self.num_requests is None and not self.spec_filepath and self.type != "traces":
+            # a generated distribution always has a length; a spec or a trace has its own unless one is given
+            object.__setattr__(self, "num_requests", DEFAULT_NUM_REQUESTS)
         check_fields(self, "workload")
 
 
@@ -361,8 +367,8 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         validate(cfg)
     except ConfigError as exc:
         raise ConfigError(where(exc.field), exc.message) from None
-    effective.check_effective(cfg, layer, where)  # every given setting changes the run, or is refused
-    return cfg
+    # every given setting changes the run, or is refused (or, in compat mode, ignored with a warning)
+    return effective.check_effective(cfg, layer, where)
 
 
 def _objectives(value: Any, where: str) -> list[dict]:

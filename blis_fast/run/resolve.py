@@ -110,10 +110,17 @@ def distribution_spec(config: SimConfig) -> DistributionSpec:
 
 
 def workload_spec(config: SimConfig):
-    """The config's workload spec, its rates multiplied by ``workload.rate_scale``."""
+    """The config's workload spec, its rates multiplied by ``workload.rate_scale``, its
+    ``num_requests`` (the cap on generated requests) replaced by ``workload.num_requests``
+    when that is given (as the reference's --num-requests does)."""
+    from dataclasses import replace
+
     from blis_fast.workload.spec import load_spec
 
-    return load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
+    spec = load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
+    if config.workload.num_requests is not None:
+        spec = replace(spec, num_requests=config.workload.num_requests)
+    return spec
 
 
 def build_workload(config: SimConfig) -> Workload:
@@ -130,9 +137,12 @@ def build_workload(config: SimConfig) -> Workload:
         from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 
         if is_rich_trace(w.traces_filepath):
-            return load_trace(w.traces_filepath, bs)
-        rounding = "trunc" if config.simulation.compat else "round"
-        return load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
+            trace = load_trace(w.traces_filepath, bs)
+        else:
+            rounding = "trunc" if config.simulation.compat else "round"
+            trace = load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
+        # --num-requests replays the first N requests (file order), as the reference caps its replay
+        return trace if w.num_requests is None else trace.first(w.num_requests)
     return generate_distribution(distribution_spec(config), config.simulation.workload_seed, bs)
 
 

@@ -10,7 +10,7 @@ the blocks that request generated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -105,6 +105,34 @@ class Workload:
 
     def __len__(self) -> int:
         return int(self.arrival_us.shape[0])
+
+    def first(self, n: int) -> "Workload":
+        """The first ``n`` requests (``request_0`` .. ``request_<n-1>``, the file order of a
+        trace); the whole workload when it has no more.  A closed-loop link from a kept
+        request to a dropped one is cut -- the session ends at its last kept turn, as a
+        workload spec's num_requests cap ends it; a kept request's parent always precedes
+        it (next_request[i] > i), so it is kept too.  The arrays are views of this
+        workload's (no memory beyond what it was charged for)."""
+        if n >= len(self):
+            return self
+        end = int(self.key_offsets[n])
+        columns = {name: None if getattr(self, name) is None else getattr(self, name)[:n] for name in self.ATTRIBUTES}
+        if self.next_request is not None:
+            cut = columns["next_request"] >= n
+            if cut.any():
+                columns["next_request"] = np.where(cut, -1, columns["next_request"])
+                if self.follow_delay_us is not None:
+                    columns["follow_delay_us"] = np.where(cut, 0, columns["follow_delay_us"])
+        kept = replace(
+            self, arrival_us=self.arrival_us[:n], prompt_len=self.prompt_len[:n], output_len=self.output_len[:n],
+            block_keys=self.block_keys[:end], key_offsets=self.key_offsets[: n + 1],
+            source_ids=None if self.source_ids is None else self.source_ids[:n],
+            description={**self.description, "first_requests": int(n)},
+            key_shared=None,  # (which keys repeat is recomputed among the kept requests)
+            **columns,
+        )
+        kept.validate()
+        return kept
 
     @property
     def request_ids(self) -> list[str]:
