@@ -16,6 +16,8 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
+from blis_fast.config.deployments import DeploymentSpec
+from blis_fast.config.engine import EngineConfig
 from blis_fast.config.sim import SimConfig, build_config, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError
@@ -25,13 +27,37 @@ MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
 
 @dataclass(frozen=True, eq=False)
+class ResolvedDeployment:
+    """One deployment resolved: its model facts, GPU, engine, latency model (with its KV
+    blocks), and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``
+    of the run's instance table (deployments in list order)."""
+
+    name: str
+    served_model_name: str
+    model: ModelConfig
+    hardware: HardwareConfig
+    engine: EngineConfig
+    latency: LatencyModel
+    instances: int
+    first_instance: int
+
+
+@dataclass(frozen=True, eq=False)
 class Setup:
-    """A SimConfig resolved against the shipped data: model facts, GPU, latency model."""
+    """A SimConfig resolved against the shipped data: model facts, GPU, latency model --
+    those of the first deployment (single-deployment code reads them), and every
+    deployment's in ``deployments``."""
 
     config: SimConfig
     model: ModelConfig
     hardware: HardwareConfig
     latency: LatencyModel
+    deployments: tuple[ResolvedDeployment, ...] = ()
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """The distinct served model names, in order of first appearance."""
+        return tuple(dict.fromkeys(d.served_model_name for d in self.deployments))
 
     @property
     def compat(self) -> bool:
@@ -79,17 +105,45 @@ def check_model_fits(model: ModelConfig, hardware: HardwareConfig, tp: int) -> N
 
 
 def resolve(config: SimConfig) -> Setup:
-    """Resolve model, hardware and latency model (ConfigError on anything unknown or
-    beyond what can be simulated)."""
-    model = _load_model(config.model)
-    hardware = load_hardware(config.hardware)
-    check_model_fits(model, hardware, config.engine.tp)
+    """Resolve every deployment's model, hardware and latency model (ConfigError on
+    anything unknown or beyond what can be simulated, naming ``deployments[i].<key>``
+    when the config has a deployments: list)."""
+    resolved = []
+    first_instance = 0
+    for i, dep in enumerate(config.deployment_list()):
+        try:
+            resolved.append(_resolve_deployment(dep, first_instance))
+        except ConfigError as exc:
+            if config.deployments is None:
+                raise
+            raise ConfigError(_entry_field(i, exc.field), exc.message) from None
+        first_instance += dep.instances
+    first = resolved[0]
+    return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
+
+
+def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDeployment:
+    model = _load_model(dep.model)
+    hardware = load_hardware(dep.hardware)
+    check_model_fits(model, hardware, dep.engine.tp)
     latency = resolve_latency_model(
-        model, hardware, config.engine, config.model,
-        latency_model=config.latency_model, alpha_coeffs=config.alpha_coeffs,
-        beta_coeffs=config.beta_coeffs, vllm_version=config.vllm_version,
+        model, hardware, dep.engine, dep.model,
+        latency_model=dep.latency_model, alpha_coeffs=dep.alpha_coeffs,
+        beta_coeffs=dep.beta_coeffs, vllm_version=dep.vllm_version,
     )
-    return Setup(config, model, hardware, latency)
+    return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
+                              first_instance)
+
+
+def _entry_field(i: int, field: str) -> str:
+    """A resolution error's field (named as the top-level setting or flag: ``engine.tp``,
+    ``--alpha-coeffs``, ``model.num_layers``) as the key of deployments[i]."""
+    key = field.lstrip("-").replace("-", "_")
+    if key.startswith("engine."):
+        key = key[len("engine."):]
+    elif key.startswith("model."):  # a fact of the model's config.json: the entry's model key names the file
+        key = "model"
+    return f"deployments[{i}].{key}"
 
 
 def distribution_spec(config: SimConfig) -> DistributionSpec:
