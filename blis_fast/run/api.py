@@ -20,7 +20,7 @@ from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
-from blis_fast.run.resolve import build_workload, check_expected_size, resolve
+from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
@@ -135,6 +135,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
     with memory.memory_budget(cfg.simulation.max_memory):
         setup = resolve(cfg)
+        check_engine_supports(setup)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
             if progress is not None:
