@@ -173,9 +173,9 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
             setup = resolve(cfg)
-            check_engine_supports(setup)
             check_expected_size(cfg, setup, RESULT_BYTES_PER_REQUEST)
             wl = build_workload(cfg)
+            check_engine_supports(setup)
     except ConfigError as exc:
         raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:

@@ -64,7 +64,9 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
     **settings:
         Flat settings named like the CLI flags with ``_`` (``num_instances=4``,
         ``rate=20.0``, ``routing_policy="weighted"``; ``blis-fast run --help`` lists
-        them); they override ``config`` and ``policy``.
+        them); they override ``config`` and ``policy``.  ``deployments=[{...}, ...]``
+        gives the run's deployments as a run-config file's ``deployments:`` list does
+        (docs/architecture.md "Deployments").
 
     Raises
     ------
@@ -135,7 +137,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
     with memory.memory_budget(cfg.simulation.max_memory):
         setup = resolve(cfg)
-        check_engine_supports(setup)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
             if progress is not None:
@@ -145,6 +146,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         else:
             wl = workload
         check_run_selectors(cfg, wl, selectors)
+        check_engine_supports(setup)  # (after the workload: its errors are the user's to fix first)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
