@@ -219,7 +219,9 @@ def build_workload(config: SimConfig) -> Workload:
 def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | None = None) -> Workload:
     """``wl`` with each request's served model (``Workload.model``, ids into
     ``Workload.models`` = the deployments' served model names).  With one deployment every
-    request is its (a trace's model column is ignored, as BLIS does).  With several: a
+    request is its, whatever a trace's model column or a spec client's ``model:`` says (as
+    BLIS, which ignores the column; the same spec runs against one deployment or several).
+    With several: a
     spec client's ``model:`` (default: the first deployment's), a BLIS trace's model
     column; a model no deployment serves is refused before the run.  A generated
     distribution or a rich trace (no model column) is refused when the deployments serve
@@ -228,15 +230,15 @@ def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | 
     served = tuple(dict.fromkeys(d.served_name for d in deployments))
     index = {name: k for k, name in enumerate(served)}
     n = len(wl)
-    if spec is not None:
+    if len(deployments) == 1:
+        model = np.zeros(n, np.int32)
+    elif spec is not None:
         for c in spec.clients:
             if c.model is not None and c.model not in index:
                 raise ConfigError(f"{c.path}.model", f"model {show(c.model)} is served by no deployment; served: "
                                                      f"{', '.join(served)}")
         per_client = np.array([index[c.model if c.model is not None else served[0]] for c in spec.clients], np.int32)
         model = per_client[wl.column("client")] if n else np.zeros(0, np.int32)
-    elif len(deployments) == 1:
-        model = np.zeros(n, np.int32)
     elif blis_trace is not None:
         model = _trace_models(blis_trace, wl, served, index)
     elif len(served) == 1:

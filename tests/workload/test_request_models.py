@@ -67,8 +67,8 @@ def test_a_clients_requests_do_not_depend_on_the_other_clients():
         assert np.array_equal(getattr(alone, name), getattr(both, name)[mine]), name
 
 
-def test_one_deployment_takes_every_request_whatever_the_spec_default(tmp_path):
-    spec = spec_file(tmp_path, [client("a", 2), client("b", 1)])
+def test_one_deployment_takes_every_request_whatever_the_spec_says(tmp_path):
+    spec = spec_file(tmp_path, [client("a", 2), client("b", 1, QWEN)])
     wl = build_workload(config(TWO_MODELS[:1], spec_filepath=str(spec)))
     assert wl.models == (LLAMA,) and not wl.model.any()
 
@@ -112,9 +112,12 @@ def test_unknown_spec_model_is_refused(tmp_path):
     cfg_path.write_text(yaml.safe_dump({"deployments": TWO_MODELS, "workload": {"spec_filepath": str(spec)}}))
     assert_clean_error(*cli_in_process("run", "--config", cfg_path),
                        ["clients[1].model", "'mistral'", f"served: {LLAMA}, {QWEN}"])
-    with pytest.raises(ConfigError) as info:  # (a spec's model: is checked with one deployment too)
-        build_workload(config(TWO_MODELS[:1], spec_filepath=str(spec)))
+    with pytest.raises(ConfigError) as info:
+        build_workload(config(TWO_MODELS, spec_filepath=str(spec)))
     assert info.value.field == "clients[1].model"
+    # with one deployment every request is its, whatever the spec names (as a trace's model column)
+    wl = build_workload(config(TWO_MODELS[:1], spec_filepath=str(spec)))
+    assert wl.models == (LLAMA,) and not wl.model.any()
 
 
 def test_spec_model_must_be_a_name(tmp_path):
