@@ -18,7 +18,7 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
-from blis_fast.config.deployments import DeploymentSpec
+from blis_fast.config.deployments import DeploymentSpec, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.sim import SimConfig, build_config, flag_for
 from blis_fast.config.validate import INT32_MAX, show
@@ -59,7 +59,7 @@ class Setup:
     @property
     def served_models(self) -> tuple[str, ...]:
         """The distinct served model names, in order of first appearance."""
-        return tuple(dict.fromkeys(d.served_model_name for d in self.deployments))
+        return served_models(self.config.deployment_list())
 
     @property
     def compat(self) -> bool:
@@ -227,7 +227,7 @@ def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | 
     distribution or a rich trace (no model column) is refused when the deployments serve
     several models.  docs/semantics.md "Requests carry a model"."""
     deployments = config.deployment_list()
-    served = tuple(dict.fromkeys(d.served_name for d in deployments))
+    served = served_models(deployments)
     index = {name: k for k, name in enumerate(served)}
     n = len(wl)
     if len(deployments) == 1:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import json
+from array import array
 import math
 import re
 import sys
@@ -261,7 +262,7 @@ def read_trace_models(path, n: int | None = None) -> tuple[tuple[str, ...], np.n
     only when the run has several deployments (BLIS ignores the column)."""
     p = Path(path)
     names: dict[str, int] = {}
-    ids: list[int] = []
+    ids = array("i")  # (4 bytes per request, not a Python int each)
     old_limit = csv.field_size_limit()
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # (token lists exceed the 128 KiB default)
     try:
@@ -284,7 +285,7 @@ def read_trace_models(path, n: int | None = None) -> tuple[tuple[str, ...], np.n
                 ids.append(names[name])
     finally:
         csv.field_size_limit(old_limit)
-    return tuple(names), np.array(ids, dtype=np.int32)
+    return tuple(names), np.frombuffer(ids, dtype=np.int32).copy() if ids else np.zeros(0, np.int32)
 
 
 def write_blis_trace(path, arrival_s, prompt_ids, output_ids, request_ids=None, model: str = "model") -> None:
