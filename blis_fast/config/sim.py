@@ -206,6 +206,12 @@ class SimConfig:
                                                                   for d in self.deployments):
                 raise ConfigError("deployments", f"must be a tuple of DeploymentSpec, got {show(self.deployments)}")
             check_deployments(self.deployments)
+            # the top-level settings mirror the first deployment (single-deployment code reads them)
+            first = self.deployments[0]
+            for name in PER_DEPLOYMENT_SETTINGS:
+                object.__setattr__(self, name, getattr(first, name))
+            object.__setattr__(self, "engine", first.engine)
+            object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
 
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
@@ -406,11 +412,6 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         if f.name in _SECTIONS or f.name not in nested:
             continue
         top[f.name] = _coerce(nested[f.name], f, where(f.name))
-    if deps is not None:  # the top-level settings mirror the first deployment (single-deployment code reads them)
-        first = deps[0]
-        top.update({name: getattr(first, name) for name in PER_DEPLOYMENT_SETTINGS})
-        sections["engine"] = first.engine
-        sections["deployment"] = DeploymentConfig(num_instances=first.instances)
     try:
         cfg = SimConfig(**top, **sections, deployments=deps)
         validate(cfg)

@@ -133,3 +133,16 @@ def test_api_keyword_and_several_deployments_not_run_yet():
         simulate(deployments=[{"name": "h", "model": LLAMA}, {"name": "a", "model": LLAMA, "hardware": "A100-80"}],
                  num_requests=5)
     assert info.value.field == "deployments" and "one deployment per run" in info.value.message
+
+
+def test_a_simconfig_built_in_python_mirrors_its_first_deployment():
+    from blis_fast.config.deployments import DeploymentSpec
+    from blis_fast.config.engine import EngineConfig
+    from blis_fast.config.sim import SimConfig
+
+    dep = DeploymentSpec(name="q", model=QWEN, hardware="A100-80", instances=3, engine=EngineConfig(block_size=32))
+    cfg = SimConfig(deployments=(dep,))
+    assert (cfg.model, cfg.hardware, cfg.engine.block_size, cfg.deployment.num_instances) == (QWEN, "A100-80", 32, 3)
+    with pytest.raises(ConfigError) as info:
+        SimConfig(deployments=(dep, dep))
+    assert info.value.field == "deployments[1].name"
