@@ -60,6 +60,10 @@ class Workload:
                  time) and next_request[i] > i.
     names:       {"tenant": [...], "slo_class": [...], "client": [...], ...} id -> name.
     slo_targets: {slo class name: {"ttft_ms": .., "tpot_ms": .., "e2e_ms": ..}}.
+    model:       int32 [n] or None: the served model each request asks for, an index into
+                 ``models`` (the served model names); None = not assigned yet
+                 (blis_fast.run.resolve.assign_models assigns it from the config's
+                 deployments, docs/semantics.md "Requests carry a model").
     """
 
     arrival_us: np.ndarray
@@ -81,6 +85,8 @@ class Workload:
     names: dict = field(default_factory=dict)
     slo_targets: dict = field(default_factory=dict)
     key_shared: np.ndarray | None = None
+    model: np.ndarray | None = None
+    models: tuple[str, ...] = ()
 
     ATTRIBUTES = {  # optional column -> (dtype, default value)
         "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
@@ -129,6 +135,7 @@ class Workload:
             source_ids=None if self.source_ids is None else self.source_ids[:n],
             description={**self.description, "first_requests": int(n)},
             key_shared=None,  # (which keys repeat is recomputed among the kept requests)
+            model=None if self.model is None else self.model[:n],
             **columns,
         )
         kept.validate()
@@ -312,6 +319,12 @@ class Workload:
                                 "request i must have floor((prompt_len[i] + output_len[i]) / block_size) keys")
         if np.any(self.block_keys == -1):
             raise WorkloadError("workload.block_keys", "-1 is reserved for 'no key'")
+        if self.model is not None:
+            m = self.model
+            if not isinstance(m, np.ndarray) or m.dtype != np.int32 or m.shape != (n,):
+                raise WorkloadError("workload.model", f"must be a 1-D int32 array of {n} entries")
+            if n and (int(m.min()) < 0 or int(m.max()) >= len(self.models)):
+                raise WorkloadError("workload.model", f"ids must index workload.models ({len(self.models)} names)")
         ks = self.key_shared
         if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8
                                or ks.shape != self.block_keys.shape):
