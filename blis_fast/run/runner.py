@@ -26,7 +26,15 @@ STATUS_MESSAGES = {
     Status.INVARIANT_KV: "KV block conservation violated (allocated + free != total)",
     Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
     Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
+    Status.UNKNOWN_EVENT: "an event of unknown kind {kind} reached the event loop (internal error; please report)",
 }
+
+
+def _kind_name(state: State) -> str:
+    """'cluster kind 5' / 'instance kind 3': the unknown event's kind code and band."""
+    lp = state.loop[0]
+    band = "instance" if lp["error_instance"] >= 0 else "cluster"
+    return f"{band} kind {int(lp['error_kind'])}"
 
 
 def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> np.ndarray:
@@ -145,4 +153,7 @@ def describe_error(state: State) -> str:
     if lp["error_request"] >= 0:
         where.append(f"request_{lp['error_request']}")
     at = f" ({', '.join(where)}, t={lp['clock_us']} µs)" if where else f" (t={lp['clock_us']} µs)"
-    return STATUS_MESSAGES.get(status, f"status {status}") + at
+    message = STATUS_MESSAGES.get(status, f"status {status}")
+    if status == Status.UNKNOWN_EVENT:
+        message = message.format(kind=_kind_name(state))
+    return message + at

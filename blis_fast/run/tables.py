@@ -219,6 +219,7 @@ def loop_record() -> np.ndarray:
     rec = np.zeros(1, S.LOOP_DT)
     rec["error_instance"] = -1
     rec["error_request"] = -1
+    rec["error_kind"] = -1
     return rec
 
 
