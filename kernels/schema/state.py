@@ -37,6 +37,7 @@ MINUS_ONE = "minus-one"  # every element -1 ("none")
 SCRATCH = "scratch"  # the kernels write every element before they read it (tests/run/test_state_arrays.py poisons them)
 LOG = "log"  # as SCRATCH; a reused log keeps its grown length if that is at least the declared one
 GIVEN = "given"  # built by build_state from the workload, config or policy (checked against the declaration)
+INITS = (ZEROS, MINUS_ONE, SCRATCH, LOG, GIVEN)
 
 #: The sizes shape expressions may use (computed by blis_fast.run.tables.state_sizes), and
 #: the schema constants they may use too.
