@@ -26,8 +26,8 @@ from ..latency.steptime import (blackbox_step_us, output_token_delay_us, rooflin
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PhaseEnd, PolicySlot, PriorityKind, RequestState,
-                      SchedulerKind, Status)
+from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PhaseEnd, PolicySlot, PriorityKind,
+                      RequestState, SchedulerKind, Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event

@@ -111,7 +111,8 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("reqs", REQUEST_DT, ("n_requests",), GIVEN, "request table", "one row per request (id = row)"),
     Field("arrival_order", _I64, ("n_arrivals",), GIVEN, "request table",
           "requests whose arrival is known up front, by (arrival, id)"),
-    Field("keys", _I64, ("n_keys",), GIVEN, "", "prompt-block keys; request r's are [key_start, key_start + key_count)"),
+    Field("keys", _I64, ("n_keys",), GIVEN, "",  # (the workload's own array: not counted again)
+          "prompt-block keys; request r's are [key_start, key_start + key_count)"),
     Field("key_shared", _U8, ("n_flags",), GIVEN, "block-key tables",
           "per key: 1 if its value occurs at another position of keys too"),
     Field("req_blocks", _I32, ("n_blocks",), SCRATCH, "request block lists",
@@ -217,9 +218,14 @@ _SHAPE_CODE = {e: compile(e, f"<State shape {e!r}>", "eval") for f in STATE_FIEL
 _ROOM_CODE = {f.growth.room: compile(f.growth.room, "<log room>", "eval") for f in STATE_FIELDS if f.growth}
 
 
-def field_shape(field: Field, sizes: dict) -> tuple[int, ...]:
-    """The shape of ``field`` for the named sizes ``sizes`` (SIZE_NAMES)."""
-    namespace = {**SHAPE_CONSTANTS, **sizes}
+def shape_namespace(sizes: dict) -> dict:
+    """What shape expressions are evaluated in: the named sizes (SIZE_NAMES) and the
+    schema constants."""
+    return {**SHAPE_CONSTANTS, **sizes}
+
+
+def field_shape(field: Field, namespace: dict) -> tuple[int, ...]:
+    """The shape of ``field`` in ``namespace`` (``shape_namespace`` of the named sizes)."""
     return tuple(int(eval(_SHAPE_CODE[e], {"__builtins__": {}}, namespace)) for e in field.shape)
 
 
