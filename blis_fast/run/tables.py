@@ -15,7 +15,7 @@ import numpy as np
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS, ZEROS, copy_array, event_capacity,
-                                            field_shape, shape_namespace)
+                                            state_shapes)
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
@@ -313,8 +313,8 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
 
 def field_bytes(sizes: dict[str, int]) -> dict[str, int]:
     """Bytes of each State field for ``sizes``."""
-    namespace = shape_namespace(sizes)
-    return {f.name: math.prod(field_shape(f, namespace)) * np.dtype(f.dtype).itemsize for f in STATE_FIELDS}
+    shapes = state_shapes(**sizes)
+    return {f.name: math.prod(shape) * np.dtype(f.dtype).itemsize for f, shape in zip(STATE_FIELDS, shapes)}
 
 
 def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
@@ -399,9 +399,7 @@ def allocate_state(sizes: dict[str, int], given: dict[str, np.ndarray], arrays: 
     inputs unpickled on a distributed worker (read-only, and unaligned in dask's frames) or
     memory-mapped."""
     out = []
-    namespace = shape_namespace(sizes)
-    for f in STATE_FIELDS:
-        shape = field_shape(f, namespace)
+    for f, shape in zip(STATE_FIELDS, state_shapes(**sizes)):
         if f.init == GIVEN:
             a = given[f.name]
             if a.dtype != f.dtype or a.shape != shape:

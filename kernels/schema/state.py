@@ -218,14 +218,23 @@ _SHAPE_CODE = {e: compile(e, f"<State shape {e!r}>", "eval") for f in STATE_FIEL
 _ROOM_CODE = {f.growth.room: compile(f.growth.room, "<log room>", "eval") for f in STATE_FIELDS if f.growth}
 
 
-def shape_namespace(sizes: dict) -> dict:
-    """What shape expressions are evaluated in: the named sizes (SIZE_NAMES) and the
-    schema constants."""
-    return {**SHAPE_CONSTANTS, **sizes}
+def _shapes_function():
+    """One function computing every field's shape from the named sizes (keyword
+    arguments), so a state's shapes cost one call rather than an evaluation per dimension."""
+    body = ", ".join("(" + "".join(f"int({e}), " for e in f.shape) + ")" for f in STATE_FIELDS)
+    source = f"def state_shapes(*, {', '.join(SIZE_NAMES)}):\n    return ({body},)\n"
+    namespace = dict(SHAPE_CONSTANTS)
+    exec(compile(source, "<State shapes>", "exec"), namespace)
+    return namespace["state_shapes"]
 
 
-def field_shape(field: Field, namespace: dict) -> tuple[int, ...]:
-    """The shape of ``field`` in ``namespace`` (``shape_namespace`` of the named sizes)."""
+#: ``state_shapes(**sizes)``: every State field's shape, in declaration order.
+state_shapes = _shapes_function()
+
+
+def field_shape(field: Field, sizes: dict) -> tuple[int, ...]:
+    """The shape of ``field`` for the named sizes ``sizes`` (SIZE_NAMES)."""
+    namespace = {**SHAPE_CONSTANTS, **sizes}
     return tuple(int(eval(_SHAPE_CODE[e], {"__builtins__": {}}, namespace)) for e in field.shape)
 
 

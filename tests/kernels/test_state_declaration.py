@@ -13,7 +13,7 @@ from blis_fast.run.tables import estimate_state_bytes, field_bytes, state_sizes
 from blis_fast_kernels.schema import TraceLevel
 from blis_fast_kernels.schema.state import (GIVEN, INITS, SHAPE_CONSTANTS, SIZE_NAMES, STATE_FIELDS, STATE_LAYOUT,
                                             State, event_capacity, field_shape, log_room,
-                                            shape_namespace)
+                                            state_shapes)
 from builders import lengths_workload
 from states import make_state, setup_of
 
@@ -56,7 +56,7 @@ def test_allocation_and_estimate_follow_the_declaration(case):
                         pol.scheduler_kind, level)
     assert set(sizes) == set(SIZE_NAMES)
     for f, a in zip(STATE_FIELDS, st):
-        assert a.dtype == f.dtype and a.shape == field_shape(f, shape_namespace(sizes)), f.name
+        assert a.dtype == f.dtype and a.shape == field_shape(f, sizes), f.name
     parts = estimate_state_bytes(setup.config, setup.latency, len(wl), len(wl.block_keys), n_blocks, use_index,
                                  pol.scheduler_kind, n_shared=0, trace_level=level)
     counted = sum(a.nbytes for f, a in zip(STATE_FIELDS, st) if f.family)
@@ -100,8 +100,8 @@ def test_a_given_array_that_contradicts_the_declaration_is_refused():
 
     setup = setup_of(num_instances=2)
     sizes = state_sizes(setup.config, setup.latency, 3, 0, 0, 0, False, 0)
-    namespace = shape_namespace(sizes)
-    given = {f.name: np.zeros(field_shape(f, namespace), f.dtype) for f in STATE_FIELDS if f.init == GIVEN}
+    assert state_shapes(**sizes) == tuple(field_shape(f, sizes) for f in STATE_FIELDS)
+    given = {f.name: np.zeros(field_shape(f, sizes), f.dtype) for f in STATE_FIELDS if f.init == GIVEN}
     allocate_state(sizes, given, StateArrays())
     given["reqs"] = given["reqs"][:2]
     with pytest.raises(AssertionError, match="State.reqs"):
