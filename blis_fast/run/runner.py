@@ -13,7 +13,8 @@ from typing import Callable
 import numpy as np
 
 from blis_fast.errors import SimulationError
-from blis_fast_kernels.schema import State, Status, TraceLevel
+from blis_fast_kernels.schema import State, Status
+from blis_fast_kernels.schema.state import STATE_FIELDS, log_room
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
@@ -25,7 +26,15 @@ STATUS_MESSAGES = {
     Status.INVARIANT_KV: "KV block conservation violated (allocated + free != total)",
     Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
     Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
+    Status.UNKNOWN_EVENT: "an event of unknown kind {kind} reached the event loop (internal error; please report)",
 }
+
+
+def _kind_name(state: State) -> str:
+    """'cluster kind 5' / 'instance kind 3': the unknown event's kind code and band."""
+    lp = state.loop[0]
+    band = "instance" if lp["error_instance"] >= 0 else "cluster"
+    return f"{band} kind {int(lp['error_kind'])}"
 
 
 def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> np.ndarray:
@@ -45,27 +54,19 @@ def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> 
 
 def grow_logs(state: State) -> State:
     """A State whose logs have room for at least one more step of any instance (the used
-    rows are kept): the step and irregular-ITL logs, and when tracing the preemption and
-    scheduling logs.  The growth is charged to the memory budget in force (ConfigError
-    naming simulation.max_memory when it does not fit)."""
+    rows are kept): every field declared with a ``Growth`` (kernels/schema/state.py) that
+    is written at the run's trace level -- the step and irregular-ITL logs, and when
+    tracing the preemption and scheduling logs.  The growth is charged to the memory budget
+    in force (ConfigError naming simulation.max_memory when it does not fit)."""
     lp = state.loop[0]
     seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
     level = int(state.settings[0]["trace_level"])
-    smaller = "set a simulation.horizon or make the workload smaller"
-    step_log = _with_room(state.step_log, int(lp["steps"]), 1, "the step log ({used} steps so far, growing to {rows})",
-                          smaller)
-    irr_log = _with_room(state.irr_log, int(lp["irregular_records"]), seqs,
-                         "the inter-token log ({used} records so far, growing to {rows})", smaller)
-    preempt_log, sched_log = state.preempt_log, state.sched_log
-    if level >= TraceLevel.DECISIONS:
-        preempt_log = _with_room(preempt_log, int(lp["preempt_records"]), seqs,
-                                 "the preemption log ({used} records, growing to {rows})",
-                                 "set a simulation.horizon or trace fewer decisions")
-    if level >= TraceLevel.FULL:  # admissions or victims of one step, and one blocked head
-        sched_log = _with_room(sched_log, int(lp["sched_records"]), seqs + 1,
-                               "the scheduling trace ({used} records, growing to {rows})",
-                               "set a simulation.horizon or trace less (simulation.trace_level decisions)")
-    return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log, sched_log=sched_log)
+    grown = {}
+    for f in STATE_FIELDS:
+        if f.growth is not None and level >= f.growth.level:
+            grown[f.name] = _with_room(getattr(state, f.name), int(lp[f.growth.counter]),
+                                       log_room(f.growth, seqs), f.growth.what, f.growth.hint)
+    return state._replace(**grown)
 
 
 CHUNK_EVENTS = 200_000  # events in the first kernel call; later calls are sized to take about
@@ -178,4 +179,7 @@ def describe_error(state: State) -> str:
     if lp["error_request"] >= 0:
         where.append(f"request_{lp['error_request']}")
     at = f" ({', '.join(where)}, t={lp['clock_us']} µs)" if where else f" (t={lp['clock_us']} µs)"
-    return STATUS_MESSAGES.get(status, f"status {status}") + at
+    message = STATUS_MESSAGES.get(status, f"status {status}")
+    if status == Status.UNKNOWN_EVENT:
+        message = message.format(kind=_kind_name(state))
+    return message + at
