@@ -19,15 +19,15 @@ import importlib
 
 from blis_fast.errors import BlisFastError, ConfigError, SimulationError, WorkloadError
 from blis_fast.paths import guard_kernel_cache as _guard_kernel_cache
+from blis_fast.version import __version__
 
 _guard_kernel_cache()  # a damaged compiled cache is cleared; a cold one announces its compile
 
-__version__ = "0.1.0"
 
 _LAZY = {"SimConfig": "blis_fast.config.sim", "build_config": "blis_fast.config.sim",
          "load_yaml": "blis_fast.config.sim", "simulate": "blis_fast.run.api", "Result": "blis_fast.results.result"}
 _SUBPACKAGES = {"batch", "cli", "config", "experiments", "policy", "results", "run", "studies", "workload", "errors", "paths",
-                "rng"}
+                "rng", "version"}
 
 
 def __getattr__(name: str):

@@ -75,7 +75,7 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
     """[(row index, EvaluationResult)] of the members of one cohort on a prepared scenario
     (never raises).  ``timings`` as ``evaluate_task``'s, summed over the cohort's branches."""
     from blis_fast.batch.budget import BudgetExceeded, run_within
-    from blis_fast.batch.evaluate import evaluate_task, failed, failure, thread_arrays
+    from blis_fast.batch.task import evaluate_task, failed, failure, thread_arrays
     from blis_fast.config import memory
     from blis_fast.errors import ConfigError, SimulationError
     from blis_fast.results.evaluation import policy_id

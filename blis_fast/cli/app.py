@@ -80,7 +80,7 @@ app.command = _command
 
 def _print_version(value: bool) -> None:
     if value:
-        from blis_fast import __version__
+        from blis_fast.version import __version__
 
         typer.echo(f"blis-fast {__version__}")
         raise typer.Exit()

@@ -371,6 +371,16 @@ def _objectives(value: Any, where: str) -> list[dict]:
     return objectives_setting(value, where)
 
 
+def check_ready_workload(keywords: dict) -> None:
+    """Refuse keyword settings describing a workload when a ready-made Workload replaces
+    the one the config describes (``blis_fast.simulate(workload=wl, rate=...)``)."""
+    for name, value in keywords.items():
+        if value is not None and FLAG_PATHS.get(name) in effective.WORKLOAD_SETTINGS:
+            raise ConfigError(name, "has no effect with a Workload passed in (workload=): it describes the "
+                                    "workload the config would build; build the Workload with it instead, or "
+                                    "leave workload= out")
+
+
 def validate(cfg: SimConfig) -> None:
     """Cross-field checks (each field's own range is checked by its dataclass)."""
     w, d = cfg.workload, cfg.deployment
@@ -446,5 +456,5 @@ def _to_dict(obj: Any) -> Any:
 
 __all__ = [
     "SimConfig", "EngineConfig", "WorkloadConfig", "DeploymentConfig", "SimulationConfig",
-    "FLAG_PATHS", "build_config", "load_yaml", "validate", "with_overrides", "flag_for", "replace",
+    "FLAG_PATHS", "build_config", "check_ready_workload", "load_yaml", "validate", "with_overrides", "flag_for", "replace",
 ]

@@ -1,5 +1,5 @@
 """``blis-fast bench`` batch scenarios: evaluations per second of ``blis_fast.batch`` --
-64 policy candidates on one standard scenario (``experiments.bench.SCENARIOS``), serial
+64 policy candidates on one standard scenario (``experiments.scenarios.SCENARIOS``), serial
 (one thread) and on every core (a thread per core; the event loop releases the GIL).
 
 The candidates are evaluated as ``evaluate_prepared`` evaluates them: those that differ
@@ -65,7 +65,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
     from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task
     from blis_fast.batch.scenarios import Scenario, prepare
     from blis_fast.config.sim import build_config
-    from blis_fast.experiments.bench import scenario_overrides
+    from blis_fast.experiments.scenarios import scenario_overrides
     from blis_fast.run import build_state, run_to_end
 
     base, run_serial = BATCH_SCENARIOS[name]
@@ -185,14 +185,14 @@ def _phases(p: dict | None) -> str:
 
 def format_batch(rows: list[dict]) -> list[str]:
     """Lines of the batch table (for ``experiments.bench.format_report``)."""
-    from blis_fast.experiments.bench import _table
+    from blis_fast.experiments.scenarios import text_table
 
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
     out = ["", f"batch evaluation ({N_CANDIDATES} candidates per scenario; blis_fast.batch.evaluate_many's engine; "
                "serial = 1 thread, parallel = a thread per core; best pass of repeats)"]
-    out += _table(
+    out += text_table(
         ["batch", "scenario", "workers", "runs", "serial s", "evals/s serial", "parallel s", "evals/s parallel",
          "speed-up", "s/eval serial", "build/kernel/judge s", "busy cores", "kernel scaling"],
         [[r["name"], r["scenario"], str(r["workers"]), f(r.get("runs"), "d"), f(r["serial_s"], ".2f"),

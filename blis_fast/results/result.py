@@ -378,7 +378,7 @@ class Result:
 
     def run_info(self) -> dict:
         """What produced these numbers (deterministic: no wall-clock fields)."""
-        from blis_fast import __version__
+        from blis_fast.version import __version__
 
         lat = self.setup.latency
         cfg = self.setup.config

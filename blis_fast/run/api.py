@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from blis_fast.config import effective, memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
-from blis_fast.config.sim import SimConfig, build_config, load_yaml, section_paths
+from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.run.resolve import build_workload, check_expected_size, resolve
@@ -81,7 +81,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
     if workload is not None and not isinstance(workload, Workload):
         raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
     if workload is not None:
-        effective.check_ready_workload(settings)
+        check_ready_workload(settings)
     cfg = as_config(config, settings, policy=policy)
     return run_config(cfg, workload, progress=progress)
 

@@ -61,7 +61,7 @@ def replay_workers(state, wanted: int) -> int:
     """Replays run at once: up to the cores this process may use and ``wanted``, and as
     many state copies as the memory budget in force still holds (ConfigError naming
     simulation.max_memory if not even one fits next to the pass's own state)."""
-    from blis_fast.batch.evaluate import default_workers
+    from blis_fast.run.runner import default_workers
     from blis_fast.config import memory
 
     per_copy = sum(a.nbytes for a in state)

@@ -7,6 +7,7 @@ status but OK is an error."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -26,6 +27,14 @@ STATUS_MESSAGES = {
     Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
     Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
 }
+
+
+def default_workers() -> int:
+    """All cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover -- not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> np.ndarray:

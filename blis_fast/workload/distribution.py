@@ -26,7 +26,7 @@ from blis_fast.config.validate import (
 )
 from blis_fast.errors import ConfigError
 from blis_fast.rng import subsystem_rng
-from blis_fast.workload.workload import Workload
+from blis_fast.workload.workload import KEY_BYTES, Workload, charge_keys
 
 MAX_TOKEN_ID = 128000  # token ids are uniform in [0, MAX_TOKEN_ID)
 PRESETS = ("chatbot", "contentgen", "summarization", "multidoc")
@@ -35,7 +35,6 @@ ARRIVALS = ("poisson", "constant")
 _MAX_ARRIVAL_US = MAX_TIME_US  # refuse workloads whose clock would approach int64 overflow
 MAX_RATE = 1e12  # requests per second
 GEN_BYTES_PER_REQUEST = 160  # arrivals, lengths, content seeds and their temporaries, per request
-KEY_BYTES = 8 + 1  # a block key and its shared flag
 
 
 @dataclass
@@ -211,8 +210,6 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
     prefix_ids = subsystem_rng(seed, "workload.tokens").integers(0, MAX_TOKEN_ID, size=prefix, dtype=np.int64)
     content = subsystem_rng(seed, "workload.content").bit_generator.random_raw(n).view(np.int64)
     prompt_len = body + prefix
-    from blis_fast.workload.generate import charge_keys
-
     charge_keys(int(((prompt_len + output) // bs).sum()), bs)
     keys, key_offsets, shared = _sequence_keys(prefix_ids, prompt_len, output, content, int(block_size))
     wl = Workload(

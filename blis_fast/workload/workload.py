@@ -14,8 +14,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blis_fast.config import memory
 from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
+
+
+KEY_BYTES = 8 + 1  # a block key and its shared flag
+
+
+def charge_keys(n_keys: int, block_size: int) -> None:
+    """Refuse more block keys than the tables can number (MAX_KEYS) or the memory budget
+    holds; charge them."""
+    if n_keys > MAX_KEYS:
+        raise WorkloadError("workload", f"{n_keys} KV block keys (prompt + output tokens / block size "
+                                        f"{block_size}) exceed the {MAX_KEYS} a run can hold; use fewer or shorter "
+                                        "requests or a larger block size")
+    memory.charge(n_keys * KEY_BYTES, f"the workload's {n_keys} KV block keys (block size {block_size})",
+                  "use fewer or shorter requests or a larger block size")
 
 
 def row_seeds(n: int) -> np.ndarray:
@@ -180,8 +195,6 @@ class Workload:
         lens = np.diff(token_offsets)
         if n and int(lens.max()) + int(output_len.max()) > 2 * MAX_REQUEST_TOKENS:
             raise WorkloadError("workload.prompt_len", f"prompts must hold <= {MAX_REQUEST_TOKENS} tokens")
-        from blis_fast.workload.generate import charge_keys
-
         charge_keys(int(((lens + output_len) // int(block_size)).sum()), int(block_size))
         if output_tokens is None:
             out_tok = np.empty(0, np.int64)

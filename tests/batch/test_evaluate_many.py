@@ -239,7 +239,8 @@ def test_a_grown_step_log_is_kept_for_the_next_evaluation():
     # differs in any way
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import load_candidate
-    from blis_fast.batch.evaluate import evaluate_task, make_task, release_thread_arrays, thread_arrays
+    from blis_fast.batch.evaluate import make_task
+    from blis_fast.batch.task import evaluate_task, release_thread_arrays, thread_arrays
     from blis_fast.batch.scenarios import Scenario, prepare
     from blis_fast.config.sim import build_config
     from blis_fast.run.tables import MIN_LOG_ROWS
