@@ -10,9 +10,8 @@ figures; counts are exact.  Files and JSON keep the full values.
 from __future__ import annotations
 
 import json
-import math
 import sys
-from typing import Any
+from blis_fast.text import count, metric_text, ms, pct, rate
 
 PER_INSTANCE_LIMIT = 8  # instances shown one per row without --per-instance
 
@@ -32,70 +31,6 @@ def summary_json(summary: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- number formats
-
-
-def ms(x: Any) -> str:
-    """A time in ms for reading: 3 significant figures, e.g. 0.523, 32.9, 1,234."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
-
-
-def pct(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return f"{100 * float(x):.1f}%"
-
-
-def rate(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def count(x: Any) -> str:
-    return "-" if x is None else f"{int(x):,}"
-
-
-def sig3(x: Any) -> str:
-    """Any other number: 3 significant figures, thousands separated (0.0123, 4.56, 78,912)."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def unit_of(metric: str) -> str:
-    """The unit of an evaluation metric by its name (selectors ignored): "ms", "%" (a
-    fraction), "req/s", "tok/s" or "" (a count or ratio)."""
-    from blis_fast.results.objectives import FRACTIONS
-
-    base = metric.partition("[")[0]
-    if base.endswith("_ms"):
-        return "ms"
-    if base in FRACTIONS or base.endswith("_occupancy"):
-        return "%"
-    if base in ("responses_per_sec", "goodput_rps") or base.endswith("_rps") or base == "offered_rate":
-        return "req/s"
-    if base == "tokens_per_sec":
-        return "tok/s"
-    return ""
-
-
-def metric_text(metric: str, x: Any, with_unit: bool = True) -> str:
-    """A metric's value for reading, formatted by its unit (``unit_of``): "1,742 ms",
-    "44.7%", "299 req/s"; ``None`` (e.g. SLO attainment without targets) is "-"."""
-    unit = unit_of(metric)
-    if unit == "%":
-        return pct(x)
-    text = ms(x) if unit == "ms" else sig3(x)
-    return f"{text} {unit}" if with_unit and unit and text != "-" else text
 
 
 # ----------------------------------------------------------------------------- the summary

@@ -31,10 +31,10 @@ def workload_generate(
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
     from blis_fast.config.memory import parse_bytes, memory_budget
-    from blis_fast.config.outputs import check_outputs
+    from blis_fast.config.outputs import check_outputs, spec_files
     from blis_fast.workload.formats.rich_trace import FORMATS, write_trace
     from blis_fast.workload.generate import generate_requests
-    from blis_fast.workload.spec import load_spec, spec_files
+    from blis_fast.workload.spec import load_spec
 
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
     if fmt is not None:

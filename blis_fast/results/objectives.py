@@ -41,19 +41,13 @@ from dataclasses import asdict, dataclass
 
 from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
+from blis_fast.text import FRACTIONS
 
 DIRECTIONS = ("min", "max")
 SELECTOR_KINDS = ("class", "tenant", "client", "instance")
 MAX_OBJECTIVES = 64
 DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:min"
 
-# metrics that lie in [0, 1] by definition
-FRACTIONS = frozenset({
-    "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
-    "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
-    "busy_fraction", "rejected_fraction", "cached_token_fraction", "token_budget_occupancy", "batch_slot_occupancy",
-    "kv_occupancy_mean",
-})
 # metrics where less is better (the default direction)
 _LOWER_IS_BETTER = frozenset({
     "rejected_fraction", "preemption_rate", "preemption_count", "preemptions", "dropped_unservable",

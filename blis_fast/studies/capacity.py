@@ -50,7 +50,7 @@ from blis_fast.run.api import as_config
 from blis_fast.studies.measure import ADEQUACY
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from blis_fast.cli.output import metric_text
+from blis_fast.text import metric_text
 from blis_fast.studies.tables import bracket_text, interval_text, text_table
 
 SEARCHES = ("rate", "instances")

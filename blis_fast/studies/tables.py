@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from blis_fast.cli.output import metric_text, unit_of
+from blis_fast.text import metric_text, unit_of
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 

@@ -23,7 +23,6 @@ from blis_fast.config.validate import (
     INT64_MAX,
     MAX_REQUEST_TOKENS,
     MAX_REQUESTS,
-    MAX_STR_LEN,
     MAX_TIME_US,
     as_float,
     as_int,
@@ -428,34 +427,6 @@ def _read_numbers_file(p: Path, path: str) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.abs(arr).max() > MAX_PARAM:
         raise _err(path, f"{show(str(p))} holds numbers that are not finite or beyond {MAX_PARAM:g}")
     return arr
-
-
-def spec_files(path: str | Path) -> list[Path]:
-    """The files a spec refers to (``file:`` of trace arrivals and empirical
-    distributions), resolved against the spec's folder: inputs an output must not
-    overwrite.  Reads only the spec's YAML."""
-    from blis_fast.config.yamlfile import read_yaml_mapping
-
-    p = Path(path)
-    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
-    base = p.resolve().parent
-    out: list[Path] = []
-    todo = [data]
-    seen: set[int] = set()
-    while todo:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if isinstance(v, dict):
-            f = v.get("file")
-            if isinstance(f, str) and f and len(f) <= MAX_STR_LEN and "\x00" not in f:
-                q = Path(f).expanduser()
-                out.append(q if q.is_absolute() else base / q)
-            todo.extend(v.values())
-        elif isinstance(v, list):
-            todo.extend(v)
-    return out
 
 
 # ----------------------------------------------------------------------------- distributions
