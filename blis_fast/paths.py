@@ -64,7 +64,7 @@ def intact(path: Path) -> bool:
     to back (numba's version, then the index), a data file (.nbc) one pickle.  Parsed with
     every class replaced by a stand-in: nothing is imported or run.  A file that vanished
     counts as intact (numba copes with missing files)."""
-    import pickle
+    import pickle  # deferred: pickle (start-up of import blis_fast)
 
     class Structural(pickle.Unpickler):
         def find_class(self, module, name):
@@ -96,9 +96,9 @@ def _is_ours(dispatcher) -> bool:
 def _install_notice(message: str) -> None:
     """Log ``message`` (a warning of the ``blis_fast`` logger: on stderr unless the CLI's
     --quiet) when numba starts compiling one of our kernels (once)."""
-    import logging
+    import logging  # deferred: logging (start-up of import blis_fast)
 
-    from numba.core import event
+    from numba.core import event  # deferred: numba
 
     class Notice(event.Listener):
         done = False
@@ -118,7 +118,7 @@ def _why_jit() -> str:
     """Why the kernels compile now although an install compiles them ahead of time (the
     kernels' ``native.status()``), as a notice's last words; '' if that says nothing."""
     try:
-        from blis_fast_kernels import native
+        from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
         status = native.status()
     except Exception:  # noqa: BLE001 -- a notice must never break a run
@@ -331,7 +331,7 @@ def guard_kernel_cache() -> str | None:
     global ignored_cache_dir
     problem = cache_dir_problem(os.environ.get(CACHE_DIR_ENV))
     if problem is not None:
-        import logging
+        import logging  # deferred: logging (start-up of import blis_fast)
 
         ignored_cache_dir = problem
         os.environ.pop(CACHE_DIR_ENV)  # before numba reads it (numba is imported later, on first use)

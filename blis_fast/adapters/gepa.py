@@ -80,7 +80,7 @@ class BlisGEPAAdapter:
         return self.fitness.names
 
     def evaluate(self, batch: list, candidate: dict[str, str], capture_traces: bool = False):
-        from gepa import EvaluationBatch
+        from gepa import EvaluationBatch  # deferred: gepa
 
         results = self.fitness.run(dict(candidate), batch, summarize=capture_traces)
         outputs, trajectories = [], []

@@ -181,7 +181,7 @@ def _clip(text: str, limit: int = MAX_ARTIFACT_CHARS) -> str:
 
 def _wrap(metrics: dict, artifacts: dict):
     try:
-        from openevolve.evaluation_result import EvaluationResult
+        from openevolve.evaluation_result import EvaluationResult  # deferred: openevolve
     except ImportError:  # OpenEvolve's legacy contract: the metrics alone
         return dict(metrics)
     return EvaluationResult(metrics=metrics, artifacts=artifacts)

@@ -78,8 +78,8 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
     from blis_fast.batch.task import evaluate_task, failed, failure, thread_arrays
     from blis_fast.config import memory
     from blis_fast.errors import ConfigError, SimulationError
-    from blis_fast.results.evaluation import policy_id
-    from blis_fast.results.result import Result
+    from blis_fast.results.evaluation import policy_id  # deferred: blis_fast_kernels.native
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
     from blis_fast.run.tables import build_state
     from blis_fast_kernels.schema.state import copy_state
 

@@ -132,7 +132,7 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
     ``evaluate_many`` (the adapters call it with scenarios prepared once).  ``cohorts``:
     run candidates that differ only in routing parameters together while they route alike
     (batch/cohorts.py; the rows are the same either way)."""
-    from blis_fast.results.evaluation import EvaluationResult
+    from blis_fast.results.evaluation import EvaluationResult  # deferred: blis_fast_kernels.native
 
     n_s = len(prepared)
     results: list = [None] * (len(cands) * n_s)
@@ -190,7 +190,7 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
 def _kernels_loaded() -> bool:
     """True if the kernels' calls go to the ahead-of-time compiled module, now loaded (a
     JIT kernel compiles or loads on its first call)."""
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     return native.mode() != "jit" and native.compiled_module() is not None
 
@@ -285,7 +285,7 @@ def results_table(results: list, cands: Sequence[Candidate], prepared: Sequence[
     score, ``objective.<name>`` (normalized, [0, 1]), ``metric.<name>`` (raw; null when
     the run failed), simulated_duration_s, policy_id, workload_id (+ summary_text,
     wall_time_s)."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     objective_names = list(dict.fromkeys(o.name for ps in prepared for o in ps.objectives))
     metric_names = list(dict.fromkeys([*KEY_METRICS, *(o.metric for ps in prepared for o in ps.objectives)]))

@@ -118,7 +118,7 @@ def _objectives(spec, where: str):
     name ``where``."""
     if spec is None:
         return None
-    from blis_fast.results.objectives import parse_objectives
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     try:
         return parse_objectives(spec)
@@ -162,8 +162,8 @@ def check_unique_names(scenarios: list[Scenario]) -> None:
 def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScenario:
     """Resolve the scenario and build its workload (once, inside its memory budget)."""
     from blis_fast.config import memory
-    from blis_fast.results.evaluation import workload_id
-    from blis_fast.results.objectives import parse_objectives
+    from blis_fast.results.evaluation import workload_id  # deferred: blis_fast_kernels.native
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
     from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
     from blis_fast.run.resolve import build_workload, check_expected_size, resolve
     from blis_fast.run.tables import scenario_tables

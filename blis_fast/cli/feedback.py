@@ -186,8 +186,8 @@ class _Display:
         with self.lock:
             if self.live is not None or not self.bars:
                 return
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+            from rich.console import Console  # deferred: rich
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,  # deferred: rich
                                        TimeElapsedColumn, TimeRemainingColumn)
 
             self.live = Progress(

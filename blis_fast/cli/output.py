@@ -38,7 +38,7 @@ def summary_json(summary: dict) -> str:
 
 def render(summary: dict, per_instance: bool = False, console=None) -> None:
     """Print the human summary of one run's ``summary`` dict on ``console`` (stdout)."""
-    from rich.console import Console
+    from rich.console import Console  # deferred: rich
 
     console = console or Console()
     run, c = summary["run"], summary["cluster"]
@@ -73,7 +73,7 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
 
 
 def _headline(run: dict, c: dict):
-    from rich.text import Text
+    from rich.text import Text  # deferred: rich
 
     cfg = run.get("config") or {}
     engine = cfg.get("engine") or {}
@@ -90,7 +90,7 @@ def _headline(run: dict, c: dict):
 
 
 def _latency_table(c: dict):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title=None, box=None, pad_edge=False, show_edge=False, header_style="bold")
     t.add_column("latency (ms)")
@@ -118,7 +118,7 @@ def _cluster_lines(c: dict) -> list[str]:
 
 
 def _instance_table(instances: list[dict]):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title="instances (times in ms; budget, slots, KV: mean step occupancy; stepping: time a step runs)",
               title_justify="left", box=None, pad_edge=False, show_edge=False, header_style="bold")
@@ -135,7 +135,7 @@ def _instance_table(instances: list[dict]):
 
 
 def _slo_table(classes: dict):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title="SLO classes (times in ms)", title_justify="left", box=None, pad_edge=False, show_edge=False,
               header_style="bold")

@@ -114,10 +114,10 @@ def run(
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
     if per_request_out is not None:
-        from blis_fast.results.result import request_table_format
+        from blis_fast.results.result import request_table_format  # deferred: blis_fast_kernels.native
 
         table_format = request_table_format(per_request_out, "--per-request-out")
-    from blis_fast.run.api import run_config
+    from blis_fast.run.api import run_config  # deferred: blis_fast.rng, blis_fast.run, blis_fast.workload (not loaded by blis-fast --help)
 
     # the output files hold one record per request: reserve their memory up front
     reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
@@ -138,7 +138,7 @@ def run(
                 bar.report(f"writing {timeseries_out}", 0, None)
                 atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
             if trace_out:
-                from blis_fast.results.trace_table import write_decision_trace
+                from blis_fast.results.trace_table import write_decision_trace  # deferred: blis_fast_kernels.native
 
                 bar.report(f"writing {trace_out}", 0, None)
                 atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")

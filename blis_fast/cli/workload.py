@@ -32,9 +32,9 @@ def workload_generate(
     header + CSV/Parquet table); prints a one-line JSON note."""
     from blis_fast.config.memory import parse_bytes, memory_budget
     from blis_fast.config.outputs import check_outputs, spec_files
-    from blis_fast.workload.formats.rich_trace import FORMATS, write_trace
-    from blis_fast.workload.generate import generate_requests
-    from blis_fast.workload.spec import load_spec
+    from blis_fast.workload.formats.rich_trace import FORMATS, write_trace  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+    from blis_fast.workload.generate import generate_requests  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+    from blis_fast.workload.spec import load_spec  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
 
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
     if fmt is not None:
@@ -61,7 +61,7 @@ def workload_stats(
     """Summarize a workload as JSON: rates per client / tenant / SLO class, prompt and
     output length percentiles, sessions, and prefix sharing (ideal cache hit rate)."""
     from blis_fast.config.memory import parse_bytes, memory_budget
-    from blis_fast.workload.stats import stats_of_file
+    from blis_fast.workload.stats import stats_of_file  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
 
     bs = as_int(block_size, "--block-size", 1, 1024)
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None

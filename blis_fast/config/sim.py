@@ -366,7 +366,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
 
 
 def _objectives(value: Any, where: str) -> list[dict]:
-    from blis_fast.results.objectives import objectives_setting  # (results load numpy: only when used)
+    from blis_fast.results.objectives import objectives_setting  # deferred: blis_fast_kernels.native -- (results load numpy: only when used)
 
     return objectives_setting(value, where)
 

@@ -59,14 +59,14 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
     """Evaluations/s of a batch scenario, serial and on ``workers`` threads (default all
     cores), best of ``repeats`` passes each; see the module docstring.  ``cohorts=False``:
     every candidate runs alone (batch/cohorts.py; the rows are the same)."""
-    from blis_fast.batch.budget import Budget
-    from blis_fast.batch.candidates import load_candidate
-    from blis_fast.batch.cohorts import form_cohorts
-    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task
-    from blis_fast.batch.scenarios import Scenario, prepare
-    from blis_fast.config.sim import build_config
+    from blis_fast.batch.budget import Budget  # deferred: yaml
+    from blis_fast.batch.candidates import load_candidate  # deferred: yaml
+    from blis_fast.batch.cohorts import form_cohorts  # deferred: yaml
+    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task  # deferred: yaml
+    from blis_fast.batch.scenarios import Scenario, prepare  # deferred: yaml
+    from blis_fast.config.sim import build_config  # deferred: yaml
     from blis_fast.experiments.scenarios import scenario_overrides
-    from blis_fast.run import build_state, run_to_end
+    from blis_fast.run import build_state, run_to_end  # deferred: yaml
 
     base, run_serial = BATCH_SCENARIOS[name]
     run_serial = run_serial if serial is None else serial
@@ -157,7 +157,7 @@ def kernel_scaling(ps, workers: int, repeats: int = 1) -> float:
     on one thread / on ``workers`` threads (each on a fresh copy of one state)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from blis_fast.run import build_state, run_to_end
+    from blis_fast.run import build_state, run_to_end  # deferred: yaml
     from blis_fast_kernels.schema.state import copy_state
 
     template = build_state(ps.setup, ps.workload)

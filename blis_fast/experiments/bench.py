@@ -72,8 +72,8 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
     completed/duration figure, and ``rates`` = round(load x steady x num_instances, 1) per
     scenario -- the values to paste into SCENARIOS / SATURATION_RPS_PER_INSTANCE.
     """
-    from blis_fast.config.sim import build_config
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end
+    from blis_fast.config.sim import build_config  # deferred: yaml
+    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
     from blis_fast_kernels.schema import RequestState
 
     cfg = build_config({}, {**BASE, "seed": seed, "num_requests": burst, "num_instances": 1,
@@ -105,7 +105,7 @@ def machine_info() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     from blis_fast.version import __version__
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     try:
         numba_version = version("numba")  # (without importing numba)
@@ -132,9 +132,9 @@ def machine_info() -> dict:
 
 def bench_scenario(name: str, repeats: int = 3) -> dict:
     """Warm kernel timings and sanity metrics of one scenario (see the module docstring)."""
-    from blis_fast.results.result import Result
-    from blis_fast.config.sim import build_config
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
+    from blis_fast.config.sim import build_config  # deferred: yaml
+    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
     from blis_fast_kernels.schema import RequestState
 
     if repeats < 1:
@@ -145,7 +145,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     wl = build_workload(cfg)
     n = len(wl)
 
-    from blis_fast.run.api import trace_level_code
+    from blis_fast.run.api import trace_level_code  # deferred: yaml
 
     level = trace_level_code(cfg)
     # untimed warm-up (compiles or loads the kernels) doubling as the correctness check
@@ -209,7 +209,7 @@ def floor_inputs(setup, wl) -> dict:
 def run_floor(inputs: dict) -> tuple[int, np.ndarray, np.ndarray]:
     """Run the minimal loop once: (steps, first token µs, last token µs) per request of
     ``inputs`` (arrival order)."""
-    from blis_fast_kernels.native import run_minimal  # compiled like the kernel it is compared with
+    from blis_fast_kernels.native import run_minimal  # deferred: blis_fast_kernels.native -- compiled like the kernel it is compared with
 
     n = inputs["arrival_us"].shape[0]
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -229,7 +229,7 @@ def bench_floor(setup, wl, repeats: int = 3) -> dict | None:
     steps, _, last = run_floor(inputs)  # untimed warm-up: compiles or loads the kernel
     if int((last >= 0).sum()) != n:
         raise BlisFastError(f"floor: only {int((last >= 0).sum())} of {n} requests completed")
-    from blis_fast_kernels.native import run_minimal
+    from blis_fast_kernels.native import run_minimal  # deferred: blis_fast_kernels.native
 
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
     args = [inputs[k] for k in ("arrival_us", "prompt_len", "output_len", "num_instances", "max_num_seqs",
@@ -257,7 +257,7 @@ def _run_timed(args: list[str], env: dict) -> tuple[float, str]:
 def bench_startup(cached_repeats: int = 3) -> dict:
     """First run after install and cached start-up, each in a fresh process, and the same
     for the JIT fallback when the compiled kernels are in use (see the module docstring)."""
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     cmd = [sys.executable, "-m", "blis_fast.cli", *STARTUP_ARGS]
     compiled = native.mode() != "jit" and native.compiled_module() is not None

@@ -275,7 +275,7 @@ class Result:
     def adequacy(self):
         """Whether the run measures steady state: too short, saturated, unfinished or ok
         (``blis_fast.results.adequacy``)."""
-        from .adequacy import adequacy
+        from .adequacy import adequacy  # deferred: yaml
 
         return adequacy(self)
 
@@ -511,7 +511,7 @@ class Result:
     def requests_table(self):
         """Per-request table as a pyarrow Table: every request, in request order, with the
         fields of the JSON records (``request_records``)."""
-        import pyarrow as pa
+        import pyarrow as pa  # deferred: pyarrow
 
         cols = self._fields(np.arange(len(self.state.reqs)))
         return pa.table({k: pa.array(v, REQUEST_FIELD_TYPES.get(k, pa.string())) for k, v in cols.items()})
@@ -560,7 +560,7 @@ class Result:
 
     def write_parquet(self, path: str | Path) -> None:
         """Write the per-request table as Parquet."""
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         pq.write_table(self.requests_table(), str(path))
 
@@ -572,7 +572,7 @@ class Result:
         if fmt == "parquet":
             self.write_parquet(path)
         elif fmt == "csv":
-            import pyarrow.csv as pc
+            import pyarrow.csv as pc  # deferred: pyarrow
 
             pc.write_csv(self.requests_table(), str(path))
         else:

@@ -149,12 +149,12 @@ class TimeSeries:
 
     def table(self):
         """A pyarrow Table of ``columns()``."""
-        import pyarrow as pa
+        import pyarrow as pa  # deferred: pyarrow
 
         return pa.table({k: pa.array(v) for k, v in self.columns().items()})
 
     def write_parquet(self, path) -> None:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         pq.write_table(self.table(), str(path))
 

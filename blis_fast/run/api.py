@@ -125,7 +125,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     ``run.runner.CHUNK_SECONDS`` -- at no cost to the kernel (blis_fast.cli.feedback draws
     it)."""
     from blis_fast.config.sim import validate
-    from blis_fast.results.result import Result
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     if not isinstance(cfg, SimConfig):
         raise ConfigError("config", f"must be a SimConfig, got {show(cfg)}")
@@ -143,7 +143,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
-            from blis_fast.results.window import measurement_window
+            from blis_fast.results.window import measurement_window  # deferred: blis_fast_kernels.native
 
             measurement_window(wl.arrival_us, cfg.simulation.warmup_s, cfg.simulation.cooldown_s)
         if progress is not None:
@@ -153,7 +153,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         interval_us = sample_interval_us(cfg)
         recorder = None
         if interval_us:
-            from blis_fast.results.timeseries import TimeSeriesRecorder
+            from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
             recorder = TimeSeriesRecorder(len(state.inst))
         on_chunk = None

@@ -29,7 +29,7 @@ def _ms(us: int) -> float | None:
 
 
 def _outcome(result, r: int, objectives) -> dict:
-    from blis_fast.results.objectives import score
+    from blis_fast.results.objectives import score  # deferred: blis_fast_kernels.native
 
     lat = result.latencies
     total, vec = score(result, objectives)
@@ -49,7 +49,7 @@ def worst_decisions(result, k: int) -> np.ndarray:
     """Rows of the routing log with the ``k`` highest estimated regrets (> 0 only: a
     decision the model finds no better alternative for is not replayed), highest first,
     ties to the lower request id."""
-    from blis_fast.results.regret import estimated_regret, routing_log
+    from blis_fast.results.regret import estimated_regret, routing_log  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     regret, _best = estimated_regret(result, log)
@@ -82,8 +82,8 @@ def replays(result, rows):
     memory budget allow; the results do not depend on it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from blis_fast.results.regret import routing_log
-    from blis_fast.results.result import Result
+    from blis_fast.results.regret import routing_log  # deferred: blis_fast_kernels.native
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     state = build_state(result.setup, result.workload, trace_level=TraceLevel.NONE)
@@ -115,8 +115,8 @@ def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
     estimated_regret_ms, baseline: outcome, alternatives: [outcome, ...]}, where an outcome
     is {instance, ttft_ms, e2e_ms (None if it never got there), score, objectives} and the
     score is under ``objectives`` (default: the config's).  Highest estimated regret first."""
-    from blis_fast.results.objectives import parse_objectives
-    from blis_fast.results.regret import estimated_regret, routing_log
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
+    from blis_fast.results.regret import estimated_regret, routing_log  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     picked = worst_decisions(result, k).tolist()

@@ -107,7 +107,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     ``until_us`` (not with sampling) it returns instead once every event at or before
     ``until_us`` is processed (``run_until``).  A cohort's state (blis_fast.batch.cohorts)
     also returns, with Status.COHORT_SPLIT, where its members part."""
-    from blis_fast_kernels.native import run_events  # compiled ahead of time, or numba loads here
+    from blis_fast_kernels.native import run_events  # deferred: blis_fast_kernels.native -- compiled ahead of time, or numba loads here
 
     settings = state.settings
     adaptive = chunk_events is None

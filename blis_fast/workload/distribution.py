@@ -172,7 +172,7 @@ def _sequence_keys(prefix_ids, prompt_len, output_len, content_seed, block_size)
     it gets a fresh key from the request's content seed (kernels/workload/keys.py): the
     keys of the real random token sequences up to 2^-64 collisions, without drawing or
     hashing the ~10^3 token ids per request."""
-    from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states
+    from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states  # deferred: blis_fast_kernels.native
 
     n = prompt_len.shape[0]
     bs = np.int64(block_size)

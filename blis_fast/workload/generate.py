@@ -275,7 +275,7 @@ class Requests:
         prompt extends the previous turn's prompt + output, so its leading blocks are the
         previous turn's sequence blocks.  ``validate=False`` skips ``Workload.validate``
         (for tables valid by construction)."""
-        from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states
+        from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states  # deferred: blis_fast_kernels.native
 
         bs = int(block_size)
         if bs < 1:

@@ -404,7 +404,7 @@ def _read_numbers_file(p: Path, path: str) -> np.ndarray:
     """Numbers from a text file: one or more per line (comma / whitespace separated), ``#``
     comments and a non-numeric first line (a header) skipped; numbers written plainly
     (``1_0`` is not a number).  At most MAX_NUMBERS_FILE_BYTES."""
-    from blis_fast.config.yamlfile import read_text_limited
+    from blis_fast.config.yamlfile import read_text_limited  # deferred: yaml
 
     text = read_text_limited(p, path, WorkloadError, max_bytes=MAX_NUMBERS_FILE_BYTES)
     vals: list[float] = []
@@ -852,7 +852,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
 
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Read and validate a workload spec YAML file (files it names are relative to it)."""
-    from blis_fast.config.yamlfile import read_yaml_mapping
+    from blis_fast.config.yamlfile import read_yaml_mapping  # deferred: yaml
 
     p = Path(path)
     data = read_yaml_mapping(p, "--workload-spec", WorkloadError)

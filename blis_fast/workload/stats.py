@@ -36,7 +36,7 @@ def workload_stats(wl: Workload) -> dict:
     bs = wl.block_size
     nk = np.diff(wl.key_offsets)
     keys = wl.block_keys
-    from blis_fast_kernels.native import flag_keys
+    from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
     from blis_fast_kernels.schema import KeyFlagMode
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)

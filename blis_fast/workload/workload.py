@@ -145,7 +145,7 @@ class Workload:
         """uint8 like block_keys: 1 where the key's value occurs more than once in
         block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
         if self.key_shared is None:
-            from blis_fast_kernels.native import flag_keys
+            from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
             from blis_fast_kernels.schema import KeyFlagMode
 
             with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
@@ -175,7 +175,7 @@ class Workload:
         sequence.  Without output tokens, every block that is not entirely prompt gets a
         fresh key from ``content_seed[i]`` (int64 [n]; default ``row_seeds(n)``).
         ``attributes``: further Workload fields (tenant=, session=, next_request=, ...)."""
-        from blis_fast_kernels.native import hash_sequence_blocks
+        from blis_fast_kernels.native import hash_sequence_blocks  # deferred: blis_fast_kernels.native
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")

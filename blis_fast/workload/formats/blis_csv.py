@@ -183,7 +183,7 @@ def _load_fast(p: Path):
     """Byte-level parse with the numba kernels; None whenever anything is unusual (the
     caller then runs _load_slow, which names the problem or handles the oddity)."""
     from blis_fast_kernels.schema import ScanStatus
-    from blis_fast_kernels.native import parse_int_lists, scan_csv_records
+    from blis_fast_kernels.native import parse_int_lists, scan_csv_records  # deferred: blis_fast_kernels.native
 
     data = p.read_bytes()
     buf = np.frombuffer(data, dtype=np.uint8)

@@ -174,7 +174,7 @@ def trace_header(req: Requests, server: dict | None = None) -> dict:
 
 
 def _table(req: Requests, fmt: str):
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     cols = {"arrival_us": pa.array(req["arrival_us"], pa.int64())}
     for k in NAME_COLUMNS:
@@ -198,7 +198,7 @@ def _table(req: Requests, fmt: str):
 
 
 def _yaml_dump(obj) -> str:
-    import yaml
+    import yaml  # deferred: yaml
 
     return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=1_000_000)
 
@@ -216,11 +216,11 @@ def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server:
     header = _yaml_dump(trace_header(req, server))
     table = _table(req, fmt)
     if fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         table = table.replace_schema_metadata({META_KEY: header.encode("utf-8")})
         return atomic_write(p, lambda tmp: pq.write_table(table, tmp, compression="zstd"), "--out")
-    import pyarrow.csv as pcsv
+    import pyarrow.csv as pcsv  # deferred: pyarrow
 
     buf = io.BytesIO()
     pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=True, quoting_style="needed"))
@@ -248,7 +248,7 @@ def is_rich_trace(path: str | Path) -> bool:
 
 
 def _read_parquet(p: Path):
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: pyarrow
 
     try:
         pf = pq.ParquetFile(p)
@@ -273,8 +273,8 @@ def _read_parquet(p: Path):
 
 
 def _read_csv(p: Path):
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+    import pyarrow as pa  # deferred: pyarrow
+    import pyarrow.csv as pcsv  # deferred: pyarrow
 
     try:
         size = p.stat().st_size
@@ -339,7 +339,7 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
     """Read a rich trace: (Requests, header dict, explicit prompt token ids flat or None,
     their offsets or None).  Explicit ids (prompt, and output if given) are also kept in
     ``Requests.token_ids``.  Raises WorkloadError naming the file, row and column."""
-    from blis_fast.config.yamlfile import load_yaml_text
+    from blis_fast.config.yamlfile import load_yaml_text  # deferred: yaml
 
     p = Path(path)
     if not p.is_file():
@@ -457,7 +457,7 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
 
 
 def _token_lists(col, where: str, what: str = "prompt"):
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     name = f"{where} column {what}_token_ids"
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
