@@ -718,6 +718,34 @@ _TOP_KEYS = ("seed", "rate", "duration_s", "num_requests", "load_profile", "slo_
              "prefix_groups", "clients", "name", "description")
 
 
+def _parse_slo_classes(d: dict) -> dict[str, dict[str, float | None]]:
+    """The spec's ``slo_classes``: class name -> its ttft_ms / tpot_ms / e2e_ms targets."""
+    slo_classes: dict[str, dict[str, float | None]] = {}
+    raw_slo = d.get("slo_classes") or {}
+    if not isinstance(raw_slo, dict) or len(raw_slo) > MAX_CLASSES:
+        raise _err("slo_classes", f"must be a mapping {{class name: {{ttft_ms, tpot_ms, e2e_ms}}}} of at most "
+                                  f"{MAX_CLASSES} classes, got {show(raw_slo)}")
+    for name, targets in raw_slo.items():
+        sp = f"slo_classes.{key_name(name)}"
+        name = _name(name, sp)
+        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
+        slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    return slo_classes
+
+
+def _parse_priority_classes(d: dict) -> list[str] | None:
+    """The spec's ``priority_classes`` (id = position), or None when not given."""
+    prio = d.get("priority_classes")
+    if prio is not None:
+        if not isinstance(prio, list) or not prio or len(prio) > MAX_CLASSES:
+            raise _err("priority_classes", f"must be a non-empty list of at most {MAX_CLASSES} names (id = position), "
+                                           f"got {show(prio)}")
+        prio = [_name(x, f"priority_classes[{k}]") for k, x in enumerate(prio)]
+        if len(set(prio)) != len(prio):
+            raise _err("priority_classes", "names must be unique")
+    return prio
+
+
 def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> WorkloadSpec:
     """Validate a spec given as a dict (the parsed YAML).  Relative file paths inside it are
     resolved against ``base_dir``."""
@@ -731,25 +759,8 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
         raise _err("duration_s", "give duration_s (generation window, s) and/or num_requests (total cap)")
     profile = _parse_load_profile(d["load_profile"], "load_profile") if d.get("load_profile") is not None else None
 
-    slo_classes: dict[str, dict[str, float | None]] = {}
-    raw_slo = d.get("slo_classes") or {}
-    if not isinstance(raw_slo, dict) or len(raw_slo) > MAX_CLASSES:
-        raise _err("slo_classes", f"must be a mapping {{class name: {{ttft_ms, tpot_ms, e2e_ms}}}} of at most "
-                                  f"{MAX_CLASSES} classes, got {show(raw_slo)}")
-    for name, targets in raw_slo.items():
-        sp = f"slo_classes.{key_name(name)}"
-        name = _name(name, sp)
-        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
-        slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
-
-    prio = d.get("priority_classes")
-    if prio is not None:
-        if not isinstance(prio, list) or not prio or len(prio) > MAX_CLASSES:
-            raise _err("priority_classes", f"must be a non-empty list of at most {MAX_CLASSES} names (id = position), "
-                                           f"got {show(prio)}")
-        prio = [_name(x, f"priority_classes[{k}]") for k, x in enumerate(prio)]
-        if len(set(prio)) != len(prio):
-            raise _err("priority_classes", "names must be unique")
+    slo_classes = _parse_slo_classes(d)
+    prio = _parse_priority_classes(d)
 
     groups: dict[str, PrefixGroupSpec] = {}
     raw_groups = d.get("prefix_groups") or {}
