@@ -3,7 +3,6 @@
 OpenEvolve imports an *evaluation file* and calls ``evaluate(program_path)`` (and, with
 cascade evaluation, ``evaluate_stage1``/``evaluate_stage2``) in worker threads.  Ours is
 one line (``blis-fast openevolve init DIR`` writes it)::
-
     from blis_fast.adapters.openevolve import evaluators_for; evaluate, evaluate_stage1, evaluate_stage2 = evaluators_for(__file__)
 
 which binds the scenarios file beside it (``scenarios.yaml``; the environment variable
@@ -33,6 +32,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blis_fast.adapters.core import FitnessSet, feedback_text
+from blis_fast.errors import BlisFastError
+from blis_fast.batch.candidates import load_candidate
+from blis_fast.batch.program import MAX_TIMEOUT_S
+from blis_fast.config.validate import as_float
 
 SCENARIOS_ENV = "BLIS_FAST_SCENARIOS"
 PROGRAM_TIMEOUT_ENV = "BLIS_FAST_PROGRAM_TIMEOUT_S"  # seconds a .py program may take (default 10)
@@ -110,7 +113,6 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
             fitness = fitness_for(scenarios)
         except OSError as exc:
             return _failure(None, "setup", f"cannot read the scenarios file {scenarios}: {exc.strerror or exc}")
-        from blis_fast.errors import BlisFastError
 
         try:
             cand = _candidate(program_path)
@@ -127,8 +129,6 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
 
 def _candidate(program_path: str):
     """The Candidate of a program file, cached by content (stage 2 reuses stage 1's)."""
-    from blis_fast.batch.candidates import load_candidate
-
     p = Path(program_path)
     data = p.read_bytes()
     key = hashlib.sha256(p.suffix.encode() + b"\0" + data).hexdigest()
@@ -145,9 +145,6 @@ def _candidate(program_path: str):
 
 def program_timeout() -> float | None:
     """``$BLIS_FAST_PROGRAM_TIMEOUT_S`` (ConfigError naming it when not a number in (0, 3600])."""
-    from blis_fast.batch.program import MAX_TIMEOUT_S
-    from blis_fast.config.validate import as_float
-
     text = os.environ.get(PROGRAM_TIMEOUT_ENV)
     return None if not text else as_float(text, PROGRAM_TIMEOUT_ENV, 0, MAX_TIMEOUT_S, lo_open=True)
 

@@ -34,6 +34,8 @@ from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError
 from blis_fast.batch.task import Task, evaluate_task, failed, release_thread_arrays
 from blis_fast.run.runner import default_workers
+from blis_fast.batch.candidates import PROGRAM_SUFFIXES
+from blis_fast.batch.program import allow_programs, stop_all_programs
 
 MAX_WORKERS = 1024
 GROUP_SIZE = 8  # candidates per task handed to an external executor
@@ -83,9 +85,6 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
     """Load every candidate; ``.py`` programs (a sandbox each) on ``workers`` threads.  If
     this thread is interrupted (Ctrl-C, SIGTERM through blis_fast.cli.feedback), every
     running program is killed before the interrupt goes on."""
-    from blis_fast.batch.candidates import PROGRAM_SUFFIXES
-    from blis_fast.batch.program import allow_programs, stop_all_programs
-
     def load(pair):
         return load_candidate(pair[1], pair[0], program_timeout_s)
 

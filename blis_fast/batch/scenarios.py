@@ -3,7 +3,6 @@
 A scenario is a run config (deployment, engine, workload -- a generator, a workload spec
 or a trace --, seed, base policy) plus optional SLO classes and objectives.  In a
 scenarios file (``blis-fast evaluate --scenarios FILE``)::
-
     objectives: "ttft_p99_ms:min:500,slo_attainment:max"   # default of every scenario
     budget: {max_simulated_s: 600, max_wall_s: 60}          # per evaluation
     scenarios:
@@ -32,6 +31,7 @@ from blis_fast.config.sim import SimConfig, build_config, load_yaml
 from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping, as_str, key_name, show
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
+from blis_fast.config import memory
 
 SCENARIO_KEYS = ("name", "config", "workload_spec", "trace", "seed", "slo_classes", "objectives")
 FILE_KEYS = ("scenarios", "objectives", "budget")
@@ -161,7 +161,6 @@ def check_unique_names(scenarios: list[Scenario]) -> None:
 
 def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScenario:
     """Resolve the scenario and build its workload (once, inside its memory budget)."""
-    from blis_fast.config import memory
     from blis_fast.results.evaluation import workload_id  # deferred: blis_fast_kernels.native
     from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
     from blis_fast.run.api import RESULT_BYTES_PER_REQUEST

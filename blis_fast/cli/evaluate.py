@@ -9,6 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
+from blis_fast.config.validate import as_float, as_int, show
+from blis_fast.errors import ConfigError
+from blis_fast.cli.feedback import logger
+from contextlib import contextmanager
+from blis_fast.cli.feedback import progress
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
 
@@ -39,8 +44,6 @@ def evaluate(
     from blis_fast.batch.program import MAX_TIMEOUT_S  # deferred: blis_fast.batch (not loaded by blis-fast --help)
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error  # deferred: blis_fast.batch (not loaded by blis-fast --help)
     from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
-    from blis_fast.config.validate import as_float, as_int, show
-    from blis_fast.errors import ConfigError
     from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None
@@ -103,7 +106,6 @@ def _run(files, scen, objectives, budget, workers, executor, summaries, program_
 def _log_sandbox() -> None:
     """With -v: the layers of the policy programs' sandbox on this machine."""
     from blis_fast.batch.program import ProgramError, sandbox_status_text  # deferred: blis_fast.batch (not loaded by blis-fast --help)
-    from blis_fast.cli.feedback import logger
 
     try:
         logger.info("blis-fast: policy program sandbox:\n" + sandbox_status_text())
@@ -114,10 +116,6 @@ def _log_sandbox() -> None:
 def _progress(total: int):
     """A progress bar on stderr (blis_fast.cli.feedback) whose ``report(done, total)`` the
     batch calls."""
-    from contextlib import contextmanager
-
-    from blis_fast.cli.feedback import progress
-
     @contextmanager
     def bar():
         with progress("evaluating", total, unit="runs") as b:

@@ -15,6 +15,8 @@ import inspect
 from pathlib import Path
 
 from blis_fast.config.sim import FLAG_PATHS, SimConfig
+from blis_fast.config.policy import load_policy_bundle
+from blis_fast.config.sim import build_config, load_yaml
 
 FILE_FLAGS = ("config", "policy_config")
 # settings that only add outputs of a single run (evaluation score, fitness, traces, time
@@ -52,9 +54,6 @@ def with_run_flags(command=None, *, exclude: tuple[str, ...] = ()):
 
 def config_from_flags(run_flags: dict) -> SimConfig:
     """The SimConfig of ``run_flags`` (as ``blis-fast run`` builds it)."""
-    from blis_fast.config.policy import load_policy_bundle
-    from blis_fast.config.sim import build_config, load_yaml
-
     config, policy_config = run_flags.get("config"), run_flags.get("policy_config")
     overrides = {k: v for k, v in run_flags.items() if k in FLAG_PATHS and v is not None}
     if not overrides.get("check_invariants"):

@@ -15,6 +15,8 @@ from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
 from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
+from blis_fast.config.outputs import config_inputs
+from blis_fast.errors import ConfigError
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
@@ -151,8 +153,6 @@ def _grid_inputs_check(out, plot, inputs):
     """``run_study``'s ``on_configs``: the outputs checked again against the files every
     grid point reads (a swept trace or workload spec, ``--set workload_traces_filepath=a,b``),
     before any point runs."""
-    from blis_fast.config.outputs import config_inputs
-
     def check(configs) -> None:
         if out is None and plot is None:
             return
@@ -220,7 +220,6 @@ def compare(
     apply to every one of them, so the configurations differ only in what their files
     set.  With --set, every configuration runs the whole grid.
     """
-    from blis_fast.errors import ConfigError
     from blis_fast.studies.sweep import run_study  # deferred: blis_fast_kernels.native
 
     labels = [p.stem for p in configs]

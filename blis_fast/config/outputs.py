@@ -1,7 +1,6 @@
 """Output files: checked before a run, written atomically.
 
 Every command writes its output files through this module (docs/limits.md "Output files"):
-
 - ``check_outputs`` refuses, before anything is simulated or generated, an output path
   that is a directory, lies in a missing or read-only folder, or names the same file as
   an input (``--config``, ``--spec``, a trace, a file a spec refers to ...) or as another
@@ -40,6 +39,7 @@ from typing import Callable, Iterable
 from blis_fast.config.validate import MAX_STR_LEN, show
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError, WorkloadError
+from blis_fast.paths import path_length_problem
 
 
 def _resolved(p: Path) -> str:
@@ -65,8 +65,6 @@ def check_path_length(flag: str, path: str | Path) -> None:
     """ConfigError naming ``flag`` if ``path`` is longer than PATH_MAX, one of its
     components longer than NAME_MAX (as bytes, of the nearest existing folder's file
     system), or holds a NUL byte (``blis_fast.paths.path_length_problem``)."""
-    from blis_fast.paths import path_length_problem
-
     problem = path_length_problem(path)
     if problem is not None:
         raise ConfigError(flag, f"{show(os.fspath(path))} {problem}")

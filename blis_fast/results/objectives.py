@@ -9,7 +9,6 @@ instance with a selector: ``slo_attainment[class=realtime]``, ``ttft_p99_ms[tena
 
 Normalization of a raw value v (monotone: never decreasing in v for ``max``, never
 increasing for ``min``; always in [0, 1]):
-
 - with a target T (>= 0):  ``min``: 1 if v <= T else 1 / (1 + (v - T) / d),  d = T if T > 0
   else the metric's scale (so for T > 0 it is T / v);  ``max``: 1 if v >= T else v / T.
   A score of 1 means the target is met.
@@ -42,6 +41,7 @@ from dataclasses import asdict, dataclass
 from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.text import FRACTIONS
+import numpy as np
 
 DIRECTIONS = ("min", "max")
 SELECTOR_KINDS = ("class", "tenant", "client", "instance")
@@ -277,7 +277,6 @@ def metric_value(result, name: str) -> float:
         if not key.isdigit() or int(key) not in used:
             raise ConfigError("objectives.metric", f"{name}: no instance {value!r}; instances: "
                                                    f"{', '.join(map(str, used))}")
-        import numpy as np
 
         return float(scorecard.instance_metrics(result, np.array([int(key)]))[base])
     if base not in group:
@@ -307,7 +306,6 @@ def measured(result, metric: str) -> bool:
     prefix = next((p for p in _SAMPLED if base.startswith(p)), None)
     if prefix is None or kind == "instance":
         return True
-    import numpy as np
 
     from blis_fast.results.scorecard import group_masks
 

@@ -25,6 +25,7 @@ from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
 from .window import measurement_window, window_mask
+from blis_fast.errors import ConfigError
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
@@ -43,7 +44,6 @@ def request_table_format(path: str | Path, flag: str) -> str:
     """The per-request file format named by ``path``'s suffix; ConfigError(flag) for any
     other suffix (a Parquet file named .csv would mislead whoever opens it)."""
     from blis_fast.config.validate import show
-    from blis_fast.errors import ConfigError
 
     suffix = Path(path).suffix.lower()
     if suffix not in REQUEST_TABLE_FORMATS:

@@ -12,6 +12,8 @@ and how many of them missed; issues are ranked by misses blamed, ties by cause (
 from __future__ import annotations
 
 from blis_fast.results.diagnosis import fmt_value as _fmt
+import numpy as np
+from blis_fast.results.diagnosis import diagnose
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 
@@ -39,8 +41,6 @@ def _group_lines(result) -> list[str]:
 def _instance_lines(result) -> list[str]:
     """Step occupancy (the time a step runs), how full the steps were (token budget, batch
     slots), mean queue and mean KV utilization per instance."""
-    import numpy as np
-
     from blis_fast.results.scorecard import instance_metrics
 
     used = result._used_instances().tolist()
@@ -58,7 +58,6 @@ def _instance_lines(result) -> list[str]:
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
-    from blis_fast.results.diagnosis import diagnose
     from blis_fast.results.objectives import judge, parse_objectives, weighted_score
     from blis_fast.results.slo import has_targets
 

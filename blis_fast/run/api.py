@@ -1,5 +1,4 @@
 """``simulate()``, the public entry point of one run:
-
     resolve (model, GPU, latency model, KV blocks) -> check the expected size against the
     memory budget -> build the workload -> allocate the state (run.tables) -> the event
     loop (run.runner) -> Result (blis_fast.results)
@@ -24,6 +23,7 @@ from blis_fast.run.resolve import build_workload, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
+from blis_fast.config.sim import validate
 
 if TYPE_CHECKING:
     from blis_fast.results.result import Result
@@ -124,7 +124,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     the requests finished (or, with a horizon, the simulated seconds) about every
     ``run.runner.CHUNK_SECONDS`` -- at no cost to the kernel (blis_fast.cli.feedback draws
     it)."""
-    from blis_fast.config.sim import validate
     from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     if not isinstance(cfg, SimConfig):

@@ -22,6 +22,8 @@ from blis_fast.run.runner import run_to_end, run_until
 from blis_fast.run.tables import build_state
 from blis_fast_kernels.schema import TraceLevel
 from blis_fast_kernels.schema.state import copy_state
+from blis_fast.run.runner import default_workers
+from blis_fast.config import memory
 
 
 def _ms(us: int) -> float | None:
@@ -61,9 +63,6 @@ def replay_workers(state, wanted: int) -> int:
     """Replays run at once: up to the cores this process may use and ``wanted``, and as
     many state copies as the memory budget in force still holds (ConfigError naming
     simulation.max_memory if not even one fits next to the pass's own state)."""
-    from blis_fast.run.runner import default_workers
-    from blis_fast.config import memory
-
     per_copy = sum(a.nbytes for a in state)
     budget = memory.current_budget()
     room = int((budget.limit - budget.used) // max(per_copy, 1)) - 1

@@ -15,6 +15,7 @@ import numpy as np
 
 from blis_fast.errors import SimulationError
 from blis_fast_kernels.schema import State, Status, TraceLevel
+from blis_fast.config import memory
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
@@ -41,8 +42,6 @@ def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> 
     """``log`` if it has room for ``extra`` rows after its ``used`` ones, else a copy grown
     to at least twice its size, charged to the memory budget in force as ``what`` (a
     format string of ``used`` and ``rows``)."""
-    from blis_fast.config import memory
-
     if used + extra <= log.shape[0]:
         return log
     rows = max(2 * log.shape[0], used + extra, 1024)

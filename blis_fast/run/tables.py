@@ -14,6 +14,7 @@ import numpy as np
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import copy_array
+from blis_fast.config import memory
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
@@ -337,8 +338,6 @@ def decision_logs(n_requests: int, trace_level: int):
     preemption log grows as needed (run.runner.grow_logs)."""
     rows = max(n_requests, 1) if trace_level >= S.TraceLevel.DECISIONS else 1
     if rows > 1:
-        from blis_fast.config import memory
-
         memory.charge(rows * (S.ROUTE_DT.itemsize + S.ADMIT_DT.itemsize), f"the decision trace ({rows} requests)",
                       "trace a smaller workload (simulation.trace_level none)")
     return (np.zeros(rows, S.ROUTE_DT), np.zeros(rows, S.ADMIT_DT),
@@ -352,7 +351,6 @@ def scheduling_log(n_requests: int, n_inst: int, trace_level: int):
     if trace_level < S.TraceLevel.FULL:
         return np.zeros(1, S.SCHED_DT), np.full(1, -1, np.int64)
     rows = max(n_requests, MIN_LOG_ROWS)
-    from blis_fast.config import memory
 
     memory.charge(rows * S.SCHED_DT.itemsize, f"the scheduling trace ({rows} records to start with)",
                   "trace a smaller workload (simulation.trace_level decisions or none)")
@@ -433,7 +431,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     check_kv_blocks(cfg, lat)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
     compat = cfg.simulation.compat is not None
-    from blis_fast.config import memory
 
     if scenario is not None:
         n_blocks, work_tokens, n_tenants = scenario.n_blocks, scenario.work_tokens, scenario.n_tenants

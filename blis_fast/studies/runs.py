@@ -24,6 +24,7 @@ from blis_fast.config.sim import SimConfig, with_overrides
 from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError
 from blis_fast.studies.measure import run_metrics
+from blis_fast.config.memory import default_max_memory
 
 MAX_JOBS = 256
 MAX_SEEDS = 1000
@@ -106,7 +107,6 @@ def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
     """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each (its
     metrics and its adequacy), in order; ``on_done()`` after each run.  The first error stops the study (runs not yet
     started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800")."""
-    from blis_fast.config.memory import default_max_memory
     from blis_fast.run.api import run_config
 
     workers = max(1, min(jobs, len(configs)))

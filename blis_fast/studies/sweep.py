@@ -29,6 +29,7 @@ from blis_fast.results.adequacy import worst_verdict
 from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check_metric
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.tables import interval_text, text_table, write_rows
+from blis_fast.results.objectives import split_metric
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
@@ -311,8 +312,6 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
     """Refuse, before running, ``slo_attainment[class=C]`` where a configuration's workload
     spec defines C without any target (its attainment would only count completions;
     ``objectives.metric_value`` refuses it in a run too)."""
-    from blis_fast.results.objectives import split_metric
-
     for cfg in cfgs:
         targeted = targeted_class_names(cfg)
         if targeted is None:

@@ -27,6 +27,7 @@ from blis_fast.config.validate import (
 from blis_fast.errors import ConfigError
 from blis_fast.rng import subsystem_rng
 from blis_fast.workload.workload import KEY_BYTES, Workload, charge_keys
+from blis_fast.config.coefficients import load_document
 
 MAX_TOKEN_ID = 128000  # token ids are uniform in [0, MAX_TOKEN_ID)
 PRESETS = ("chatbot", "contentgen", "summarization", "multidoc")
@@ -245,8 +246,6 @@ def check_expected_size(spec: DistributionSpec, block_size: int) -> None:
 def load_preset(name: str) -> dict:
     """The parameters of preset ``name`` from ``configs/defaults.yaml`` (``workloads:``),
     with a missing ``prefix_tokens`` read as 0."""
-    from blis_fast.config.coefficients import load_document
-
     if name not in PRESETS:
         raise ConfigError("workload", f"unknown workload {show(name)}; known: {', '.join(WORKLOAD_KINDS)}")
     # the file's pre-parsed copy, once per process (pure-Python YAML parsing took ~0.35 s a run)

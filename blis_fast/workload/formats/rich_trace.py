@@ -74,6 +74,8 @@ from blis_fast.config.validate import (
 from blis_fast.errors import WorkloadError
 from blis_fast.workload.generate import Requests
 from blis_fast.workload.workload import Workload, row_seeds
+from blis_fast.workload.distribution import round_half_away
+from blis_fast.workload.formats.blis_csv import _parse_lists
 
 MAGIC = "# blis-fast-trace"
 META_KEY = b"blis_fast.header"
@@ -365,7 +367,6 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
         s = s.astype(np.float64)
         if not np.all(np.isfinite(s)) or (n and s.max() * 1e6 > MAX_TIME_US):
             raise WorkloadError(f"{where} column arrival_s", "must hold finite seconds <= 4.6e12 (-1 for followers)")
-        from blis_fast.workload.distribution import round_half_away
 
         cols["arrival_us"] = np.where(s < 0, -1, round_half_away(s * 1e6)).astype(np.int64)
     else:
@@ -474,7 +475,6 @@ def _token_lists(col, where: str, what: str = "prompt"):
         return vals[offs[0]:offs[-1]], offs - offs[0]
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         raise WorkloadError(name, f"must hold lists of integers, got {show(str(col.type))}")
-    from blis_fast.workload.formats.blis_csv import _parse_lists
 
     strings = [s if s is not None else "[]" for s in col.to_pylist()]
     ids, counts = _parse_lists(strings, what, where, list(range(2, len(strings) + 2)))
