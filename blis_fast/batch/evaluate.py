@@ -36,6 +36,7 @@ from blis_fast.batch.task import Task, evaluate_task, failed, release_thread_arr
 from blis_fast.run.runner import default_workers
 from blis_fast.batch.candidates import PROGRAM_SUFFIXES
 from blis_fast.batch.program import allow_programs, stop_all_programs
+from blis_fast.policy import compile_policies
 
 MAX_WORKERS = 1024
 GROUP_SIZE = 8  # candidates per task handed to an external executor
@@ -257,8 +258,6 @@ def evaluate_unit(ps: PreparedScenario, cohort: list, budget: Budget, summarize:
 def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict) -> Task:
     """The candidate merged into the scenario's policy settings and compiled (``compiled``
     caches compilations across scenarios with the same base policy)."""
-    from blis_fast.policy import compile_policies
-
     if cand.error is not None:
         return Task(index, cand.id, error=cand.error)
     try:

@@ -32,6 +32,9 @@ from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
 from blis_fast.config import memory
+from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
+from blis_fast.run.resolve import build_workload, check_expected_size, resolve
+from blis_fast.run.tables import scenario_tables
 
 SCENARIO_KEYS = ("name", "config", "workload_spec", "trace", "seed", "slo_classes", "objectives")
 FILE_KEYS = ("scenarios", "objectives", "budget")
@@ -163,9 +166,6 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     """Resolve the scenario and build its workload (once, inside its memory budget)."""
     from blis_fast.results.evaluation import workload_id  # deferred: blis_fast_kernels.native
     from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
-    from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
-    from blis_fast.run.resolve import build_workload, check_expected_size, resolve
-    from blis_fast.run.tables import scenario_tables
 
     cfg = scenario.config
     try:

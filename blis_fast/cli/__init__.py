@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     (SIGTERM).  Run as the
     program (``argv`` None), an interrupted command skips the interpreter's teardown
     (a second or more after a large run), once its temporary files are gone."""
-    from blis_fast.cli.feedback import EXIT_INTERRUPTED, EXIT_TERMINATED, end_now, interrupt_guard, interrupted
+    from blis_fast.cli.feedback import EXIT_INTERRUPTED, EXIT_TERMINATED, end_now, interrupt_guard, interrupted  # deferred: logging, threading, typing (start-up)
 
     try:
         with interrupt_guard():

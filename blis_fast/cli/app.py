@@ -16,6 +16,7 @@ from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
 from blis_fast.config.validate import show
+from blis_fast.version import __version__
 
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
@@ -81,8 +82,6 @@ app.command = _command
 
 def _print_version(value: bool) -> None:
     if value:
-        from blis_fast.version import __version__
-
         typer.echo(f"blis-fast {__version__}")
         raise typer.Exit()
 

@@ -14,6 +14,7 @@ from blis_fast.errors import ConfigError
 from blis_fast.cli.feedback import logger
 from contextlib import contextmanager
 from blis_fast.cli.feedback import progress
+from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
 
@@ -43,7 +44,6 @@ def evaluate(
     from blis_fast.batch.candidates import PROGRAM_SUFFIXES, candidate_files  # deferred: blis_fast.batch (not loaded by blis-fast --help)
     from blis_fast.batch.program import MAX_TIMEOUT_S  # deferred: blis_fast.batch (not loaded by blis-fast --help)
     from blis_fast.batch.scenarios import load_scenarios_file, scenario_error  # deferred: blis_fast.batch (not loaded by blis-fast --help)
-    from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
     from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None

@@ -28,6 +28,9 @@ import time
 import numpy as np
 
 from blis_fast.errors import BlisFastError
+from blis_fast.experiments.scenarios import scenario_overrides, text_table
+from blis_fast_kernels.schema.state import copy_state
+from concurrent.futures import ThreadPoolExecutor
 
 N_CANDIDATES = 64
 # batch scenario -> the standard scenario it evaluates on, and whether the serial pass runs
@@ -65,7 +68,6 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
     from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task  # deferred: yaml
     from blis_fast.batch.scenarios import Scenario, prepare  # deferred: yaml
     from blis_fast.config.sim import build_config  # deferred: yaml
-    from blis_fast.experiments.scenarios import scenario_overrides
     from blis_fast.run import build_state, run_to_end  # deferred: yaml
 
     base, run_serial = BATCH_SCENARIOS[name]
@@ -155,10 +157,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
 def kernel_scaling(ps, workers: int, repeats: int = 1) -> float:
     """Best-of-``repeats`` time of ``4 * workers`` bare event loops of the prepared scenario
     on one thread / on ``workers`` threads (each on a fresh copy of one state)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from blis_fast.run import build_state, run_to_end  # deferred: yaml
-    from blis_fast_kernels.schema.state import copy_state
 
     template = build_state(ps.setup, ps.workload)
     n = 4 * workers
@@ -185,8 +184,6 @@ def _phases(p: dict | None) -> str:
 
 def format_batch(rows: list[dict]) -> list[str]:
     """Lines of the batch table (for ``experiments.bench.format_report``)."""
-    from blis_fast.experiments.scenarios import text_table
-
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 

@@ -45,6 +45,10 @@ import numpy as np
 from blis_fast.errors import BlisFastError, ConfigError
 from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, SATURATION_RPS_PER_INSTANCE,
                                            SCENARIOS, SEED, TARGET_LOAD, scenario_overrides, text_table)
+from blis_fast.version import __version__
+from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
+from blis_fast_kernels.schema import RequestState
+from importlib.metadata import PackageNotFoundError, version
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",
@@ -74,7 +78,6 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
     """
     from blis_fast.config.sim import build_config  # deferred: yaml
     from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
-    from blis_fast_kernels.schema import RequestState
 
     cfg = build_config({}, {**BASE, "seed": seed, "num_requests": burst, "num_instances": 1,
                             "rate": 1e6})  # mean gap 1 µs: everything arrives at once
@@ -102,9 +105,6 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
 
 def machine_info() -> dict:
     """Where the figures were measured, and with which kernels."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from blis_fast.version import __version__
     from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     try:
@@ -135,7 +135,6 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
     from blis_fast.config.sim import build_config  # deferred: yaml
     from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
-    from blis_fast_kernels.schema import RequestState
 
     if repeats < 1:
         raise ConfigError("repeats", f"must be >= 1, got {repeats}")
@@ -282,8 +281,6 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict.
     ``progress(phase, done, total, unit)`` (as ``blis_fast.run.api.run_config`` takes it) is
     told each step as it starts."""
-    from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch
-
     names = list(SCENARIOS) + ["batch-10k"] if scenarios is None else [s.strip() for s in scenarios if s.strip()]
     batches = [n for n in names if n in BATCH_SCENARIOS]
     names = [n for n in names if n not in BATCH_SCENARIOS]
@@ -372,8 +369,6 @@ def format_report(report: dict) -> str:
              for r in floors],
         )
     if report.get("batch"):
-        from blis_fast.experiments.batch_bench import format_batch
-
         out += format_batch(report["batch"])
     st = report.get("startup")
     if st:

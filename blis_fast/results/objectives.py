@@ -42,6 +42,10 @@ from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, sho
 from blis_fast.errors import ConfigError
 from blis_fast.text import FRACTIONS
 import numpy as np
+from blis_fast.results.scorecard import known_metrics
+from blis_fast.results import scorecard
+from blis_fast.results.slo import has_targets
+from blis_fast.results.scorecard import group_masks
 
 DIRECTIONS = ("min", "max")
 SELECTOR_KINDS = ("class", "tenant", "client", "instance")
@@ -134,8 +138,6 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
 def check_objective(o: Objective, where: str) -> None:
     """ConfigError unless the metric is known (for its selector kind), the direction is
     min/max, and target, weight and scale are finite numbers in range."""
-    from blis_fast.results.scorecard import known_metrics
-
     as_str(o.metric, f"{where}.metric")
     base, kind, _ = split_metric(o.metric, f"{where}.metric")
     overall, group, instance = known_metrics()
@@ -257,8 +259,6 @@ def objectives_setting(value, where: str) -> list[dict]:
 def metric_value(result, name: str) -> float:
     """The value of metric ``name`` (with an optional selector) in a ``Result``.
     ConfigError if the metric or the selected group is unknown."""
-    from blis_fast.results import scorecard
-
     base, kind, value = split_metric(name, "objectives.metric")
     overall, group, instance = scorecard.known_metrics()
     if kind is None:
@@ -286,8 +286,6 @@ def metric_value(result, name: str) -> float:
         raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
                                                f"{kind}s: {', '.join(masks) or '(none)'}")
     if base == "slo_attainment" and kind == "class":
-        from blis_fast.results.slo import has_targets
-
         if not has_targets((result.workload.slo_targets or {}).get(value)):
             raise ConfigError("objectives.metric", f"{name}: class {value!r} sets no SLO targets, so its attainment "
                                                    f"would only count completed requests; give the class ttft_ms, "
@@ -307,7 +305,6 @@ def measured(result, metric: str) -> bool:
     if prefix is None or kind == "instance":
         return True
 
-    from blis_fast.results.scorecard import group_masks
 
     tab = result.outcomes
     sel = np.ones(len(tab["done"]), bool) if kind is None else group_masks(result, kind)[value]

@@ -38,6 +38,7 @@ from blis_fast_kernels.schema import RequestState
 
 from .metrics import HEADROOM_METRICS, headroom, sorted_percentiles
 from blis_fast.results.metrics import PERCENTILES
+from .slo import request_slo_table
 
 GROUP_KINDS = {"class": "slo_class", "tenant": "tenant", "client": "client"}  # selector key -> request column
 
@@ -73,8 +74,6 @@ def jain_index(values) -> float:
 def request_outcomes(result) -> dict[str, np.ndarray]:
     """Per-request arrays: arrived, done, rejected, met (SLO met), ttft_us, e2e_us,
     tpot_us (request order)."""
-    from .slo import request_slo_table
-
     reqs = result.reqs
     names = result.workload.names or {}
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0

@@ -24,6 +24,8 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 from __future__ import annotations
 
 import numpy as np
+from blis_fast_kernels.schema import RequestState
+from blis_fast.config import memory
 
 COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
            "preemptions", "rejections", "dropped")
@@ -43,8 +45,6 @@ class TimeSeriesRecorder:
 
     def __call__(self, state, t_us: int) -> None:
         if len(self.times) % CHUNK == 0:
-            from blis_fast.config import memory
-
             memory.charge(CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
                           f"the time series ({len(self.times)} samples so far)",
                           "raise simulation.sample_interval_ms (--sample-interval-ms)")
@@ -103,8 +103,6 @@ def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarra
     cluster -- completed requests whose last step had started by sample time t and, for
     ``computing``, had not ended (still running), for ``unseen``, whose last token (step
     end + a2) was not yet visible (still in the system)."""
-    from blis_fast_kernels.schema import RequestState
-
     reqs = state.reqs
     done = reqs["state"] == RequestState.COMPLETED
     inst = reqs["instance"][done]

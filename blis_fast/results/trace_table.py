@@ -64,6 +64,7 @@ import numpy as np
 from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES, PolicySlot,
                                      SchedRecord,
                                      SchedulerKind, TraceLevel)
+from blis_fast.results.regret import estimated_regret
 
 RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked")
 
@@ -72,7 +73,6 @@ def decision_table(result):
     """The pyarrow Table of the run's decision trace (empty when not traced)."""
     import pyarrow as pa  # deferred: pyarrow
 
-    from blis_fast.results.regret import estimated_regret
 
     st = result.state
     lp = st.loop[0]

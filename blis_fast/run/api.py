@@ -24,6 +24,8 @@ from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
 from blis_fast.config.sim import validate
+from blis_fast_kernels.schema import TraceLevel
+from blis_fast.run.counterfactual import replay_worst_decisions
 
 if TYPE_CHECKING:
     from blis_fast.results.result import Result
@@ -167,8 +169,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if recorder is not None:
             result.timeseries = recorder.series(result._used_instances(), state)
         if sim.counterfactual_k:
-            from blis_fast.run.counterfactual import replay_worst_decisions
-
             if progress is not None:
                 progress("replaying counterfactuals", 0, None, "")
             result.counterfactuals = replay_worst_decisions(result, sim.counterfactual_k)
@@ -191,8 +191,6 @@ def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None
 def trace_level_code(cfg: SimConfig) -> int:
     """The kernel's TraceLevel of a config: as asked for (none | decisions | full), by default
     decisions when counterfactual replays need the decision records, else none."""
-    from blis_fast_kernels.schema import TraceLevel
-
     level = cfg.simulation.trace_level
     if level is None:
         level = "decisions" if cfg.simulation.counterfactual_k else "none"

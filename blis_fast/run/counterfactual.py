@@ -24,6 +24,7 @@ from blis_fast_kernels.schema import TraceLevel
 from blis_fast_kernels.schema.state import copy_state
 from blis_fast.run.runner import default_workers
 from blis_fast.config import memory
+from concurrent.futures import ThreadPoolExecutor
 
 
 def _ms(us: int) -> float | None:
@@ -79,8 +80,6 @@ def replays(result, rows):
     each decision, and a copy of the state continues from there under each alternative.
     The copies run on a thread pool (the kernels release the GIL) as far as cores and the
     memory budget allow; the results do not depend on it."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from blis_fast.results.regret import routing_log  # deferred: blis_fast_kernels.native
     from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 

@@ -25,6 +25,7 @@ from blis_fast.workload.generate import generate_from_spec
 from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 from blis_fast.workload import distribution, generate
 from blis_fast.run.tables import check_kv_blocks, describe_estimate, estimate_state_bytes
+from blis_fast.policy import compile_policies
 
 MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
@@ -158,8 +159,6 @@ def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float]
 def check_expected_size(config: SimConfig, setup: Setup, per_request: int = 0) -> None:
     """Refuse, before generating anything, a run whose expected workload, tables and
     results exceed the memory budget in force (``simulation.max_memory``)."""
-    from blis_fast.policy import compile_policies
-
     check_kv_blocks(config, setup.latency)
     size = expected_workload_size(config)
     if size is None:

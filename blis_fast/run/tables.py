@@ -15,6 +15,7 @@ from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import copy_array
 from blis_fast.config import memory
+from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
@@ -411,8 +412,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     prefix tables are sized to the distinct shared key values rather than to the shared
     positions -- a popular prefix is one value at thousands of positions).  ``arrays``:
     where the large arrays come from (``StateArrays``; default fresh ones)."""
-    from blis_fast.policy import compile_policies
-
     cfg = setup.config
     eng = cfg.engine
     bs = eng.block_size

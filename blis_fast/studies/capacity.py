@@ -54,6 +54,7 @@ from blis_fast.text import metric_text
 from blis_fast.studies.tables import bracket_text, interval_text, text_table
 from blis_fast.workload.spec import load_spec
 from blis_fast.results.objectives import split_metric
+from blis_fast.studies.sweep import check_targeted, class_names
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -425,8 +426,6 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 
 def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
     """Refuse, before running, a [class=NAME] the workload spec does not define."""
-    from blis_fast.studies.sweep import check_targeted, class_names
-
     known = class_names(cfg)
     for p in preds:
         _, kind, name = split_metric(p.metric, "--slo")

@@ -41,7 +41,7 @@ def _pyplot(flag: str = "--plot"):
 
 def save(fig, path: Path, flag: str = "--plot") -> None:
     """Write ``fig`` to ``path`` atomically (deterministic bytes) and release it."""
-    from blis_fast.config.outputs import atomic_write
+    from blis_fast.config.outputs import atomic_write  # deferred: yaml
 
     plt = _pyplot()
     fmt = Path(path).suffix.lower().lstrip(".")

@@ -25,6 +25,9 @@ from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError
 from blis_fast.studies.measure import run_metrics
 from blis_fast.config.memory import default_max_memory
+from blis_fast.run.runner import default_workers
+from blis_fast.workload.spec import load_spec
+from blis_fast.run.api import run_config
 
 MAX_JOBS = 256
 MAX_SEEDS = 1000
@@ -68,8 +71,6 @@ def seed_stats(values: Sequence[float]) -> SeedStats:
 def check_jobs(jobs, field: str = "--jobs") -> int:
     """Parallel runs: ``jobs`` checked, or the machine's cores when None."""
     if jobs is None:
-        from blis_fast.batch.evaluate import default_workers
-
         return min(default_workers(), MAX_JOBS)
     return as_int(jobs, field, 1, MAX_JOBS)
 
@@ -87,8 +88,6 @@ def seed_list(cfg: SimConfig, n: int, field: str = "--seeds") -> list[int]:
                                  f"repeat one run; use {field} 1 (or a workload spec, whose seeds differ)")
     base = cfg.simulation.seed
     if base is None and cfg.workload.spec_filepath:
-        from blis_fast.workload.spec import load_spec
-
         base = load_spec(cfg.workload.spec_filepath).effective_seed
     base = cfg.simulation.workload_seed if base is None else int(base)
     return [base + k for k in range(n)]
@@ -107,8 +106,6 @@ def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
     """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each (its
     metrics and its adequacy), in order; ``on_done()`` after each run.  The first error stops the study (runs not yet
     started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800")."""
-    from blis_fast.run.api import run_config
-
     workers = max(1, min(jobs, len(configs)))
     shared = default_max_memory() // workers  # runs side by side share the default budget
 

@@ -30,6 +30,10 @@ from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check
 from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
 from blis_fast.studies.tables import interval_text, text_table, write_rows
 from blis_fast.results.objectives import split_metric
+from blis_fast.workload.spec import load_spec
+from blis_fast.results.slo import has_targets
+from blis_fast.run.resolve import workload_spec
+from blis_fast.run.api import as_config
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
@@ -291,7 +295,6 @@ def class_names(cfg: SimConfig) -> list[str]:
     """The SLO classes of the config's workload spec (none for other workloads)."""
     if not cfg.workload.spec_filepath:
         return []
-    from blis_fast.workload.spec import load_spec
 
     return list(load_spec(cfg.workload.spec_filepath).slo_classes)
 
@@ -301,9 +304,6 @@ def targeted_class_names(cfg: SimConfig) -> list[str] | None:
     workload spec, none for a generated workload; None for a trace (its header may set
     targets: unknown before it is read)."""
     if cfg.workload.spec_filepath:
-        from blis_fast.results.slo import has_targets
-        from blis_fast.workload.spec import load_spec
-
         return [c for c, t in load_spec(cfg.workload.spec_filepath).slo_classes.items() if has_targets(t)]
     return None if cfg.workload.type == "traces" else []
 
@@ -406,8 +406,6 @@ def offered_rate(cfg: SimConfig) -> float | None:
     None for a trace."""
     w = cfg.workload
     if w.spec_filepath:
-        from blis_fast.run.resolve import workload_spec
-
         return workload_spec(cfg).request_rate
     return None if w.type == "traces" else w.rate * w.rate_scale
 
@@ -426,8 +424,6 @@ def sweep(sets, config=None, *, seeds: int = 1, metrics=None, jobs: int | None =
     """Run the grid of ``sets`` (``"rate=10:100:10"``, a list of such texts, or
     ``[("rate", [10, 20])]``) on ``config`` + ``overrides`` (as ``blis_fast.simulate``),
     ``seeds`` seeds per point; ``metrics`` adds metric names to the table."""
-    from blis_fast.run.api import as_config
-
     return run_study([(None, as_config(config, overrides))], sets, seeds=seeds, metrics=metrics, jobs=jobs,
                      on_run=on_run)
 
@@ -437,8 +433,6 @@ def compare(configs, sets=(), *, seeds: int = 1, metrics=None, jobs: int | None 
     """Run every configuration of ``configs`` (``{label: config}``, or a list of YAML
     paths labelled by file name) on the same grid, workload settings (``overrides`` apply
     to each) and seeds."""
-    from blis_fast.run.api import as_config
-
     if isinstance(configs, dict):
         items = list(configs.items())
     elif isinstance(configs, (list, tuple)):

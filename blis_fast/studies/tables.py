@@ -115,7 +115,7 @@ def write_rows(rows: list[dict], path, flag: str = "--out") -> None:
     a column holding any text is written as text."""
     import pyarrow as pa  # deferred: pyarrow
 
-    from blis_fast.config.outputs import atomic_write
+    from blis_fast.config.outputs import atomic_write  # deferred: yaml
 
     names = list(rows[0]) if rows else []
     columns = {}

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blis_fast.config import memory
-from blis_fast.config.validate import MAX_KEYS, MAX_REQUEST_TOKENS, MAX_REQUESTS
+from blis_fast.config.validate import MAX_REQUEST_TOKENS, MAX_REQUESTS
 from blis_fast.errors import WorkloadError
 from blis_fast.rng import subsystem_rng
 from blis_fast.workload import sampling as S

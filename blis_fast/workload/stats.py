@@ -13,6 +13,7 @@ from blis_fast.workload.workload import Workload
 from blis_fast.workload.generate import generate_from_spec
 from blis_fast.workload.spec import load_spec
 from blis_fast.workload.formats.blis_csv import load_blis_trace
+from blis_fast_kernels.schema import KeyFlagMode
 
 
 def _pct(a: np.ndarray) -> dict:
@@ -40,7 +41,6 @@ def workload_stats(wl: Workload) -> dict:
     nk = np.diff(wl.key_offsets)
     keys = wl.block_keys
     from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
-    from blis_fast_kernels.schema import KeyFlagMode
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
         repeated = flag_keys(keys, KeyFlagMode.REPEATED)[0].view(bool)  # an earlier occurrence exists

@@ -17,6 +17,7 @@ import numpy as np
 from blis_fast.config import memory
 from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
+from blis_fast_kernels.schema import KeyFlagMode
 
 
 KEY_BYTES = 8 + 1  # a block key and its shared flag
@@ -146,7 +147,6 @@ class Workload:
         block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
         if self.key_shared is None:
             from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
-            from blis_fast_kernels.schema import KeyFlagMode
 
             with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
                 flags = flag_keys(np.ascontiguousarray(self.block_keys), KeyFlagMode.SHARED)[0]

@@ -209,7 +209,7 @@ def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server:
     """Write ``req`` as a rich trace; fmt csv | parquet (default: from the extension,
     ``.parquet``/``.pq`` -> parquet, else csv).  Written to a temporary file in the same
     folder and renamed (a failure leaves ``path`` as it was)."""
-    from blis_fast.config.outputs import atomic_write, check_writable
+    from blis_fast.config.outputs import atomic_write, check_writable  # deferred: yaml
 
     p = Path(path)
     fmt = fmt or ("parquet" if p.suffix.lower() in (".parquet", ".pq") else "csv")
