@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from dataclasses import replace
 
 from blis_fast.config.policy import PolicyConfig, bundle_to_settings
 from blis_fast.config.validate import show
@@ -21,7 +22,6 @@ from blis_fast.errors import BlisFastError
 from blis_fast.batch.program import check_timeout
 from blis_fast.batch.program import ProgramError
 from blis_fast.errors import ConfigError
-from dataclasses import replace
 from blis_fast.batch.program import TIMEOUT_S, run_policy_program
 
 BUNDLE_SUFFIXES = (".yaml", ".yml")

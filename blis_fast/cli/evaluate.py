@@ -3,6 +3,7 @@ rows written as Parquet, a ranking printed on stdout."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,9 +12,7 @@ import typer
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.config.validate import as_float, as_int, show
 from blis_fast.errors import ConfigError
-from blis_fast.cli.feedback import logger
-from contextlib import contextmanager
-from blis_fast.cli.feedback import progress
+from blis_fast.cli.feedback import logger, progress
 from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking

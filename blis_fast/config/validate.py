@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from blis_fast.errors import ConfigError
 import numpy as np
+
+from blis_fast.errors import ConfigError
 
 # ----------------------------------------------------------------------------- limits (documented in docs/limits.md)
 

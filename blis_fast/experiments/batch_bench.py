@@ -26,11 +26,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from concurrent.futures import ThreadPoolExecutor
 
 from blis_fast.errors import BlisFastError
 from blis_fast.experiments.scenarios import scenario_overrides, text_table
 from blis_fast_kernels.schema.state import copy_state
-from concurrent.futures import ThreadPoolExecutor
 
 N_CANDIDATES = 64
 # batch scenario -> the standard scenario it evaluates on, and whether the serial pass runs

@@ -41,6 +41,7 @@ import tempfile
 import time
 
 import numpy as np
+from importlib.metadata import PackageNotFoundError, version
 
 from blis_fast.errors import BlisFastError, ConfigError
 from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, SATURATION_RPS_PER_INSTANCE,
@@ -48,7 +49,6 @@ from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST,
 from blis_fast.version import __version__
 from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
 from blis_fast_kernels.schema import RequestState
-from importlib.metadata import PackageNotFoundError, version
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",

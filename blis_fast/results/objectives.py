@@ -38,14 +38,14 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.text import FRACTIONS
-import numpy as np
-from blis_fast.results.scorecard import known_metrics
 from blis_fast.results import scorecard
+from blis_fast.results.scorecard import group_masks, known_metrics
 from blis_fast.results.slo import has_targets
-from blis_fast.results.scorecard import group_masks
 
 DIRECTIONS = ("min", "max")
 SELECTOR_KINDS = ("class", "tenant", "client", "instance")

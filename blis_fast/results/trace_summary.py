@@ -11,8 +11,9 @@ and how many of them missed; issues are ranked by misses blamed, ties by cause (
 
 from __future__ import annotations
 
-from blis_fast.results.diagnosis import fmt_value as _fmt
 import numpy as np
+
+from blis_fast.results.diagnosis import fmt_value as _fmt
 from blis_fast.results.diagnosis import diagnose
 from blis_fast.results.scorecard import group_masks, group_metrics, instance_metrics
 from blis_fast.results.objectives import judge, parse_objectives, weighted_score

@@ -17,6 +17,7 @@ traced alternative (up to ``N_TRACE_ALTERNATIVES``).
 from __future__ import annotations
 
 import numpy as np
+from concurrent.futures import ThreadPoolExecutor
 
 from blis_fast.run.runner import run_to_end, run_until
 from blis_fast.run.tables import build_state
@@ -24,7 +25,6 @@ from blis_fast_kernels.schema import TraceLevel
 from blis_fast_kernels.schema.state import copy_state
 from blis_fast.run.runner import default_workers
 from blis_fast.config import memory
-from concurrent.futures import ThreadPoolExecutor
 
 
 def _ms(us: int) -> float | None:
