@@ -35,3 +35,11 @@ def any_loaded(request, loaded, loaded_cut):
 def trace40(tmp_path_factory):
     """A 40-request BLIS trace CSV (``make_trace``)."""
     return make_trace(tmp_path_factory.mktemp("trace") / "T.csv")
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch):
+    """pytest-xdist's workers set ``COLUMNS=80``; the CLI reads it as the terminal's width
+    (study tables split to fit), so without this a test's output would depend on whether
+    the suite runs on one process or several.  Tests that want a width set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)

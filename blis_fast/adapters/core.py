@@ -14,10 +14,11 @@ from typing import Any, Sequence
 
 from blis_fast.batch.budget import Budget
 from blis_fast.batch.candidates import INVALID, Candidate, load_candidate
-from blis_fast.batch.evaluate import default_workers, evaluate_prepared
+from blis_fast.batch.evaluate import MAX_WORKERS, default_workers, evaluate_prepared
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, load_scenarios_file, prepare
-from blis_fast.config.validate import show
+from blis_fast.config.validate import as_int, show
 from blis_fast.errors import ConfigError
+from blis_fast.results.objectives import known_list
 from blis_fast.results.trace_summary import _fmt  # the trace summary's number format, for one voice
 from blis_fast.config.yamlfile import load_yaml_text
 
@@ -33,6 +34,11 @@ class FitnessSet:
     evaluates one candidate on some of them."""
 
     def __init__(self, scenarios, objectives=None, budget: Budget | dict | None = None, workers: int | None = None):
+        # the cheap checks first, before any scenario file is read or workload built
+        workers = default_workers() if workers is None else as_int(workers, "workers", 1, MAX_WORKERS, text=False,
+                                                                   integral_float=False)
+        if scenarios is None:
+            raise ConfigError("scenarios", "must be a scenarios file, a scenario mapping or a list of them, got None")
         if isinstance(scenarios, str) or hasattr(scenarios, "__fspath__"):
             scen, file_objectives, file_budget = load_scenarios_file(scenarios)
             objectives = objectives if objectives is not None else file_objectives
@@ -40,7 +46,7 @@ class FitnessSet:
         else:
             scen = as_scenarios(scenarios)
         self.budget = Budget.parse(budget)
-        self.workers = default_workers() if workers is None else int(workers)
+        self.workers = workers
         self.prepared: dict[str, PreparedScenario] = {s.name: prepare(s, objectives) for s in scen}
 
     @property
@@ -53,7 +59,7 @@ class FitnessSet:
         name = item if isinstance(item, str) else getattr(item, "name", None) or (
             item.get("name") if isinstance(item, dict) else None)
         if name not in self.prepared:
-            raise ConfigError("scenario", f"unknown scenario {show(name)}; known: {', '.join(self.prepared)}")
+            raise ConfigError("scenario", f"unknown scenario {show(name)}; known: {known_list(self.prepared)}")
         return self.prepared[name]
 
     def run(self, candidate: Any, items: Sequence[Any] | None = None, summarize: bool = False,

@@ -34,6 +34,9 @@ from __future__ import annotations
 from typing import Any
 
 from blis_fast.adapters.core import FitnessSet, describe_scenario, feedback_text
+from blis_fast.batch.scenarios import MAX_SCENARIOS
+from blis_fast.config.validate import MAX_STR_LEN, as_bool, as_list, as_mapping, as_str, show
+from blis_fast.errors import ConfigError
 
 # A reflection prompt that knows what a component is (gepa's template variables: <curr_param>,
 # <side_info>); pass it as gepa.optimize(reflection_prompt_template=REFLECTION_TEMPLATE).
@@ -80,9 +83,17 @@ class BlisGEPAAdapter:
         return self.fitness.names
 
     def evaluate(self, batch: list, candidate: dict[str, str], capture_traces: bool = False):
+        """Scores of ``candidate`` on the scenarios of ``batch``.  A candidate whose text is
+        not a valid policy scores 0 with the error in its trajectory (gepa's contract: one
+        bad example never raises); a call of the wrong shape -- ``batch`` not a list of
+        scenario names, ``candidate`` not a mapping {component: text} -- is the caller's
+        mistake and raises ConfigError naming the argument."""
         from gepa import EvaluationBatch  # deferred: gepa
 
-        results = self.fitness.run(dict(candidate), batch, summarize=capture_traces)
+        batch = check_batch(batch, self.fitness)
+        candidate = check_components(candidate)
+        capture_traces = as_bool(capture_traces, "capture_traces", text=False)
+        results = self.fitness.run(candidate, batch, summarize=capture_traces)
         outputs, trajectories = [], []
         for item, ev in zip(batch, results):
             ps = self.fitness.scenario(item)
@@ -98,19 +109,76 @@ class BlisGEPAAdapter:
         )
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch, components_to_update: list[str]) -> dict:
+        """One record per scenario of ``eval_batch`` (what ``evaluate`` returned with
+        ``capture_traces=True``) for each component; ConfigError naming the argument when
+        one is not what gepa passes."""
+        candidate = check_components(candidate)
+        components = [as_str(c, f"components_to_update[{k}]", max_len=MAX_STR_LEN)
+                      for k, c in enumerate(as_list(components_to_update, "components_to_update",
+                                                    max_len=MAX_COMPONENTS, what="a list of component names"))]
+        outputs, trajectories = _batch_rows(eval_batch)
         records = []
-        for out, traj in zip(eval_batch.outputs, eval_batch.trajectories or []):
+        for out, traj in zip(outputs, trajectories):
             ps = self.fitness.scenario(traj["scenario"])
             generated = {"status": out["status"], "score": round(out["score"], 4)}
             generated.update({k: round(v, 4) for k, v in out["metrics"].items()})
             records.append((ps, generated, traj["feedback"]))
         return {
             comp: [{"Inputs": {"scenario": f"{ps.name}: {describe_scenario(ps)}",
-                               "component": comp, "current text": candidate.get(comp, "")},
+                               "component": comp, "current text": _text(candidate.get(comp, ""))},
                     "Generated Outputs": generated,
                     "Feedback": feedback} for ps, generated, feedback in records]
-            for comp in components_to_update
+            for comp in components
         }
+
+
+MAX_COMPONENTS = 64  # components of a candidate (gepa mutates one at a time)
+
+
+def check_batch(batch, fitness: FitnessSet) -> list:
+    """``batch`` as a list of known scenario names (or scenarios carrying one)."""
+    items = as_list(batch, "batch", max_len=MAX_SCENARIOS, what="a list of scenario names (adapter.names)")
+    for k, item in enumerate(items):
+        try:
+            fitness.scenario(item)
+        except ConfigError as exc:
+            raise ConfigError(f"batch[{k}]", exc.message) from None
+    return items
+
+
+def check_components(candidate) -> dict:
+    """A gepa candidate: a non-empty mapping {component name: text}.  Texts that are not
+    valid YAML policy sections make an invalid candidate (score 0), not an error here."""
+    as_mapping(candidate, "candidate", what="a mapping {component: text} (gepa's candidate)")
+    if not candidate or len(candidate) > MAX_COMPONENTS:
+        raise ConfigError("candidate", f"must have 1 to {MAX_COMPONENTS} components, got {len(candidate)}")
+    for name in candidate:
+        as_str(name, "candidate", max_len=MAX_STR_LEN)
+    return dict(candidate)
+
+
+def _batch_rows(eval_batch) -> tuple[list, list]:
+    """(outputs, trajectories) of an EvaluationBatch made by ``evaluate``; no trajectories
+    (``capture_traces=False``) gives no records."""
+    what = "the EvaluationBatch evaluate() returned (with capture_traces=True)"
+    outputs, trajectories = getattr(eval_batch, "outputs", None), getattr(eval_batch, "trajectories", None)
+    if not isinstance(outputs, list):
+        raise ConfigError("eval_batch", f"must be {what}, got {show(eval_batch)}")
+    if trajectories is None:
+        return outputs, []
+    if not isinstance(trajectories, list) or len(trajectories) != len(outputs):
+        raise ConfigError("eval_batch", f"must be {what}: its trajectories do not match its outputs")
+    for k, (out, traj) in enumerate(zip(outputs, trajectories)):
+        if not (isinstance(out, dict) and isinstance(out.get("status"), str) and isinstance(out.get("score"), float)
+                and isinstance(out.get("metrics"), dict) and all(isinstance(v, float) for v in out["metrics"].values())
+                and isinstance(traj, dict) and isinstance(traj.get("feedback"), str)):
+            raise ConfigError(f"eval_batch[{k}]", f"must be a row of {what}, got {show(out)}")
+    return outputs, trajectories
+
+
+def _text(value) -> str:
+    """A component's text as the reflection prompt shows it (JSON-able whatever was passed)."""
+    return value if isinstance(value, str) else show(value)
 
 
 def optimize_anything_evaluator(scenarios, objectives=None, budget=None, workers: int | None = None):

@@ -32,10 +32,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blis_fast.adapters.core import FitnessSet, feedback_text
-from blis_fast.errors import BlisFastError
+from blis_fast.errors import BlisFastError, ConfigError
 from blis_fast.batch.candidates import load_candidate
 from blis_fast.batch.program import MAX_TIMEOUT_S
-from blis_fast.config.validate import as_float
+from blis_fast.config.validate import as_float, as_str, show
+
+MAX_PROGRAM_BYTES = 16 * 2**20  # a program file (policy YAML or Python), as a YAML file's limit
 
 SCENARIOS_ENV = "BLIS_FAST_SCENARIOS"
 PROGRAM_TIMEOUT_ENV = "BLIS_FAST_PROGRAM_TIMEOUT_S"  # seconds a .py program may take (default 10)
@@ -69,7 +71,10 @@ def evaluate_stage2(program_path: str):
 def evaluators_for(evaluation_file: str) -> tuple[Callable, Callable, Callable]:
     """(evaluate, evaluate_stage1, evaluate_stage2) on the scenarios file beside
     ``evaluation_file`` (``$BLIS_FAST_SCENARIOS`` when set)."""
-    sidecar = Path(evaluation_file).resolve().with_name(SIDECAR)
+    if not isinstance(evaluation_file, (str, os.PathLike)):
+        raise ConfigError("evaluation_file", f"must be the evaluator file's path (__file__), "
+                                             f"got {show(evaluation_file)}")
+    sidecar = Path(as_str(os.fspath(evaluation_file), "evaluation_file")).resolve().with_name(SIDECAR)
 
     def scenarios() -> Path:
         env = os.environ.get(SCENARIOS_ENV)
@@ -114,10 +119,15 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
         except OSError as exc:
             return _failure(None, "setup", f"cannot read the scenarios file {scenarios}: {exc.strerror or exc}")
 
+        if not isinstance(program_path, (str, os.PathLike)) or not str(program_path) or "\0" in str(program_path):
+            return _failure(fitness, f"stage{stage}", f"program_path must be the path of a program file, got "
+                                                      f"{show(program_path)}")
         try:
             cand = _candidate(program_path)
         except OSError as exc:
             return _failure(fitness, f"stage{stage}", f"cannot read the program: {exc.strerror or exc}")
+        except BlisFastError as exc:  # the program, not the setup
+            return _failure(fitness, f"stage{stage}", str(exc))
         names = fitness.names[:1] if stage == 1 else fitness.names
         results = fitness.run(cand, names, summarize=True)
         return _result(fitness, names, results, stage)
@@ -130,7 +140,10 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
 def _candidate(program_path: str):
     """The Candidate of a program file, cached by content (stage 2 reuses stage 1's)."""
     p = Path(program_path)
-    data = p.read_bytes()
+    with open(p, "rb") as f:
+        data = f.read(MAX_PROGRAM_BYTES + 1)  # bounded: the file is the LLM's output
+    if len(data) > MAX_PROGRAM_BYTES:
+        raise ConfigError("program", f"is larger than {MAX_PROGRAM_BYTES} bytes (the size of a YAML file's limit)")
     key = hashlib.sha256(p.suffix.encode() + b"\0" + data).hexdigest()
     with _lock:
         if key in _candidates:

@@ -90,7 +90,7 @@ def run_within(state, budget: Budget, deadline: float | None = None, chunk_event
                                  f"at simulated t={int(st.loop[0]['clock_us']) / 1e6:.3f} s; the policy is too "
                                  "slow to simulate or the machine is overloaded")
 
-    def over_time(st, t_us: int) -> None:
+    def over_time(st, t_us: int, repeats: int) -> None:
         raise BudgetExceeded(f"the run had not finished after {budget.max_simulated_s:g} simulated seconds "
                              f"(budget.max_simulated_s; {int(st.inst['completed'].sum())} requests completed): "
                              "requests pile up under this policy")

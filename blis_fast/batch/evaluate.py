@@ -30,7 +30,7 @@ from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_c
 from blis_fast.batch.program import check_timeout
 from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
-from blis_fast.config.validate import as_int
+from blis_fast.config.validate import as_int, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.batch.task import Task, evaluate_task, failed, release_thread_arrays
 from blis_fast.run.runner import default_workers
@@ -39,6 +39,7 @@ from blis_fast.batch.program import allow_programs, stop_all_programs
 from blis_fast.policy import compile_policies
 
 MAX_WORKERS = 1024
+MAX_EVALUATIONS = 1_000_000  # candidates x scenarios of one batch
 GROUP_SIZE = 8  # candidates per task handed to an external executor
 
 
@@ -76,8 +77,14 @@ def evaluate_many(candidates, scenarios, objectives=None, budget: Budget | dict 
     if program_timeout_s is not None:
         program_timeout_s = check_timeout(program_timeout_s)
     ids, sources = _named(candidates)
+    scens = as_scenarios(scenarios)
+    if len(sources) * len(scens) > MAX_EVALUATIONS:  # refused before any program runs or workload is built
+        raise ConfigError("candidates", f"{len(sources)} candidates x {len(scens)} scenarios is "
+                                        f"{len(sources) * len(scens)} evaluations, more than the {MAX_EVALUATIONS} "
+                                        f"of one batch; split it")
+    # the scenarios first: a bad one (its objectives, its workload) is refused before any program runs
+    prepared = [prepare(s, objectives) for s in scens]
     cands = load_candidates(ids, sources, n_workers, program_timeout_s)
-    prepared = [prepare(s, objectives) for s in as_scenarios(scenarios)]
     results = evaluate_prepared(cands, prepared, budget, n_workers, executor, summarize, progress)
     return BatchResult(results_table(results, cands, prepared, summarize, include_wall_time), results)
 
@@ -109,7 +116,7 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
 
 def _named(candidates) -> tuple[list[str], list]:
     if isinstance(candidates, dict):
-        ids = [str(k) for k in candidates]
+        ids = [as_str(k, "candidates", numbers_ok=True) for k in candidates]  # (ids of a bounded size)
         sources = list(candidates.values())
     elif isinstance(candidates, (list, tuple)):
         sources = list(candidates)
@@ -121,7 +128,7 @@ def _named(candidates) -> tuple[list[str], list]:
         raise ConfigError("candidates", "needs at least one candidate")
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        raise ConfigError("candidates", f"two candidates are named {dup!r}; give each its own id")
+        raise ConfigError("candidates", f"two candidates are named {show(dup)}; give each its own id")
     return ids, sources
 
 

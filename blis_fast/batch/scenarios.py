@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from blis_fast.config.sim import SimConfig, build_config, load_yaml
-from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping, as_str, key_name, show
+from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping, as_str, key_name, show, show_text
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
 from blis_fast.config import memory
-from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
-from blis_fast.run.resolve import build_workload, check_expected_size, resolve
+from blis_fast.run.api import RESULT_BYTES_PER_REQUEST, pool_size
+from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.tables import scenario_tables
 
 SCENARIO_KEYS = ("name", "config", "workload_spec", "trace", "seed", "slo_classes", "objectives")
@@ -149,6 +149,7 @@ def as_scenarios(value: Any) -> list[Scenario]:
     items = value if isinstance(value, (list, tuple)) else [value]
     if not items:
         raise ConfigError("scenarios", "needs at least one scenario")
+    items = as_list(items, "scenarios", max_len=MAX_SCENARIOS, what="a list of scenarios")
     out = [s if isinstance(s, Scenario) else scenario_from_dict(s, f"scenarios[{i}]") for i, s in enumerate(items)]
     check_unique_names(out)
     return out
@@ -173,11 +174,18 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
             setup = resolve(cfg)
             check_expected_size(cfg, setup, RESULT_BYTES_PER_REQUEST)
             wl = build_workload(cfg)
+            check_engine_supports(setup)
     except ConfigError as exc:
         raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:
-        wl = with_slo_classes(wl, scenario.slo_classes, f"scenario {scenario.name}: slo_classes")
+        wl = with_slo_classes(wl, scenario.slo_classes, f"scenario {show_text(scenario.name, 60)}: slo_classes")
     objectives = scenario.objectives if scenario.objectives is not None else parse_objectives(default_objectives)
+    # an objective's [class=...], [tenant=...], [client=...] or [instance=...] must exist in this
+    # scenario: refused now, not after every candidate has run
+    from blis_fast.results.objectives import check_selectors  # deferred: blis_fast_kernels.native
+
+    check_selectors([(f"scenario {show_text(scenario.name, 60)}: objectives[{k}].metric", o.metric)
+                     for k, o in enumerate(objectives)], wl, pool_size(cfg))
     return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
                             scenario_tables(setup, wl))
 
@@ -186,7 +194,8 @@ def scenario_error(name: str, exc: ConfigError) -> ConfigError:
     """``exc`` (raised while resolving scenario ``name``) naming the scenario, and its own
     key instead of the CLI flag it stands for (``--workload-spec`` -> ``workload_spec``)."""
     head = exc.field.split(" ")[0]
-    return ConfigError(f"scenario {name}: {_OVERRIDE_KEYS.get(head, head)}{exc.field[len(head):]}", exc.message)
+    return ConfigError(f"scenario {show_text(name, 60)}: {_OVERRIDE_KEYS.get(head, head)}{exc.field[len(head):]}",
+                       exc.message)
 
 
 def with_slo_classes(wl, classes: dict, where: str):

@@ -8,14 +8,15 @@ from typing import Annotated, Optional
 import typer
 
 from blis_fast.cli import feedback
-from blis_fast.cli.app import Quiet, Verbose, app
+from blis_fast.cli.app import Quiet, Verbose, app, number_option
 
 
 @app.command()
 def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of a table")] = False,
     scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k, 100k-weighted, 100k-decisions, 100k-full, 100k-ref, batch-10k (64 candidates x 10k, serial and on all cores), batch-100k (64 x 100k, all cores; not in the default) (default: all but batch-100k)")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", help="timed repetitions per scenario (best is reported)")] = 3,
+    repeats: Annotated[Optional[str], number_option("--repeats", help="timed repetitions per scenario, 1 to 1000 "
+                                                                     "(best is reported; default 3)")] = None,
     startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,
     calibrate: Annotated[bool, typer.Option("--calibrate", help="instead, re-measure one instance's saturation throughput and print the scenario rates at 80% load (JSON)")] = False,
     quiet: Quiet = False,
@@ -33,7 +34,8 @@ def bench(
         typer.echo(json.dumps(_calibrate(), indent=2))
         return
     with feedback.progress("blis-fast bench") as bar:
-        report = run_bench(scenarios=scenarios.split(",") if scenarios else None, repeats=repeats, startup=startup,
+        report = run_bench(scenarios=scenarios.split(",") if scenarios is not None else None,
+                           repeats=3 if repeats is None else repeats, startup=startup,
                            progress=bar.report)
     if json_out:
         typer.echo(json.dumps(report, indent=2))

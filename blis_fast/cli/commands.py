@@ -14,7 +14,9 @@ import typer.main
 
 from blis_fast.cli import run, evaluate, openevolve, bench, workload, cache, studies  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
-from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted
+from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted, logger
+from blis_fast.config.effective import CompatIgnoredWarning
+from blis_fast.config.validate import escape_controls
 from blis_fast.errors import BlisFastError
 
 __all__ = ["app", "run_command"]
@@ -23,8 +25,10 @@ MAX_ERROR_CHARS = 1000
 
 
 def _error(text: str) -> None:
-    """Print ``error: <text>`` as one line on stderr and exit with code 2."""
-    line = " ".join(str(text).split())
+    """Print ``error: <text>`` as one line on stderr and exit with code 2: whitespace runs
+    become one space, control characters are escaped (user text can reach a message: a
+    file name, a flag value) and the line is cut at MAX_ERROR_CHARS."""
+    line = escape_controls(" ".join(str(text)[: 4 * MAX_ERROR_CHARS].split()))
     if len(line) > MAX_ERROR_CHARS:
         line = line[: MAX_ERROR_CHARS - 3] + "..."
     typer.echo(f"error: {line}", err=True)
@@ -42,7 +46,8 @@ def _click_command():
 
 def run_command(argv: list[str] | None = None) -> None:
     """Run one command.  Warnings raised while it runs are shown only if it succeeds (never
-    before an error line)."""
+    before an error line); a ``CompatIgnoredWarning`` as its own one line (once, however
+    many configs the command builds), through the notices' logger (``--quiet`` drops it)."""
     args = sys.argv[1:] if argv is None else argv
     configure(quiet=False, verbose=0)  # the command's --quiet / -v change it while parsing
     with warnings.catch_warnings(record=True) as caught:
@@ -85,5 +90,12 @@ def run_command(argv: list[str] | None = None) -> None:
         interrupted()
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         raise SystemExit(code)
-    for w in caught:  # the command succeeded: show what it warned about, after its output
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    shown = set()
+    for w in caught:  # the command succeeded: show what it warned about, after its output (user text escaped)
+        text = escape_controls(str(w.message))
+        if issubclass(w.category, CompatIgnoredWarning):  # one line each, once (studies build many configs)
+            if text not in shown:
+                shown.add(text)
+                logger.warning(text)
+            continue
+        warnings.showwarning(text, w.category, w.filename, w.lineno)

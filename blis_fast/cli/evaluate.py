@@ -10,12 +10,13 @@ from typing import Annotated, Optional
 import typer
 
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
-from blis_fast.config.validate import as_float, as_int, show
+from blis_fast.config.validate import as_float, as_int, show, show_text
 from blis_fast.errors import ConfigError
 from blis_fast.cli.feedback import logger, progress
 from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
+NAME_CHARS = 60  # of a candidate's name in the ranking
 
 
 @app.command()
@@ -142,15 +143,14 @@ def ranking_text(table, top: int = 20) -> str:
         by.setdefault(r["candidate"], []).append(r)
     ranked = sorted(by.items(), key=lambda kv: (-sum(r["score"] for r in kv[1]) / len(kv[1]), kv[0]))
     shown = ranked if top == 0 else ranked[:top]
-    width = max([len("candidate")] + [len(c) for c, _ in shown])
+    names = [show_text(c, NAME_CHARS) for c, _ in shown]  # user text: shortened, control characters escaped
+    width = max([len("candidate")] + [len(c) for c in names])
     lines = [f"{'rank':>4}  {'candidate':<{width}}  {'mean':>6}  {'min':>6}  {'ok':>7}  note"]
-    for k, (cand, rs) in enumerate(shown, 1):
+    for k, (cand, (_, rs)) in enumerate(zip(names, shown), 1):
         scores = [r["score"] for r in rs]
         ok = sum(r["status"] == "ok" for r in rs)
         bad = next((r for r in rs if r["status"] != "ok"), None)
-        note = "" if bad is None else f"{bad['status']}: {bad['message']}"
-        if len(note) > MESSAGE_CHARS:
-            note = note[: MESSAGE_CHARS - 3] + "..."
+        note = "" if bad is None else show_text(f"{bad['status']}: {bad['message']}", MESSAGE_CHARS)
         lines.append(f"{k:>4}  {cand:<{width}}  {sum(scores) / len(scores):6.3f}  {min(scores):6.3f}  "
                      f"{f'{ok}/{len(rs)}':>7}  {note}")
     if len(shown) < len(ranked):

@@ -64,7 +64,11 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = self.format(record)
+            # a notice may quote user text; (imported here: blis_fast.config loads numpy, and this
+            # module is imported before anything heavy so that Ctrl-C is handled during start-up)
+            from blis_fast.config.validate import escape_controls  # deferred: numpy (blis_fast.config)
+
+            text = escape_controls(self.format(record), keep="\n")
             if not _display.print_above(text):
                 sys.stderr.write(text + "\n")
                 sys.stderr.flush()

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
+
+from blis_fast.config.validate import escape_controls
 from blis_fast.text import count, metric_text, ms, pct, rate
 
 PER_INSTANCE_LIMIT = 8  # instances shown one per row without --per-instance
@@ -36,11 +39,24 @@ def summary_json(summary: dict) -> str:
 # ----------------------------------------------------------------------------- the summary
 
 
+def _escaped(value: Any) -> Any:
+    """``value`` (a summary: dicts, lists, numbers, text) with control characters in its
+    text escaped, line breaks kept; printable text is unchanged."""
+    if isinstance(value, str):
+        return escape_controls(value, keep="\n")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
+
+
 def render(summary: dict, per_instance: bool = False, console=None) -> None:
     """Print the human summary of one run's ``summary`` dict on ``console`` (stdout)."""
     from rich.console import Console  # deferred: rich
 
     console = console or Console()
+    summary = _escaped(summary)  # names from the user's files (classes, tenants, models) reach the terminal
     run, c = summary["run"], summary["cluster"]
     console.print(_headline(run, c))
     console.print()

@@ -16,6 +16,7 @@ from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_
 from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
 from blis_fast.config.outputs import config_inputs
+from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
@@ -224,7 +225,7 @@ def compare(
 
     labels = [p.stem for p in configs]
     if len(set(labels)) != len(labels):
-        raise ConfigError("CONFIGS", f"the files' names label the columns and must differ, got {labels}")
+        raise ConfigError("CONFIGS", f"the files' names label the columns and must differ, got {show(labels)}")
     bases = [(label, config_from_flags({**run_flags, "config": path})) for label, path in zip(labels, configs)]
     inputs = [("CONFIGS", p) for p in configs] + [x for _, c in bases for x in input_paths(run_flags, c)]
     _check_study_outputs(out, plot, inputs)

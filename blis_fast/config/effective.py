@@ -11,11 +11,15 @@ its now-unused parameters are only reported as a notice (``-v``).
 
 Workload settings follow the same rule against the workload source
 (``workload_source``): a workload spec describes its own clients (rates, lengths, arrival
-processes, prefixes, length of the run), and a trace records its requests, so the
-settings of a generated distribution are refused with them -- each with the way to get
-the intended effect (``UNUSED_BY_SOURCE``).  A flag that switches the source of a YAML
-file (``--workload-spec`` over a file's ``workload: {type: chatbot, rate: 20}``) leaves
-the file's settings as a notice.
+processes, prefixes), and a trace records its requests, so the settings of a generated
+distribution are refused with them -- each with the way to get the intended effect
+(``UNUSED_BY_SOURCE``).  A flag that switches the source of a YAML file
+(``--workload-spec`` over a file's ``workload: {type: chatbot, rate: 20}``) leaves the
+file's settings as a notice.  ``num_requests`` counts for every source when given, as in
+the reference (blis_fast.run.resolve: a spec's cap, a trace's first N requests).  Under
+``--compat blis-2026.02`` the refused settings that the reference accepts and ignores are
+accepted with one ``CompatIgnoredWarning`` and reset to their defaults, so that the
+reference's command lines run unchanged and give the run without them.
 
 Settings of a config that was already checked (``blis_fast.config.sim.with_overrides``:
 the studies' per-point configs) sit at the layer ``SETTLED``, below YAML: they are never
@@ -25,7 +29,8 @@ refused again, only the settings changed on top of them are checked.
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
+import warnings
+from dataclasses import fields, replace
 from typing import Callable
 
 from blis_fast.errors import ConfigError
@@ -74,12 +79,6 @@ UNUSED_BY_SOURCE: dict[str, dict[str, str]] = {
         TRACE: "a trace records its arrival times; to vary the load, generate the requests from a workload "
                "spec (--workload-spec with --rate-scale)",
     },
-    "workload.num_requests": {
-        SPEC: "the spec sets how many requests arrive; edit its num_requests (a cap) or duration_s (the "
-              "generation window)",
-        TRACE: "a trace replays every request it holds; replay a shorter file, or stop at a simulated time "
-               "with --horizon",
-    },
     "workload.arrival": {
         SPEC: "each client of the spec has its own arrival process (clients[i].arrival)",
         TRACE: "a trace records its arrival times",
@@ -100,9 +99,23 @@ UNUSED_BY_SOURCE: dict[str, dict[str, str]] = {
 }
 
 
+# every source uses it when given (as the reference does): it generates that many requests from a
+# distribution, replaces a spec's num_requests, replays a trace's first N requests
+NUM_REQUESTS = "workload.num_requests"
+
+# settings of blis-fast's own, which no reference command line holds: refused in compat mode too
+NOT_REFERENCE_FLAGS = ("workload.rate_scale",)
+
 # the settings that describe the workload to build: a Workload passed in ready-made
 # (blis_fast.simulate(workload=...)) uses none of them
-WORKLOAD_SETTINGS = tuple(p for p in UNUSED_BY_SOURCE if p.startswith("workload.")) + ("workload.spec_filepath",)
+WORKLOAD_SETTINGS = tuple(p for p in UNUSED_BY_SOURCE if p.startswith("workload.")) + (NUM_REQUESTS,
+                                                                                      "workload.spec_filepath")
+
+
+class CompatIgnoredWarning(UserWarning):
+    """Settings a workload source does not use, accepted and ignored under ``--compat
+    blis-2026.02`` because the reference accepts them (the CLI prints the message as one
+    line on stderr once the command succeeds)."""
 
 
 def workload_source(workload) -> str:
@@ -128,22 +141,50 @@ def _given(path: str, value, default, layer: dict[str, int]) -> bool:
     return layer[path] == FLAGS or value != default
 
 
-def check_workload_source(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
+def check_workload_source(cfg, layer: dict[str, int], where: Callable[[str], str]):
     """Refuse a given workload setting that the config's workload source does not use
-    (``UNUSED_BY_SOURCE``), naming it and saying how to get the intended effect."""
+    (``UNUSED_BY_SOURCE``), naming it and saying how to get the intended effect.  Returns
+    the config to run: under ``--compat blis-2026.02`` such settings are accepted, as the
+    reference accepts them, and reset to their defaults (the run is exactly the run
+    without them) with one ``CompatIgnoredWarning`` naming them all; a ``num_requests``
+    left over from the source a later layer switched away from is dropped."""
     source = workload_source(cfg.workload)
     sections = {"workload": cfg.workload, "simulation": cfg.simulation}
     defaults = {f"{name}.{f.name}": f.default for name, obj in sections.items() for f in fields(obj)}
+    choice = _source_choice(source)
+    ignored = []
     for path, unused in UNUSED_BY_SOURCE.items():
         section, _, name = path.partition(".")
         value = getattr(sections[section], name)
         if source not in unused or not _given(path, value, defaults[path], layer):
             continue
-        choice = _source_choice(source)
         if layer.get(choice, SETTLED) > layer[path]:  # a later layer switched the source: fine
             logger.info("%s (from %s) has no effect with %s", path, where(path), SOURCE_NAMES[source])
             continue
+        if cfg.simulation.compat is not None and path not in NOT_REFERENCE_FLAGS:
+            ignored.append(path)
+            continue
         raise ConfigError(where(path), f"has no effect with {SOURCE_NAMES[source]}: {unused[source]}")
+    reset = {path: defaults[path] for path in ignored}
+    if source != DISTRIBUTION and cfg.workload.num_requests is not None \
+            and layer.get(NUM_REQUESTS, SETTLED) < layer.get(choice, SETTLED):
+        # the length of the distribution a later layer replaced (a file's, or a checked config's 100)
+        logger.info("%s (from %s) has no effect with %s", NUM_REQUESTS, where(NUM_REQUESTS), SOURCE_NAMES[source])
+        reset[NUM_REQUESTS] = None
+    if ignored:
+        flags = [where(path) for path in ignored]
+        verb = "has" if len(flags) == 1 else "have"
+        warnings.warn(CompatIgnoredWarning(
+            f"blis-fast: warning: {', '.join(flags)} {verb} no effect with {SOURCE_NAMES[source]} (ignored, as the "
+            f"reference does under --compat {cfg.simulation.compat})"), stacklevel=2)
+    if not reset:
+        return cfg
+    changed = {}
+    for section in sections:
+        values = {path.partition(".")[2]: v for path, v in reset.items() if path.startswith(section + ".")}
+        if values:
+            changed[section] = replace(sections[section], **values)
+    return replace(cfg, **changed)
 
 
 def check_class_weights(cfg, workload) -> None:
@@ -161,9 +202,10 @@ def check_class_weights(cfg, workload) -> None:
                                            "workload spec's slo_classes (or a rich trace written from one)")
 
 
-def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
+def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
     """Raise ConfigError naming the setting (as the user spelled it) if a given setting
-    would change nothing.  ``layer`` maps each given path to the layer that set it."""
+    would change nothing.  ``layer`` maps each given path to the layer that set it.
+    Returns the config to run (``check_workload_source``)."""
     e, d = cfg.engine, cfg.deployment
     if e.pp != 1:
         raise ConfigError(where("engine.pp"), f"pipeline parallelism is not modelled yet (the latency models and KV "
@@ -194,4 +236,4 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]) -> 
             logger.info("%s (from %s) has no effect with %s %s", path, where(path), choice_path, chosen)
             continue
         raise ConfigError(where(path), f"has no effect with {choice_path.rpartition('.')[2]} {chosen}; it needs {how}")
-    check_workload_source(cfg, layer, where)
+    return check_workload_source(cfg, layer, where)

@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any, Collection
 
 from blis_fast.config import effective
+from blis_fast.config.deployments import (
+    ENTRY_KEYS,
+    PER_DEPLOYMENT_SECTIONS,
+    PER_DEPLOYMENT_SETTINGS,
+    DeploymentSpec,
+    check_deployments,
+)
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, parse_weights
@@ -23,6 +30,7 @@ from blis_fast.config.validate import (
     MAX_REQUESTS,
     MAX_TIME_US,
     as_int,
+    as_list,
     as_mapping,
     check_fields,
     check_value,
@@ -47,6 +55,7 @@ MAX_COEFF = 1e9  # each α / β coefficient, µs (per token / request for α1, �
 MAX_WINDOW_S = MAX_TIME_US / 1e6  # warm-up / cool-down, seconds of simulated time
 MAX_STEP_US = 2**53  # a full step (β0 + β1·max_num_batched_tokens + β2·max_num_seqs) must stay below this
 TOKENS = MAX_REQUEST_TOKENS
+DEFAULT_NUM_REQUESTS = 100  # requests of a generated distribution or preset without --num-requests
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,10 @@ class WorkloadConfig:
     rate_scale: float = _opt(1.0, "multiplies the arrival rate: --rate, or every rate-driven client's rate of a "
                                   "workload spec (session follow-ups and trace timestamps keep their timing); for "
                                   "load sweeps and capacity searches on specs", lo=0, lo_open=True, hi=1e6)
-    num_requests: int = _opt(100, "number of requests to generate (>= 1) from the distribution or a preset (a "
-                                  "spec sets its own; a trace replays all)", lo=1, hi=MAX_REQUESTS)
+    num_requests: int | None = _opt(None, "number of requests (>= 1): generated from the distribution or a preset "
+                                          "(default 100); given with a workload spec, it replaces the spec's "
+                                          "num_requests (a cap); given with a trace, only its first N requests (file "
+                                          "order) are replayed", lo=1, hi=MAX_REQUESTS)
     arrival: str | None = _opt(None, "arrival process: poisson | constant (default poisson; constant in compat mode)",
                                choices=ARRIVAL_PROCESSES)
     prefix_tokens: int | None = _opt(None, "shared-prefix tokens prepended to every prompt (preset value, else 0)",
@@ -82,6 +93,9 @@ class WorkloadConfig:
                                            "settings; seed from the file unless --seed is given")
 
     def __post_init__(self) -> None:
+        if self.num_requests is None and not self.spec_filepath and self.type != "traces":
+            # a generated distribution always has a length; a spec or a trace has its own unless one is given
+            object.__setattr__(self, "num_requests", DEFAULT_NUM_REQUESTS)
         check_fields(self, "workload")
 
 
@@ -177,16 +191,49 @@ class SimConfig:
                                          "slo_attainment[class=realtime]:max (README 'Evaluation'); default "
                                          "slo_attainment, goodput_rps, ttft_p99_ms, e2e_p99_ms",
                                    parse=lambda value, where: _objectives(value, where), metavar="SPEC")
+    deployments: tuple[DeploymentSpec, ...] | None = field(default=None, metadata={
+        "help": "the run's deployments (blis_fast.config.deployments); None: the top-level model, hardware, engine "
+                "and deployment settings are the one deployment.  When given, those top-level settings mirror "
+                "the first deployment's"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")
         for name, cls in _section_classes().items():
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, f"must be a {cls.__name__}, got {show(getattr(self, name))}")
+        if self.deployments is not None:
+            if not isinstance(self.deployments, tuple) or not all(isinstance(d, DeploymentSpec)
+                                                                  for d in self.deployments):
+                raise ConfigError("deployments", f"must be a tuple of DeploymentSpec, got {show(self.deployments)}")
+            check_deployments(self.deployments)
+            # the top-level settings mirror the first deployment (single-deployment code reads them)
+            first = self.deployments[0]
+            for name in PER_DEPLOYMENT_SETTINGS:
+                object.__setattr__(self, name, getattr(first, name))
+            object.__setattr__(self, "engine", first.engine)
+            object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
 
     def to_dict(self) -> dict:
-        """Plain nested dict (for the results JSON)."""
-        return _to_dict(self)
+        """Plain nested dict (for the results JSON), shaped like a run-config file: with a
+        deployments list, the top-level settings that mirror its first entry are left out
+        (read back, they would be refused next to the list)."""
+        out = _to_dict(self)
+        if self.deployments is None:
+            del out["deployments"]
+        else:
+            for key in PER_DEPLOYMENT_SETTINGS + PER_DEPLOYMENT_SECTIONS:
+                del out[key]
+        return out
+
+    def deployment_list(self) -> tuple[DeploymentSpec, ...]:
+        """The run's deployments: the ``deployments`` list, else the one deployment the
+        top-level settings describe (named by its model id).  Every consumer reads this."""
+        if self.deployments is not None:
+            return self.deployments
+        return (DeploymentSpec(name=self.model, model=self.model, hardware=self.hardware,
+                               vllm_version=self.vllm_version, latency_model=self.latency_model,
+                               alpha_coeffs=self.alpha_coeffs, beta_coeffs=self.beta_coeffs,
+                               instances=self.deployment.num_instances, engine=self.engine),)
 
 
 # Flat names (BLIS flags with '_' for '-') -> nested path.  Also the YAML top-level aliases.
@@ -295,7 +342,12 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
     nested: dict[str, Any] = {}
     origin: dict[str, str] = {}  # path -> how the user spelled it (for messages)
     layer: dict[str, int] = {}  # path -> which layer set it (blis_fast.config.effective)
-    yaml_data = as_mapping({} if yaml_data is None else yaml_data, "config", what="a mapping of settings")
+    yaml_data = dict(as_mapping({} if yaml_data is None else yaml_data, "config", what="a mapping of settings"))
+    overrides = dict(overrides or {})
+    deployments, deployments_where = yaml_data.pop("deployments", None), "deployments"
+    if overrides.get("deployments") is not None:  # (the API keyword simulate(deployments=[...]))
+        deployments, deployments_where = overrides["deployments"], "deployments"
+    overrides.pop("deployments", None)
     for key, value in yaml_data.items():
         if key in _SECTIONS and not (key in FLAG_PATHS and not isinstance(value, dict)):
             # (``workload: chatbot`` is the flat BLIS flag; ``workload: {...}`` the section)
@@ -314,7 +366,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
             origin[FLAG_PATHS[key]] = key
             layer[FLAG_PATHS[key]] = effective.YAML
         else:
-            known = sorted(set(FLAG_PATHS) | set(_SECTIONS))
+            known = sorted(set(FLAG_PATHS) | set(_SECTIONS) | {"deployments"})
             raise ConfigError(key_name(key), f"unknown key; known: {', '.join(known)}")
     for path in settled:
         if layer.get(path) == effective.YAML:
@@ -323,7 +375,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         nested[f"policy.{name}"] = value
         origin[f"policy.{name}"] = f"{policy_origin} ({name})"
         layer[f"policy.{name}"] = effective.BUNDLE
-    for flag, value in (overrides or {}).items():
+    for flag, value in overrides.items():
         if value is None:
             continue
         if not isinstance(flag, str) or flag not in FLAG_PATHS:
@@ -340,6 +392,10 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
                 return o + path[len(p):]
         return path
 
+    deps = None
+    if deployments is not None:
+        deps = parse_deployments(deployments, deployments_where)
+        _refuse_single_deployment_settings(nested, layer, where)
     sections = {}
     for name, cls in _SECTIONS.items():
         kwargs = {}
@@ -357,12 +413,79 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
             continue
         top[f.name] = _coerce(nested[f.name], f, where(f.name))
     try:
-        cfg = SimConfig(**top, **sections)
+        cfg = SimConfig(**top, **sections, deployments=deps)
         validate(cfg)
     except ConfigError as exc:
         raise ConfigError(where(exc.field), exc.message) from None
-    effective.check_effective(cfg, layer, where)  # every given setting changes the run, or is refused
-    return cfg
+    # every given setting changes the run, or is refused (or, in compat mode, ignored with a warning)
+    return effective.check_effective(cfg, layer, where)
+
+
+# the engine keys of a deployments: entry: the flags' YAML names (and the field names)
+DEPLOYMENT_ENGINE_KEYS: dict[str, str] = {
+    **{flag: path.split(".", 1)[1] for flag, path in FLAG_PATHS.items()
+       if path.startswith("engine.") and flag not in ("pp", "dp")},
+    "block_size": "block_size",
+}
+
+
+def parse_deployments(value: Any, where: str = "deployments") -> tuple[DeploymentSpec, ...]:
+    """A ``deployments:`` list (YAML or the API keyword) -> checked DeploymentSpecs; errors
+    name the entry's key as the user spelled it (``deployments[1].tp``)."""
+    entries = as_list(value, where, what="a list of deployments")
+    deps = tuple(_parse_deployment(entry, f"{where}[{i}]") for i, entry in enumerate(entries))
+    check_deployments(deps, where)
+    return deps
+
+
+def _parse_deployment(entry: Any, path: str) -> DeploymentSpec:
+    entry = as_mapping(entry, path, set(ENTRY_KEYS) | set(DEPLOYMENT_ENGINE_KEYS),
+                       what="a mapping of deployment settings (name, model, hardware, tp, instances, ...)")
+    for key in ("name", "model"):
+        if key not in entry:
+            raise ConfigError(f"{path}.{key}", "is required")
+    engine_names = {f.name for f in fields(EngineConfig)}
+    given: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if entry.get("engine") is not None:  # (the nested shape SimConfig.to_dict writes)
+        for k, v in as_mapping(entry["engine"], f"{path}.engine", engine_names).items():
+            given[k], origin[k] = v, f"{path}.engine.{k}"
+    for key, v in entry.items():
+        name = DEPLOYMENT_ENGINE_KEYS.get(key)
+        if name is None:
+            continue
+        if name in given:
+            raise ConfigError(f"{path}.{key}", f"is given twice (also as {origin[name]})")
+        given[name], origin[name] = v, f"{path}.{key}"
+    engine_kwargs = {f.name: _coerce(given[f.name], f, origin[f.name]) for f in fields(EngineConfig) if f.name in given}
+    for name in ("pp", "dp"):
+        if engine_kwargs.get(name, 1) != 1:
+            raise ConfigError(origin[name], "is not modelled yet: only 1 is accepted")
+    try:
+        engine = EngineConfig(**engine_kwargs)
+    except ConfigError as exc:
+        name = exc.field.rpartition(".")[2]
+        raise ConfigError(origin.get(name, f"{path}.{name}"), exc.message) from None
+    kwargs = {f.name: _coerce(entry[f.name], f, f"{path}.{f.name}")
+              for f in fields(DeploymentSpec) if f.name != "engine" and f.name in entry}
+    try:
+        return DeploymentSpec(**kwargs, engine=engine)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}.{exc.field}", exc.message) from None
+
+
+def _refuse_single_deployment_settings(nested: dict, layer: dict, where) -> None:
+    """With a deployments: list, the top-level model, hardware, latency-model and engine
+    settings and the instance count belong in the entries: refuse any given explicitly
+    (not those of a config already checked, which mirror its first deployment)."""
+    for path in nested:
+        if layer.get(path) == effective.SETTLED:
+            continue
+        section, _, name = path.rpartition(".")
+        if path in PER_DEPLOYMENT_SETTINGS or section in PER_DEPLOYMENT_SECTIONS:
+            key = {"num_instances": "instances"}.get(name, name)
+            raise ConfigError(where(path), f"is a per-deployment setting: with a deployments: list, set it in each "
+                                           f"entry (deployments[i].{key}) instead")
 
 
 def _objectives(value: Any, where: str) -> list[dict]:
@@ -393,12 +516,11 @@ def validate(cfg: SimConfig) -> None:
         v = getattr(cfg, name)
         if v is not None and len(v) != 3:
             raise ConfigError(name, f"must be 3 finite numbers in [0, {MAX_COEFF:g}] µs, got {show(v)}")
-    if cfg.beta_coeffs is not None:
-        b0, b1, b2 = cfg.beta_coeffs
-        step = b0 + b1 * cfg.engine.max_num_batched_tokens + b2 * cfg.engine.max_num_seqs
-        if step > MAX_STEP_US:
-            raise ConfigError("beta_coeffs", f"a full step (β0 + β1·max_num_batched_tokens + β2·max_num_seqs) would "
-                                             f"take {step:.3g} µs, more than 2^53 µs; lower the coefficients")
+    if cfg.deployments is None:
+        _check_full_step(cfg.beta_coeffs, cfg.engine, "beta_coeffs")
+    else:
+        for i, dep in enumerate(cfg.deployments):
+            _check_full_step(dep.beta_coeffs, dep.engine, f"deployments[{i}].beta_coeffs")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
     lo, hi = d.bounds()
@@ -409,14 +531,23 @@ def validate(cfg: SimConfig) -> None:
                           f"must be in [min_instances, max_instances] = [{lo}, {hi}], got {d.num_instances}")
 
 
+def _check_full_step(beta: list[float] | None, engine: EngineConfig, where: str) -> None:
+    if beta is not None:
+        b0, b1, b2 = beta
+        step = b0 + b1 * engine.max_num_batched_tokens + b2 * engine.max_num_seqs
+        if step > MAX_STEP_US:
+            raise ConfigError(where, f"a full step (β0 + β1·max_num_batched_tokens + β2·max_num_seqs) would "
+                                     f"take {step:.3g} µs, more than 2^53 µs; lower the coefficients")
+
+
 def with_overrides(cfg: SimConfig, **flat: Any) -> SimConfig:
     """A copy of ``cfg`` with flat-named settings changed (API convenience), re-validated."""
-    data = _to_dict(cfg)
+    data = cfg.to_dict()
     for flag, value in flat.items():
         if flag not in FLAG_PATHS:
             raise ConfigError(key_name(flag), "unknown setting")
         section, _, name = FLAG_PATHS[flag].rpartition(".")
-        (data[section] if section else data)[name] = value
+        (data.setdefault(section, {}) if section else data)[name] = value
     changed = {FLAG_PATHS[flag] for flag in flat}
     return build_config(data, settled=[p for p in section_paths(data) if p not in changed])
 
@@ -455,6 +586,7 @@ def _to_dict(obj: Any) -> Any:
 
 
 __all__ = [
-    "SimConfig", "EngineConfig", "WorkloadConfig", "DeploymentConfig", "SimulationConfig",
+    "SimConfig", "EngineConfig", "WorkloadConfig", "DeploymentConfig", "SimulationConfig", "DeploymentSpec",
+    "parse_deployments",
     "FLAG_PATHS", "build_config", "check_ready_workload", "load_yaml", "validate", "with_overrides", "flag_for", "replace",
 ]

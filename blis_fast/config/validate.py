@@ -125,9 +125,28 @@ def _emit(v: Any, out: list[str], budget: list[int], depth: int) -> None:
     budget[0] -= len(s)
 
 
+def escape_controls(text: str, keep: str = "") -> str:
+    """``text`` with every character that is not printable (BEL, ESC and the other C0 and
+    C1 controls, line and paragraph separators, ...) written as its Python escape
+    (``\\x07``), so user text cannot ring the bell or drive the terminal; printable text
+    (spaces included) and the characters of ``keep`` (``"\\n"`` for multi-line text) are
+    left as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
+def show_text(value: Any, limit: int = MAX_SHOWN) -> str:
+    """User text as it appears in a table or a message without quotes: at most ``limit``
+    characters, control characters escaped (``show`` quotes it as repr does)."""
+    s = value if isinstance(value, str) else str(value)
+    s = escape_controls(s[: limit + 1])
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
 def key_name(key: Any, limit: int = 60) -> str:
     """A mapping key or setting name as it appears in a field path (shortened, unquoted)."""
-    if isinstance(key, str) and len(key) <= limit and key.isprintable():
+    if isinstance(key, str) and 0 < len(key) <= limit and key.isprintable():
         return key
     return show(key, limit)
 
@@ -428,7 +447,7 @@ def check_fields(obj: Any, section: str, *, error=ConfigError) -> None:
 
 __all__ = [
     "INT64_MAX", "INT32_MAX", "MAX_TIME_US", "MAX_REQUESTS", "MAX_INSTANCES", "MAX_REQUEST_TOKENS", "MAX_KEYS",
-    "MAX_STR_LEN", "MAX_POLICY_WEIGHT", "MAX_SHOWN", "show", "key_name", "fmt_num", "range_text", "parse_decimal",
+    "MAX_STR_LEN", "MAX_POLICY_WEIGHT", "MAX_SHOWN", "show", "show_text", "escape_controls", "key_name", "fmt_num", "range_text", "parse_decimal",
     "parse_float_text", "as_int", "as_float", "as_bool", "as_str", "as_choice", "as_mapping", "as_list", "Limits",
     "setting", "check_value", "check_fields", "annotation_kind",
 ]

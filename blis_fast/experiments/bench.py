@@ -43,12 +43,15 @@ import time
 import numpy as np
 from importlib.metadata import PackageNotFoundError, version
 
+from blis_fast.config.validate import as_int, as_list, as_str
 from blis_fast.errors import BlisFastError, ConfigError
 from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, SATURATION_RPS_PER_INSTANCE,
                                            SCENARIOS, SEED, TARGET_LOAD, scenario_overrides, text_table)
 from blis_fast.version import __version__
 from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
 from blis_fast_kernels.schema import RequestState
+
+MAX_REPEATS = 1000  # timed repetitions per scenario (--repeats is in [1, MAX_REPEATS])
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",
@@ -136,8 +139,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     from blis_fast.config.sim import build_config  # deferred: yaml
     from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
 
-    if repeats < 1:
-        raise ConfigError("repeats", f"must be >= 1, got {repeats}")
+    repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     overrides = scenario_overrides(name)
     cfg = build_config({}, overrides)
     setup = resolve(cfg)
@@ -281,7 +283,15 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict.
     ``progress(phase, done, total, unit)`` (as ``blis_fast.run.api.run_config`` takes it) is
     told each step as it starts."""
-    names = list(SCENARIOS) + ["batch-10k"] if scenarios is None else [s.strip() for s in scenarios if s.strip()]
+    repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
+    if scenarios is None:
+        names = list(SCENARIOS) + ["batch-10k"]
+    else:
+        names = [as_str(s, "--scenarios", max_len=64).strip()
+                 for s in as_list(scenarios, "--scenarios", max_len=len(SCENARIOS) + len(BATCH_SCENARIOS) + 8)]
+        names = list(dict.fromkeys(n for n in names if n))
+        if not names:
+            raise ConfigError("--scenarios", "names no scenario")
     batches = [n for n in names if n in BATCH_SCENARIOS]
     names = [n for n in names if n not in BATCH_SCENARIOS]
     for name in names:

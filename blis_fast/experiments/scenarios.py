@@ -3,6 +3,7 @@ its batch scenarios (``experiments/batch_bench.py``), and the plain-text table b
 
 from __future__ import annotations
 
+from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 
 SEED = 42
@@ -66,8 +67,8 @@ BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "10
 def scenario_overrides(name: str) -> dict:
     """The flat overrides of a named scenario (BASE + its row)."""
     if name not in SCENARIOS:
-        raise ConfigError("scenarios", f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}, batch-10k, "
-                                       "batch-100k")
+        raise ConfigError("--scenarios", f"unknown scenario {show(name)}; known: {', '.join(SCENARIOS)}, batch-10k, "
+                                         "batch-100k")
     return {**BASE, **SCENARIOS[name]}
 
 

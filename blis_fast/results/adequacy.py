@@ -127,8 +127,12 @@ def _lengthen_setting(cfg, horizon_cut: bool) -> str:
     if horizon_cut:
         return "raise --horizon"
     if w.spec_filepath:
+        if w.num_requests is not None:  # it replaced the spec's own cap
+            return "a larger --num-requests (the spec's cap) or the workload spec's duration_s"
         return "the workload spec's duration_s or num_requests"
     if w.type == "traces":
+        if w.num_requests is not None:  # the replay may have been cut to the trace's first requests
+            return "a larger --num-requests (the trace's first N requests) or a longer trace"
         return "a longer trace"
     return _BY_REQUESTS
 

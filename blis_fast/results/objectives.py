@@ -40,11 +40,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show
+from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show, show_text
 from blis_fast.errors import ConfigError
 from blis_fast.text import FRACTIONS
 from blis_fast.results import scorecard
-from blis_fast.results.scorecard import group_masks, known_metrics
+from blis_fast.results.scorecard import GROUP_KINDS, group_masks, known_metrics
 from blis_fast.results.slo import has_targets
 
 DIRECTIONS = ("min", "max")
@@ -129,7 +129,8 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
                                  f"selector, got {show(metric)}")
     base, kind, value = m.groups()
     if kind is not None and kind not in SELECTOR_KINDS:
-        raise ConfigError(where, f"unknown selector {kind!r} in {show(metric)}; allowed: {', '.join(SELECTOR_KINDS)}")
+        raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; "
+                                 f"allowed: {', '.join(SELECTOR_KINDS)}")
     if kind is not None and value == "":
         raise ConfigError(where, f"empty selector value in {show(metric)}")
     return base, kind, value
@@ -144,7 +145,7 @@ def check_objective(o: Objective, where: str) -> None:
     allowed = overall if kind is None else instance if kind == "instance" else group
     if base not in allowed:
         what = "metric" if kind is None else f"metric for [{kind}=...]"
-        raise ConfigError(f"{where}.metric", f"unknown {what} {base!r}; known: {', '.join(allowed)}")
+        raise ConfigError(f"{where}.metric", f"unknown {what} {show(base)}; known: {', '.join(allowed)}")
     if o.direction not in DIRECTIONS:
         raise ConfigError(f"{where}.direction", f"must be min or max, got {show(o.direction)}")
     if o.target is not None:
@@ -266,31 +267,90 @@ def metric_value(result, name: str) -> float:
             return float(result.request_metrics[base])
         table = result.evaluation_metrics
         if base not in table:
-            raise ConfigError("objectives.metric", f"unknown metric {base!r}; known: {', '.join(overall)}")
+            raise ConfigError("objectives.metric", f"unknown metric {show(base)}; known: {', '.join(overall)}")
         return float(table[base])
     if kind == "instance":
         if base not in instance:
-            raise ConfigError("objectives.metric", f"unknown metric for [instance=...] {base!r}; "
+            raise ConfigError("objectives.metric", f"unknown metric for [instance=...] {show(base)}; "
                                                    f"known: {', '.join(instance)}")
         used = result._used_instances().tolist()
-        key = value[len("instance_"):] if value.startswith("instance_") else value
-        if not key.isdigit() or int(key) not in used:
-            raise ConfigError("objectives.metric", f"{name}: no instance {value!r}; instances: "
-                                                   f"{', '.join(map(str, used))}")
+        index = instance_index(value)
+        if index is None or index not in used:
+            raise ConfigError("objectives.metric", f"{show(name)}: no instance {show(value)}; instances: "
+                                                   f"{known_list(used)}")
 
-        return float(scorecard.instance_metrics(result, np.array([int(key)]))[base])
+        return float(scorecard.instance_metrics(result, np.array([index]))[base])
     if base not in group:
-        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {base!r}; known: {', '.join(group)}")
+        raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; "
+                                               f"known: {', '.join(group)}")
     masks = scorecard.group_masks(result, kind)
     if value not in masks:
-        raise ConfigError("objectives.metric", f"{name}: the workload has no {kind} {value!r}; "
-                                               f"{kind}s: {', '.join(masks) or '(none)'}")
+        raise ConfigError("objectives.metric", no_group_message(name, kind, value, list(masks)))
     if base == "slo_attainment" and kind == "class":
         if not has_targets((result.workload.slo_targets or {}).get(value)):
-            raise ConfigError("objectives.metric", f"{name}: class {value!r} sets no SLO targets, so its attainment "
-                                                   f"would only count completed requests; give the class ttft_ms, "
-                                                   f"tpot_ms or e2e_ms targets, or name completed_requests")
+            raise ConfigError("objectives.metric", untargeted_message(name, value))
     return float(scorecard.group_metrics(result, masks[value])[base])
+
+
+_KIND_PLURALS = {"class": "classes", "tenant": "tenants", "client": "clients"}
+MAX_LISTED = 20  # names listed in a message about an unknown one
+
+
+def known_list(names) -> str:
+    """The first MAX_LISTED ``names``, each shortened, and how many more there are."""
+    names = list(names)
+    shown = ", ".join(show_text(n, 40) for n in names[:MAX_LISTED]) or "(none)"
+    return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def no_group_message(metric: str, kind: str, value: str, known) -> str:
+    return (f"{show(metric)}: the workload has no {kind} {show(value)}; its {_KIND_PLURALS[kind]}: "
+            f"{known_list(known)}")
+
+
+def untargeted_message(metric: str, value: str) -> str:
+    return (f"{show(metric)}: class {show(value)} sets no SLO targets, so its attainment would only count completed "
+            f"requests; give the class ttft_ms, tpot_ms or e2e_ms targets, or name completed_requests")
+
+
+def instance_index(value: str) -> int | None:
+    """The instance number of a selector value (``2`` or ``instance_2``), None if it is none."""
+    key = value[len("instance_"):] if value.startswith("instance_") else value
+    return int(key) if key.isascii() and key.isdigit() and len(key) <= 6 else None
+
+
+def workload_groups(workload, kind: str) -> list[str]:
+    """The names of the groups of a selector kind (class, tenant, client) that hold at least
+    one request of ``workload`` -- the groups ``scorecard.group_masks`` finds after the run."""
+    col = GROUP_KINDS[kind]
+    names = list((workload.names or {}).get(col) or [])
+    ids = np.unique(workload.column(col)) if len(workload) else np.zeros(0, np.int64)
+    return [names[g] if g < len(names) else str(g) for g in ids.tolist() if g >= 0]
+
+
+def check_selectors(selected, workload, instances: int) -> None:
+    """Before a run: ConfigError unless every selector of ``selected`` -- (field, metric)
+    pairs -- names a group of ``workload`` that has requests, or an instance below
+    ``instances`` (the deployment's pool).  The same names are checked again on the run's
+    result (``metric_value``), which also knows which instances served."""
+    groups: dict[str, list[str]] = {}
+    for field, metric in selected:
+        base, kind, value = split_metric(metric, field)
+        if kind is None:
+            continue
+        if kind == "instance":
+            index = instance_index(value)
+            if index is None or index >= instances:
+                raise ConfigError(field, f"{show(metric)}: no instance {show(value)}; the deployment has "
+                                         f"{instances} (0 to {instances - 1})")
+            continue
+        if kind not in groups:
+            groups[kind] = workload_groups(workload, kind)
+        if value not in groups[kind]:
+            raise ConfigError(field, no_group_message(metric, kind, value, groups[kind]))
+        if base == "slo_attainment" and kind == "class":
+            if not has_targets((workload.slo_targets or {}).get(value)):
+                raise ConfigError(field, untargeted_message(metric, value))
 
 
 _SAMPLED = ("ttft_", "e2e_", "tpot_", "itl_", "scheduling_delay_")  # statistics over per-request samples
@@ -347,5 +407,6 @@ def score(result, objectives) -> tuple[float, dict[str, float]]:
     return weighted_score(rows), {r["metric"]: r["normalized"] for r in rows}
 
 
-__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "default_direction", "judge", "measured", "metric_value",
+__all__ = ["DEFAULT_SPEC", "DIRECTIONS", "Objective", "check_selectors", "default_direction", "judge", "measured",
+           "metric_value", "workload_groups",
            "objectives_setting", "parse_objectives", "score", "split_metric", "weighted_score"]

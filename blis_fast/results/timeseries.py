@@ -27,26 +27,52 @@ import numpy as np
 from blis_fast_kernels.schema import RequestState
 from blis_fast.config import memory
 
+from blis_fast.errors import ConfigError
+
 COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
            "preemptions", "rejections", "dropped")
 ROW_BYTES = 8 * (len(COLUMNS) + 4)
 CHUNK = 1024  # samples charged to the memory budget at a time
+# A run's time series: at most MAX_SAMPLES sample times and MAX_SAMPLE_ROWS rows (sample times x
+# (instances + 1)).  Each sample stops the kernel and runs Python, so the count bounds the
+# time as well as the memory: the documented minimum interval on a long run is refused, not run.
+MAX_SAMPLES = 1_000_000
+MAX_SAMPLE_ROWS = 10_000_000
+INTERVAL_FIELD = "simulation.sample_interval_ms"
+
+
+def check_sample_count(samples: int, n_inst: int, why: str) -> None:
+    """ConfigError naming ``simulation.sample_interval_ms`` if ``samples`` sample times of
+    ``n_inst`` instance rows (plus the cluster's) are more than a run may take."""
+    rows = samples * (n_inst + 1)
+    if samples > MAX_SAMPLES or rows > MAX_SAMPLE_ROWS:
+        raise ConfigError(INTERVAL_FIELD, f"{why} takes {samples} samples ({rows} rows, {n_inst + 1} per sample: "
+                                          f"each instance and the cluster); a run takes at most {MAX_SAMPLES} "
+                                          f"samples and {MAX_SAMPLE_ROWS} rows: raise the interval "
+                                          f"(--sample-interval-ms)")
 
 
 class TimeSeriesRecorder:
     """``on_sample`` callback of ``run.runner.run_to_end``: records one sample of every
     instance row in use and of the cluster."""
 
-    def __init__(self, n_inst: int):
+    def __init__(self, n_inst: int, every_us: int):
         self.n_inst = n_inst
-        self.times: list[int] = []
-        self.rows: list[np.ndarray] = []  # per sample: int64[n_inst + 1, len(COLUMNS)] (cluster last)
+        self.every_us = int(every_us)  # the sample interval
+        self.times: list[int] = []  # the first sample time of each distinct sample
+        self.repeats: list[int] = []  # how many sample times (every interval) each one covers
+        self.count = 0  # sample times recorded
+        self.rows: list[np.ndarray] = []  # per distinct sample: int64[n_inst + 1, len(COLUMNS)] (cluster last)
         self.kv_total: np.ndarray | None = None
 
-    def __call__(self, state, t_us: int) -> None:
-        if len(self.times) % CHUNK == 0:
-            memory.charge(CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
-                          f"the time series ({len(self.times)} samples so far)",
+    def __call__(self, state, t_us: int, repeats: int = 1) -> None:
+        check_sample_count(self.count + repeats, self.n_inst, f"sampling up to {int(t_us)} µs")
+        charged = -(-self.count // CHUNK)
+        self.count += repeats
+        chunks = -(-self.count // CHUNK) - charged
+        if chunks:
+            memory.charge(chunks * CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
+                          f"the time series ({self.count - repeats} samples so far)",
                           "raise simulation.sample_interval_ms (--sample-interval-ms)")
         inst = state.inst
         lp = state.loop[0]
@@ -66,30 +92,39 @@ class TimeSeriesRecorder:
         a[-1, 8] = lp["rejected"]
         a[-1, 3] = a[-1, 5] - a[-1, 6] - a[-1, 8] - a[-1, 9]
         self.times.append(int(t_us))
+        self.repeats.append(int(repeats))
         self.rows.append(a)
         self.kv_total = inst["kv_total"].astype(np.int64)
+
+    def sample_times(self) -> np.ndarray:
+        """Every sample time, each distinct sample's repeats included."""
+        reps = np.asarray(self.repeats, np.int64)
+        first = np.repeat(np.asarray(self.times, np.int64), reps)
+        within = np.arange(len(first), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+        return first + within * self.every_us
 
     def series(self, used: np.ndarray, state=None) -> "TimeSeries":
         """The recorded samples of instances ``used`` and the cluster; with the run's final
         ``state``, requests in their last step count as running and in the system (below)."""
-        n = len(self.times)
+        times = self.sample_times()
+        n = len(times)
         k = len(used) + 1
         if n == 0:
             data = np.zeros((0, len(COLUMNS)), np.int64)
         else:
             pick = np.concatenate([used, [self.rows[0].shape[0] - 1]])
-            stacked = np.stack(self.rows)[:, pick, :]
+            stacked = np.repeat(np.stack(self.rows)[:, pick, :], self.repeats, axis=0)
             if state is not None:
                 # The kernel counts a completion when it processes the request's last step, at
                 # the step's start; the last token is visible at the step's end + a2.  Until
                 # then the request is in the system (running while the step computes), not
                 # yet completed: Little's law holds on these columns (tests/run/test_analytic.py).
-                computing, unseen = _in_last_step(state, used, np.asarray(self.times, np.int64))
+                computing, unseen = _in_last_step(state, used, times)
                 stacked[:, :, COLUMNS.index("running")] += computing
                 stacked[:, :, COLUMNS.index("in_system")] += unseen
                 stacked[:, :, COLUMNS.index("completions")] -= unseen
             data = stacked.reshape(n * k, len(COLUMNS))
-        times = np.repeat(np.asarray(self.times, np.int64), k)
+        times = np.repeat(times, k)
         instance = np.tile(np.concatenate([used, [-1]]).astype(np.int64), n)
         total = np.zeros(k, np.int64)
         if self.kv_total is not None:

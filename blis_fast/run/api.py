@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import effective, memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
-from blis_fast.run.resolve import build_workload, check_expected_size, resolve
+from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
@@ -66,7 +66,9 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
     **settings:
         Flat settings named like the CLI flags with ``_`` (``num_instances=4``,
         ``rate=20.0``, ``routing_policy="weighted"``; ``blis-fast run --help`` lists
-        them); they override ``config`` and ``policy``.
+        them); they override ``config`` and ``policy``.  ``deployments=[{...}, ...]``
+        gives the run's deployments as a run-config file's ``deployments:`` list does
+        (docs/architecture.md "Deployments").
 
     Raises
     ------
@@ -119,13 +121,16 @@ def as_config(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None,
 
 
 def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes_per_request: int = 0,
-               progress: Progress | None = None) -> Result:
+               progress: Progress | None = None, selectors: Sequence[tuple[str, str]] = ()) -> Result:
     """Run a validated config (``simulate`` without the argument handling) inside its memory
     budget; ``output_bytes_per_request`` reserves memory for outputs the caller will write
     (the CLI's results file).  ``progress`` is told each phase and, while the kernel runs,
     the requests finished (or, with a horizon, the simulated seconds) about every
     ``run.runner.CHUNK_SECONDS`` -- at no cost to the kernel (blis_fast.cli.feedback draws
-    it)."""
+    it).  Once the workload is known, before anything is simulated, every selector of the
+    config's objectives and of ``selectors`` ((field, metric) pairs the caller will read,
+    e.g. a study's ``--slo``) must name a group of the workload or an instance of the
+    deployment (``results.objectives.check_selectors``)."""
     from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     if not isinstance(cfg, SimConfig):
@@ -141,6 +146,8 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             effective.check_class_weights(cfg, wl)
         else:
             wl = workload
+        check_run_selectors(cfg, wl, selectors)
+        check_engine_supports(setup)  # (after the workload: its errors are the user's to fix first)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
@@ -150,13 +157,24 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if progress is not None:
             progress("preparing the tables", 0, None, "")
         sim = cfg.simulation
-        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
         interval_us = sample_interval_us(cfg)
+        if interval_us:
+            from blis_fast.results.timeseries import check_sample_count  # deferred: blis_fast_kernels.native
+
+            # the run lasts at least until its last known arrival (at most until the horizon):
+            # a series that would exceed its maximum by then is refused before the run
+            known = wl.arrival_us[wl.arrival_us >= 0]
+            last_us = int(known.max()) if known.size else 0
+            if sim.horizon is not None:
+                last_us = min(last_us, int(sim.horizon))
+            check_sample_count(last_us // interval_us, pool_size(cfg),
+                               f"sampling every {interval_us} µs up to the last arrival at {last_us} µs")
+        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
         recorder = None
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
-            recorder = TimeSeriesRecorder(len(state.inst))
+            recorder = TimeSeriesRecorder(len(state.inst), interval_us)
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
@@ -173,6 +191,24 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
                 progress("replaying counterfactuals", 0, None, "")
             result.counterfactuals = replay_worst_decisions(result, sim.counterfactual_k)
         return result
+
+
+def pool_size(cfg: SimConfig) -> int:
+    """The instances of a run's deployment pool (rows of its instance table)."""
+    dep = cfg.deployment
+    return max(dep.num_instances, dep.max_instances or 0)
+
+
+def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[str, str]] = ()) -> None:
+    """The selectors of the config's objectives and ``selectors`` checked against the
+    workload and the deployment (``run_config``)."""
+    from blis_fast.results.objectives import check_selectors  # deferred: blis_fast_kernels.native
+
+    selected = list(selectors)
+    if cfg.objectives is not None:
+        selected += [(f"objectives[{k}].metric", o["metric"]) for k, o in enumerate(cfg.objectives)]
+    if selected:
+        check_selectors(selected, wl, pool_size(cfg))
 
 
 def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):

@@ -4,8 +4,10 @@ model, KV blocks) and build the workload it describes."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+import numpy as np
 
 from blis_fast.config import memory
 from blis_fast.config import (
@@ -16,12 +18,15 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
+from blis_fast.config.deployments import DeploymentSpec, served_models
+from blis_fast.config.engine import EngineConfig
 from blis_fast.config.sim import SimConfig, build_config, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError
 from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
 from blis_fast.workload.spec import load_spec
 from blis_fast.workload.generate import generate_from_spec
+from blis_fast.workload.formats.blis_csv import read_trace_models
 from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 from blis_fast.workload import distribution, generate
 from blis_fast.run.tables import check_kv_blocks, describe_estimate, estimate_state_bytes
@@ -31,13 +36,37 @@ MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
 
 @dataclass(frozen=True, eq=False)
+class ResolvedDeployment:
+    """One deployment resolved: its model facts, GPU, engine, latency model (with its KV
+    blocks), and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``
+    of the run's instance table (deployments in list order)."""
+
+    name: str
+    served_model_name: str
+    model: ModelConfig
+    hardware: HardwareConfig
+    engine: EngineConfig
+    latency: LatencyModel
+    instances: int
+    first_instance: int
+
+
+@dataclass(frozen=True, eq=False)
 class Setup:
-    """A SimConfig resolved against the shipped data: model facts, GPU, latency model."""
+    """A SimConfig resolved against the shipped data: model facts, GPU, latency model --
+    those of the first deployment (single-deployment code reads them), and every
+    deployment's in ``deployments``."""
 
     config: SimConfig
     model: ModelConfig
     hardware: HardwareConfig
     latency: LatencyModel
+    deployments: tuple[ResolvedDeployment, ...] = ()
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """The distinct served model names, in order of first appearance."""
+        return served_models(self.config.deployment_list())
 
     @property
     def compat(self) -> bool:
@@ -85,17 +114,56 @@ def check_model_fits(model: ModelConfig, hardware: HardwareConfig, tp: int) -> N
 
 
 def resolve(config: SimConfig) -> Setup:
-    """Resolve model, hardware and latency model (ConfigError on anything unknown or
-    beyond what can be simulated)."""
-    model = _load_model(config.model)
-    hardware = load_hardware(config.hardware)
-    check_model_fits(model, hardware, config.engine.tp)
+    """Resolve every deployment's model, hardware and latency model (ConfigError on
+    anything unknown or beyond what can be simulated, naming ``deployments[i].<key>``
+    when the config has a deployments: list)."""
+    resolved = []
+    first_instance = 0
+    for i, dep in enumerate(config.deployment_list()):
+        try:
+            resolved.append(_resolve_deployment(dep, first_instance))
+        except ConfigError as exc:
+            if config.deployments is None:
+                raise
+            raise ConfigError(_entry_field(i, exc.field), exc.message) from None
+        first_instance += dep.instances
+    first = resolved[0]
+    return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
+
+
+def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDeployment:
+    model = _load_model(dep.model)
+    hardware = load_hardware(dep.hardware)
+    check_model_fits(model, hardware, dep.engine.tp)
     latency = resolve_latency_model(
-        model, hardware, config.engine, config.model,
-        latency_model=config.latency_model, alpha_coeffs=config.alpha_coeffs,
-        beta_coeffs=config.beta_coeffs, vllm_version=config.vllm_version,
+        model, hardware, dep.engine, dep.model,
+        latency_model=dep.latency_model, alpha_coeffs=dep.alpha_coeffs,
+        beta_coeffs=dep.beta_coeffs, vllm_version=dep.vllm_version,
     )
-    return Setup(config, model, hardware, latency)
+    return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
+                              first_instance)
+
+
+def _entry_field(i: int, field: str) -> str:
+    """A resolution error's field (named as the top-level setting or flag: ``engine.tp``,
+    ``--alpha-coeffs``, ``model.num_layers``) as the key of deployments[i]."""
+    key = field.lstrip("-").replace("-", "_")
+    if key.startswith("engine."):
+        key = key[len("engine."):]
+    elif key.startswith("model."):  # a fact of the model's config.json: the entry's model key names the file
+        key = "model"
+    return f"deployments[{i}].{key}"
+
+
+def check_engine_supports(setup: Setup) -> None:
+    """Refuse a run the event loop cannot simulate as configured: the kernel builds one pool
+    of identical instances (run.tables), so a config with several deployments is resolved
+    and its workload built, but not run.  Called before every build_state of a run
+    (run.api.run_config, batch.scenarios); the multi-deployment kernel removes it."""
+    if len(setup.deployments) > 1:
+        raise ConfigError("deployments", f"{len(setup.deployments)} deployments: this version simulates one "
+                                         "deployment per run (its event loop has one pool of identical instances); "
+                                         "run each deployment alone with its own clients")
 
 
 def distribution_spec(config: SimConfig) -> DistributionSpec:
@@ -116,24 +184,85 @@ def distribution_spec(config: SimConfig) -> DistributionSpec:
 
 
 def workload_spec(config: SimConfig):
-    """The config's workload spec, its rates multiplied by ``workload.rate_scale``."""
-    return load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
+    """The config's workload spec, its rates multiplied by ``workload.rate_scale``, its
+    ``num_requests`` (the cap on generated requests) replaced by ``workload.num_requests``
+    when that is given (as the reference's --num-requests does)."""
+    spec = load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
+    if config.workload.num_requests is not None:
+        spec = replace(spec, num_requests=config.workload.num_requests)
+    return spec
 
 
 def build_workload(config: SimConfig) -> Workload:
-    """Generate or load the workload the config describes."""
+    """Generate or load the workload the config describes, each request's served model
+    assigned (``assign_models``)."""
     w = config.workload
     bs = config.engine.block_size
     if w.spec_filepath:  # a workload spec replaces the workload type (docs/workloads.md)
         spec = workload_spec(config)
         seed = config.simulation.seed if config.simulation.seed is not None else spec.effective_seed
-        return generate_from_spec(spec, seed, bs)
+        return assign_models(config, generate_from_spec(spec, seed, bs), spec)
     if w.type == "traces":
-        if is_rich_trace(w.traces_filepath):
-            return load_trace(w.traces_filepath, bs)
-        rounding = "trunc" if config.simulation.compat else "round"
-        return load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
-    return generate_distribution(distribution_spec(config), config.simulation.workload_seed, bs)
+        rich = is_rich_trace(w.traces_filepath)
+        if rich:
+            trace = load_trace(w.traces_filepath, bs)
+        else:
+            rounding = "trunc" if config.simulation.compat else "round"
+            trace = load_blis_trace(w.traces_filepath, bs, arrival_rounding=rounding)
+        # --num-requests replays the first N requests (file order), as the reference caps its replay
+        trace = trace if w.num_requests is None else trace.first(w.num_requests)
+        return assign_models(config, trace, blis_trace=None if rich else w.traces_filepath)
+    return assign_models(config, generate_distribution(distribution_spec(config), config.simulation.workload_seed, bs))
+
+
+def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | None = None) -> Workload:
+    """``wl`` with each request's served model (``Workload.model``, ids into
+    ``Workload.models`` = the deployments' served model names).  With one deployment every
+    request is its, whatever a trace's model column or a spec client's ``model:`` says (as
+    BLIS, which ignores the column; the same spec runs against one deployment or several).
+    With several: a
+    spec client's ``model:`` (default: the first deployment's), a BLIS trace's model
+    column; a model no deployment serves is refused before the run.  A generated
+    distribution or a rich trace (no model column) is refused when the deployments serve
+    several models.  docs/semantics.md "Requests carry a model"."""
+    deployments = config.deployment_list()
+    served = served_models(deployments)
+    index = {name: k for k, name in enumerate(served)}
+    n = len(wl)
+    if len(deployments) == 1:
+        model = np.zeros(n, np.int32)
+    elif spec is not None:
+        for c in spec.clients:
+            if c.model is not None and c.model not in index:
+                raise ConfigError(f"{c.path}.model", f"model {show(c.model)} is served by no deployment; served: "
+                                                     f"{', '.join(served)}")
+        per_client = np.array([index[c.model if c.model is not None else served[0]] for c in spec.clients], np.int32)
+        model = per_client[wl.column("client")] if n else np.zeros(0, np.int32)
+    elif blis_trace is not None:
+        model = _trace_models(blis_trace, wl, served, index)
+    elif len(served) == 1:
+        model = np.zeros(n, np.int32)
+    else:
+        what = "a rich trace" if config.workload.type == "traces" else f"a generated {config.workload.type} workload"
+        raise ConfigError("workload.type" if config.workload.type != "traces" else "workload.traces_filepath",
+                          f"{what} has no per-request model, and the deployments serve {len(served)} models "
+                          f"({', '.join(served)}); use a workload spec with one client per model "
+                          "(clients[i].model, docs/workloads.md)")
+    return replace(wl, model=np.ascontiguousarray(model, np.int32), models=served)
+
+
+def _trace_models(path: str, wl: Workload, served: tuple[str, ...], index: dict) -> np.ndarray:
+    """The served-model ids of a BLIS trace's requests, from its model column; refused
+    with a count per model no deployment serves."""
+    names, ids = read_trace_models(path, len(wl))
+    counts = np.bincount(ids, minlength=len(names)) if ids.size else np.zeros(len(names), np.int64)
+    unknown = [(name, int(counts[k])) for k, name in enumerate(names) if name not in index]
+    if unknown:
+        listed = "; ".join(f"trace model {show(name)} ({count} requests)" for name, count in unknown[:5])
+        more = f" and {len(unknown) - 5} more models" if len(unknown) > 5 else ""
+        raise ConfigError("workload.traces_filepath", f"{listed}{more} served by no deployment; served: "
+                                                      f"{', '.join(served)}")
+    return np.array([index[name] for name in names], np.int32)[ids] if ids.size else np.zeros(0, np.int32)
 
 
 def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float] | None:

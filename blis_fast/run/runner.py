@@ -14,7 +14,8 @@ from typing import Callable
 import numpy as np
 
 from blis_fast.errors import SimulationError
-from blis_fast_kernels.schema import State, Status, TraceLevel
+from blis_fast_kernels.schema import State, Status
+from blis_fast_kernels.schema.state import STATE_FIELDS, log_room
 from blis_fast.config import memory
 
 STATUS_MESSAGES = {
@@ -27,6 +28,7 @@ STATUS_MESSAGES = {
     Status.INVARIANT_KV: "KV block conservation violated (allocated + free != total)",
     Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
     Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
+    Status.UNKNOWN_EVENT: "an event of unknown kind {kind} reached the event loop (internal error; please report)",
 }
 
 
@@ -36,6 +38,13 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover -- not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _kind_name(state: State) -> str:
+    """'cluster kind 5' / 'instance kind 3': the unknown event's kind code and band."""
+    lp = state.loop[0]
+    band = "instance" if lp["error_instance"] >= 0 else "cluster"
+    return f"{band} kind {int(lp['error_kind'])}"
 
 
 def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> np.ndarray:
@@ -53,27 +62,19 @@ def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> 
 
 def grow_logs(state: State) -> State:
     """A State whose logs have room for at least one more step of any instance (the used
-    rows are kept): the step and irregular-ITL logs, and when tracing the preemption and
-    scheduling logs.  The growth is charged to the memory budget in force (ConfigError
-    naming simulation.max_memory when it does not fit)."""
+    rows are kept): every field declared with a ``Growth`` (kernels/schema/state.py) that
+    is written at the run's trace level -- the step and irregular-ITL logs, and when
+    tracing the preemption and scheduling logs.  The growth is charged to the memory budget
+    in force (ConfigError naming simulation.max_memory when it does not fit)."""
     lp = state.loop[0]
     seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
     level = int(state.settings[0]["trace_level"])
-    smaller = "set a simulation.horizon or make the workload smaller"
-    step_log = _with_room(state.step_log, int(lp["steps"]), 1, "the step log ({used} steps so far, growing to {rows})",
-                          smaller)
-    irr_log = _with_room(state.irr_log, int(lp["irregular_records"]), seqs,
-                         "the inter-token log ({used} records so far, growing to {rows})", smaller)
-    preempt_log, sched_log = state.preempt_log, state.sched_log
-    if level >= TraceLevel.DECISIONS:
-        preempt_log = _with_room(preempt_log, int(lp["preempt_records"]), seqs,
-                                 "the preemption log ({used} records, growing to {rows})",
-                                 "set a simulation.horizon or trace fewer decisions")
-    if level >= TraceLevel.FULL:  # admissions or victims of one step, and one blocked head
-        sched_log = _with_room(sched_log, int(lp["sched_records"]), seqs + 1,
-                               "the scheduling trace ({used} records, growing to {rows})",
-                               "set a simulation.horizon or trace less (simulation.trace_level decisions)")
-    return state._replace(step_log=step_log, irr_log=irr_log, preempt_log=preempt_log, sched_log=sched_log)
+    grown = {}
+    for f in STATE_FIELDS:
+        if f.growth is not None and level >= f.growth.level:
+            grown[f.name] = _with_room(getattr(state, f.name), int(lp[f.growth.counter]),
+                                       log_room(f.growth, seqs), f.growth.what, f.growth.hint)
+    return state._replace(**grown)
 
 
 CHUNK_EVENTS = 200_000  # events in the first kernel call; later calls are sized to take about
@@ -92,7 +93,7 @@ def _next_chunk(chunk: int, seconds: float) -> int:
 
 
 def run_to_end(state: State, progress: Callable[[State], None] | None = None,
-               sample_every_us: int | None = None, on_sample: Callable[[State, int], None] | None = None,
+               sample_every_us: int | None = None, on_sample: Callable[[State, int, int], None] | None = None,
                chunk_events: int | None = None, until_us: int | None = None) -> State:
     """Run the loop until the simulation ends; returns the final State (the logs may have
     been replaced by larger ones).  Raises SimulationError on an error status.
@@ -102,7 +103,9 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     simulated clock is ``state.loop[0]["clock_us"]``), and a Ctrl-C (KeyboardInterrupt)
     surfaces there.  Where the kernel returns does not change the run.  With ``sample_every_us``, the loop also stops at
     every multiple of it on the simulated clock -- having processed every event up to that
-    time -- and ``on_sample(state, t_us)`` records what it needs (time series).  With
+    time -- and ``on_sample(state, t_us, repeats)`` records what it needs (time series):
+    the samples at ``t_us`` and the ``repeats - 1`` sample times after it, which see the
+    same state (no event falls between them).  With
     ``until_us`` (not with sampling) it returns instead once every event at or before
     ``until_us`` is processed (``run_until``).  A cohort's state (blis_fast.batch.cohorts)
     also returns, with Status.COHORT_SPLIT, where its members part."""
@@ -137,11 +140,35 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
             return state
         elif status == Status.PAUSED:
             t = int(settings[0]["pause_at_us"])
+            repeats = _unchanged_samples(state, t, int(sample_every_us))
             if on_sample is not None:
-                on_sample(state, t)
-            settings["pause_at_us"] = t + int(sample_every_us)
+                on_sample(state, t, repeats)
+            settings["pause_at_us"] = t + repeats * int(sample_every_us)
         else:
             raise SimulationError(describe_error(state))
+
+
+def next_event_us(state: State) -> int | None:
+    """When the loop's next event happens (the arrival stream's or the heap's), None if
+    no event is left."""
+    lp = state.loop[0]
+    times = []
+    if int(lp["next_arrival"]) < len(state.arrival_order):
+        times.append(int(state.reqs["arrival_us"][state.arrival_order[int(lp["next_arrival"])]]))
+    if int(lp["heap_size"]) > 0:
+        times.append(int(state.heap["time_us"][0]))
+    return min(times) if times else None
+
+
+def _unchanged_samples(state: State, t: int, every: int) -> int:
+    """How many sample times t, t + every, ... see the state the loop paused in: those
+    before its next event (the kernel pauses only before an event beyond t).  Taking them
+    at once makes a fine interval over idle stretches cost one sample, not one kernel
+    call each; a next event beyond the horizon ends the run, so it leaves one."""
+    e = next_event_us(state)
+    if e is None or e > int(state.settings[0]["horizon_us"]) or e <= t:
+        return 1
+    return -(-(e - t) // every)
 
 
 def run_until(state: State, t_us: int) -> State:
@@ -160,4 +187,7 @@ def describe_error(state: State) -> str:
     if lp["error_request"] >= 0:
         where.append(f"request_{lp['error_request']}")
     at = f" ({', '.join(where)}, t={lp['clock_us']} µs)" if where else f" (t={lp['clock_us']} µs)"
-    return STATUS_MESSAGES.get(status, f"status {status}") + at
+    message = STATUS_MESSAGES.get(status, f"status {status}")
+    if status == Status.UNKNOWN_EVENT:
+        message = message.format(kind=_kind_name(state))
+    return message + at

@@ -7,13 +7,15 @@ grow are the logs, between calls of the loop (``runner.grow_logs``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
-from blis_fast_kernels.schema.state import copy_array
+from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS, ZEROS, copy_array, event_capacity,
+                                            state_shapes)
 from blis_fast.config import memory
 from blis_fast.policy import compile_policies
 
@@ -219,6 +221,7 @@ def loop_record() -> np.ndarray:
     rec = np.zeros(1, S.LOOP_DT)
     rec["error_instance"] = -1
     rec["error_request"] = -1
+    rec["error_kind"] = -1
     return rec
 
 
@@ -259,27 +262,6 @@ def distinct_shared_values(workload) -> int:
     return int(np.unique(workload.block_keys[shared]).size)
 
 
-def prefix_index_tables(n_shared: int, n_inst: int, capacity: int, enabled: bool, arrays: StateArrays | None = None):
-    """(pi_state, pi_table, pi_ring, pi_records, gmap, rows per instance) of the router's
-    prefix-affinity index; minimal tables when the policy does not use it.  Keys only one
-    request carries never match: the index keeps just their LRU place, so its hash
-    tables need room for the ``n_shared`` shared key values only."""
-    n_words = (n_inst + 63) // 64
-    pi_state = np.zeros((n_inst, len(S.IndexState)), np.int64)
-    row_w, rec_w = len(S.IndexRow), len(S.IndexRecord)
-    if not enabled:  # same types, minimal sizes: the kernel signature never changes
-        return pi_state, np.zeros((2, row_w), np.int64), np.zeros((n_inst, 1), np.int64), \
-            np.zeros((n_inst, 1, rec_w), np.int64), np.zeros((2, 1 + n_words), np.int64), 1
-    rows = next_pow2(2 * max(1, min(capacity, n_shared)))
-    arrays = arrays if arrays is not None else StateArrays()
-    ring = 2 * capacity  # ring entries (compacted when full); a record owns one current entry: as many records
-    return (pi_state, arrays.zeros("pi_table", (n_inst * rows, row_w), np.int64),
-            arrays.scratch("pi_ring", (n_inst, ring), np.int64),
-            arrays.scratch("pi_records", (n_inst, ring, rec_w), np.int64),
-            arrays.zeros("gmap", (next_pow2(2 * max(1, min(n_inst * capacity, n_shared))), 1 + n_words), np.int64),
-            rows)
-
-
 def check_kv_blocks(cfg, latency) -> None:
     """ConfigError if the cluster has 2^31 KV blocks or more (block ids are int32)."""
     _, n_inst = cfg.deployment.bounds()
@@ -290,35 +272,68 @@ def check_kv_blocks(cfg, latency) -> None:
                           "or engine.total_kv_blocks")
 
 
-def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
-                         scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None) -> dict[str, int]:
-    """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
-    which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
-    part (the memory budget's estimate)."""
+def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int, uses_prefix_index: bool,
+                scheduler_kind: int, trace_level: int = 0, caching: bool | None = None, n_tenants: int = 1,
+                n_arrivals: int | None = None) -> dict[str, int]:
+    """The named sizes (``schema.state.SIZE_NAMES``) of a run of ``n`` requests with
+    ``n_keys`` block keys (``n_shared`` distinct shared values at most) and ``n_blocks``
+    request-block slots: what every State field's shape is computed from.  ``caching``:
+    whether prefix blocks are cached (default: the engine setting, when there are keys)."""
     eng = cfg.engine
-    _, n_inst = cfg.deployment.bounds()
+    _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
     kv_total = latency.total_kv_blocks
-    n_shared = n_keys if n_shared is None else n_shared
+    if caching is None:
+        caching = bool(eng.enable_prefix_caching) and n_keys > 0
+    # an instance's prefix table holds shared keys only, at most one per block: sizing by the
+    # smaller keeps huge KV caches from costing memory
     ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
-    sort = scheduler_kind == S.SchedulerKind.SORT
-    per_request = (S.REQUEST_DT.itemsize + 8 + 8 + S.EVENT_DT.itemsize + 2 * S.STEP_DT.itemsize
-                   + (48 if sort else 0) + 16)
-    per_instance = (S.INSTANCE_DT.itemsize + 2 * 8 * eng.max_num_seqs + 8 * (CALENDAR_SIZE + eng.block_size)
-                    + 8 * S.N_SNAP + 4 * S.EVENT_DT.itemsize + 8 * 2 + 8)
-    parts = {
-        "request table": n * per_request,
-        "block-key tables": n_keys * (1 + 4 + (0 if shared_known else 16)),
-        "request block lists": n_blocks * 4,
-        "KV block table": n_inst * kv_total * S.KV_BLOCK_DT.itemsize,
-        "prefix tables": n_inst * ht_rows * 16,
-        "instance tables": n_inst * per_instance + 5 * 8 * eng.max_num_seqs,
+    inst_words = (n_inst + 63) // 64
+    decisions, full = trace_level >= S.TraceLevel.DECISIONS, trace_level >= S.TraceLevel.FULL
+    sizes = {
+        "n_requests": n, "n_arrivals": n if n_arrivals is None else n_arrivals, "n_keys": n_keys,
+        "n_flags": n_keys if caching or uses_prefix_index else 1, "n_kv_slots": n_keys if caching else 1,
+        "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": eng.max_num_seqs,
+        "calendar_size": CALENDAR_SIZE, "block_size": eng.block_size, "kv_blocks": n_inst * kv_total,
+        "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n, n_inst),
+        "step_rows": max(MIN_LOG_ROWS, 2 * n), "irr_rows": MIN_LOG_ROWS,
+        # each request is decided once; the preemption and scheduling logs grow as needed (run.runner.grow_logs)
+        "decision_rows": max(n, 1) if decisions else 1, "preempt_rows": MIN_LOG_ROWS if decisions else 1,
+        "sched_rows": max(n, MIN_LOG_ROWS) if full else 1, "sched_open_rows": n_inst if full else 1,
+        "n_tenants": n_tenants, "cohort_members": 1,
+        "n_sort": n if scheduler_kind == S.SchedulerKind.SORT else 1,
+        "pi_table_rows": 2, "pi_ring": 1, "gmap_rows": 2,  # same types, minimal sizes when the index is off
     }
     if uses_prefix_index:
+        # keys only one request carries never match: the index keeps just their LRU place, so
+        # its hash tables need room for the shared key values only
         cap = cfg.policy.prefix_index_capacity
-        rows = next_pow2(2 * max(1, min(cap, n_shared)))
-        n_words = (n_inst + 63) // 64
-        parts["router prefix index"] = (n_inst * rows * 8 * len(S.IndexRow) + n_inst * 2 * cap * 8 * (1 + len(S.IndexRecord))
-                                        + next_pow2(2 * max(1, min(n_inst * cap, n_shared))) * 8 * (1 + n_words))
+        sizes["pi_table_rows"] = n_inst * next_pow2(2 * max(1, min(cap, n_shared)))
+        sizes["pi_ring"] = 2 * cap  # ring entries (compacted when full); a record owns one current entry
+        sizes["gmap_rows"] = next_pow2(2 * max(1, min(n_inst * cap, n_shared)))
+    return sizes
+
+
+def field_bytes(sizes: dict[str, int]) -> dict[str, int]:
+    """Bytes of each State field for ``sizes``."""
+    shapes = state_shapes(**sizes)
+    return {f.name: math.prod(shape) * np.dtype(f.dtype).itemsize for f, shape in zip(STATE_FIELDS, shapes)}
+
+
+def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
+                         scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None,
+                         trace_level: int = 0, n_tenants: int = 1) -> dict[str, int]:
+    """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
+    which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
+    family (``Field.family``: the memory budget's estimate); when the keys' sharing is not
+    known it is counted (16 bytes per key, ``key_sharing``)."""
+    sizes = state_sizes(cfg, latency, n, n_keys, n_blocks, n_keys if n_shared is None else n_shared,
+                        uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants)
+    parts: dict[str, int] = {}
+    for f, nbytes in zip(STATE_FIELDS, field_bytes(sizes).values()):
+        if f.family:
+            parts[f.family] = parts.get(f.family, 0) + nbytes
+    if not shared_known:
+        parts["block-key tables"] += 16 * n_keys
     return parts
 
 
@@ -329,33 +344,10 @@ def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float) -> str:
     detail = {"KV block table": f"{n_inst} instances x {latency.total_kv_blocks} KV blocks",
               "instance tables": f"{n_inst} instances x max_num_seqs {cfg.engine.max_num_seqs}",
               "router prefix index": f"{n_inst} instances x prefix_index_capacity {cfg.policy.prefix_index_capacity}",
+              "decision trace": f"{n} requests traced (simulation.trace_level decisions)",
+              "scheduling trace": f"{n} requests traced (simulation.trace_level full)",
               }.get(big, f"{n} requests, {int(n_keys)} KV block keys")
     return f"the run ({n} requests, {int(n_keys)} KV block keys; largest part: the {big}, {detail})"
-
-
-def decision_logs(n_requests: int, trace_level: int):
-    """(route_log, admit_log, preempt_log): a row per request for the admission and routing
-    logs when decisions are traced (each request is decided once), 1 row otherwise; the
-    preemption log grows as needed (run.runner.grow_logs)."""
-    rows = max(n_requests, 1) if trace_level >= S.TraceLevel.DECISIONS else 1
-    if rows > 1:
-        memory.charge(rows * (S.ROUTE_DT.itemsize + S.ADMIT_DT.itemsize), f"the decision trace ({rows} requests)",
-                      "trace a smaller workload (simulation.trace_level none)")
-    return (np.zeros(rows, S.ROUTE_DT), np.zeros(rows, S.ADMIT_DT),
-            np.zeros(MIN_LOG_ROWS if trace_level >= S.TraceLevel.DECISIONS else 1, S.PREEMPT_DT))
-
-
-def scheduling_log(n_requests: int, n_inst: int, trace_level: int):
-    """(sched_log, sched_open): at TraceLevel.FULL a scheduling log with a row per request to
-    start with (each is admitted to a batch at least once; it grows as needed,
-    run.runner.grow_logs) and every instance's open-episode row at -1; 1 row each otherwise."""
-    if trace_level < S.TraceLevel.FULL:
-        return np.zeros(1, S.SCHED_DT), np.full(1, -1, np.int64)
-    rows = max(n_requests, MIN_LOG_ROWS)
-
-    memory.charge(rows * S.SCHED_DT.itemsize, f"the scheduling trace ({rows} records to start with)",
-                  "trace a smaller workload (simulation.trace_level decisions or none)")
-    return np.zeros(rows, S.SCHED_DT), np.full(n_inst, -1, np.int64)
 
 
 def workload_sizes(workload, block_size: int, kv_total: int, compat: bool) -> tuple[int, int, int]:
@@ -401,6 +393,39 @@ def scenario_tables(setup, workload) -> ScenarioTables:
     )
 
 
+def allocate_state(sizes: dict[str, int], given: dict[str, np.ndarray], arrays: StateArrays) -> S.State:
+    """The State of ``sizes`` (``state_sizes``): every field as ``STATE_FIELDS`` declares
+    it -- GIVEN ones from ``given`` (checked against the declared type and shape), the
+    others from ``arrays`` with their initial content.  Arrays that are read-only or
+    unaligned are copied: the loop takes writable, aligned arrays only (kernels/aot.py) --
+    inputs unpickled on a distributed worker (read-only, and unaligned in dask's frames) or
+    memory-mapped."""
+    out = []
+    for f, shape in zip(STATE_FIELDS, state_shapes(**sizes)):
+        if f.init == GIVEN:
+            a = given[f.name]
+            if a.dtype != f.dtype or a.shape != shape:
+                raise AssertionError(f"State.{f.name}: built as {a.dtype}{a.shape}, declared {f.dtype}{shape}")
+        elif f.init == ZEROS:
+            a = arrays.zeros(f.name, shape, f.dtype)
+        elif f.init == MINUS_ONE:
+            a = arrays.full(f.name, shape, -1, f.dtype)
+        elif f.init == LOG:
+            a = arrays.log(f.name, shape[0], f.dtype)
+        else:  # SCRATCH
+            a = arrays.scratch(f.name, shape, f.dtype)
+        out.append(a if a.flags.writeable and a.flags.aligned else a.copy())
+    return S.State(*out)
+
+
+def _memory_hint(parts: dict[str, int]) -> str:
+    """What to change when the largest part of the estimate does not fit, if a setting of
+    the run's own is to blame (the trace)."""
+    if max(parts, key=parts.get) in ("decision trace", "scheduling trace"):
+        return "trace a smaller workload (simulation.trace_level none)"
+    return ""
+
+
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
                 scenario: ScenarioTables | None = None, arrays: StateArrays | None = None) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
@@ -411,7 +436,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     table is copied rather than built, the workload was checked when it was made, and the
     prefix tables are sized to the distinct shared key values rather than to the shared
     positions -- a popular prefix is one value at thousands of positions).  ``arrays``:
-    where the large arrays come from (``StateArrays``; default fresh ones)."""
+    where the large arrays come from (``StateArrays``; default fresh ones).  Every field is
+    allocated as ``schema.state.STATE_FIELDS`` declares it (``allocate_state``)."""
     cfg = setup.config
     eng = cfg.engine
     bs = eng.block_size
@@ -425,7 +451,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS
     n = len(workload)
     lat = setup.latency
-    _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
     kv_total = lat.total_kv_blocks
     check_kv_blocks(cfg, lat)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
@@ -438,9 +463,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         n_blocks, work_tokens, n_tenants = workload_sizes(workload, bs, kv_total, compat)
         shared = workload.key_shared
         shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
-    parts = estimate_state_bytes(cfg, lat, n, len(workload.block_keys), n_blocks, use_index,
-                                 pol.scheduler_kind, shared_known=shared_known, n_shared=n_shared)
-    memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, len(workload.block_keys)))
+    n_keys = len(workload.block_keys)
+    parts = estimate_state_bytes(cfg, lat, n, n_keys, n_blocks, use_index, pol.scheduler_kind,
+                                 shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
+                                 n_tenants=n_tenants)
+    memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys), _memory_hint(parts))
     caching = prefix_caching(cfg, workload)
     arrays = arrays if arrays is not None else StateArrays()
     if scenario is None:
@@ -451,80 +478,29 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if len(keys) >= 2**31:  # blocks record their key's position as int32
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index, None if scenario is None else n_shared)
-    # an instance's prefix table holds shared keys only, at most one per block: sizing by the
-    # smaller keeps huge KV caches from costing memory
-    ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
-    inst = instance_table(n_inst, cfg.deployment.num_instances, eng, lat, ht_rows)
-    pi_state, pi_table, pi_ring, pi_records, gmap, pi_rows = prefix_index_tables(
-        n_shared, n_inst, cfg.policy.prefix_index_capacity, use_index, arrays)
+    order = arrival_order(workload) if scenario is None else scenario.arrival_order
+    sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
+                        caching, n_tenants, len(order))
+    _, n_inst = cfg.deployment.bounds()
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
-    n_sort = n if pol.scheduler_kind == S.SchedulerKind.SORT else 1
-    seqs = eng.max_num_seqs
-    route_log, admit_log, preempt_log = decision_logs(n, trace_level)
-    sched_log, sched_open = scheduling_log(n, n_inst, trace_level)
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
-    state = S.State(
-        settings=settings_record(cfg, bs, use_index, pi_rows, max_events, event_skipping,
-                                 trace_level),
-        loop=loop_record(),
-        reqs=reqs,
-        arrival_order=arrival_order(workload) if scenario is None else scenario.arrival_order,
-        keys=keys,
-        key_shared=key_shared,
-        req_blocks=arrays.scratch("req_blocks", n_blocks, np.int32),
-        inst=inst,
-        batch=np.zeros((n_inst, seqs), np.int64),
-        batch_seq=np.zeros((n_inst, seqs), np.int64),
-        work=np.zeros(seqs, np.int64),
-        context=np.zeros(seqs, np.int64),
-        explicit=np.zeros(seqs, np.int64),
-        due=np.zeros(seqs, np.int64),
-        done=np.zeros(seqs, np.int64),
-        calendar=np.full((n_inst, CALENDAR_SIZE), -1, np.int64),
-        ride_phase=np.zeros((n_inst, bs), np.int64),
-        # zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used
-        blocks=arrays.scratch("blocks", n_inst * kv_total, S.KV_BLOCK_DT),
-        kv_table=arrays.zeros("kv_table", (n_inst * ht_rows, 2), np.int64),  # (key, block + 1) rows
-        kv_slot=arrays.zeros("kv_slot", len(keys) if caching else 1, np.int32),
-        kv_memo=kv_memo(n_inst),
-        heap=arrays.scratch("heap", n + 4 * n_inst + 64, S.EVENT_DT),
-        step_log=arrays.log("step_log", max(MIN_LOG_ROWS, 2 * n), S.STEP_DT),
-        irr_log=np.zeros(MIN_LOG_ROWS, S.IRR_DT),
-        route_log=route_log,
-        admit_log=admit_log,
-        preempt_log=preempt_log,
-        sched_log=sched_log,
-        sched_open=sched_open,
-        roofline=np.ascontiguousarray(lat.roofline, dtype=np.float64),
-        policy_kind=np.ascontiguousarray(pol.kinds, dtype=np.int64),
-        policy_param=np.ascontiguousarray(pol.params, dtype=np.float64),
+    given = {
+        "settings": settings_record(cfg, bs, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
+                                    max_events, event_skipping, trace_level),
+        "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
+        "inst": instance_table(n_inst, cfg.deployment.num_instances, eng, lat, sizes["kv_table_rows"] // n_inst),
+        "kv_memo": kv_memo(n_inst),
+        "roofline": np.ascontiguousarray(lat.roofline, dtype=np.float64),
+        "policy_kind": np.ascontiguousarray(pol.kinds, dtype=np.int64),
+        "policy_param": np.ascontiguousarray(pol.params, dtype=np.float64),
         # one candidate: a cohort of one (blis_fast.batch.cohorts makes larger ones)
-        cohort=np.array(pol.params[S.PolicySlot.ROUTING], np.float64).reshape(1, -1),
-        cohort_choice=np.zeros(1, np.int64),
-        tb_tokens=np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
-        tb_last_us=np.zeros(n_tenants, np.int64),
-        snap=np.zeros((n_inst, S.N_SNAP), np.float64),
+        "cohort": np.array(pol.params[S.PolicySlot.ROUTING], np.float64).reshape(1, -1),
+        "tb_tokens": np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
         # the reference's router starts with an all-zero snapshot taken at time 0 (compat);
         # otherwise each field is first read at the first routing decision
-        snap_refreshed=np.full(S.N_SNAP, 0 if compat else -1, np.int64),
-        affinity=np.zeros(n_inst, np.int64),
-        route_scores=np.zeros(n_inst, np.float64),
-        alive=np.zeros((n_inst + 63) // 64, np.int64),
-        pi_state=pi_state,
-        pi_table=pi_table,
-        pi_ring=pi_ring,
-        pi_records=pi_records,
-        gmap=gmap,
-        pi_memo=router_memo(n_inst),
-        sort_ids=arrays.scratch("sort_ids", n_sort, np.int64),
-        sort_k1=arrays.scratch("sort_k1", n_sort, np.float64),
-        sort_k2=arrays.scratch("sort_k2", n_sort, np.int64),
-        tmp_ids=arrays.scratch("tmp_ids", n_sort, np.int64),
-        tmp_k1=arrays.scratch("tmp_k1", n_sort, np.float64),
-        tmp_k2=arrays.scratch("tmp_k2", n_sort, np.int64),
-    )
-    # the loop takes writable, aligned arrays only (kernels/aot.py): inputs unpickled on a
-    # distributed worker (read-only, and unaligned in dask's frames) or memory-mapped are copied
-    return S.State(*(a if a.flags.writeable and a.flags.aligned else a.copy() for a in state))
+        "snap_refreshed": np.full(S.N_SNAP, 0 if compat else -1, np.int64),
+        "pi_memo": router_memo(n_inst),
+    }
+    return allocate_state(sizes, given, arrays)

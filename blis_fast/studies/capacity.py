@@ -43,17 +43,18 @@ from typing import Callable
 
 from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.sim import SimConfig
-from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int
+from blis_fast.config.validate import MAX_INSTANCES, as_choice, as_float, as_int, escape_controls, show
 from blis_fast.errors import ConfigError
 from blis_fast.results.adequacy import worst_verdict
 from blis_fast.run.api import as_config
 from blis_fast.studies.measure import ADEQUACY
-from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
+from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
+                                   seed_list, seed_stats)
 from blis_fast.studies.slo import SloPredicate, parse_slos
 from blis_fast.text import metric_text
 from blis_fast.studies.tables import bracket_text, interval_text, text_table
 from blis_fast.workload.spec import load_spec
-from blis_fast.results.objectives import split_metric
+from blis_fast.results.objectives import known_list, split_metric
 from blis_fast.studies.sweep import check_targeted, class_names
 
 SEARCHES = ("rate", "instances")
@@ -154,7 +155,7 @@ class CapacityResult:
             rows.append(cells)
         n = len(self.seeds)
         seeds = f"{n} seed{'s' if n > 1 else ''} per probe" + (", mean ± 95 % confidence interval" if n > 1 else "")
-        return seeds + "\n\n" + text_table(head, rows, left=0, width=width) + "\n\n" + self.message
+        return seeds + "\n\n" + text_table(head, rows, left=0, width=width) + "\n\n" + escape_controls(self.message)
 
 
 class _Searcher:
@@ -203,7 +204,7 @@ class _Searcher:
     def _run(self, values: list[float], sizes: list[int | None]) -> list[dict]:
         configs = [c for v, n in zip(values, sizes) for c in configs_for(self.cfg, self.settings(v, n), self.seeds)]
         where = [f"{self.search}={v:.6g}" for v in values for _ in self.seeds]
-        return run_all(configs, self.metrics, self.jobs, self.on_run, where)
+        return run_all(configs, self.metrics, self.jobs, self.on_run, where, metrics_field="--slo")
 
     def _reduce(self, value: float, per_seed: list[dict], num_requests: int | None) -> Probe:
         stats = {m: seed_stats([r[m] for r in per_seed]) for m in self.metrics}
@@ -386,6 +387,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     n_seeds = check_seeds(seeds)
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 10_000)
+    check_simulations(max_probes * n_seeds, "--max-probes", f"{max_probes} probes x {n_seeds} seeds")
     jobs = check_jobs(jobs)
     cfg = as_config(config, overrides)
     w = cfg.workload
@@ -431,7 +433,7 @@ def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
         _, kind, name = split_metric(p.metric, "--slo")
         if kind == "class" and name not in known:
             raise ConfigError("--slo-class" if p.metric.endswith(f"[class={name}]") else "--slo",
-                              f"the workload has no SLO class {name!r}; its classes: {', '.join(known) or '(none)'}")
+                              f"the workload has no SLO class {show(name)}; its classes: {known_list(known)}")
     check_targeted([p.metric for p in preds], [cfg], "--slo")
 
 

@@ -9,6 +9,7 @@ evaluation metrics, with selectors such as ``slo_attainment[class=realtime]``.
 
 from __future__ import annotations
 
+from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.results.objectives import metric_value, split_metric
 from blis_fast.results.scorecard import known_metrics
@@ -33,7 +34,7 @@ def check_metric(name: str, field: str) -> None:
     allowed = overall if kind is None else instance if kind == "instance" else group
     if base not in allowed:
         what = "metric" if kind is None else f"metric for [{kind}=...]"
-        raise ConfigError(field, f"unknown {what} {base!r}; known: {', '.join(allowed)}")
+        raise ConfigError(field, f"unknown {what} {show(base)}; known: {', '.join(allowed)}")
 
 
 # the key of a run's ``results.adequacy.Adequacy`` in its ``run_metrics`` dict (not a metric name)

@@ -31,6 +31,7 @@ from blis_fast.run.api import run_config
 
 MAX_JOBS = 256
 MAX_SEEDS = 1000
+MAX_SIMULATIONS = 10_000  # simulations of one study (sweep, compare, capacity search)
 
 # two-sided 95 % Student t quantiles t_{0.975, df}, df = 1..30 (beyond: ~1.96)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -79,6 +80,14 @@ def check_seeds(seeds, field: str = "--seeds") -> int:
     return as_int(seeds, field, 1, MAX_SEEDS)
 
 
+def check_simulations(count: int, field: str, what: str) -> None:
+    """Refuse, before anything runs, a study of more than MAX_SIMULATIONS simulations
+    (``what`` says how ``count`` came about, e.g. "100 points x 1000 seeds")."""
+    if count > MAX_SIMULATIONS:
+        raise ConfigError(field, f"{what} is {count} simulations, more than the {MAX_SIMULATIONS} of one study; "
+                                 f"sweep fewer values or seeds")
+
+
 def seed_list(cfg: SimConfig, n: int, field: str = "--seeds") -> list[int]:
     """``n`` consecutive workload seeds starting at the config's seed in force (explicit,
     else the workload spec's own, else 42).  A trace draws nothing at random, so it takes
@@ -102,11 +111,15 @@ def configs_for(cfg: SimConfig, settings: dict, seeds: Sequence[int]) -> list[Si
 
 
 def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
-            on_done: Callable[[], None] | None = None, where: Sequence[str] | None = None) -> list[dict[str, float]]:
+            on_done: Callable[[], None] | None = None, where: Sequence[str] | None = None,
+            metrics_field: str = "--metrics") -> list[dict[str, float]]:
     """Simulate every config (``jobs`` at a time) and return ``run_metrics`` of each (its
     metrics and its adequacy), in order; ``on_done()`` after each run.  The first error stops the study (runs not yet
-    started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800")."""
+    started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800").
+    A metric's selector that names no group of a run's workload (or no instance) is
+    refused, naming ``metrics_field``, before that run simulates anything."""
     workers = max(1, min(jobs, len(configs)))
+    selectors = [(metrics_field, m) for m in metrics if "[" in m]
     shared = default_max_memory() // workers  # runs side by side share the default budget
 
     def one(k: int) -> dict[str, float]:
@@ -114,7 +127,7 @@ def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
         if workers > 1 and cfg.simulation.max_memory is None:
             cfg = with_overrides(cfg, max_memory=max(shared, 2**20))
         try:
-            out = run_metrics(run_config(cfg), metrics)
+            out = run_metrics(run_config(cfg, selectors=selectors), metrics)
         except ConfigError as exc:  # e.g. a warm-up that leaves no request at this point's rate
             at = f"{where[k]}, " if where else ""
             raise type(exc)(exc.field, f"{exc.message} (in the run at {at}seed {cfg.simulation.seed})") from None

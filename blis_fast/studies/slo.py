@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from blis_fast.config.validate import as_float, show
+from blis_fast.config.validate import as_float, as_list, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.results.objectives import split_items
 from blis_fast.studies.measure import check_metric
@@ -63,7 +63,7 @@ def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicat
     if isinstance(spec, SloPredicate):
         spec = [spec]
     if isinstance(spec, str):
-        raw = split_items(spec)
+        raw = split_items(as_str(spec, field, max_len=100_000))
     elif isinstance(spec, (list, tuple)) and spec:
         raw = list(spec)
     else:
@@ -95,8 +95,13 @@ def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicat
 def _class_names(slo_classes) -> list[str]:
     if slo_classes is None:
         return []
-    items = split_items(slo_classes) if isinstance(slo_classes, str) else list(slo_classes)
-    names = [str(c).strip() for c in items]
+    if isinstance(slo_classes, str):
+        items = split_items(as_str(slo_classes, "--slo-class", max_len=100_000))
+    else:
+        items = as_list(slo_classes, "--slo-class", max_len=MAX_PREDICATES, what="a list of SLO class names")
+    names = [as_str(c, "--slo-class", max_len=256, nonempty=False).strip() for c in items]
+    if len(names) > MAX_PREDICATES:
+        raise ConfigError("--slo-class", f"at most {MAX_PREDICATES} classes, got {len(names)}")
     if not names or any(not n or "]" in n for n in names):
         raise ConfigError("--slo-class", f"must be SLO class names of the workload spec, got {show(slo_classes)}")
     return list(dict.fromkeys(names))

@@ -18,18 +18,21 @@ Every point's configuration is built and validated before anything runs.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from decimal import Decimal, Overflow, localcontext
+from typing import Callable, Sequence, get_type_hints
 
 from blis_fast.config.sim import FLAG_PATHS, SimConfig
-from blis_fast.config.validate import as_str, parse_decimal, show
+from blis_fast.config.validate import FLOAT_TINY, as_list, as_str, parse_decimal, show, show_text
 from blis_fast.errors import ConfigError
 from blis_fast.results.adequacy import worst_verdict
 from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check_metric
-from blis_fast.studies.runs import SeedStats, check_jobs, check_seeds, configs_for, run_all, seed_list, seed_stats
+from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
+                                   seed_list, seed_stats)
 from blis_fast.studies.tables import interval_text, text_table, write_rows
-from blis_fast.results.objectives import split_metric
+from blis_fast.results.objectives import split_metric, untargeted_message
 from blis_fast.workload.spec import load_spec
 from blis_fast.results.slo import has_targets
 from blis_fast.run.resolve import workload_spec
@@ -37,6 +40,7 @@ from blis_fast.run.api import as_config
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
+MAX_EXTRA_METRICS = 256  # --metrics names of one study
 MAX_NOTED = 4  # inadequate points named in the warning line
 
 
@@ -48,17 +52,30 @@ class Axis:
     values: tuple
 
 
-def _number_or_name(text: str):
+def _number_or_name(text: str, field: str):
+    """A list value: an int (plain digits), a float (a decimal point or an exponent) or a
+    name.  A number beyond the float range (``1e999999``, ``1e-999999``) is refused rather
+    than turned into inf or 0."""
     s = text.strip()
     d = parse_decimal(s)
     if d is None or not d.is_finite():
-        return as_str(s, "--set")
-    return int(d) if d == d.to_integral_value() and "." not in s and "e" not in s.lower() else float(d)
+        return as_str(s, field)
+    if d == d.to_integral_value() and "." not in s and "e" not in s.lower():
+        return int(d)  # (parse_decimal admits at most 400 characters: no quadratic int())
+    return _float_of(d, text, field)
+
+
+def _float_of(d: Decimal, text: str, field: str) -> float:
+    x = float(d)
+    if not math.isfinite(x) or (d != 0 and abs(x) < FLOAT_TINY):
+        raise ConfigError(field, f"{show(text)} is beyond the range of a float (normal, |x| < 1.8e308)")
+    return x
 
 
 def parse_values(text: str, field: str) -> tuple:
     """``start:stop:step`` (stop included, ``step`` > 0; integers if all three are) or a
     comma-separated list of numbers or names."""
+    text = as_str(text, field, nonempty=False)
     if ":" in text:
         parts = text.split(":")
         nums = [parse_decimal(p.strip()) for p in parts]
@@ -67,18 +84,30 @@ def parse_values(text: str, field: str) -> tuple:
         start, stop, step = nums
         if step <= 0 or stop < start:
             raise ConfigError(field, f"a range needs step > 0 and stop >= start, got {show(text)}")
-        if (stop - start) / step >= MAX_POINTS:
+        with localcontext() as ctx:
+            ctx.traps[Overflow] = False  # (stop - start) / step beyond Decimal's range is +Infinity: too many
+            count = (stop - start) / step
+        if not count.is_finite() or count >= MAX_POINTS:
             raise ConfigError(field, f"{show(text)} has more than {MAX_POINTS} values")
-        count = int((stop - start) / step) + 1
+        count = int(count) + 1
         exact = [start + k * step for k in range(count)]  # decimals: 0.1 steps stay exact
         integral = all(x == x.to_integral_value() for x in (start, stop, step))
-        return tuple(int(x) if integral else float(x) for x in exact)
+        return tuple(int(x) if integral else _float_of(x, text, field) for x in exact)
     items = [s for s in text.split(",")]
     if not items or any(not s.strip() for s in items):
         raise ConfigError(field, f"expected start:stop:step or a comma-separated list, got {show(text)}")
     if len(items) > MAX_POINTS:
         raise ConfigError(field, f"more than {MAX_POINTS} values")
-    return tuple(_number_or_name(s) for s in items)
+    return tuple(_number_or_name(s, field) for s in items)
+
+
+def _entry_kind(head: str) -> str | None:
+    """"dict" or "list" for a setting whose entries may be swept one at a time
+    (``routing_scorers.queue-depth``, ``slo_class_weights.1``), else None."""
+    section, _, attr = FLAG_PATHS[head].rpartition(".")
+    owner = get_type_hints(SimConfig)[section] if section else SimConfig
+    kind = str(get_type_hints(owner).get(attr, ""))
+    return "dict" if kind.startswith("dict[") else "list" if kind.startswith("list[float]") else None
 
 
 def parse_axis(spec, field: str = "--set") -> Axis:
@@ -88,22 +117,34 @@ def parse_axis(spec, field: str = "--set") -> Axis:
         return spec
     if isinstance(spec, tuple) and len(spec) == 2:
         name, values = spec
-        values = parse_values(values, f"{field} {name}") if isinstance(values, str) else tuple(values)
+        name = as_str(name, field, max_len=256)
+        if isinstance(values, str):
+            values = parse_values(values, f"{field} {show_text(name)}")
+        else:
+            values = tuple(as_list(values, f"{field} {show_text(name)}", max_len=MAX_POINTS, what="a list of values"))
     else:
         text = as_str(spec, field)
         name, sep, values_text = text.partition("=")
         if not sep or not name.strip():
             raise ConfigError(field, f"expected NAME=start:stop:step or NAME=v1,v2,..., got {show(text)}")
         name = name.strip()
-        values = parse_values(values_text, f"{field} {name}")
-    head, dot, key = str(name).partition(".")
+        values = parse_values(values_text, f"{field} {show_text(name)}")
+    head, dot, key = name.partition(".")
     head = head.replace("-", "_")
     if head not in FLAG_PATHS or (dot and not key):
         raise ConfigError(field, f"unknown setting {show(name)}; use a flat setting name (rate, num_instances, "
                                  f"max_num_seqs, ...: see 'blis-fast run --help') or WEIGHTS.KEY "
                                  f"(routing_scorers.queue-depth)")
+    if dot:
+        kind = _entry_kind(head)
+        if kind is None:
+            raise ConfigError(field, f"{show(name)}: {head} has no entries to sweep; only the weight settings "
+                                     f"routing_scorers, scheduler_weights, fitness_weights, snapshot_intervals "
+                                     f"(by key) and slo_class_weights, alpha_coeffs, beta_coeffs (by index) do")
+        if kind == "list" and not (key.isascii() and key.isdigit() and len(key) <= 4):
+            raise ConfigError(field, f"{show(name)}: {head} is a list: index it with a number below 10000")
     if not values:
-        raise ConfigError(f"{field} {name}", "needs at least one value")
+        raise ConfigError(f"{field} {show_text(name)}", "needs at least one value")
     return Axis(head + (f".{key}" if dot else ""), tuple(values))
 
 
@@ -320,9 +361,7 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
         for m in metrics:
             base, kind, name = split_metric(m, field)
             if base == "slo_attainment" and kind == "class" and name in known and name not in targeted:
-                raise ConfigError(field, f"{m}: class {name!r} sets no SLO targets, so its attainment would only "
-                                         f"count completed requests; give the class ttft_ms, tpot_ms or e2e_ms "
-                                         f"targets, or name completed_requests")
+                raise ConfigError(field, untargeted_message(m, name))
 
 
 def study_metrics(cfgs: Sequence[SimConfig], extra=None, field: str = "--metrics") -> list[str]:
@@ -343,9 +382,14 @@ def requested_metrics(extra, field: str = "--metrics") -> list[str]:
     """The metric names of ``extra`` (names or comma-separated text), each checked."""
     names = []
     if extra:
-        items = extra.split(",") if isinstance(extra, str) else list(extra)
+        if isinstance(extra, str):
+            items = as_str(extra, field, max_len=100_000).split(",")
+        else:
+            items = as_list(extra, field, max_len=MAX_EXTRA_METRICS, what="metric names")
+        if len(items) > MAX_EXTRA_METRICS:
+            raise ConfigError(field, f"at most {MAX_EXTRA_METRICS} metrics, got {len(items)}")
         for m in items:
-            m = str(m).strip()
+            m = as_str(m, field).strip()
             check_metric(m, field)
             names.append(m)
     return list(dict.fromkeys(names))
@@ -359,7 +403,11 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
     docstring.  ``on_configs(configs)`` once every run's configuration is built and
     before any runs (the CLI checks its outputs against the files they read there),
     ``on_start(total runs)`` before the first run, ``on_run()`` after each."""
-    axes = [parse_axis(s) for s in ([sets] if isinstance(sets, (str, Axis)) else list(sets))]
+    if sets is None:
+        sets = ()
+    items = [sets] if isinstance(sets, (str, Axis)) else as_list(sets, "--set", max_len=MAX_AXES,
+                                                                  what="a list of NAME=VALUES")
+    axes = [parse_axis(s) for s in items]
     if len(axes) > MAX_AXES:
         raise ConfigError("--set", f"at most {MAX_AXES} swept settings, got {len(axes)}")
     if len({a.name for a in axes}) != len(axes):
@@ -371,9 +419,11 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             raise ConfigError("--set rate", "a workload spec sets its own client rates: sweep rate_scale instead")
     n_seeds = check_seeds(seeds)
     jobs = check_jobs(jobs)
+    points = math.prod(len(a.values) for a in axes) * len(bases)  # counted before the grid is built
+    if points > MAX_POINTS:
+        raise ConfigError("--set", f"{points} points, more than {MAX_POINTS}")
+    check_simulations(points * n_seeds, "--seeds" if n_seeds > 1 else "--set", f"{points} points x {n_seeds} seeds")
     grid = list(itertools.product(*(a.values for a in axes))) or [()]
-    if len(grid) * len(bases) > MAX_POINTS:
-        raise ConfigError("--set", f"{len(grid) * len(bases)} points, more than {MAX_POINTS}")
     names = study_metrics([c for _, c in bases], metrics)
     seeds_used = seed_list(bases[0][1], n_seeds)
     out = SweepResult(axes, [lb for lb, _ in bases], seeds_used, names, requested=requested_metrics(metrics))
@@ -385,7 +435,8 @@ def run_study(bases: Sequence[tuple[str | None, SimConfig]], sets=(), *, seeds: 
             out.points.append({"config": label, **point})
             out.offered_rate.append(offered_rate(cfgs[0]))
             configs += cfgs
-            at = ", ".join([*([str(label)] if label is not None else []), *(f"{k}={v}" for k, v in point.items())])
+            at = ", ".join([*([show_text(label)] if label is not None else []),
+                            *(f"{k}={show_text(v, 40)}" for k, v in point.items())])
             where += [at] * len(cfgs)
     if on_configs is not None:
         on_configs(configs)
@@ -412,7 +463,7 @@ def offered_rate(cfg: SimConfig) -> float | None:
 
 def _point_configs(base: SimConfig, point: dict, seeds: list[int]) -> list[SimConfig]:
     settings = point_settings(base, point)
-    where = ", ".join(f"{k}={v}" for k, v in point.items())
+    where = ", ".join(f"{k}={show_text(v, 40)}" for k, v in point.items())
     try:
         return configs_for(base, settings, seeds)
     except ConfigError as exc:
@@ -443,6 +494,6 @@ def compare(configs, sets=(), *, seeds: int = 1, metrics=None, jobs: int | None 
         raise ConfigError("configs", "needs at least one configuration")
     labels = [str(lb) for lb, _ in items]
     if len(set(labels)) != len(labels):
-        raise ConfigError("configs", f"labels must differ, got {labels}")
+        raise ConfigError("configs", f"labels must differ, got {show(labels)}")
     bases = [(str(lb), as_config(c, overrides)) for lb, c in items]
     return run_study(bases, sets, seeds=seeds, metrics=metrics, jobs=jobs, on_run=on_run)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from blis_fast.text import metric_text, unit_of
-from blis_fast.config.validate import show
+from blis_fast.config.validate import show, show_text
 from blis_fast.errors import ConfigError
 
 TABLE_FORMATS = (".parquet", ".csv")
@@ -36,12 +36,19 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size((100, 24)).columns
 
 
+CELL_CHARS = 80
+
+
 def text_table(header: list[str], rows: list[list[str]], left: int = 0, width: int | None = None,
                keep: int | None = None) -> str:
     """Columns padded to their widest cell: the first ``left`` left-aligned, the rest
     right-aligned.  Wider than ``width`` characters, the table is split into blocks of
     columns (separated by a blank line), each repeating the first ``keep`` columns (default
-    ``left``, at least one) so that every row stays readable on the terminal."""
+    ``left``, at least one) so that every row stays readable on the terminal.  Cells may
+    hold user text (a configuration's file name, a swept name, a metric): each is shortened
+    to CELL_CHARS with control characters escaped."""
+    header = [show_text(c, CELL_CHARS) for c in header]
+    rows = [[show_text(c, CELL_CHARS) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def block(cols: list[int]) -> str:

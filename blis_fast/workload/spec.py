@@ -226,6 +226,7 @@ class ClientSpec:
     start_s: float
     end_s: float | None
     load_profile: LoadProfileSpec | None  # overrides the spec's
+    model: str | None = None  # the served model its requests ask for (None: the first deployment's)
 
     @property
     def stream(self) -> str:
@@ -713,7 +714,7 @@ def _parse_session(value: Any, path: str, base: Path | None, defaults: dict | No
 
 _CLIENT_KEYS = ("name", "rate", "rate_fraction", "tenant", "slo_class", "priority_class", "profile", "arrival",
                 "prompt_tokens", "output_tokens", "prefix", "session", "start_s", "end_s", "load_profile",
-                "description")
+                "description", "model")
 _TOP_KEYS = ("seed", "rate", "duration_s", "num_requests", "load_profile", "slo_classes", "priority_classes",
              "prefix_groups", "clients", "name", "description")
 
@@ -845,7 +846,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
             slo_class=slo, priority_class=pc, profile=prof, arrival=arrival,
             prompt_tokens=lengths["prompt_tokens"], output_tokens=lengths["output_tokens"],
             prefix_group=group, reuse_probability=reuse, session=session, start_s=start, end_s=end,
-            load_profile=lp,
+            load_profile=lp, model=_name(c["model"], _join(cp, "model")) if c.get("model") is not None else None,
         ))
     if fractions:
         total = math.fsum(f for _, f in fractions)

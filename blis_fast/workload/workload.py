@@ -10,7 +10,7 @@ the blocks that request generated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -76,6 +76,10 @@ class Workload:
                  time) and next_request[i] > i.
     names:       {"tenant": [...], "slo_class": [...], "client": [...], ...} id -> name.
     slo_targets: {slo class name: {"ttft_ms": .., "tpot_ms": .., "e2e_ms": ..}}.
+    model:       int32 [n] or None: the served model each request asks for, an index into
+                 ``models`` (the served model names); None = not assigned yet
+                 (blis_fast.run.resolve.assign_models assigns it from the config's
+                 deployments, docs/semantics.md "Requests carry a model").
     """
 
     arrival_us: np.ndarray
@@ -97,6 +101,8 @@ class Workload:
     names: dict = field(default_factory=dict)
     slo_targets: dict = field(default_factory=dict)
     key_shared: np.ndarray | None = None
+    model: np.ndarray | None = None
+    models: tuple[str, ...] = ()
 
     ATTRIBUTES = {  # optional column -> (dtype, default value)
         "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
@@ -121,6 +127,35 @@ class Workload:
 
     def __len__(self) -> int:
         return int(self.arrival_us.shape[0])
+
+    def first(self, n: int) -> "Workload":
+        """The first ``n`` requests (``request_0`` .. ``request_<n-1>``, the file order of a
+        trace); the whole workload when it has no more.  A closed-loop link from a kept
+        request to a dropped one is cut -- the session ends at its last kept turn, as a
+        workload spec's num_requests cap ends it; a kept request's parent always precedes
+        it (next_request[i] > i), so it is kept too.  The arrays are views of this
+        workload's (no memory beyond what it was charged for)."""
+        if n >= len(self):
+            return self
+        end = int(self.key_offsets[n])
+        columns = {name: None if getattr(self, name) is None else getattr(self, name)[:n] for name in self.ATTRIBUTES}
+        if self.next_request is not None:
+            cut = columns["next_request"] >= n
+            if cut.any():
+                columns["next_request"] = np.where(cut, -1, columns["next_request"])
+                if self.follow_delay_us is not None:
+                    columns["follow_delay_us"] = np.where(cut, 0, columns["follow_delay_us"])
+        kept = replace(
+            self, arrival_us=self.arrival_us[:n], prompt_len=self.prompt_len[:n], output_len=self.output_len[:n],
+            block_keys=self.block_keys[:end], key_offsets=self.key_offsets[: n + 1],
+            source_ids=None if self.source_ids is None else self.source_ids[:n],
+            description={**self.description, "first_requests": int(n)},
+            key_shared=None,  # (which keys repeat is recomputed among the kept requests)
+            model=None if self.model is None else self.model[:n],
+            **columns,
+        )
+        kept.validate()
+        return kept
 
     @property
     def request_ids(self) -> list[str]:
@@ -297,6 +332,12 @@ class Workload:
                                 "request i must have floor((prompt_len[i] + output_len[i]) / block_size) keys")
         if np.any(self.block_keys == -1):
             raise WorkloadError("workload.block_keys", "-1 is reserved for 'no key'")
+        if self.model is not None:
+            m = self.model
+            if not isinstance(m, np.ndarray) or m.dtype != np.int32 or m.shape != (n,):
+                raise WorkloadError("workload.model", f"must be a 1-D int32 array of {n} entries")
+            if n and (int(m.min()) < 0 or int(m.max()) >= len(self.models)):
+                raise WorkloadError("workload.model", f"ids must index workload.models ({len(self.models)} names)")
         ks = self.key_shared
         if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8
                                or ks.shape != self.block_keys.shape):

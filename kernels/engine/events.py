@@ -1,4 +1,4 @@
-"""Event priorities and ``push_event``, the one way to schedule an event.
+"""Event priorities and ``push_event`` / ``push_event_with``, the one way to schedule an event.
 
 At equal times cluster events run before instance events and a lower instance index
 before a higher one; within those bands the kind order of ``schema.ClusterEvent`` and
@@ -33,10 +33,18 @@ def event_kind_instance(priority):
 
 @helper
 def push_event(st, t, priority, request):
-    """Schedule an event at time t (µs) with the next sequence number.  A full heap sets
+    """Schedule an event at time t (µs) with the next sequence number and no second
+    payload value (``push_event_with``)."""
+    push_event_with(st, t, priority, request, np.int64(0))
+
+
+@helper
+def push_event_with(st, t, priority, request, arg2):
+    """Schedule an event at time t (µs) carrying ``request`` and ``arg2`` (the event
+    record's second payload value), with the next sequence number.  A full heap sets
     Status.HEAP_FULL in the loop record (the loop stops after the current handler)."""
     lp = st.loop
-    size = heap_push(st.heap, lp[0]["heap_size"], t, priority, lp[0]["seq"], request)
+    size = heap_push(st.heap, lp[0]["heap_size"], t, priority, lp[0]["seq"], request, arg2)
     lp[0]["seq"] += 1
     if size < 0:
         lp[0]["status"] = Status.HEAP_FULL

@@ -125,15 +125,3 @@ def on_queued(st, i, r, t):
             start = inst[i]["busy_until_us"]  # the instance is still running a step
         push_event(st, start, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1
-
-
-@helper
-def release_follower(st, r):
-    """Closed loop: when request r completes, the request it releases (the next turn or
-    tool call) arrives follow_delay_us after r's last token."""
-    reqs = st.reqs
-    nxt = reqs[r]["next_request"]
-    if nxt >= 0:
-        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
-        reqs[nxt]["arrival_us"] = ta
-        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)

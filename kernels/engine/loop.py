@@ -24,6 +24,17 @@ from .step import on_step
 from .trace import log_room
 
 
+@helper
+def unknown_event(st, kind, instance, r):
+    """Stop the loop on an event of a kind it has no handler for (an internal error:
+    runner.describe_error names the kind)."""
+    lp = st.loop
+    lp[0]["status"] = Status.UNKNOWN_EVENT
+    lp[0]["error_kind"] = kind
+    lp[0]["error_instance"] = instance
+    lp[0]["error_request"] = r
+
+
 @kernel
 def run_events(st):
     """Process events in (time, priority, seq) order.  Sets ``st.loop[0]["status"]``:
@@ -61,6 +72,7 @@ def event_loop(st):
         t = np.int64(0)
         prio = np.int64(0)
         seq = np.int64(0)
+        arg2 = np.int64(0)
         from_stream = False
         if ap < order.shape[0]:
             r = order[ap]
@@ -90,7 +102,7 @@ def event_loop(st):
         if from_stream:
             lp[0]["next_arrival"] = ap + 1
         else:
-            size, t, prio, seq, r = heap_pop(st.heap, size)
+            size, t, prio, seq, r, arg2 = heap_pop(st.heap, size)
             lp[0]["heap_size"] = size
         if t < lp[0]["clock_us"]:
             lp[0]["status"] = Status.CLOCK_BACKWARDS
@@ -101,21 +113,25 @@ def event_loop(st):
         if lp[0]["events"] > max_events:
             lp[0]["status"] = Status.MAX_EVENTS
             break
-        # ---- dispatch
+        # ---- dispatch: every kind by name (enums.py's ordering table); an unknown one stops the run
         if ev_inst < 0:
             if kind == ClusterEvent.ARRIVAL:
                 on_arrival(st, r, t)
             elif kind == ClusterEvent.ADMISSION:
                 on_admission(st, r, t)
-            else:
+            elif kind == ClusterEvent.ROUTING:
                 on_routing(st, r, t)
+            else:
+                unknown_event(st, kind, ev_inst, r)
         elif kind == InstanceEvent.QUEUED:
             on_queued(st, ev_inst, r, t)
-        else:
+        elif kind == InstanceEvent.STEP:
             on_step(st, ev_inst, t)
+        else:
+            unknown_event(st, kind, ev_inst, r)
         if lp[0]["status"] != Status.OK:
             if lp[0]["status"] == Status.COHORT_SPLIT:  # the routing was not done: the event goes back as it was
-                lp[0]["heap_size"] = heap_push(st.heap, lp[0]["heap_size"], t, prio, seq, r)
+                lp[0]["heap_size"] = heap_push(st.heap, lp[0]["heap_size"], t, prio, seq, r, arg2)
                 lp[0]["events"] -= 1
             break
     for i in range(st.inst.shape[0]):

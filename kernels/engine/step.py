@@ -26,12 +26,12 @@ from ..latency.steptime import (blackbox_step_us, output_token_delay_us, rooflin
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PolicySlot, PriorityKind, RequestState, SchedulerKind,
-                      Status)
+from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PhaseEnd, PolicySlot, PriorityKind,
+                      RequestState, SchedulerKind, Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
-from .handlers import release_follower
+from .phases import end_phase
 from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
 
@@ -432,8 +432,7 @@ def execute_step(st, i, now, dt, step_idx, m):
             continue  # a prefill chunk that does not finish the prompt
         # prefill finished (first or recomputed) or a decode: one new output token
         if reqs[r]["first_token_us"] < 0:
-            reqs[r]["first_token_us"] = token_us
-            reqs[r]["run_start_step"] = step_idx
+            end_phase(st, i, r, np.int64(PhaseEnd.PREFILL_DONE), token_us, step_idx)
         else:
             sample = dt + a2 if compat else token_us - reqs[r]["last_token_us"]
             reqs[r]["itl_sum_us"] += sample
@@ -451,9 +450,7 @@ def execute_step(st, i, now, dt, step_idx, m):
                 # keyed (a later turn of the conversation finds it); no room: nothing happens
                 reqs[r]["itl_sum_us"] += dt + a2
                 kv_grow(st, i, r, np.int64(1))
-            kv_release(st, i, r)
-            reqs[r]["state"] = RequestState.COMPLETED
-            inst[i]["completed"] += 1
+            end_phase(st, i, r, np.int64(PhaseEnd.OUTPUT_DONE), token_us, step_idx)
             st.done[n_done] = r
             n_done += 1
     for d in range(n_done):
@@ -528,9 +525,9 @@ def on_step(st, i, t):
     n_done = execute_step(st, i, t, dt, step_idx, m)
     inst[i]["ride_ctx"] += inst[i]["ride_count"]  # each rider's token is now in KV
     reschedule_explicit(st, i, s, m, step_idx)
-    for d in range(n_done):
-        release_follower(st, st.done[d])
     end = t + dt
+    for d in range(n_done):
+        end_phase(st, i, st.done[d], np.int64(PhaseEnd.FOLLOWER_RELEASED), end, step_idx)
     inst[i]["busy_until_us"] = end
     inst[i]["last_step_end_us"] = end
     inst[i]["last_dt_us"] = dt

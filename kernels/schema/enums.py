@@ -37,26 +37,42 @@ KeyFlagMode = _KeyFlagMode()
 
 
 class _ClusterEvent(NamedTuple):
-    """Cluster-level event kinds; the numeric order is the tie-break order at equal time."""
+    """Cluster-level event kinds (no instance); at equal time the lower code runs first.
+    Codes are spaced 4 apart so that a new kind can go between two others without
+    renumbering them (the ordering table below)."""
 
     ARRIVAL: int = 0
-    ADMISSION: int = 1
-    ROUTING: int = 2
+    ADMISSION: int = 4
+    ROUTING: int = 8
 
 
 class _InstanceEvent(NamedTuple):
-    """Instance-level event kinds; at equal time Queued runs before Step."""
+    """Instance-level event kinds; at equal time (and instance) the lower code runs first,
+    so Queued runs before Step.  Spaced as ClusterEvent's."""
 
-    QUEUED: int = 0
-    STEP: int = 1
+    QUEUED: int = 4
+    STEP: int = 8
 
 
 ClusterEvent = _ClusterEvent()
 InstanceEvent = _InstanceEvent()
 # Event priority bands (engine/events.py): cluster kinds take [0, N_CLUSTER_KINDS), then
-# each instance a band of N_INSTANCE_KINDS, instance 0 first.  Room is left for later kinds.
+# each instance a band of N_INSTANCE_KINDS, instance 0 first.  The tie-break order at
+# equal time is therefore: cluster events by code, then instance 0's by code, instance 1's ...
+#
+#   band      code  kind                 free codes for a new kind (its place in the order)
+#   cluster      0  ARRIVAL              1-3: after an arrival (e.g. a session/DAG release)
+#                4  ADMISSION            5-7: after admission (e.g. an autoscaler tick)
+#                8  ROUTING              9-15: after routing (e.g. a pool-level decision)
+#   instance   0-3  --                   before Queued (e.g. an instance coming up / draining)
+#                4  QUEUED               5-7: after Queued (e.g. a KV transfer done, the
+#                                        request joins the queue before the step that admits it)
+#                8  STEP                 9-15: after the step (e.g. KV offload / tier moves)
+#
+# A new kind also needs its handler in the loop's dispatch (engine/loop.py), which stops
+# with Status.UNKNOWN_EVENT on any code it does not know.
 N_CLUSTER_KINDS = 16
-N_INSTANCE_KINDS = 4
+N_INSTANCE_KINDS = 16
 
 
 class _Status(NamedTuple):
@@ -79,9 +95,23 @@ class _Status(NamedTuple):
     #                       progress and to notice an interrupt; the run simply continues)
     COHORT_SPLIT: int = 11  # the cohort's members route the next request differently (cohort_choice
     #                         says how); the routing event is back in the heap, unprocessed
+    UNKNOWN_EVENT: int = 12  # an event of a kind the loop has no handler for (loop error_kind /
+    #                          error_instance say which): an internal error
 
 
 Status = _Status()
+
+
+class _PhaseEnd(NamedTuple):
+    """Where a request's phase ends (engine/phases.py: ``end_phase``, the hook later
+    features attach to)."""
+
+    PREFILL_DONE: int = 0  # its prompt is computed: the first output token is emitted
+    OUTPUT_DONE: int = 1  # its last output token is emitted: it completes and frees its KV blocks
+    FOLLOWER_RELEASED: int = 2  # after its step: the closed-loop request it releases is scheduled
+
+
+PhaseEnd = _PhaseEnd()
 
 
 class _TraceLevel(NamedTuple):
@@ -374,7 +404,7 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_KV_MEMO", "N_ROOFLINE", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
+    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind",

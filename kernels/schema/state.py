@@ -3,110 +3,257 @@
 The whole run lives in these arrays -- tables, the event heap, the loop record, logs,
 policy parameters and scratch space -- so a run can stop at any event boundary and go on
 later, or be copied (``copy_state``) and continued differently.
-``blis_fast.run.tables.build_state`` allocates it; the field types never depend on the
-configuration, so the kernels compile once.
+
+Every field is declared once, in ``STATE_FIELDS``: its name, element type, shape (one
+small expression per dimension over the named sizes of ``SIZE_NAMES``), initial content,
+memory-estimate family and, for a log, how it grows.  Everything else is derived from
+that declaration: the ``State`` record itself, ``STATE_LAYOUT`` (the compiled kernels'
+signature, kernels/aot.py), the allocation and the memory estimate
+(``blis_fast.run.tables``: ``state_sizes``, ``allocate_state``, ``estimate_state_bytes``)
+and the growth of the logs between calls of the loop (``blis_fast.run.runner.grow_logs``).
+The field types never depend on the configuration, so the kernels compile once.
+
+To add a field: append a ``Field`` (and a size name to ``SIZE_NAMES`` if its shape needs
+a new one, computed in ``blis_fast.run.tables.state_sizes``); a GIVEN field's content is
+built in ``build_state``.  The kernels then read it as ``st.<name>``.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
+from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+                    IndexRecord, IndexRow, IndexState, TraceLevel)
 from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PREEMPT_DT, REQUEST_DT,
                      ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
 
-
-class State(NamedTuple):
-    # --- run settings and the loop's own state
-    settings: np.ndarray  # SETTINGS_DT[1]
-    loop: np.ndarray  # LOOP_DT[1]
-    # --- requests and the workload's prefix keys
-    reqs: np.ndarray  # REQUEST_DT[n]
-    arrival_order: np.ndarray  # int64: requests whose arrival is known up front, by (arrival, id)
-    keys: np.ndarray  # int64: prompt-block keys; request r's are [key_start, key_start + key_count)
-    key_shared: np.ndarray  # uint8 per key: 1 if its value occurs at another position of keys too
-    req_blocks: np.ndarray  # int32: KV block ids (< 2^31); request r's slice is [block_start, block_start + block_cap)
-    # --- instances: batches and their per-step scratch
-    inst: np.ndarray  # INSTANCE_DT[n_inst]
-    batch: np.ndarray  # int64[n_inst, max_num_seqs]: running requests in batch order
-    batch_seq: np.ndarray  # int64[n_inst, max_num_seqs]: their admission numbers (ascending)
-    work: np.ndarray  # int64[max_num_seqs]: tokens each batch slot / explicit entry computes this step
-    context: np.ndarray  # int64[max_num_seqs]: tokens already in KV for each batch slot / explicit entry
-    explicit: np.ndarray  # int64[max_num_seqs]: the step's explicit entries (requests visited one by one)
-    due: np.ndarray  # int64[max_num_seqs]: requests taken from the calendar this step
-    done: np.ndarray  # int64[max_num_seqs]: requests completed by this step
-    calendar: np.ndarray  # int64[n_inst, calendar_size]: bucket heads (engine/calendar.py), -1 = empty
-    ride_phase: np.ndarray  # int64[n_inst, block_size]: counted riders (engine/calendar.py) by the step phase of their new blocks
-    # --- KV cache
-    blocks: np.ndarray  # KV_BLOCK_DT[n_inst * kv_total]
-    kv_table: np.ndarray  # int64[rows, 2]: shared key value -> block + 1, one slice of rows per instance
-    kv_slot: np.ndarray  # int32 per key: block + 1 caching an unshared key, 0 = none (kv/cache.py)
-    kv_memo: np.ndarray  # int64[n_inst, N_KV_MEMO + KV_MEMO_BLOCKS]: each instance's last prompt lookup (KvMemo)
-    # --- events and logs
-    heap: np.ndarray  # EVENT_DT
-    step_log: np.ndarray  # STEP_DT (grows between calls: Status.LOG_FULL)
-    irr_log: np.ndarray  # IRR_DT (grows likewise)
-    route_log: np.ndarray  # ROUTE_DT: one row per routing decision (1 row when not tracing)
-    admit_log: np.ndarray  # ADMIT_DT: one row per admission decision (likewise)
-    preempt_log: np.ndarray  # PREEMPT_DT: one row per preemption (grows: Status.LOG_FULL)
-    sched_log: np.ndarray  # SCHED_DT: scheduling records at TraceLevel.FULL (grows likewise; 1 row otherwise)
-    sched_open: np.ndarray  # int64[n_inst]: row of the instance's open BLOCKED episode, -1 = none (FULL only)
-    # --- latency model
-    roofline: np.ndarray  # float64[N_ROOFLINE]
-    # --- the policy candidate (kinds + parameter matrix) and its state
-    policy_kind: np.ndarray  # int64[N_POLICY_SLOTS]
-    policy_param: np.ndarray  # float64[N_POLICY_SLOTS, POLICY_WIDTH]
-    cohort: np.ndarray  # float64[k, POLICY_WIDTH]: routing parameters of the k candidates run as one (row 0 = policy_param's)
-    cohort_choice: np.ndarray  # int64[k] scratch: each member's instance for the request they disagree on
-    tb_tokens: np.ndarray  # float64[n_tenants]: token-bucket levels
-    tb_last_us: np.ndarray  # int64[n_tenants]: last refill time
-    snap: np.ndarray  # float64[n_inst, N_SNAP]: the router's view of each instance
-    snap_refreshed: np.ndarray  # int64[N_SNAP]: last refresh time per field, -1 = never
-    affinity: np.ndarray  # int64[n_inst] scratch: matched leading prefix blocks per instance
-    route_scores: np.ndarray  # float64[n_inst] scratch: the routing policy's score per instance
-    alive: np.ndarray  # int64[ceil(n_inst / 64)] scratch: instance bit mask
-    pi_state: np.ndarray  # int64[n_inst, 4]: router prefix index header per instance (IndexState)
-    pi_table: np.ndarray  # int64[rows, IndexRow]: (key, stamp, record slot) rows, one slice per instance
-    pi_ring: np.ndarray  # int64[n_inst, ring]: touch records (ids) in the order last touched; -n = n place-holders
-    pi_records: np.ndarray  # int64[n_inst, ring, IndexRecord]: touch records (runs of keys touched together)
-    gmap: np.ndarray  # int64[rows, 1 + words]: key -> bit mask of instances whose index holds it
-    pi_memo: np.ndarray  # int64[N_ROUTER_MEMO + 2 * words]: cluster-map changes, where the last leading-key walk resumes
-    # --- scheduler sort scratch (structs/sort.py)
-    sort_ids: np.ndarray  # int64[n or 1]
-    sort_k1: np.ndarray  # float64
-    sort_k2: np.ndarray  # int64
-    tmp_ids: np.ndarray  # int64
-    tmp_k1: np.ndarray  # float64
-    tmp_k2: np.ndarray  # int64
-
-
 _I64, _F64, _I32, _U8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.uint8)
+
+# Initial contents (``Field.init``).  With ``StateArrays(reuse=True)`` (blis_fast.batch) a
+# field's array is reused from the thread's previous state: cleared for ZEROS and
+# MINUS_ONE, handed over uncleared for SCRATCH and LOG.
+ZEROS = "zeros"
+MINUS_ONE = "minus-one"  # every element -1 ("none")
+SCRATCH = "scratch"  # the kernels write every element before they read it (tests/run/test_state_arrays.py poisons them)
+LOG = "log"  # as SCRATCH; a reused log keeps its grown length if that is at least the declared one
+GIVEN = "given"  # built by build_state from the workload, config or policy (checked against the declaration)
+INITS = (ZEROS, MINUS_ONE, SCRATCH, LOG, GIVEN)
+
+#: The sizes shape expressions may use (computed by blis_fast.run.tables.state_sizes), and
+#: the schema constants they may use too.
+SIZE_NAMES = {
+    "n_requests": "requests of the workload",
+    "n_arrivals": "requests whose arrival is known up front (not closed-loop followers)",
+    "n_keys": "prompt/output block keys of the workload",
+    "n_flags": "n_keys when prefix caching or the router's prefix index reads key sharing, else 1",
+    "n_kv_slots": "n_keys with prefix caching, else 1",
+    "n_blocks": "request-block slots (run.tables.block_slots)",
+    "n_inst": "instance rows: the pool's upper bound",
+    "inst_words": "64-bit words of an instance bit mask: ceil(n_inst / 64)",
+    "max_num_seqs": "batch-size limit",
+    "calendar_size": "buckets of an instance's calendar (engine/calendar.py)",
+    "block_size": "tokens per KV block",
+    "kv_blocks": "KV blocks of the cluster: n_inst x blocks per instance",
+    "kv_table_rows": "prefix-table rows of the cluster: n_inst x rows per instance (a power of two)",
+    "heap_rows": "event-heap capacity (event_capacity)",
+    "step_rows": "step-log rows to start with",
+    "irr_rows": "irregular-ITL-log rows to start with",
+    "decision_rows": "routing / admission log rows: one per request when decisions are traced, else 1",
+    "preempt_rows": "preemption-log rows to start with (1 when not traced)",
+    "sched_rows": "scheduling-log rows to start with (1 below TraceLevel.FULL)",
+    "sched_open_rows": "n_inst at TraceLevel.FULL, else 1",
+    "n_tenants": "tenant ids (token buckets)",
+    "cohort_members": "candidates run as one state (1 for an ordinary run)",
+    "pi_table_rows": "router prefix-index rows of the cluster (2 when the index is off)",
+    "pi_ring": "touch-record ring entries per instance (1 when the index is off)",
+    "gmap_rows": "rows of the cluster key -> instances map (2 when the index is off)",
+    "n_sort": "n_requests under the sort scheduler, else 1",
+}
+SHAPE_CONSTANTS = {
+    "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
+    "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
+    "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
+}
+
+
+class Growth(NamedTuple):
+    """How a log grows between calls of the loop (Status.LOG_FULL): before each step it
+    must have room for ``room`` rows (an expression over ``max_num_seqs``) after its
+    ``loop[0][counter]`` used ones; it is written only from trace level ``level`` on.
+    ``what`` (a format string of ``used`` and ``rows``) and ``hint`` word the memory-budget
+    error of a growth that does not fit."""
+
+    counter: str
+    room: str
+    level: int
+    what: str
+    hint: str
+
+
+class Field(NamedTuple):
+    name: str
+    dtype: np.dtype
+    shape: tuple  # one expression per dimension over SIZE_NAMES and SHAPE_CONSTANTS
+    init: str  # ZEROS, MINUS_ONE, SCRATCH, LOG or GIVEN
+    family: str  # the part of the memory estimate it counts in ("" = not counted: the workload's own array)
+    doc: str
+    growth: Growth | None = None
+
+
+_SMALLER = "set a simulation.horizon or make the workload smaller"
+_PER_STEP_SLOTS = "max_num_seqs"  # one row per batch slot
+
+STATE_FIELDS: tuple[Field, ...] = (
+    # --- run settings and the loop's own state
+    Field("settings", SETTINGS_DT, ("1",), GIVEN, "run", "the run's settings (one record)"),
+    Field("loop", LOOP_DT, ("1",), GIVEN, "run", "the loop's own state (one record)"),
+    # --- requests and the workload's prefix keys
+    Field("reqs", REQUEST_DT, ("n_requests",), GIVEN, "request table", "one row per request (id = row)"),
+    Field("arrival_order", _I64, ("n_arrivals",), GIVEN, "request table",
+          "requests whose arrival is known up front, by (arrival, id)"),
+    Field("keys", _I64, ("n_keys",), GIVEN, "",  # (the workload's own array: not counted again)
+          "prompt-block keys; request r's are [key_start, key_start + key_count)"),
+    Field("key_shared", _U8, ("n_flags",), GIVEN, "block-key tables",
+          "per key: 1 if its value occurs at another position of keys too"),
+    Field("req_blocks", _I32, ("n_blocks",), SCRATCH, "request block lists",
+          "KV block ids (< 2^31); request r's slice is [block_start, block_start + block_cap)"),
+    # --- instances: batches and their per-step scratch
+    Field("inst", INSTANCE_DT, ("n_inst",), GIVEN, "instance tables", "one row per instance"),
+    Field("batch", _I64, ("n_inst", "max_num_seqs"), ZEROS, "instance tables", "running requests in batch order"),
+    Field("batch_seq", _I64, ("n_inst", "max_num_seqs"), ZEROS, "instance tables",
+          "their admission numbers (ascending)"),
+    Field("work", _I64, ("max_num_seqs",), ZEROS, "instance tables",
+          "tokens each batch slot / explicit entry computes this step"),
+    Field("context", _I64, ("max_num_seqs",), ZEROS, "instance tables",
+          "tokens already in KV for each batch slot / explicit entry"),
+    Field("explicit", _I64, ("max_num_seqs",), ZEROS, "instance tables",
+          "the step's explicit entries (requests visited one by one)"),
+    Field("due", _I64, ("max_num_seqs",), ZEROS, "instance tables", "requests taken from the calendar this step"),
+    Field("done", _I64, ("max_num_seqs",), ZEROS, "instance tables", "requests completed by this step"),
+    Field("calendar", _I64, ("n_inst", "calendar_size"), MINUS_ONE, "instance tables",
+          "bucket heads (engine/calendar.py), -1 = empty"),
+    Field("ride_phase", _I64, ("n_inst", "block_size"), ZEROS, "instance tables",
+          "counted riders (engine/calendar.py) by the step phase of their new blocks"),
+    # --- KV cache (zeros: untouched pages cost nothing, so millions of KV blocks are cheap until used)
+    Field("blocks", KV_BLOCK_DT, ("kv_blocks",), SCRATCH, "KV block table", "instance i owns [kv_offset, +kv_total)"),
+    Field("kv_table", _I64, ("kv_table_rows", "2"), ZEROS, "prefix tables",
+          "shared key value -> block + 1, one slice of rows per instance"),
+    Field("kv_slot", _I32, ("n_kv_slots",), ZEROS, "block-key tables",
+          "per key: block + 1 caching an unshared key, 0 = none (kv/cache.py)"),
+    Field("kv_memo", _I64, ("n_inst", "N_KV_MEMO + KV_MEMO_BLOCKS"), GIVEN, "instance tables",
+          "each instance's last prompt lookup (KvMemo)"),
+    # --- events and logs
+    Field("heap", EVENT_DT, ("heap_rows",), SCRATCH, "event heap", "the event heap (structs/heap.py)"),
+    Field("step_log", STEP_DT, ("step_rows",), LOG, "logs", "one row per engine step",
+          Growth("steps", "1", TraceLevel.NONE, "the step log ({used} steps so far, growing to {rows})", _SMALLER)),
+    Field("irr_log", IRR_DT, ("irr_rows",), ZEROS, "logs", "one row per irregular output token",
+          Growth("irregular_records", _PER_STEP_SLOTS, TraceLevel.NONE,
+                 "the inter-token log ({used} records so far, growing to {rows})", _SMALLER)),
+    Field("route_log", ROUTE_DT, ("decision_rows",), ZEROS, "decision trace", "one row per routing decision"),
+    Field("admit_log", ADMIT_DT, ("decision_rows",), ZEROS, "decision trace", "one row per admission decision"),
+    Field("preempt_log", PREEMPT_DT, ("preempt_rows",), ZEROS, "decision trace", "one row per preemption",
+          Growth("preempt_records", _PER_STEP_SLOTS, TraceLevel.DECISIONS,
+                 "the preemption log ({used} records, growing to {rows})",
+                 "set a simulation.horizon or trace fewer decisions")),
+    # admissions or victims of one step, and one blocked head
+    Field("sched_log", SCHED_DT, ("sched_rows",), ZEROS, "scheduling trace", "scheduling records (TraceLevel.FULL)",
+          Growth("sched_records", _PER_STEP_SLOTS + " + 1", TraceLevel.FULL,
+                 "the scheduling trace ({used} records, growing to {rows})",
+                 "set a simulation.horizon or trace less (simulation.trace_level decisions)")),
+    Field("sched_open", _I64, ("sched_open_rows",), MINUS_ONE, "scheduling trace",
+          "row of each instance's open BLOCKED episode, -1 = none (FULL only)"),
+    # --- latency model
+    Field("roofline", _F64, ("N_ROOFLINE",), GIVEN, "run", "the roofline parameter vector (schema.Roofline)"),
+    # --- the policy candidate (kinds + parameter matrix) and its state
+    Field("policy_kind", _I64, ("N_POLICY_SLOTS",), GIVEN, "run", "one kind per PolicySlot"),
+    Field("policy_param", _F64, ("N_POLICY_SLOTS", "POLICY_WIDTH"), GIVEN, "run", "one parameter row per slot"),
+    Field("cohort", _F64, ("cohort_members", "POLICY_WIDTH"), GIVEN, "run",
+          "routing parameters of the candidates run as one (row 0 = policy_param's)"),
+    Field("cohort_choice", _I64, ("cohort_members",), ZEROS, "run",
+          "scratch: each member's instance for the request they disagree on"),
+    Field("tb_tokens", _F64, ("n_tenants",), GIVEN, "run", "token-bucket levels (start full)"),
+    Field("tb_last_us", _I64, ("n_tenants",), ZEROS, "run", "token buckets' last refill time"),
+    Field("snap", _F64, ("n_inst", "N_SNAP"), ZEROS, "instance tables", "the router's view of each instance"),
+    Field("snap_refreshed", _I64, ("N_SNAP",), GIVEN, "run", "last refresh time per snapshot field, -1 = never"),
+    Field("affinity", _I64, ("n_inst",), ZEROS, "instance tables",
+          "scratch: matched leading prefix blocks per instance"),
+    Field("route_scores", _F64, ("n_inst",), ZEROS, "instance tables",
+          "scratch: the routing policy's score per instance"),
+    Field("alive", _I64, ("inst_words",), ZEROS, "instance tables", "scratch: instance bit mask"),
+    Field("pi_state", _I64, ("n_inst", "N_INDEX_STATE"), ZEROS, "router prefix index",
+          "router prefix index header per instance (IndexState)"),
+    Field("pi_table", _I64, ("pi_table_rows", "N_INDEX_ROW"), ZEROS, "router prefix index",
+          "(key, stamp, record slot) rows, one slice per instance"),
+    Field("pi_ring", _I64, ("n_inst", "pi_ring"), SCRATCH, "router prefix index",
+          "touch records (ids) in the order last touched; -n = n place-holders"),
+    Field("pi_records", _I64, ("n_inst", "pi_ring", "N_INDEX_RECORD"), SCRATCH, "router prefix index",
+          "touch records (runs of keys touched together)"),
+    Field("gmap", _I64, ("gmap_rows", "1 + inst_words"), ZEROS, "router prefix index",
+          "key -> bit mask of instances whose index holds it"),
+    Field("pi_memo", _I64, ("N_ROUTER_MEMO + 2 * inst_words",), GIVEN, "router prefix index",
+          "cluster-map changes, where the last leading-key walk resumes"),
+    # --- scheduler sort scratch (structs/sort.py)
+    Field("sort_ids", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort ids"),
+    Field("sort_k1", _F64, ("n_sort",), SCRATCH, "request table", "merge-sort first keys"),
+    Field("sort_k2", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort second keys"),
+    Field("tmp_ids", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
+    Field("tmp_k1", _F64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
+    Field("tmp_k2", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
+)
+FIELDS_BY_NAME = {f.name: f for f in STATE_FIELDS}
+
+#: The State record: one numpy array per declared field, in declaration order (numba
+#: needs a real NamedTuple class).
+State = NamedTuple("State", [(f.name, np.ndarray) for f in STATE_FIELDS])
+State.__doc__ = "Every array of one run, one per STATE_FIELDS entry (kernels/schema/state.py)."
+State.__module__ = __name__
 
 #: Every State field's element type and number of dimensions; every array is C-contiguous
 #: (and aligned).  The ahead-of-time compiled kernels (kernels/aot.py) are built for exactly
 #: these types and check a State against them before each call, since compiled code
-#: cannot check them itself; build_state's States are tested against them.
-STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {
-    "settings": (SETTINGS_DT, 1), "loop": (LOOP_DT, 1),
-    "reqs": (REQUEST_DT, 1), "arrival_order": (_I64, 1), "keys": (_I64, 1), "key_shared": (_U8, 1),
-    "req_blocks": (_I32, 1),
-    "inst": (INSTANCE_DT, 1), "batch": (_I64, 2), "batch_seq": (_I64, 2), "work": (_I64, 1),
-    "context": (_I64, 1), "explicit": (_I64, 1), "due": (_I64, 1), "done": (_I64, 1), "calendar": (_I64, 2),
-    "ride_phase": (_I64, 2),
-    "blocks": (KV_BLOCK_DT, 1), "kv_table": (_I64, 2), "kv_slot": (_I32, 1), "kv_memo": (_I64, 2),
-    "heap": (EVENT_DT, 1), "step_log": (STEP_DT, 1), "irr_log": (IRR_DT, 1), "route_log": (ROUTE_DT, 1),
-    "admit_log": (ADMIT_DT, 1), "preempt_log": (PREEMPT_DT, 1), "sched_log": (SCHED_DT, 1),
-    "sched_open": (_I64, 1),
-    "roofline": (_F64, 1),
-    "policy_kind": (_I64, 1), "policy_param": (_F64, 2), "cohort": (_F64, 2), "cohort_choice": (_I64, 1),
-    "tb_tokens": (_F64, 1), "tb_last_us": (_I64, 1),
-    "snap": (_F64, 2), "snap_refreshed": (_I64, 1), "affinity": (_I64, 1), "route_scores": (_F64, 1),
-    "alive": (_I64, 1), "pi_state": (_I64, 2), "pi_table": (_I64, 2), "pi_ring": (_I64, 2), "pi_records": (_I64, 3),
-    "gmap": (_I64, 2),
-    "pi_memo": (_I64, 1),
-    "sort_ids": (_I64, 1), "sort_k1": (_F64, 1), "sort_k2": (_I64, 1), "tmp_ids": (_I64, 1), "tmp_k1": (_F64, 1),
-    "tmp_k2": (_I64, 1),
-}
-assert tuple(STATE_LAYOUT) == State._fields, "STATE_LAYOUT must list State's fields in order"
+#: cannot check them itself.
+STATE_LAYOUT: dict[str, tuple[np.dtype, int]] = {f.name: (np.dtype(f.dtype), len(f.shape)) for f in STATE_FIELDS}
+
+_SHAPE_CODE = {e: compile(e, f"<State shape {e!r}>", "eval") for f in STATE_FIELDS for e in f.shape}
+_ROOM_CODE = {f.growth.room: compile(f.growth.room, "<log room>", "eval") for f in STATE_FIELDS if f.growth}
+
+
+def _shapes_function():
+    """One function computing every field's shape from the named sizes (keyword
+    arguments), so a state's shapes cost one call rather than an evaluation per dimension."""
+    body = ", ".join("(" + "".join(f"int({e}), " for e in f.shape) + ")" for f in STATE_FIELDS)
+    source = f"def state_shapes(*, {', '.join(SIZE_NAMES)}):\n    return ({body},)\n"
+    namespace = dict(SHAPE_CONSTANTS)
+    exec(compile(source, "<State shapes>", "exec"), namespace)
+    return namespace["state_shapes"]
+
+
+#: ``state_shapes(**sizes)``: every State field's shape, in declaration order.
+state_shapes = _shapes_function()
+
+
+def field_shape(field: Field, sizes: dict) -> tuple[int, ...]:
+    """The shape of ``field`` for the named sizes ``sizes`` (SIZE_NAMES)."""
+    namespace = {**SHAPE_CONSTANTS, **sizes}
+    return tuple(int(eval(_SHAPE_CODE[e], {"__builtins__": {}}, namespace)) for e in field.shape)
+
+
+def log_room(growth: Growth, max_num_seqs: int) -> int:
+    """Rows a growing log needs free before each step (``Growth.room``)."""
+    return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs}))
+
+
+def event_capacity(n_requests: int, n_inst: int) -> int:
+    """The most events the heap can hold at once, from the event sources
+    (engine/handlers.py, engine/step.py); a new event source adds its term here:
+      * requests: a request has at most one event pending at a time -- a closed-loop
+        follower's arrival, then its admission, routing and Queued events, each pushed
+        by the handler of the one before (arrivals known up front are a separate stream,
+        never in the heap; a routing event a cohort split puts back replaces itself);
+      * instances: at most one Step each (``step_pending``)."""
+    per_request = n_requests
+    per_instance = n_inst
+    return per_request + per_instance
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

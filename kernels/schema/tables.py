@@ -157,6 +157,7 @@ EVENT_DT = np.dtype(
         ("priority", np.int64),  # engine/events.py: encodes the kind and the instance
         ("seq", np.int64),  # insertion counter: the last tie-break (FIFO)
         ("request", np.int64),  # payload: request id, -1 for instance-level events
+        ("arg2", np.int64),  # a second payload value for kinds that need one (0 otherwise)
     ],
     align=True,
 )
@@ -321,6 +322,7 @@ LOOP_DT = np.dtype(
         ("rejected", np.int64),
         ("error_instance", np.int64),  # where a bad status happened, -1 if none
         ("error_request", np.int64),
+        ("error_kind", np.int64),  # Status.UNKNOWN_EVENT: the kind code the loop had no handler for, else -1
     ],
     align=True,
 )

@@ -1,7 +1,7 @@
 """A binary min-heap of events over an EVENT_DT table, ordered by (time, priority, seq).
 
 ``seq`` is an ever-increasing insertion counter, so the order is total and does not
-depend on how the heap happens to be laid out.  The sift loops move the four columns as
+depend on how the heap happens to be laid out.  The sift loops move the five columns as
 plain integers and never copy a record through a temporary.  Sizes are passed in and
 returned: the heap does not know where its size is kept (engine/events.py keeps it in
 the loop record).
@@ -23,13 +23,15 @@ def event_before(ta, pa, sa, tb, pb, sb):
 
 
 @helper
-def heap_push(heap, size, t, p, s, r):
-    """Insert event (time t, priority p, seq s, request r) into a heap of ``size`` entries;
-    returns the new size, or -1 if the table is full (nothing changes then)."""
+def heap_push(heap, size, t, p, s, r, a2):
+    """Insert event (time t, priority p, seq s, request r, second payload a2) into a heap
+    of ``size`` entries; returns the new size, or -1 if the table is full (nothing changes
+    then)."""
     time = heap["time_us"]
     prio = heap["priority"]
     seq = heap["seq"]
     req = heap["request"]
+    arg2 = heap["arg2"]
     if size >= time.shape[0]:
         return np.int64(-1)
     i = size
@@ -41,32 +43,37 @@ def heap_push(heap, size, t, p, s, r):
         prio[i] = prio[parent]
         seq[i] = seq[parent]
         req[i] = req[parent]
+        arg2[i] = arg2[parent]
         i = parent
     time[i] = t
     prio[i] = p
     seq[i] = s
     req[i] = r
+    arg2[i] = a2
     return np.int64(size + 1)
 
 
 @helper
 def heap_pop(heap, size):
     """Remove the minimum of a heap of ``size`` > 0 entries; returns (new size, time,
-    priority, seq, request)."""
+    priority, seq, request, second payload)."""
     time = heap["time_us"]
     prio = heap["priority"]
     seq = heap["seq"]
     req = heap["request"]
+    arg2 = heap["arg2"]
     t0 = time[0]
     p0 = prio[0]
     s0 = seq[0]
     r0 = req[0]
+    a0 = arg2[0]
     size -= 1
     if size > 0:  # sift the last entry down from the root through the hole
         t = time[size]
         p = prio[size]
         s = seq[size]
         r = req[size]
+        a = arg2[size]
         i = 0
         while True:
             child = 2 * i + 1
@@ -81,9 +88,11 @@ def heap_pop(heap, size):
             prio[i] = prio[child]
             seq[i] = seq[child]
             req[i] = req[child]
+            arg2[i] = arg2[child]
             i = child
         time[i] = t
         prio[i] = p
         seq[i] = s
         req[i] = r
-    return size, t0, p0, s0, r0
+        arg2[i] = a
+    return size, t0, p0, s0, r0, a0

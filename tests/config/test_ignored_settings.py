@@ -13,6 +13,12 @@ setting's own limit fires (an error naming it: ``--max-events``, ``--max-memory`
 combinations are refused from the command line (exit 2, one line) and from YAML (naming
 the YAML path), and by the study commands, which share the config path.
 
+``--num-requests`` is used by every source (as the reference uses it): it generates that
+many requests from a distribution, replaces a spec's ``num_requests`` and replays a trace's
+first N requests (``test_num_requests_*``).  Under ``--compat blis-2026.02`` the settings a
+source does not use are accepted with one warning and ignored, as the reference does
+(``test_compat_*``).
+
 The three settings that pick the source (``--workload``, ``--workload-traces-filepath``,
 ``--workload-spec``) are covered by ``test_source_selectors``.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import blis_fast
@@ -162,7 +169,6 @@ SINGLE_CLASS = {("slo_class_weights", s) for s in ("distribution", "preset", "tr
 REMEDY = {
     "rate": {"spec": "--rate-scale", "trace": "--workload-spec"},
     "rate_scale": {"trace": "--workload-spec"},
-    "num_requests": {"spec": "duration_s", "trace": "--horizon"},
     "arrival": {"spec": "clients[i].arrival", "trace": "records its arrival times"},
     "prefix_tokens": {"spec": "prefix_groups", "trace": "records its prompts"},
     "seed": {"trace": "workload generate --seed"},
@@ -289,14 +295,12 @@ def test_source_selectors(files):
 TRACE_ARGS = ["--workload", "traces", "--workload-traces-filepath", "{trace}"]
 REFUSED_CLI = [
     (["--workload-spec", "{spec}", "--rate", "5"], ["--rate", "--rate-scale"]),
-    (["--workload-spec", "{spec}", "--num-requests", "50"], ["--num-requests", "duration_s"]),
     (["--workload-spec", "{spec}", "--prompt-tokens", "50"], ["--prompt-tokens", "clients[i].prompt_tokens"]),
     (["--workload-spec", "{spec}", "--output-tokens-max", "50"], ["--output-tokens-max", "clients[i]"]),
     (["--workload-spec", "{spec}", "--prefix-tokens", "64"], ["--prefix-tokens", "prefix_groups"]),
     (["--workload-spec", "{spec}", "--arrival", "constant"], ["--arrival", "clients[i].arrival"]),
     (["--workload-spec", "{spec}", "--workload", "chatbot"], ["--workload", "leave --workload out"]),
     ([*TRACE_ARGS, "--rate", "5"], ["--rate", "--rate-scale"]),
-    ([*TRACE_ARGS, "--num-requests", "5"], ["--num-requests", "--horizon"]),
     ([*TRACE_ARGS, "--seed", "5"], ["--seed", "generate --seed"]),
     ([*TRACE_ARGS, "--prompt-tokens-min", "5"], ["--prompt-tokens-min"]),
     (["--workload-traces-filepath", "{trace}"], ["--workload-traces-filepath", "--workload traces"]),
@@ -314,7 +318,7 @@ def test_refused_from_the_command_line_with_exit_2(capsys, files, args, needles)
 
 def test_refused_from_yaml_naming_the_yaml_path(files):
     for data, field in (
-        ({"workload": {"spec_filepath": str(files["spec"]), "num_requests": 50}}, "workload.num_requests"),
+        ({"workload": {"spec_filepath": str(files["spec"]), "arrival": "constant"}}, "workload.arrival"),
         ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV), "rate": 5.0}}, "workload.rate"),
         ({"workload_spec": str(files["spec"]), "prompt_tokens": 50}, "prompt_tokens"),
         ({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV)}, "simulation": {"seed": 1}},
@@ -331,6 +335,7 @@ def test_a_flag_switching_a_files_source_leaves_the_files_settings(files):
     cfg = build_config({"workload": {"type": "chatbot", "rate": 20, "num_requests": 500}},
                        {"workload_spec": str(files["spec"])})
     assert cfg.workload.spec_filepath and cfg.workload.rate == 20
+    assert cfg.workload.num_requests is None  # the file's length was the chatbot's: the spec keeps its own
     spec_cfg = build_config({}, {"workload_spec": str(files["spec"])})
     assert build_config(spec_cfg.to_dict()) == spec_cfg  # (the defaults it repeats are not "given")
     # the config taken further (API, studies): only what changes on top of it is checked
@@ -357,9 +362,9 @@ def test_studies_refuse_the_same_combinations(capsys, files):
     a --set axis that a source does not use is refused too."""
     for command in (["capacity", "--slo", "ttft_p99_ms<=200"], ["sweep", "--set", "num_instances=1,2"],
                     ["compare", str(ROOT / "configs" / "examples" / "compare" / "instances" / "2-instances.yaml")]):
-        code, out, err = run_cli(capsys, *command, "--workload-spec", files["spec"], "--num-requests", "50")
+        code, out, err = run_cli(capsys, *command, "--workload-spec", files["spec"], "--prefix-tokens", "50")
         assert code == 2 and out == ""
-        assert_one_error_line(err, ["--num-requests", "duration_s"])
+        assert_one_error_line(err, ["--prefix-tokens", "prefix_groups"])
     code, out, err = run_cli(capsys, "sweep", "--set", "prompt_tokens=50,100", "--workload-spec", files["spec"])
     assert code == 2 and "prompt_tokens" in err and "clients[i].prompt_tokens" in err
 
@@ -400,3 +405,143 @@ def test_an_evaluation_scenario_refuses_a_seed_for_its_trace():
     with pytest.raises(ConfigError) as ei:
         scenario_from_dict({"name": "a", "trace": str(TRACE_CSV), "seed": 3}, "scenarios[0]")
     assert ei.value.field == "scenarios[0].seed" and "has no effect with a trace" in ei.value.message
+
+
+# ----------------------------------------------------------------------------- --num-requests
+
+SESSION_SPEC = """\
+seed: 5
+duration_s: 3
+clients:
+  - {name: chat, rate: 4, prompt_tokens: {type: uniform, min: 20, max: 80},
+     output_tokens: {type: uniform, min: 5, max: 30},
+     session: {turns: {type: constant, value: 4}, think_time_s: {type: constant, value: 0.5}}}
+"""
+
+
+def per_request(result) -> list:
+    return result.requests_table().to_pylist()
+
+
+def test_num_requests_replays_the_first_requests_of_a_trace(tmp_path):
+    """A 40-request BLIS trace with num_requests=10 is its first 10 requests (file order)
+    replayed alone, request for request; more than the trace holds keeps them all."""
+    lines = TRACE_CSV.read_text().splitlines(keepends=True)
+    head = tmp_path / "first-10.csv"
+    head.write_text("".join(lines[:11]))  # the header and the first 10 records
+    trace = dict(BASE, workload="traces", workload_traces_filepath=str(TRACE_CSV))
+    capped = blis_fast.simulate(**trace, num_requests=10)
+    alone = blis_fast.simulate(**dict(trace, workload_traces_filepath=str(head)))
+    assert len(capped.workload) == 10 and capped.workload.source_ids == alone.workload.source_ids
+    assert per_request(capped) == per_request(alone)
+    assert capped.cluster == alone.cluster
+    # too short to trust: the cut replay names --num-requests among the remedies
+    assert "a larger --num-requests (the trace's first N requests)" in capped.adequacy.warning()
+    whole = blis_fast.simulate(**trace)
+    assert len(whole.workload) == 40
+    assert per_request(blis_fast.simulate(**trace, num_requests=1000)) == per_request(whole)
+
+
+def test_num_requests_caps_a_workload_spec_from_flags_yaml_and_the_api(capsys, files):
+    """--num-requests replaces the spec's num_requests (its cap on generated requests): 7
+    requests, the first 7 of the spec's own; its memory estimate counts 7."""
+    from blis_fast.run.resolve import expected_workload_size
+
+    whole = blis_fast.simulate(**BASE, workload_spec=str(files["spec"]))
+    seven = blis_fast.simulate(**BASE, workload_spec=str(files["spec"]), num_requests=7)
+    assert len(whole.workload) > 7 and len(seven.workload) == 7
+    assert np.array_equal(seven.workload.arrival_us, whole.workload.arrival_us[:7])
+    cfg = build_config({"workload": {"spec_filepath": str(files["spec"]), "num_requests": 7}})
+    assert cfg.workload.num_requests == 7 and expected_workload_size(cfg)[0] <= 7
+    code, out, err = run_cli(capsys, "run", "--workload-spec", files["spec"], "--num-requests", "7")
+    assert code == 0, err
+    assert json.loads(out)["cluster"]["arrived_requests"] == 7
+    # without it the spec keeps its own length, and the config says none was given
+    assert build_config({}, {"workload_spec": str(files["spec"])}).workload.num_requests is None
+
+
+def test_num_requests_on_a_rich_trace_with_sessions_cuts_the_sessions(tmp_path):
+    """A rich trace's first N rows are kept; a kept turn whose follow-up is dropped ends
+    its session there (a follow-up always comes after its parent, so none is orphaned)."""
+    from blis_fast.workload.formats.rich_trace import write_trace
+    from blis_fast.workload.generate import generate_requests
+    from blis_fast.workload.spec import load_spec
+
+    spec = tmp_path / "sessions.yaml"
+    spec.write_text(SESSION_SPEC)
+    rich = tmp_path / "sessions.parquet"
+    write_trace(generate_requests(load_spec(spec), None), rich)
+    trace = dict(BASE, workload="traces", workload_traces_filepath=str(rich))
+    whole = blis_fast.simulate(**trace)
+    n = 10
+    assert whole.workload.next_request[n - 1] >= n  # the cut falls inside a session
+    capped = blis_fast.simulate(**trace, num_requests=n)
+    wl = capped.workload
+    assert len(wl) == n and wl.next_request.max() < n and wl.next_request[n - 1] == -1
+    assert np.array_equal(wl.next_request[: n - 1], whole.workload.next_request[: n - 1])
+    assert capped.cluster["completed_requests"] == n
+
+
+def test_num_requests_of_a_replaced_distribution_is_dropped(files):
+    """A checked distribution config (its 100 requests) taken to a spec or a trace by a
+    later setting: its length was the distribution's, the new source keeps its own."""
+    dist = build_config({}, {"rate": 5})
+    assert dist.workload.num_requests == 100
+    for switch in (dict(workload_spec=str(files["spec"])),
+                   dict(workload="traces", workload_traces_filepath=str(TRACE_CSV))):
+        cfg = build_config(dist.to_dict(), switch)
+        assert cfg.workload.num_requests is None
+
+
+# ----------------------------------------------------------------------------- compat mode
+
+COMPAT = "blis-2026.02"
+
+
+def test_compat_accepts_the_references_ignored_flags_with_one_warning(capsys):
+    """The reference accepts --rate and --seed with a trace and ignores them: under
+    --compat its command line runs, with one warning line, and the output is byte for
+    byte the run without them; outside compat mode they are refused."""
+    base = ["run", *[a.format(trace=TRACE_CSV) for a in TRACE_ARGS], "--compat", COMPAT]
+    code, plain, err = run_cli(capsys, *base)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, *base, "--rate", "5", "--seed", "3")
+    assert code == 0 and out == plain
+    warned = [line for line in err.splitlines() if "has no effect" in line or "have no effect" in line]
+    assert warned == ["blis-fast: warning: --rate, --seed have no effect with a trace (--workload traces) (ignored, "
+                      "as the reference does under --compat blis-2026.02)"]
+    code, out, err = run_cli(capsys, *base[:-2], "--rate", "5", "--seed", "3")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, ["--rate", "--rate-scale"])
+
+
+def test_compat_ignores_settings_from_the_api_and_yaml_too(files):
+    from blis_fast.config.effective import CompatIgnoredWarning
+
+    spec = dict(BASE, workload_spec=str(files["spec"]), compat=COMPAT)
+    with pytest.warns(CompatIgnoredWarning, match=r"^blis-fast: warning: workload, prefix_tokens have no effect"):
+        ignored = blis_fast.simulate(**spec, workload="chatbot", prefix_tokens=64)
+    assert fingerprint(ignored) == fingerprint(blis_fast.simulate(**spec))
+    with pytest.warns(CompatIgnoredWarning, match="workload.rate has no effect"):
+        cfg = build_config({"workload": {"type": "traces", "traces_filepath": str(TRACE_CSV), "rate": 5.0},
+                            "simulation": {"compat": COMPAT}})
+    assert cfg.workload.rate == 1.0  # reset: the config is the one without it
+
+
+def test_compat_still_refuses_settings_of_blis_fasts_own(files):
+    """--rate-scale is no reference flag: no reference command line holds it, so it stays
+    refused with a trace in compat mode too."""
+    with pytest.raises(ConfigError) as ei:
+        blis_fast.simulate(**BASE, workload="traces", workload_traces_filepath=str(TRACE_CSV), compat=COMPAT,
+                           rate_scale=2)
+    assert ei.value.field == "rate_scale"
+
+
+def test_compat_warning_is_one_line_for_a_study(capsys):
+    """A sweep builds a config per point: the warning still shows once, after the output."""
+    code, out, err = run_cli(capsys, "sweep", "--set", "num_instances=1,2", "--compat", COMPAT, "--rate", "5",
+                             *[a.format(trace=TRACE_CSV) for a in TRACE_ARGS])
+    assert code == 0, err
+    assert [line for line in err.splitlines() if "no effect" in line] == [
+        "blis-fast: warning: --rate has no effect with a trace (--workload traces) (ignored, as the reference does "
+        "under --compat blis-2026.02)"]

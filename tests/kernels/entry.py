@@ -25,6 +25,9 @@ from blis_fast_kernels import cache as _kcache
 from blis_fast_kernels.engine.events import event_kind_instance as _event_kind_instance
 from blis_fast_kernels.engine.events import event_priority as _event_priority
 from blis_fast_kernels.engine.events import push_event as _push_event
+from blis_fast_kernels.engine.events import push_event_with as _push_event_with
+from blis_fast_kernels.engine.phases import end_phase as _end_phase
+from blis_fast_kernels.engine.trace import log_room as _log_room
 from blis_fast_kernels.kv import cache as _kv
 from blis_fast_kernels.latency import steptime as _lat
 from blis_fast_kernels.policies import prefix_index as _pi
@@ -82,8 +85,8 @@ entry = njit(cache=True)
 
 
 @entry
-def heap_push(heap, size, t, p, s, r):
-    return _heap.heap_push(heap, size, t, p, s, r)
+def heap_push(heap, size, t, p, s, r, a2):
+    return _heap.heap_push(heap, size, t, p, s, r, a2)
 
 
 @entry
@@ -205,6 +208,21 @@ def event_kind_instance(priority):
 @entry
 def push_event(st, t, priority, request):
     _push_event(st, t, priority, request)
+
+
+@entry
+def log_room(st, i):
+    return _log_room(st, i)
+
+
+@entry
+def end_phase(st, i, r, phase, now, step_idx):
+    _end_phase(st, i, r, phase, now, step_idx)
+
+
+@entry
+def push_event_with(st, t, priority, request, arg2):
+    _push_event_with(st, t, priority, request, arg2)
 
 
 # ----------------------------------------------------------------------------- kv cache

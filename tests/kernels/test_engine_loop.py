@@ -92,7 +92,7 @@ def test_minimal_log_growth_gives_the_same_run():
 def test_pausing_gives_the_same_run(every_us):
     want = straight()
     seen = []
-    st = run_to_end(loaded_state(), sample_every_us=every_us, on_sample=lambda s, t: seen.append(t))
+    st = run_to_end(loaded_state(), sample_every_us=every_us, on_sample=lambda s, t, k: seen.extend(range(t, t + k * every_us, every_us)))
     assert_same_run(st, want)
     assert seen and seen == sorted(seen) and all(t % every_us == 0 for t in seen)
     assert seen[-1] <= int(want.loop[0]["clock_us"])
@@ -241,3 +241,22 @@ def test_copy_array_copies_tables_of_records_and_plain_arrays():
     assert copy_array(rows, out) is out and (out == rows).all()
     out["computed"][0] = 99
     assert rows["computed"][0] == 0  # a copy, not a view
+
+
+@pytest.mark.parametrize("kind,instance,name", [(3, -1, "cluster kind 3"), (5, 1, "instance kind 5")])
+def test_an_unknown_event_kind_stops_the_loop_naming_it(kind, instance, name):
+    """Dispatch is exhaustive: an event of a kind without a handler is an error status whose
+    message names the kind, not a silent fall-through into another handler."""
+    from blis_fast.errors import SimulationError
+    from blis_fast_kernels.schema import N_CLUSTER_KINDS, N_INSTANCE_KINDS
+
+    st = loaded_state()
+    st = st._replace(arrival_order=st.arrival_order[:0])  # the bogus event is the only one
+    prio = kind if instance < 0 else N_CLUSTER_KINDS + instance * N_INSTANCE_KINDS + kind
+    st.heap[0] = (0, prio, 0, 7, 0)
+    st.loop[0]["heap_size"] = 1
+    with pytest.raises(SimulationError, match=f"unknown kind.*{name}.*internal error"):
+        run_to_end(st)
+    lp = st.loop[0]
+    assert int(lp["status"]) == Status.UNKNOWN_EVENT and int(lp["error_kind"]) == kind
+    assert int(lp["error_request"]) == 7 and int(lp["error_instance"]) == instance

@@ -14,10 +14,25 @@ def _heap(cap):
     return np.zeros(cap, EVENT_DT)
 
 
-def _pop_all(heap, size):
+def _arg2(s, r):
+    """The second payload value the tests give event (seq s, request r): it must travel with its record."""
+    return 1000 * int(s) - int(r)
+
+
+def _push(heap, size, t, p, s, r):
+    return E.heap_push(heap, size, t, p, s, r, _arg2(s, r))
+
+
+def _pop(heap, size, arg2=_arg2):
+    size, t, p, s, r, a2 = E.heap_pop(heap, size)
+    assert int(a2) == arg2(s, r)
+    return size, t, p, s, r
+
+
+def _pop_all(heap, size, arg2=_arg2):
     out = []
     while size > 0:
-        size, t, p, s, r = E.heap_pop(heap, size)
+        size, t, p, s, r = _pop(heap, size, arg2)
         out.append((int(t), int(p), int(s), int(r)))
     return out
 
@@ -33,7 +48,7 @@ def test_pops_follow_lexsort_on_random_insertions(seed):
     heap = _heap(n)
     size = 0
     for s in range(n):
-        size = E.heap_push(heap, size, times[s], prios[s], s, reqs[s])
+        size = _push(heap, size, times[s], prios[s], s, reqs[s])
         assert size == s + 1
     order = np.lexsort((np.arange(n), prios, times))  # last key is the primary key
     expected = [(int(times[k]), int(prios[k]), int(k), int(reqs[k])) for k in order]
@@ -51,7 +66,7 @@ def test_interleaved_push_pop_matches_naive_queue(seed):
     clock = 0
     for _ in range(600):
         if size > 0 and rng.random() < 0.45:
-            size, t, p, s, r = E.heap_pop(heap, size)
+            size, t, p, s, r = _pop(heap, size)
             assert (int(t), int(p), int(s), int(r)) == naive.pop()
             clock = int(t)
         else:
@@ -59,7 +74,7 @@ def test_interleaved_push_pop_matches_naive_queue(seed):
             t = clock + int(rng.integers(0, 3))
             p = int(rng.integers(0, 3))
             r = int(rng.integers(0, 9))
-            new = E.heap_push(heap, size, t, p, seq, r)
+            new = _push(heap, size, t, p, seq, r)
             ok = naive.push(t, p, r, seq=seq)
             if ok:
                 assert new == size + 1
@@ -83,22 +98,22 @@ def test_full_table_returns_minus_one_and_is_unchanged():
     heap = _heap(3)
     size = 0
     for s, t in enumerate((5, 1, 3)):
-        size = E.heap_push(heap, size, t, 0, s, s)
+        size = _push(heap, size, t, 0, s, s)
     before = heap.copy()
-    assert E.heap_push(heap, size, 0, 0, 99, 99) == -1
+    assert _push(heap, size, 0, 0, 99, 99) == -1
     assert np.array_equal(heap, before)
     assert _pop_all(heap, size) == [(1, 0, 1, 1), (3, 0, 2, 2), (5, 0, 0, 0)]
 
 
 def test_empty_table_push_is_full():
-    assert E.heap_push(_heap(0), 0, 1, 1, 1, 1) == -1
+    assert _push(_heap(0), 0, 1, 1, 1, 1) == -1
 
 
 def test_single_element_round_trip():
     heap = _heap(1)
-    size = E.heap_push(heap, 0, 7, 2, 3, 4)
+    size = _push(heap, 0, 7, 2, 3, 4)
     assert size == 1
-    assert tuple(int(x) for x in E.heap_pop(heap, size)) == (0, 7, 2, 3, 4)
+    assert tuple(int(x) for x in E.heap_pop(heap, size)) == (0, 7, 2, 3, 4, _arg2(3, 4))
 
 
 def test_equal_time_and_priority_is_fifo_by_seq():
@@ -106,7 +121,7 @@ def test_equal_time_and_priority_is_fifo_by_seq():
     heap = _heap(n)
     size = 0
     for s in range(n):
-        size = E.heap_push(heap, size, 10, 3, s, n - s)
+        size = _push(heap, size, 10, 3, s, n - s)
     assert [e[2] for e in _pop_all(heap, size)] == list(range(n))
 
 
@@ -150,7 +165,7 @@ def test_heap_orders_mixed_event_kinds_like_semantics():
     heap = _heap(len(events))
     size = 0
     for s, (p, _) in enumerate(events):
-        size = E.heap_push(heap, size, 100, p, s, s)
+        size = _push(heap, size, 100, p, s, s)
     names = [events[e[3]][1] for e in _pop_all(heap, size)]
     assert names == ["admit", "route", "queued0", "step0", "queued1", "step1"]
 
@@ -170,5 +185,13 @@ def test_push_event_numbers_events_and_reports_a_full_heap():
     assert int(lp[0]["status"]) == Status.HEAP_FULL
     assert int(lp[0]["heap_size"]) == 2
     assert np.array_equal(st.heap, before)
-    assert _pop_all(st.heap, 2) == [(5, _prio(ClusterEvent.ARRIVAL, -1), 1, 0),
-                                    (10, _prio(InstanceEvent.STEP, 0), 0, -1)]
+    assert _pop_all(st.heap, 2, arg2=lambda s, r: 0) == [(5, _prio(ClusterEvent.ARRIVAL, -1), 1, 0),
+                                                         (10, _prio(InstanceEvent.STEP, 0), 0, -1)]
+
+
+def test_push_event_with_carries_the_second_payload_value():
+    st = lengths_state([16], [1])
+    E.push_event_with(st, 7, _prio(InstanceEvent.QUEUED, 0), 3, 12345)
+    E.push_event(st, 9, _prio(InstanceEvent.STEP, 0), -1)
+    assert [tuple(int(x) for x in E.heap_pop(st.heap, n)[1:]) for n in (2, 1)] == \
+        [(7, _prio(InstanceEvent.QUEUED, 0), 0, 3, 12345), (9, _prio(InstanceEvent.STEP, 0), 1, -1, 0)]

@@ -115,7 +115,7 @@ def test_schema_is_pinned():
             assert dt.fields[name][0].kind in "iuf", name
     # small rows: block rows are loaded at random (only named blocks have one, kv/cache.py)
     assert S.KV_BLOCK_DT.itemsize == 20
-    assert S.EVENT_DT.names == ("time_us", "priority", "seq", "request")
+    assert S.EVENT_DT.names == ("time_us", "priority", "seq", "request", "arg2")
     assert all(dt == np.int64 for dt in (S.EVENT_DT.fields[n][0] for n in S.EVENT_DT.names))
     # the per-token hot fields of a request share its first cache line
     hot = ("computed", "prefill_target", "blocks_held", "generated", "output_len")

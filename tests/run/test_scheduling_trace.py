@@ -221,16 +221,28 @@ def test_yaml_full_without_an_output_is_refused(tmp_path, capsys):
 
 
 def test_the_scheduling_log_is_charged_to_the_memory_budget():
+    """The scheduling log counts in the run's memory estimate (its own family) from
+    TraceLevel.FULL on only, and a run whose trace does not fit is refused naming it."""
     from blis_fast.config import memory
     from blis_fast.errors import ConfigError
-    from blis_fast.run.tables import scheduling_log
+    from blis_fast.run.tables import estimate_state_bytes
     from blis_fast_kernels.schema import SCHED_DT
 
+    setup = resolve(build_config({}, {"num_instances": 4}))
     n = 1_000_000
-    with memory.memory_budget(n * SCHED_DT.itemsize // 2) as budget:
-        assert len(scheduling_log(n, 4, TraceLevel.DECISIONS)[0]) == 1 and budget.used == 0
-        with pytest.raises(ConfigError, match="simulation.max_memory.*scheduling trace"):
-            scheduling_log(n, 4, TraceLevel.FULL)
-    with memory.memory_budget(2**31) as budget:
-        log, open_rows = scheduling_log(n, 4, TraceLevel.FULL)
-        assert budget.used == log.nbytes and (open_rows == -1).all() and len(open_rows) == 4
+
+    def estimate(level):
+        return estimate_state_bytes(setup.config, setup.latency, n, 0, 0, False, 0, trace_level=level)
+
+    assert estimate(TraceLevel.DECISIONS)["scheduling trace"] == SCHED_DT.itemsize + 8
+    assert estimate(TraceLevel.FULL)["scheduling trace"] == n * SCHED_DT.itemsize + 4 * 8
+    small = resolve(build_config({}, {"num_instances": 4, "max_num_seqs": 2, "total_kv_blocks": 64,
+                                      "prefix_index_capacity": 16}))
+    wl = lengths_workload([0] * 100, [16] * 100, [1] * 100)
+    parts = {level: estimate_state_bytes(small.config, small.latency, 100, 100, 100, True, 0, trace_level=level)
+             for level in (TraceLevel.DECISIONS, TraceLevel.FULL)}
+    budget = sum(parts[TraceLevel.DECISIONS].values()) + parts[TraceLevel.FULL]["scheduling trace"] // 2
+    with memory.memory_budget(budget):
+        build_state(small, wl, trace_level=TraceLevel.DECISIONS)  # fits
+    with memory.memory_budget(budget), pytest.raises(ConfigError, match="simulation.max_memory.*scheduling trace"):
+        build_state(small, wl, trace_level=TraceLevel.FULL)

@@ -110,3 +110,29 @@ def test_cli_analysis_outputs_are_byte_identical(tmp_path, capsys):
 ])
 def test_cli_analysis_flag_errors(capsys, args, needles):
     expect_cli_error(capsys, "run", *args, needles=needles)
+
+
+def test_samples_between_events_take_one_kernel_return(monkeypatch):
+    """A fine interval over a run with few events: the kernel stops once per distinct
+    state, and the series still has a row for every sample time (the same as sampling
+    each time on its own: the state cannot change between two events)."""
+    from blis_fast.results.timeseries import TimeSeriesRecorder
+
+    calls = []
+    record = TimeSeriesRecorder.__call__
+
+    def counting(self, state, t_us, repeats=1):
+        calls.append(repeats)
+        return record(self, state, t_us, repeats)
+
+    monkeypatch.setattr(TimeSeriesRecorder, "__call__", counting)
+    r = blis_fast.simulate(num_requests=3, rate=50, sample_interval_ms=0.01)
+    times = r.timeseries.table().column("time_us").to_numpy()[::2]  # one instance + the cluster per sample
+    assert len(times) == sum(calls) > 50 * len(calls)
+    assert np.array_equal(times, 10 * np.arange(1, len(times) + 1))
+    assert len(calls) <= int(r.state.loop[0]["events"]) + 1
+    coarse = blis_fast.simulate(num_requests=3, rate=50, sample_interval_ms=0.03).timeseries.table()
+    fine = r.timeseries.table()
+    for name in ("waiting", "running", "completions", "kv_blocks_used"):
+        assert np.array_equal(fine.column(name).to_numpy().reshape(-1, 2)[2::3],
+                              coarse.column(name).to_numpy().reshape(-1, 2)[:len(fine) // 6])

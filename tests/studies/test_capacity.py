@@ -67,7 +67,7 @@ def test_instance_search_finds_the_deterministic_split():
 
 
 def _fake_runs(curve):
-    def run_all(configs, metrics, jobs, on_done=None, where=None):
+    def run_all(configs, metrics, jobs, on_done=None, where=None, metrics_field="--metrics"):
         return [{m: curve(c.workload.rate) for m in metrics} for c in configs]
     return run_all
 
@@ -84,7 +84,7 @@ def test_rate_search_needs_at_most_ten_probes_for_a_1_percent_bracket(monkeypatc
 
 def test_noise_limited_answer_is_reported(monkeypatch):
     """Seeds that disagree by more than the bracket: the search stops and says so."""
-    def run_all(configs, metrics, jobs, on_done=None, where=None):
+    def run_all(configs, metrics, jobs, on_done=None, where=None, metrics_field="--metrics"):
         return [{m: md1_e2e_ms(c.workload.rate) * (0.8 if c.simulation.seed % 2 else 1.2) for m in metrics}
                 for c in configs]
 

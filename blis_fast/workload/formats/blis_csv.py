@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import json
+from array import array
 import math
 import re
 import sys
@@ -249,6 +250,42 @@ def load_blis_trace(path, block_size: int, arrival_rounding: str = "round", *, f
         description={"kind": "traces", "path": str(p), "arrival_rounding": arrival_rounding},
         output_tokens=out_tokens, output_offsets=out_offsets,
     )
+
+
+MAX_TRACE_MODELS = 4096  # distinct names in a trace's model column
+
+
+def read_trace_models(path, n: int | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+    """The model column of a BLIS trace CSV already loaded by ``load_blis_trace`` (so well
+    formed): (distinct names in order of first appearance, int32 id per record) for the
+    first ``n`` records (all: None).  One streaming pass that keeps only the names; read
+    only when the run has several deployments (BLIS ignores the column)."""
+    p = Path(path)
+    names: dict[str, int] = {}
+    ids = array("i")  # (4 bytes per request, not a Python int each)
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # (token lists exceed the 128 KiB default)
+    try:
+        with open(p, newline="", encoding="utf-8", errors="replace") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            while header == []:
+                header = next(reader, None)
+            for rec in reader:
+                if not rec:
+                    continue
+                if n is not None and len(ids) >= n:
+                    break
+                name = rec[2].strip()
+                if name not in names:
+                    if len(names) >= MAX_TRACE_MODELS:
+                        raise WorkloadError(f"{show(p.name)} row {len(ids) + 1} (line {reader.line_num})",
+                                            f"the model column names more than {MAX_TRACE_MODELS} models")
+                    names[name] = len(names)
+                ids.append(names[name])
+    finally:
+        csv.field_size_limit(old_limit)
+    return tuple(names), np.frombuffer(ids, dtype=np.int32).copy() if ids else np.zeros(0, np.int32)
 
 
 def write_blis_trace(path, arrival_s, prompt_ids, output_ids, request_ids=None, model: str = "model") -> None:

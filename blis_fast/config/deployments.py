@@ -1,0 +1,108 @@
+"""Deployments: pools of identical instances, each with its own model, GPU, engine settings
+and latency model (docs/architecture.md "Deployments").
+
+A run-config's ``deployments:`` list holds one ``DeploymentSpec`` per pool; without it, the
+top-level settings (model, hardware, engine, num_instances, latency model, coefficients)
+are the shorthand for one deployment.  ``blis_fast.config.sim.SimConfig.deployment_list``
+returns the list in both cases, so every consumer reads one shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from blis_fast.config.engine import EngineConfig
+from blis_fast.config.latency import AUTO, LATENCY_MODELS, MAX_COEFF
+from blis_fast.config.validate import MAX_INSTANCES, check_fields, show
+from blis_fast.config.validate import setting as _opt
+from blis_fast.errors import ConfigError
+
+MAX_DEPLOYMENTS = 64  # entries of a deployments: list
+MAX_NAME_LEN = 256  # deployment and served model names
+LATENCY_CHOICES = LATENCY_MODELS + (AUTO,)
+
+# the keys of one entry besides the engine settings (which use the flags' YAML names,
+# blis_fast.config.sim.DEPLOYMENT_ENGINE_KEYS)
+ENTRY_KEYS = ("name", "model", "served_model_name", "hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
+              "vllm_version", "instances", "engine")
+# top-level settings a deployments: list replaces (each belongs in every entry instead)
+PER_DEPLOYMENT_SETTINGS = ("model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs")
+PER_DEPLOYMENT_SECTIONS = ("engine", "deployment")
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One deployment: ``instances`` identical instances of ``model`` on ``hardware``."""
+
+    name: str = _opt("default", "deployment name, unique in the run (results are grouped by it)", max_len=MAX_NAME_LEN)
+    model: str = _opt("meta-llama/llama-3.1-8b-instruct", "model id or path to a HuggingFace config.json")
+    served_model_name: str | None = _opt(None, "the model name requests ask for (default: the model id)",
+                                         max_len=MAX_NAME_LEN)
+    hardware: str = _opt("H100", "GPU: H100 | A100 | ...", max_len=256)
+    vllm_version: str | None = _opt(None, "coefficient-set vLLM version (default: first match)", max_len=256)
+    latency_model: str | None = _opt(None, "blackbox | roofline | auto (as the top-level latency_model)",
+                                     choices=LATENCY_CHOICES)
+    alpha_coeffs: list[float] | None = _opt(None, "α0,α1,α2 (µs)", lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
+    beta_coeffs: list[float] | None = _opt(None, "β0,β1,β2 (µs)", lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
+    instances: int = _opt(1, "instances of this deployment (>= 1)", lo=1, hi=MAX_INSTANCES)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "")
+        if not isinstance(self.engine, EngineConfig):
+            raise ConfigError("engine", f"must be an EngineConfig, got {show(self.engine)}")
+        for name in ("alpha_coeffs", "beta_coeffs"):
+            v = getattr(self, name)
+            if v is not None and len(v) != 3:
+                raise ConfigError(name, f"must be 3 finite numbers in [0, {MAX_COEFF:g}] µs, got {show(v)}")
+
+    @property
+    def served_name(self) -> str:
+        """The model name requests ask for: served_model_name, else the model id."""
+        return self.model if self.served_model_name is None else self.served_model_name
+
+
+def check_deployments(deployments: tuple[DeploymentSpec, ...], where: str = "deployments") -> None:
+    """The cross-entry rules of a deployments: list (each entry's own fields are checked by
+    DeploymentSpec): 1..MAX_DEPLOYMENTS entries, unique names, at most MAX_INSTANCES
+    instances in all, and the deployments serving one model name agree on the model and
+    the KV block size (a request's prefix-cache keys are computed per block, once, for
+    every instance it may be routed to)."""
+    if not deployments:
+        raise ConfigError(where, "must list at least one deployment (or leave it out: the top-level model, hardware "
+                                 "and engine settings are one deployment)")
+    if len(deployments) > MAX_DEPLOYMENTS:
+        raise ConfigError(where, f"must list at most {MAX_DEPLOYMENTS} deployments, got {len(deployments)}")
+    seen: dict[str, int] = {}
+    served: dict[str, int] = {}
+    total = 0
+    for i, d in enumerate(deployments):
+        if d.name in seen:
+            raise ConfigError(f"{where}[{i}].name", f"duplicate deployment name {show(d.name)} "
+                                                    f"(also {where}[{seen[d.name]}])")
+        seen[d.name] = i
+        total += d.instances
+        first = served.setdefault(d.served_name, i)
+        other = deployments[first]
+        if other.model != d.model:
+            raise ConfigError(f"{where}[{i}].model", f"{show(d.model)} differs from {where}[{first}].model "
+                                                     f"{show(other.model)}, which serves the same model name "
+                                                     f"{show(d.served_name)}; give one of them another "
+                                                     "served_model_name")
+        if other.engine.block_size != d.engine.block_size:
+            raise ConfigError(f"{where}[{i}].block_size",
+                              f"is {d.engine.block_size} but {where}[{first}] serves the same model "
+                              f"{show(d.served_name)} with {other.engine.block_size}: deployments of one model must "
+                              "agree on the block size (a request's prefix-cache keys are per block, and it may be "
+                              "routed to either)")
+    if total > MAX_INSTANCES:
+        raise ConfigError(where, f"the deployments have {total} instances in all, more than {MAX_INSTANCES}")
+
+
+def served_models(deployments) -> tuple[str, ...]:
+    """The distinct served model names, in order of first appearance."""
+    return tuple(dict.fromkeys(d.served_name for d in deployments))
+
+
+__all__ = ["DeploymentSpec", "MAX_DEPLOYMENTS", "ENTRY_KEYS", "PER_DEPLOYMENT_SETTINGS", "PER_DEPLOYMENT_SECTIONS",
+           "check_deployments", "served_models"]

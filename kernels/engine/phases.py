@@ -1,0 +1,47 @@
+"""Where a request's phase ends: ``end_phase``, the one place later features hook (a
+prefill pool handing a request to a decode pool when its prefill is done, a KV tier
+keeping its blocks at completion, an agent DAG releasing its children).
+
+    PREFILL_DONE       its prompt is computed: the first output token is emitted
+    OUTPUT_DONE        its last output token is emitted: it completes and frees its KV
+    FOLLOWER_RELEASED  after the step that completed it: the closed-loop request it
+                       releases (next turn, tool call) is scheduled
+
+The engine step (step.py) calls it at those three points, in that order within a step;
+what each does is docs/semantics.md's (§3.4-5, §8).
+"""
+
+import numpy as np
+
+from ..jit import helper
+from ..kv.cache import kv_release
+from ..schema import ClusterEvent, PhaseEnd, RequestState
+from .events import event_priority, push_event
+
+
+@helper
+def end_phase(st, i, r, phase, now, step_idx):
+    """End ``phase`` (schema.PhaseEnd) of request r on instance i at time ``now`` (µs: the
+    token's visible time, or the step's end for FOLLOWER_RELEASED) in step ``step_idx``."""
+    reqs = st.reqs
+    if phase == PhaseEnd.PREFILL_DONE:
+        reqs[r]["first_token_us"] = now
+        reqs[r]["run_start_step"] = step_idx
+    elif phase == PhaseEnd.OUTPUT_DONE:
+        kv_release(st, i, r)
+        reqs[r]["state"] = RequestState.COMPLETED
+        st.inst[i]["completed"] += 1
+    elif phase == PhaseEnd.FOLLOWER_RELEASED:
+        release_follower(st, r)
+
+
+@helper
+def release_follower(st, r):
+    """Closed loop: when request r completes, the request it releases (the next turn or
+    tool call) arrives follow_delay_us after r's last token."""
+    reqs = st.reqs
+    nxt = reqs[r]["next_request"]
+    if nxt >= 0:
+        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
+        reqs[nxt]["arrival_us"] = ta
+        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)
