@@ -181,7 +181,6 @@ class Result:
         each instance's clock, ITL histograms: a one-item list holding the cluster's
         (values, counts) -- taken out once the cluster is summarized, so that they are not
         kept -- and the per-instance function)."""
-        st = self.state
         cols = self._cols
         win, fin = self.in_window, self.finished_in_window
         measured = cols["state"] == RequestState.COMPLETED

@@ -20,7 +20,7 @@ from blis_fast.config import (
 )
 from blis_fast.config.deployments import DeploymentSpec, served_models
 from blis_fast.config.engine import EngineConfig
-from blis_fast.config.sim import SimConfig, build_config, flag_for
+from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError
 from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
