@@ -19,15 +19,15 @@ import importlib
 
 from blis_fast.errors import BlisFastError, ConfigError, SimulationError, WorkloadError
 from blis_fast.paths import guard_kernel_cache as _guard_kernel_cache
+from blis_fast.version import __version__
 
 _guard_kernel_cache()  # a damaged compiled cache is cleared; a cold one announces its compile
 
-__version__ = "0.1.0"
 
 _LAZY = {"SimConfig": "blis_fast.config.sim", "build_config": "blis_fast.config.sim",
          "load_yaml": "blis_fast.config.sim", "simulate": "blis_fast.run.api", "Result": "blis_fast.results.result"}
 _SUBPACKAGES = {"batch", "cli", "config", "experiments", "policy", "results", "run", "studies", "workload", "errors", "paths",
-                "rng"}
+                "rng", "version"}
 
 
 def __getattr__(name: str):
@@ -46,21 +46,21 @@ def __dir__():
 
 def capacity(slo, config=None, **options):
     """The highest rate (or fewest instances) meeting SLOs; see :func:`blis_fast.studies.capacity.capacity`."""
-    from blis_fast.studies.capacity import capacity as _capacity
+    from blis_fast.studies.capacity import capacity as _capacity  # deferred: yaml, numpy, blis_fast_kernels.native
 
     return _capacity(slo, config, **options)
 
 
 def sweep(sets, config=None, **options):
     """Metrics over a grid of settings; see :func:`blis_fast.studies.sweep.sweep`."""
-    from blis_fast.studies.sweep import sweep as _sweep
+    from blis_fast.studies.sweep import sweep as _sweep  # deferred: yaml, numpy, blis_fast_kernels.native
 
     return _sweep(sets, config, **options)
 
 
 def compare(configs, sets=(), **options):
     """Configurations side by side on the same workload and seeds; see :func:`blis_fast.studies.sweep.compare`."""
-    from blis_fast.studies.sweep import compare as _compare
+    from blis_fast.studies.sweep import compare as _compare  # deferred: yaml, numpy, blis_fast_kernels.native
 
     return _compare(configs, sets, **options)
 
@@ -68,7 +68,7 @@ def compare(configs, sets=(), **options):
 def evaluate_many(candidates, scenarios, objectives=None, budget=None, workers=None, executor=None, **options):
     """Evaluate policy candidates on scenarios in parallel; see
     :func:`blis_fast.batch.evaluate.evaluate_many`."""
-    from blis_fast.batch.evaluate import evaluate_many as _evaluate_many
+    from blis_fast.batch.evaluate import evaluate_many as _evaluate_many  # deferred: yaml, numpy
 
     return _evaluate_many(candidates, scenarios, objectives, budget, workers, executor, **options)
 

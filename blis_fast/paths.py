@@ -5,6 +5,8 @@ notice, on ``import blis_fast``)."""
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +22,7 @@ def configs_dir() -> Path:
     source = Path(__file__).resolve().parent.parent / "configs"
     if (source / "hardware_config.json").is_file():
         return source
-    import blis_fast_configs  # installed wheel: configs/ shipped as a data package
+    import blis_fast_configs  # deferred: blis_fast_configs -- installed wheel only: configs/ shipped as a data package
 
     return Path(blis_fast_configs.__file__).resolve().parent
 
@@ -64,7 +66,7 @@ def intact(path: Path) -> bool:
     to back (numba's version, then the index), a data file (.nbc) one pickle.  Parsed with
     every class replaced by a stand-in: nothing is imported or run.  A file that vanished
     counts as intact (numba copes with missing files)."""
-    import pickle
+    import pickle  # deferred: pickle (start-up of import blis_fast)
 
     class Structural(pickle.Unpickler):
         def find_class(self, module, name):
@@ -96,9 +98,9 @@ def _is_ours(dispatcher) -> bool:
 def _install_notice(message: str) -> None:
     """Log ``message`` (a warning of the ``blis_fast`` logger: on stderr unless the CLI's
     --quiet) when numba starts compiling one of our kernels (once)."""
-    import logging
+    import logging  # deferred: logging (start-up of import blis_fast)
 
-    from numba.core import event
+    from numba.core import event  # deferred: numba
 
     class Notice(event.Listener):
         done = False
@@ -118,7 +120,7 @@ def _why_jit() -> str:
     """Why the kernels compile now although an install compiles them ahead of time (the
     kernels' ``native.status()``), as a notice's last words; '' if that says nothing."""
     try:
-        from blis_fast_kernels import native
+        from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
         status = native.status()
     except Exception:  # noqa: BLE001 -- a notice must never break a run
@@ -135,8 +137,6 @@ class _OnImport:
         self.around = around
 
     def find_spec(self, fullname, path=None, target=None):
-        import sys
-
         if fullname != self.fullname:
             return None
         try:
@@ -158,8 +158,6 @@ class _OnImport:
 
 
 def _on_import(fullname: str, around) -> None:
-    import sys
-
     if not any(isinstance(f, _OnImport) and f.fullname == fullname for f in sys.meta_path):
         sys.meta_path.insert(0, _OnImport(fullname, around))
 
@@ -168,8 +166,6 @@ def arm_compile_notice(message: str) -> None:
     """Print ``message`` on stderr when numba first compiles one of our kernels in this
     process (at most once).  numba is not imported for it: the listener is registered
     right after numba's own import."""
-    import sys
-
     def install():
         try:
             _install_notice(message)
@@ -201,8 +197,6 @@ def skip_numba_blas_probe() -> None:
     one import fail while the module runs, if SciPy's linalg is not loaded yet.  The only
     effect: numba's ``np.correlate``/``np.convolve`` use their plain inner product in this
     process; numba's linear algebra still loads SciPy when it compiles."""
-    import sys
-
     def without_scipy_linalg(exec_module, module):
         if "scipy.linalg" in sys.modules:
             return exec_module(module)
@@ -231,8 +225,6 @@ ignored_cache_dir: str | None = None  # why guard_kernel_cache dropped $NUMBA_CA
 def written_by_numba(path: Path) -> bool:
     """True if ``path`` is a regular file (not a link, not a folder) named as numba names
     cache files: the only entries of a cache folder that healing or clearing touches."""
-    import stat
-
     if not _NUMBA_CACHE_NAME.match(path.name):
         return False
     try:
@@ -294,7 +286,7 @@ def clear_kernel_cache() -> tuple[int, list[Path]]:
     files beside them); returns (files removed, entries left alone because numba did not
     write them).  Never raises on what a folder holds: a file that cannot be removed is
     left, a folder that cannot be listed skipped."""
-    from blis_fast_kernels.cache import cache_dirs
+    from blis_fast_kernels.cache import cache_dirs  # deferred: blis_fast_kernels (its import reads NUMBA_CACHE_DIR)
 
     removed, foreign = 0, []
     folders = cache_dirs()
@@ -331,12 +323,12 @@ def guard_kernel_cache() -> str | None:
     global ignored_cache_dir
     problem = cache_dir_problem(os.environ.get(CACHE_DIR_ENV))
     if problem is not None:
-        import logging
+        import logging  # deferred: logging (start-up of import blis_fast)
 
         ignored_cache_dir = problem
         os.environ.pop(CACHE_DIR_ENV)  # before numba reads it (numba is imported later, on first use)
         logging.getLogger("blis_fast").warning(NOTICE_CACHE_DIR.format(why=problem))
-    from blis_fast_kernels import cache
+    from blis_fast_kernels import cache  # deferred: blis_fast_kernels -- its import reads NUMBA_CACHE_DIR, checked above
 
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return None  # nothing compiles or loads

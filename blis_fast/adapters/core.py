@@ -20,6 +20,7 @@ from blis_fast.config.validate import as_int, show
 from blis_fast.errors import ConfigError
 from blis_fast.results.objectives import known_list
 from blis_fast.results.trace_summary import _fmt  # the trace summary's number format, for one voice
+from blis_fast.config.yamlfile import load_yaml_text
 
 SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability")
 WHOLE = "policy"  # the component holding a whole bundle
@@ -84,8 +85,6 @@ def candidate_of(candidate: Any, candidate_id: str) -> Candidate:
 
 def bundle_of_components(components: dict[str, str]) -> dict:
     """One bundle from components (ConfigError naming the component)."""
-    from blis_fast.config.yamlfile import load_yaml_text
-
     bundle: dict = {}
     for name in sorted(components, key=lambda n: (n != WHOLE, n)):  # the whole bundle first, sections override
         value = load_yaml_text(components[name], f"component {name}")

@@ -88,7 +88,7 @@ class BlisGEPAAdapter:
         bad example never raises); a call of the wrong shape -- ``batch`` not a list of
         scenario names, ``candidate`` not a mapping {component: text} -- is the caller's
         mistake and raises ConfigError naming the argument."""
-        from gepa import EvaluationBatch
+        from gepa import EvaluationBatch  # deferred: gepa
 
         batch = check_batch(batch, self.fitness)
         candidate = check_components(candidate)

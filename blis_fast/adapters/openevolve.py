@@ -3,7 +3,6 @@
 OpenEvolve imports an *evaluation file* and calls ``evaluate(program_path)`` (and, with
 cascade evaluation, ``evaluate_stage1``/``evaluate_stage2``) in worker threads.  Ours is
 one line (``blis-fast openevolve init DIR`` writes it)::
-
     from blis_fast.adapters.openevolve import evaluators_for; evaluate, evaluate_stage1, evaluate_stage2 = evaluators_for(__file__)
 
 which binds the scenarios file beside it (``scenarios.yaml``; the environment variable
@@ -33,8 +32,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blis_fast.adapters.core import FitnessSet, feedback_text
-from blis_fast.config.validate import as_str, show
-from blis_fast.errors import ConfigError
+from blis_fast.errors import BlisFastError, ConfigError
+from blis_fast.batch.candidates import load_candidate
+from blis_fast.batch.program import MAX_TIMEOUT_S
+from blis_fast.config.validate import as_float, as_str, show
 
 MAX_PROGRAM_BYTES = 16 * 2**20  # a program file (policy YAML or Python), as a YAML file's limit
 
@@ -117,7 +118,6 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
             fitness = fitness_for(scenarios)
         except OSError as exc:
             return _failure(None, "setup", f"cannot read the scenarios file {scenarios}: {exc.strerror or exc}")
-        from blis_fast.errors import BlisFastError
 
         if not isinstance(program_path, (str, os.PathLike)) or not str(program_path) or "\0" in str(program_path):
             return _failure(fitness, f"stage{stage}", f"program_path must be the path of a program file, got "
@@ -139,8 +139,6 @@ def _evaluate(program_path: str, scenarios: Path | None, stage: int):
 
 def _candidate(program_path: str):
     """The Candidate of a program file, cached by content (stage 2 reuses stage 1's)."""
-    from blis_fast.batch.candidates import load_candidate
-
     p = Path(program_path)
     with open(p, "rb") as f:
         data = f.read(MAX_PROGRAM_BYTES + 1)  # bounded: the file is the LLM's output
@@ -160,9 +158,6 @@ def _candidate(program_path: str):
 
 def program_timeout() -> float | None:
     """``$BLIS_FAST_PROGRAM_TIMEOUT_S`` (ConfigError naming it when not a number in (0, 3600])."""
-    from blis_fast.batch.program import MAX_TIMEOUT_S
-    from blis_fast.config.validate import as_float
-
     text = os.environ.get(PROGRAM_TIMEOUT_ENV)
     return None if not text else as_float(text, PROGRAM_TIMEOUT_ENV, 0, MAX_TIMEOUT_S, lo_open=True)
 
@@ -196,7 +191,7 @@ def _clip(text: str, limit: int = MAX_ARTIFACT_CHARS) -> str:
 
 def _wrap(metrics: dict, artifacts: dict):
     try:
-        from openevolve.evaluation_result import EvaluationResult
+        from openevolve.evaluation_result import EvaluationResult  # deferred: openevolve
     except ImportError:  # OpenEvolve's legacy contract: the metrics alone
         return dict(metrics)
     return EvaluationResult(metrics=metrics, artifacts=artifacts)

@@ -122,7 +122,7 @@ def write_starter(directory: str | Path) -> list[Path]:
     (``blis_fast.config.outputs.write_new_files``); ConfigError naming DIR if one of the
     names exists already (a symlink too), the path is too long or the folder cannot be
     written."""
-    from blis_fast.batch.evaluate import default_workers
+    from blis_fast.batch.evaluate import default_workers  # deferred: yaml
 
     d = Path(directory)
     files = {

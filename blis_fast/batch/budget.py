@@ -2,7 +2,6 @@
 (score 0) instead of running for ever.
 
 Three limits, each optional:
-
 * ``max_events`` -- events the kernel may process (deterministic: the same candidate
   always stops at the same event);
 * ``max_simulated_s`` -- simulated seconds: a run whose next event lies beyond this
@@ -24,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from blis_fast.config.validate import MAX_TIME_US, as_float, as_int, as_mapping, show
-from blis_fast.errors import BlisFastError, ConfigError
+from blis_fast.errors import BlisFastError, ConfigError, SimulationError
+from blis_fast.run.runner import run_to_end
+from blis_fast_kernels.schema import Status
 
 CHUNK_EVENTS = 100_000  # ~0.2 s of kernel time: the wall clock is read at least this often
 MAX_WALL_S = 1e7
@@ -77,10 +78,6 @@ def run_within(state, budget: Budget, deadline: float | None = None, chunk_event
     BudgetExceeded (one line naming the limit).  ``deadline`` (time.monotonic()) overrides
     the wall-clock limit's start (e.g. to include preparation time); the wall clock is
     read every ``chunk_events`` events."""
-    from blis_fast.errors import SimulationError
-    from blis_fast.run.runner import run_to_end
-    from blis_fast_kernels.schema import Status
-
     if budget.max_events is not None:
         settings = state.settings
         settings["max_events"] = min(int(settings[0]["max_events"]), int(budget.max_events))

@@ -13,11 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from dataclasses import replace
 
 from blis_fast.config.policy import PolicyConfig, bundle_to_settings
 from blis_fast.config.validate import show
 from blis_fast.config.yamlfile import load_yaml_text, read_text_limited
 from blis_fast.errors import BlisFastError
+from blis_fast.batch.program import check_timeout
+from blis_fast.batch.program import ProgramError
+from blis_fast.errors import ConfigError
+from blis_fast.batch.program import TIMEOUT_S, run_policy_program
 
 BUNDLE_SUFFIXES = (".yaml", ".yml")
 PROGRAM_SUFFIXES = (".py",)
@@ -41,8 +46,6 @@ def load_candidate(source: Any, candidate_id: str, program_timeout_s: float | No
     content; a bad ``program_timeout_s`` (seconds a ``.py`` program may take, a number
     in (0, 3600]; None = 10) is a ConfigError."""
     if program_timeout_s is not None:  # a bad argument, not a bad candidate: raised
-        from blis_fast.batch.program import check_timeout
-
         check_timeout(program_timeout_s)
     try:
         if isinstance(source, Candidate):
@@ -57,8 +60,6 @@ def load_candidate(source: Any, candidate_id: str, program_timeout_s: float | No
         return Candidate(candidate_id, error=(INVALID, f"a candidate must be bundle YAML text, a dict or a file path, "
                                                        f"got {show(source)}"))
     except BlisFastError as exc:
-        from blis_fast.batch.program import ProgramError
-
         return Candidate(candidate_id, error=(PROGRAM_FAILED if isinstance(exc, ProgramError) else INVALID,
                                               _one_line(str(exc))))
 
@@ -67,8 +68,6 @@ def settings_of(data: Any, where: str, looks_like_path: bool = False) -> dict:
     """The PolicyConfig fields a parsed bundle sets, validated (ConfigError naming the
     bundle path otherwise).  A ``fitness`` section is refused: a candidate is scored by
     its batch's objectives, so its own weights would change nothing."""
-    from blis_fast.errors import ConfigError
-
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -87,8 +86,6 @@ def program_settings(value: Any, where: str) -> dict:
     """The PolicyConfig fields of what a program's get_policy() (or POLICY) returned: a
     bundle dict, or bundle YAML text; anything else -- None, a list, a number, text that
     is not a mapping -- is a ConfigError saying what it returned."""
-    from blis_fast.errors import ConfigError
-
     expected = ("it must return the policy bundle as a dict (or bundle YAML text), e.g. "
                 "{'routing': {'type': 'least-loaded'}}")
     if isinstance(value, str):
@@ -104,8 +101,6 @@ def program_settings(value: Any, where: str) -> dict:
 
 def merged_policy(base: PolicyConfig, settings: dict) -> PolicyConfig:
     """The scenario's policy settings overridden by the candidate's."""
-    from dataclasses import replace
-
     return replace(base, **settings)
 
 
@@ -118,11 +113,7 @@ def _looks_like_path(text: str) -> bool:
 
 
 def _from_file(path: Path, candidate_id: str, program_timeout_s: float | None) -> Candidate:
-    from blis_fast.errors import ConfigError
-
     if path.suffix in PROGRAM_SUFFIXES:
-        from blis_fast.batch.program import TIMEOUT_S, run_policy_program
-
         data = run_policy_program(path, TIMEOUT_S if program_timeout_s is None else program_timeout_s)
         return Candidate(candidate_id, program_settings(data, f"get_policy() of {path.name}"))
     if path.suffix not in BUNDLE_SUFFIXES:
@@ -140,8 +131,6 @@ def candidate_files(paths: list[str | Path]) -> list[Path]:
     """The candidate files named by ``paths``: files as given, folders expanded to their
     ``.yaml``/``.yml``/``.py`` files (sorted by name, not recursive).  ConfigError
     (``--policies``) for a missing path or a folder without candidates."""
-    from blis_fast.errors import ConfigError
-
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)

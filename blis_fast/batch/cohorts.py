@@ -25,6 +25,12 @@ from dataclasses import replace
 import numpy as np
 
 from blis_fast_kernels.schema import PolicySlot, Status
+from blis_fast.batch.budget import BudgetExceeded, run_within
+from blis_fast.config import memory
+from blis_fast.errors import ConfigError, SimulationError
+from blis_fast.batch.task import evaluate_task, failed, failure, thread_arrays
+from blis_fast.run.tables import build_state
+from blis_fast_kernels.schema.state import copy_state
 
 # at most this many candidates per cohort: each split keeps a copy of the state for every
 # branch not yet run, so a cohort's memory is up to ``MAX_MEMBERS`` states
@@ -74,14 +80,8 @@ def _as_cohort(state, members: list):
 def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> list:
     """[(row index, EvaluationResult)] of the members of one cohort on a prepared scenario
     (never raises).  ``timings`` as ``evaluate_task``'s, summed over the cohort's branches."""
-    from blis_fast.batch.budget import BudgetExceeded, run_within
-    from blis_fast.batch.evaluate import evaluate_task, failed, failure, thread_arrays
-    from blis_fast.config import memory
-    from blis_fast.errors import ConfigError, SimulationError
-    from blis_fast.results.evaluation import policy_id
-    from blis_fast.results.result import Result
-    from blis_fast.run.tables import build_state
-    from blis_fast_kernels.schema.state import copy_state
+    from blis_fast.results.evaluation import policy_id  # deferred: blis_fast_kernels.native
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     head = members[0]
     setup = replace(ps.setup, config=replace(ps.setup.config, policy=head.policy))

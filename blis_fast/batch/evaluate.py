@@ -22,40 +22,25 @@ one-line ``message``; ``evaluate_many`` raises only for bad arguments (ConfigErr
 from __future__ import annotations
 
 import os
-import threading
-import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait, FIRST_COMPLETED
-from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Sequence
 
-import numpy as np
-
-from blis_fast.batch.budget import Budget, BudgetExceeded, run_within
+from blis_fast.batch.budget import Budget
 from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_candidate, merged_policy
 from blis_fast.batch.program import check_timeout
 from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
 from blis_fast.config.validate import as_int, as_str, show
-from blis_fast.errors import ConfigError, SimulationError
+from blis_fast.errors import ConfigError
+from blis_fast.batch.task import Task, evaluate_task, failed, release_thread_arrays
+from blis_fast.run.runner import default_workers
+from blis_fast.batch.candidates import PROGRAM_SUFFIXES
+from blis_fast.batch.program import allow_programs, stop_all_programs
+from blis_fast.policy import compile_policies
 
-BUDGET_EXCEEDED = "budget_exceeded"
-SIMULATION_FAILED = "simulation_error"  # the kernel stopped with an error status
-RUN_REFUSED = "config_error"  # e.g. the candidate's tables exceed the scenario's memory budget
-INTERNAL = "internal_error"  # a bug of ours: reported in the row, never raised
 MAX_WORKERS = 1024
 MAX_EVALUATIONS = 1_000_000  # candidates x scenarios of one batch
 GROUP_SIZE = 8  # candidates per task handed to an external executor
-
-
-@dataclass(frozen=True, eq=False)
-class Task:
-    """One evaluation: a candidate's merged policy, compiled (or the error of doing so)."""
-
-    index: int  # position of the row
-    candidate_id: str
-    policy: Any = None  # PolicyConfig
-    compiled: Any = None  # CompiledPolicies
-    error: tuple[str, str] | None = None
 
 
 class BatchResult(NamedTuple):
@@ -108,9 +93,6 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
     """Load every candidate; ``.py`` programs (a sandbox each) on ``workers`` threads.  If
     this thread is interrupted (Ctrl-C, SIGTERM through blis_fast.cli.feedback), every
     running program is killed before the interrupt goes on."""
-    from blis_fast.batch.candidates import PROGRAM_SUFFIXES
-    from blis_fast.batch.program import allow_programs, stop_all_programs
-
     def load(pair):
         return load_candidate(pair[1], pair[0], program_timeout_s)
 
@@ -130,14 +112,6 @@ def load_candidates(ids: list[str], sources: list, workers: int, program_timeout
         raise
     finally:
         pool.shutdown(wait=True)
-
-
-def default_workers() -> int:
-    """All cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover -- not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _named(candidates) -> tuple[list[str], list]:
@@ -165,7 +139,7 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
     ``evaluate_many`` (the adapters call it with scenarios prepared once).  ``cohorts``:
     run candidates that differ only in routing parameters together while they route alike
     (batch/cohorts.py; the rows are the same either way)."""
-    from blis_fast.results.evaluation import EvaluationResult
+    from blis_fast.results.evaluation import EvaluationResult  # deferred: blis_fast_kernels.native
 
     n_s = len(prepared)
     results: list = [None] * (len(cands) * n_s)
@@ -223,7 +197,7 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
 def _kernels_loaded() -> bool:
     """True if the kernels' calls go to the ahead-of-time compiled module, now loaded (a
     JIT kernel compiles or loads on its first call)."""
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     return native.mode() != "jit" and native.compiled_module() is not None
 
@@ -291,8 +265,6 @@ def evaluate_unit(ps: PreparedScenario, cohort: list, budget: Budget, summarize:
 def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict) -> Task:
     """The candidate merged into the scenario's policy settings and compiled (``compiled``
     caches compilations across scenarios with the same base policy)."""
-    from blis_fast.policy import compile_policies
-
     if cand.error is not None:
         return Task(index, cand.id, error=cand.error)
     try:
@@ -303,88 +275,6 @@ def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict)
         return Task(index, cand.id, policy, compiled[key])
     except ConfigError as exc:
         return Task(index, cand.id, error=(INVALID, f"{exc}"))
-
-
-def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: bool = False,
-                  timings: dict | None = None):
-    """One candidate on one scenario -> EvaluationResult (never raises).  ``timings``
-    (optional) accumulates wall seconds per phase: ``build_s`` (the state), ``kernel_s``
-    (the event loop), ``judge_s`` (metrics, objectives, summary), and ``runs``, the runs
-    judged."""
-    from blis_fast.config import memory
-    from blis_fast.results.result import Result
-    from blis_fast.run.tables import build_state
-
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + budget.max_wall_s if budget.max_wall_s is not None else None
-    cfg = replace(ps.setup.config, policy=task.policy)
-    setup = replace(ps.setup, config=cfg)
-    try:
-        with memory.memory_budget(cfg.simulation.max_memory):
-            arrays = thread_arrays()
-            state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=arrays)
-            t_run = time.perf_counter()
-            state = run_within(state, budget, deadline)
-            arrays.keep("step_log", state.step_log)  # (grown or not: the next run starts with it)
-            t_judge = time.perf_counter()
-            result = Result(setup, ps.workload, state, wall_time_s=t_judge - t_run)
-            ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
-            if timings is not None:
-                for key, dt in (("build_s", t_run - t0), ("kernel_s", t_judge - t_run),
-                                ("judge_s", time.perf_counter() - t_judge), ("runs", 1)):
-                    timings[key] = timings.get(key, 0.0) + dt
-    except Exception as exc:  # noqa: BLE001 -- one broken evaluation must not sink the batch
-        return failed(ps, task, *failure(exc), t0)
-    ev.wall_time_s = time.perf_counter() - t0
-    return ev
-
-
-def failure(exc: Exception) -> tuple[str, str]:
-    """(status, message) of the row of an evaluation that raised ``exc``."""
-    if isinstance(exc, BudgetExceeded):
-        return BUDGET_EXCEEDED, str(exc)
-    if isinstance(exc, SimulationError):
-        return SIMULATION_FAILED, str(exc)
-    if isinstance(exc, ConfigError):
-        return RUN_REFUSED, str(exc)
-    if isinstance(exc, MemoryError):
-        return RUN_REFUSED, "the machine ran out of memory; lower simulation.max_memory so that such runs are " \
-                            "refused up front"
-    return INTERNAL, f"{type(exc).__name__}: {exc} (a blis-fast bug; please report)"
-
-
-_ARRAYS = threading.local()
-
-
-def thread_arrays():
-    """This thread's ``StateArrays`` (reused from one evaluation to the next): an
-    evaluation's state lives only inside ``evaluate_task`` (the EvaluationResult keeps
-    numbers), so each thread can build the next state in the last one's arrays."""
-    from blis_fast.run.tables import StateArrays
-
-    arrays = getattr(_ARRAYS, "arrays", None)
-    if arrays is None:
-        arrays = _ARRAYS.arrays = StateArrays(reuse=True)
-    return arrays
-
-
-def release_thread_arrays() -> None:
-    """Let this thread's kept arrays go (at the end of a batch: a state's worth of memory)."""
-    _ARRAYS.__dict__.pop("arrays", None)
-
-
-def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: float | None = None):
-    """The row of an evaluation that could not run: score 0, every objective 0."""
-    from blis_fast.results.evaluation import EvaluationResult, policy_id
-
-    pid = ""
-    if task.compiled is not None:
-        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity)
-    ev = EvaluationResult.failed(status, " ".join(str(message).split()), policy_id=pid,
-                                 workload_id=ps.workload_id, seed=ps.seed,
-                                 wall_time_s=None if t0 is None else time.perf_counter() - t0)
-    ev.objectives = {o.name: 0.0 for o in ps.objectives}
-    return ev
 
 
 # ----------------------------------------------------------------------------- the table
@@ -400,7 +290,7 @@ def results_table(results: list, cands: Sequence[Candidate], prepared: Sequence[
     score, ``objective.<name>`` (normalized, [0, 1]), ``metric.<name>`` (raw; null when
     the run failed), simulated_duration_s, policy_id, workload_id (+ summary_text,
     wall_time_s)."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     objective_names = list(dict.fromkeys(o.name for ps in prepared for o in ps.objectives))
     metric_names = list(dict.fromkeys([*KEY_METRICS, *(o.metric for ps in prepared for o in ps.objectives)]))

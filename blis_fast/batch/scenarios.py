@@ -3,7 +3,6 @@
 A scenario is a run config (deployment, engine, workload -- a generator, a workload spec
 or a trace --, seed, base policy) plus optional SLO classes and objectives.  In a
 scenarios file (``blis-fast evaluate --scenarios FILE``)::
-
     objectives: "ttft_p99_ms:min:500,slo_attainment:max"   # default of every scenario
     budget: {max_simulated_s: 600, max_wall_s: 60}          # per evaluation
     scenarios:
@@ -32,6 +31,10 @@ from blis_fast.config.sim import SimConfig, build_config, load_yaml
 from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping, as_str, key_name, show, show_text
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
+from blis_fast.config import memory
+from blis_fast.run.api import RESULT_BYTES_PER_REQUEST, pool_size
+from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
+from blis_fast.run.tables import scenario_tables
 
 SCENARIO_KEYS = ("name", "config", "workload_spec", "trace", "seed", "slo_classes", "objectives")
 FILE_KEYS = ("scenarios", "objectives", "budget")
@@ -118,7 +121,7 @@ def _objectives(spec, where: str):
     name ``where``."""
     if spec is None:
         return None
-    from blis_fast.results.objectives import parse_objectives
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     try:
         return parse_objectives(spec)
@@ -162,12 +165,8 @@ def check_unique_names(scenarios: list[Scenario]) -> None:
 
 def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScenario:
     """Resolve the scenario and build its workload (once, inside its memory budget)."""
-    from blis_fast.config import memory
-    from blis_fast.results.evaluation import workload_id
-    from blis_fast.results.objectives import parse_objectives
-    from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
-    from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
-    from blis_fast.run.tables import scenario_tables
+    from blis_fast.results.evaluation import workload_id  # deferred: blis_fast_kernels.native
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     cfg = scenario.config
     try:
@@ -183,8 +182,7 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     objectives = scenario.objectives if scenario.objectives is not None else parse_objectives(default_objectives)
     # an objective's [class=...], [tenant=...], [client=...] or [instance=...] must exist in this
     # scenario: refused now, not after every candidate has run
-    from blis_fast.results.objectives import check_selectors
-    from blis_fast.run.api import pool_size
+    from blis_fast.results.objectives import check_selectors  # deferred: blis_fast_kernels.native
 
     check_selectors([(f"scenario {show_text(scenario.name, 60)}: objectives[{k}].metric", o.metric)
                      for k, o in enumerate(objectives)], wl, pool_size(cfg))

@@ -108,7 +108,7 @@ def connect(address: str, timeout: float | None = None, flag: str = FLAG):
     scheme, host, port = parse_scheduler_address(address, flag)
     seconds = timeout_from_env() if timeout is None else timeout
     try:
-        from dask.distributed import Client
+        from dask.distributed import Client  # deferred: dask
     except ImportError:
         raise ConfigError(flag, "needs Dask: pip install 'blis-fast[distributed]'") from None
     ssl_context = _tls_context(flag) if scheme == "tls" else None
@@ -137,7 +137,7 @@ def connect(address: str, timeout: float | None = None, flag: str = FLAG):
 def _tls_context(flag: str):
     """The client SSL context of Dask's TLS settings (``distributed.comm.tls``); ConfigError
     naming ``flag`` when none is configured (a tls:// scheduler cannot be reached then)."""
-    from distributed.security import Security
+    from distributed.security import Security  # deferred: distributed
 
     context = Security().get_connection_args("client").get("ssl_context")
     if context is None:
@@ -195,8 +195,8 @@ def _read_exactly(sock: socket.socket, n: int, remaining) -> bytes:
 def _is_handshake(body: bytes) -> bool:
     """True if ``body`` unpacks into frames that Dask decodes (no unpickling) to a mapping."""
     try:
-        from distributed.protocol.core import loads
-        from distributed.protocol.utils import unpack_frames
+        from distributed.protocol.core import loads  # deferred: distributed
+        from distributed.protocol.utils import unpack_frames  # deferred: distributed
 
         frames = unpack_frames(body)
         if sum(len(f) for f in frames) > MAX_HANDSHAKE_BYTES:

@@ -40,12 +40,12 @@ def main(argv: list[str] | None = None) -> None:
     (SIGTERM).  Run as the
     program (``argv`` None), an interrupted command skips the interpreter's teardown
     (a second or more after a large run), once its temporary files are gone."""
-    from blis_fast.cli.feedback import EXIT_INTERRUPTED, EXIT_TERMINATED, end_now, interrupt_guard, interrupted
+    from blis_fast.cli.feedback import EXIT_INTERRUPTED, EXIT_TERMINATED, end_now, interrupt_guard, interrupted  # deferred: logging, threading, typing (start-up)
 
     try:
         with interrupt_guard():
             try:
-                from blis_fast.cli.commands import run_command
+                from blis_fast.cli.commands import run_command  # deferred: yaml, numpy
 
                 run_command(argv)
             except KeyboardInterrupt:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def __getattr__(name: str):
     if name == "app":  # the typer app with every command registered
-        from blis_fast.cli.commands import app
+        from blis_fast.cli.commands import app  # deferred: yaml, numpy
 
         return app
     raise AttributeError(f"module 'blis_fast.cli' has no attribute {name!r}")

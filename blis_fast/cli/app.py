@@ -15,6 +15,8 @@ from blis_fast.cli import feedback
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
+from blis_fast.config.validate import show
+from blis_fast.version import __version__
 
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
@@ -80,8 +82,6 @@ app.command = _command
 
 def _print_version(value: bool) -> None:
     if value:
-        from blis_fast import __version__
-
         typer.echo(f"blis-fast {__version__}")
         raise typer.Exit()
 
@@ -167,7 +167,5 @@ Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, callback=_s
 def printable_path(path) -> str:
     """A path as a command prints it on stdout: as is, or -- when it holds control
     characters (a BEL in a folder name) -- quoted with them escaped, never raw."""
-    from blis_fast.config.validate import show
-
     text = str(path)
     return text if text.isprintable() else show(text, 4200)

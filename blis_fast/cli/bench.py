@@ -26,10 +26,10 @@ def bench(
     steps/s, the kernel time as a multiple of a minimal continuous-batching loop on the
     same workload (the floor), plus cold-compile time and the start-up time of a cached
     process."""
-    from blis_fast.experiments.bench import run_bench
+    from blis_fast.experiments.bench import run_bench  # deferred: blis_fast.experiments (not loaded by blis-fast --help)
 
     if calibrate:
-        from blis_fast.experiments.bench import calibrate as _calibrate
+        from blis_fast.experiments.bench import calibrate as _calibrate  # deferred: blis_fast.experiments (not loaded by blis-fast --help)
 
         typer.echo(json.dumps(_calibrate(), indent=2))
         return
@@ -45,6 +45,6 @@ def bench(
 
 def report_table(report: dict) -> str:
     """Human-readable bench report."""
-    from blis_fast.experiments.bench import format_report
+    from blis_fast.experiments.bench import format_report  # deferred: blis_fast.experiments (not loaded by blis-fast --help)
 
     return format_report(report)

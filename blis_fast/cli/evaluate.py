@@ -3,13 +3,17 @@ rows written as Parquet, a ranking printed on stdout."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
-from blis_fast.config.validate import show_text
+from blis_fast.config.validate import as_float, as_int, show, show_text
+from blis_fast.errors import ConfigError
+from blis_fast.cli.feedback import logger, progress
+from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
 
 MESSAGE_CHARS = 70  # of a failed candidate's message in the ranking
 NAME_CHARS = 60  # of a candidate's name in the ranking
@@ -36,18 +40,15 @@ def evaluate(
     (candidate, scenario) and prints the candidates ranked by mean score.  Candidates
     that fail (malformed, over budget) get score 0 and a message; the command still
     exits 0."""
-    from blis_fast.batch.budget import Budget
-    from blis_fast.batch.candidates import PROGRAM_SUFFIXES, candidate_files
-    from blis_fast.batch.program import MAX_TIMEOUT_S
-    from blis_fast.batch.scenarios import load_scenarios_file, scenario_error
-    from blis_fast.config.outputs import atomic_write, check_outputs, config_inputs
-    from blis_fast.config.validate import as_float, as_int, show
-    from blis_fast.errors import ConfigError
-    from blis_fast.results.objectives import parse_objectives
+    from blis_fast.batch.budget import Budget  # deferred: blis_fast.batch (not loaded by blis-fast --help)
+    from blis_fast.batch.candidates import PROGRAM_SUFFIXES, candidate_files  # deferred: blis_fast.batch (not loaded by blis-fast --help)
+    from blis_fast.batch.program import MAX_TIMEOUT_S  # deferred: blis_fast.batch (not loaded by blis-fast --help)
+    from blis_fast.batch.scenarios import load_scenarios_file, scenario_error  # deferred: blis_fast.batch (not loaded by blis-fast --help)
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
 
     n_workers = as_int(workers, "--workers", 1, 1024) if workers is not None else None
     if dask_scheduler is not None:
-        from blis_fast.batch.scheduler import parse_scheduler_address, timeout_from_env
+        from blis_fast.batch.scheduler import parse_scheduler_address, timeout_from_env  # deferred: blis_fast.batch (not loaded by blis-fast --help)
 
         parse_scheduler_address(dask_scheduler)  # before anything is read or connected
         timeout_from_env()
@@ -87,14 +88,14 @@ def evaluate(
     finally:
         if client is not None:
             client.close()
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: pyarrow
 
     atomic_write(out, lambda p: pq.write_table(batch.table, str(p)), "--out")
     typer.echo(ranking_text(batch.table, n_top))
 
 
 def _run(files, scen, objectives, budget, workers, executor, summaries, program_timeout_s=None):
-    from blis_fast.batch.evaluate import evaluate_many
+    from blis_fast.batch.evaluate import evaluate_many  # deferred: blis_fast.batch (not loaded by blis-fast --help)
 
     n = len(files) * len(scen)
     with _progress(n) as report:
@@ -104,8 +105,7 @@ def _run(files, scen, objectives, budget, workers, executor, summaries, program_
 
 def _log_sandbox() -> None:
     """With -v: the layers of the policy programs' sandbox on this machine."""
-    from blis_fast.batch.program import ProgramError, sandbox_status_text
-    from blis_fast.cli.feedback import logger
+    from blis_fast.batch.program import ProgramError, sandbox_status_text  # deferred: blis_fast.batch (not loaded by blis-fast --help)
 
     try:
         logger.info("blis-fast: policy program sandbox:\n" + sandbox_status_text())
@@ -116,10 +116,6 @@ def _log_sandbox() -> None:
 def _progress(total: int):
     """A progress bar on stderr (blis_fast.cli.feedback) whose ``report(done, total)`` the
     batch calls."""
-    from contextlib import contextmanager
-
-    from blis_fast.cli.feedback import progress
-
     @contextmanager
     def bar():
         with progress("evaluating", total, unit="runs") as b:
@@ -132,7 +128,7 @@ def dask_executor(address: str):
     """(executor, client) of the Dask scheduler at ``address``
     (``blis_fast.batch.scheduler.connect``: the address checked, the connection bounded by
     $BLIS_FAST_DASK_TIMEOUT_S, default 10 s); ConfigError naming --dask-scheduler."""
-    from blis_fast.batch.scheduler import connect
+    from blis_fast.batch.scheduler import connect  # deferred: blis_fast.batch (not loaded by blis-fast --help)
 
     client = connect(address)
     return client.get_executor(), client

@@ -66,7 +66,7 @@ class _StderrHandler(logging.Handler):
         try:
             # a notice may quote user text; (imported here: blis_fast.config loads numpy, and this
             # module is imported before anything heavy so that Ctrl-C is handled during start-up)
-            from blis_fast.config.validate import escape_controls
+            from blis_fast.config.validate import escape_controls  # deferred: numpy (blis_fast.config)
 
             text = escape_controls(self.format(record), keep="\n")
             if not _display.print_above(text):
@@ -190,8 +190,8 @@ class _Display:
         with self.lock:
             if self.live is not None or not self.bars:
                 return
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+            from rich.console import Console  # deferred: rich
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,  # deferred: rich
                                        TimeElapsedColumn, TimeRemainingColumn)
 
             self.live = Progress(

@@ -22,7 +22,7 @@ def openevolve_init(
     """Write an OpenEvolve project: evaluator.py (one line), scenarios.yaml, config.yaml
     (YAML programs), config_python.yaml (.py programs) and seed programs in both forms;
     prints the files written and the command to start."""
-    from blis_fast.adapters.openevolve_starter import write_starter
+    from blis_fast.adapters.openevolve_starter import write_starter  # deferred: blis_fast.adapters (not loaded by blis-fast --help)
 
     files = write_starter(directory)
     for f in files:

@@ -10,11 +10,11 @@ figures; counts are exact.  Files and JSON keep the full values.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
 from blis_fast.config.validate import escape_controls
+from blis_fast.text import count, metric_text, ms, pct, rate
 
 PER_INSTANCE_LIMIT = 8  # instances shown one per row without --per-instance
 
@@ -36,70 +36,6 @@ def summary_json(summary: dict) -> str:
 # ----------------------------------------------------------------------------- number formats
 
 
-def ms(x: Any) -> str:
-    """A time in ms for reading: 3 significant figures, e.g. 0.523, 32.9, 1,234."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
-
-
-def pct(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return f"{100 * float(x):.1f}%"
-
-
-def rate(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def count(x: Any) -> str:
-    return "-" if x is None else f"{int(x):,}"
-
-
-def sig3(x: Any) -> str:
-    """Any other number: 3 significant figures, thousands separated (0.0123, 4.56, 78,912)."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def unit_of(metric: str) -> str:
-    """The unit of an evaluation metric by its name (selectors ignored): "ms", "%" (a
-    fraction), "req/s", "tok/s" or "" (a count or ratio)."""
-    from blis_fast.results.objectives import FRACTIONS
-
-    base = metric.partition("[")[0]
-    if base.endswith("_ms"):
-        return "ms"
-    if base in FRACTIONS or base.endswith("_occupancy"):
-        return "%"
-    if base in ("responses_per_sec", "goodput_rps") or base.endswith("_rps") or base == "offered_rate":
-        return "req/s"
-    if base == "tokens_per_sec":
-        return "tok/s"
-    return ""
-
-
-def metric_text(metric: str, x: Any, with_unit: bool = True) -> str:
-    """A metric's value for reading, formatted by its unit (``unit_of``): "1,742 ms",
-    "44.7%", "299 req/s"; ``None`` (e.g. SLO attainment without targets) is "-"."""
-    unit = unit_of(metric)
-    if unit == "%":
-        return pct(x)
-    text = ms(x) if unit == "ms" else sig3(x)
-    return f"{text} {unit}" if with_unit and unit and text != "-" else text
-
-
 # ----------------------------------------------------------------------------- the summary
 
 
@@ -117,7 +53,7 @@ def _escaped(value: Any) -> Any:
 
 def render(summary: dict, per_instance: bool = False, console=None) -> None:
     """Print the human summary of one run's ``summary`` dict on ``console`` (stdout)."""
-    from rich.console import Console
+    from rich.console import Console  # deferred: rich
 
     console = console or Console()
     summary = _escaped(summary)  # names from the user's files (classes, tenants, models) reach the terminal
@@ -153,7 +89,7 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
 
 
 def _headline(run: dict, c: dict):
-    from rich.text import Text
+    from rich.text import Text  # deferred: rich
 
     cfg = run.get("config") or {}
     engine = cfg.get("engine") or {}
@@ -170,7 +106,7 @@ def _headline(run: dict, c: dict):
 
 
 def _latency_table(c: dict):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title=None, box=None, pad_edge=False, show_edge=False, header_style="bold")
     t.add_column("latency (ms)")
@@ -198,7 +134,7 @@ def _cluster_lines(c: dict) -> list[str]:
 
 
 def _instance_table(instances: list[dict]):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title="instances (times in ms; budget, slots, KV: mean step occupancy; stepping: time a step runs)",
               title_justify="left", box=None, pad_edge=False, show_edge=False, header_style="bold")
@@ -215,7 +151,7 @@ def _instance_table(instances: list[dict]):
 
 
 def _slo_table(classes: dict):
-    from rich.table import Table
+    from rich.table import Table  # deferred: rich
 
     t = Table(title="SLO classes (times in ms)", title_justify="left", box=None, pad_edge=False, show_edge=False,
               header_style="bold")

@@ -113,35 +113,20 @@ def run(
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
+    table_format = None
     if per_request_out is not None:
-        from blis_fast.results.result import request_table_format
+        from blis_fast.results.result import request_table_format  # deferred: blis_fast_kernels.native
 
         table_format = request_table_format(per_request_out, "--per-request-out")
-    from blis_fast.run.api import run_config
+    from blis_fast.run.api import run_config  # deferred: blis_fast.rng, blis_fast.run, blis_fast.workload (not loaded by blis-fast --help)
 
     # the output files hold one record per request: reserve their memory up front
     reserve = (RESULTS_BYTES_PER_REQUEST if results_path else 0) + (TABLE_BYTES_PER_REQUEST if per_request_out else 0)
     with feedback.progress("blis-fast run") as bar:
         result = run_config(cfg, output_bytes_per_request=reserve, progress=bar.report)
-        with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
-            if results_path:
-                bar.report(f"writing {results_path}", 0, None)
-                atomic_write(results_path, result.write_results, "--results-path")
-            if per_request_out:
-                bar.report(f"writing {per_request_out}", 0, None)
-                atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
-            if evaluation_out:
-                bar.report(f"writing {evaluation_out}", 0, None)
-                text = result.evaluate(summarize=summarize_trace).to_json()
-                atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
-            if timeseries_out:
-                bar.report(f"writing {timeseries_out}", 0, None)
-                atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
-            if trace_out:
-                from blis_fast.results.trace_table import write_decision_trace
-
-                bar.report(f"writing {trace_out}", 0, None)
-                atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
+        _write_outputs(result, bar.report, results_path=results_path, per_request_out=per_request_out,
+                       table_format=table_format, evaluation_out=evaluation_out, summarize_trace=summarize_trace,
+                       timeseries_out=timeseries_out, trace_out=trace_out)
         summary = result.summary()
         if summarize_trace:
             summary["summary_text"] = result.summary_text()
@@ -152,6 +137,30 @@ def run(
     warning = result.adequacy.warning()  # too short or saturated: one line on stderr (--quiet drops it)
     if warning:
         feedback.logger.warning(warning)
+
+
+def _write_outputs(result, report, *, results_path, per_request_out, table_format, evaluation_out,
+                   summarize_trace, timeseries_out, trace_out) -> None:
+    """Write the run's output files (``report`` shows which on the progress bar)."""
+    with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
+        if results_path:
+            report(f"writing {results_path}", 0, None)
+            atomic_write(results_path, result.write_results, "--results-path")
+        if per_request_out:
+            report(f"writing {per_request_out}", 0, None)
+            atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
+        if evaluation_out:
+            report(f"writing {evaluation_out}", 0, None)
+            text = result.evaluate(summarize=summarize_trace).to_json()
+            atomic_write(evaluation_out, lambda p: Path(p).write_text(text), "--evaluation-out")
+        if timeseries_out:
+            report(f"writing {timeseries_out}", 0, None)
+            atomic_write(timeseries_out, result.timeseries.write_parquet, "--timeseries-out")
+        if trace_out:
+            from blis_fast.results.trace_table import write_decision_trace  # deferred: blis_fast_kernels.native
+
+            report(f"writing {trace_out}", 0, None)
+            atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
 
 
 DEFAULT_SAMPLE_INTERVAL_MS = 100.0

@@ -15,6 +15,10 @@ import inspect
 from pathlib import Path
 
 from blis_fast.config.sim import FLAG_PATHS, SimConfig
+from blis_fast.config.policy import load_policy_bundle
+from blis_fast.config.sim import build_config, load_yaml
+from blis_fast.cli.run import run
+from blis_fast.config.outputs import config_inputs
 
 FILE_FLAGS = ("config", "policy_config")
 # settings that only add outputs of a single run (evaluation score, fitness, traces, time
@@ -23,8 +27,6 @@ SINGLE_RUN_OUTPUTS = ("objectives", "fitness_weights", "trace_level", "sample_in
 
 
 def _run_parameters() -> list[inspect.Parameter]:
-    from blis_fast.cli.run import run
-
     params = inspect.signature(run, eval_str=True).parameters.values()
     return [p for p in params if p.name in FLAG_PATHS or p.name in FILE_FLAGS]
 
@@ -52,9 +54,6 @@ def with_run_flags(command=None, *, exclude: tuple[str, ...] = ()):
 
 def config_from_flags(run_flags: dict) -> SimConfig:
     """The SimConfig of ``run_flags`` (as ``blis-fast run`` builds it)."""
-    from blis_fast.config.policy import load_policy_bundle
-    from blis_fast.config.sim import build_config, load_yaml
-
     config, policy_config = run_flags.get("config"), run_flags.get("policy_config")
     overrides = {k: v for k, v in run_flags.items() if k in FLAG_PATHS and v is not None}
     if not overrides.get("check_invariants"):
@@ -66,7 +65,5 @@ def config_from_flags(run_flags: dict) -> SimConfig:
 
 def input_paths(run_flags: dict, cfg: SimConfig) -> list[tuple[str, Path]]:
     """Every file the runs read (never to be overwritten by an output)."""
-    from blis_fast.config.outputs import config_inputs
-
     given = [("--" + k.replace("_", "-"), run_flags[k]) for k in FILE_FLAGS if run_flags.get(k)]
     return given + config_inputs(cfg)

@@ -15,6 +15,9 @@ from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
 from blis_fast.config.effective import TRACE, workload_source
 from blis_fast.config.outputs import atomic_write, check_outputs, staged_outputs
+from blis_fast.config.outputs import config_inputs
+from blis_fast.config.validate import show
+from blis_fast.errors import ConfigError
 
 _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
@@ -90,8 +93,8 @@ def capacity(
     --num-requests requests, and more when its arrivals span less than 10x its E2E p99
     (up to 200,000); a saturated probe fails (docs/studies.md, "Run adequacy").
     """
-    from blis_fast.studies.capacity import DEFAULT_SEEDS, DEFAULT_TOLERANCE, MAX_PROBES, capacity as run_capacity
-    from blis_fast.studies.plots import capacity_figure, check_plot_path
+    from blis_fast.studies.capacity import DEFAULT_SEEDS, DEFAULT_TOLERANCE, MAX_PROBES, capacity as run_capacity  # deferred: blis_fast_kernels.native
+    from blis_fast.studies.plots import capacity_figure, check_plot_path  # deferred: blis_fast.studies (not loaded by blis-fast --help)
 
     cfg = config_from_flags(run_flags)
     check_outputs((("--out", out), ("--plot", plot)), input_paths(run_flags, cfg))
@@ -111,13 +114,13 @@ def capacity(
             _write_text(out, text + "\n", "--out")
         if plot is not None:
             capacity_figure(result, plot)
-    from blis_fast.studies.tables import terminal_width
+    from blis_fast.studies.tables import terminal_width  # deferred: blis_fast.studies (not loaded by blis-fast --help)
 
     typer.echo(text if as_json else result.table(width=terminal_width()))
 
 
 def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, title: str) -> None:
-    from blis_fast.studies.plots import study_figure
+    from blis_fast.studies.plots import study_figure  # deferred: blis_fast.studies (not loaded by blis-fast --help)
 
     with staged_outputs():  # both outputs or neither
         if out is not None:
@@ -127,7 +130,7 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
     if as_json:
         typer.echo(json.dumps(study.to_dict(), indent=2, allow_nan=False))
     else:
-        from blis_fast.studies.tables import terminal_width
+        from blis_fast.studies.tables import terminal_width  # deferred: blis_fast.studies (not loaded by blis-fast --help)
 
         shown = [*SHOWN, *(m for m in study.metrics if m.startswith("slo_attainment[")), *study.requested]
         typer.echo(study.text(list(dict.fromkeys(shown)), width=terminal_width()))
@@ -137,8 +140,8 @@ def _finish_study(study, out: Path | None, plot: Path | None, as_json: bool, tit
 
 
 def _check_study_outputs(out, plot, inputs) -> None:
-    from blis_fast.studies.plots import check_plot_path
-    from blis_fast.studies.tables import check_table_path
+    from blis_fast.studies.plots import check_plot_path  # deferred: blis_fast.studies (not loaded by blis-fast --help)
+    from blis_fast.studies.tables import check_table_path  # deferred: blis_fast.studies (not loaded by blis-fast --help)
 
     check_outputs((("--out", out), ("--plot", plot)), inputs)
     if out is not None:
@@ -151,8 +154,6 @@ def _grid_inputs_check(out, plot, inputs):
     """``run_study``'s ``on_configs``: the outputs checked again against the files every
     grid point reads (a swept trace or workload spec, ``--set workload_traces_filepath=a,b``),
     before any point runs."""
-    from blis_fast.config.outputs import config_inputs
-
     def check(configs) -> None:
         if out is None and plot is None:
             return
@@ -186,7 +187,7 @@ def sweep(
     Every point runs --seeds seeds (the same at every point), all points in parallel.
     Prints the key metrics; --out writes all of them, --plot draws the curves.
     """
-    from blis_fast.studies.sweep import run_study
+    from blis_fast.studies.sweep import run_study  # deferred: blis_fast_kernels.native
 
     cfg = config_from_flags(run_flags)
     inputs = input_paths(run_flags, cfg)
@@ -220,9 +221,7 @@ def compare(
     apply to every one of them, so the configurations differ only in what their files
     set.  With --set, every configuration runs the whole grid.
     """
-    from blis_fast.config.validate import show
-    from blis_fast.errors import ConfigError
-    from blis_fast.studies.sweep import run_study
+    from blis_fast.studies.sweep import run_study  # deferred: blis_fast_kernels.native
 
     labels = [p.stem for p in configs]
     if len(set(labels)) != len(labels):

@@ -11,6 +11,8 @@ import typer
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.config.validate import INT64_MAX, as_choice, as_int
+from blis_fast.config.memory import parse_bytes, memory_budget
+from blis_fast.config.outputs import check_outputs, spec_files
 
 workload_app = typer.Typer(no_args_is_help=True, help="Workload specs and rich traces: generate a trace, summarize one.")
 app.add_typer(workload_app, name="workload")
@@ -30,11 +32,9 @@ def workload_generate(
 ) -> None:
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
-    from blis_fast.config.memory import parse_bytes, memory_budget
-    from blis_fast.config.outputs import check_outputs
-    from blis_fast.workload.formats.rich_trace import FORMATS, write_trace
-    from blis_fast.workload.generate import generate_requests
-    from blis_fast.workload.spec import load_spec, spec_files
+    from blis_fast.workload.formats.rich_trace import FORMATS, write_trace  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+    from blis_fast.workload.generate import generate_requests  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+    from blis_fast.workload.spec import load_spec  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
 
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
     if fmt is not None:
@@ -60,8 +60,7 @@ def workload_stats(
 ) -> None:
     """Summarize a workload as JSON: rates per client / tenant / SLO class, prompt and
     output length percentiles, sessions, and prefix sharing (ideal cache hit rate)."""
-    from blis_fast.config.memory import parse_bytes, memory_budget
-    from blis_fast.workload.stats import stats_of_file
+    from blis_fast.workload.stats import stats_of_file  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
 
     bs = as_int(block_size, "--block-size", 1, 1024)
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None

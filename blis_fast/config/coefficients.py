@@ -71,7 +71,7 @@ def parsed_copy_path(path: str | Path) -> Path:
 
 
 def _yaml_load(text: str, source: str):
-    import yaml  # only when the pre-parsed copy cannot be used
+    import yaml  # deferred: yaml -- only when the pre-parsed copy cannot be used
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:

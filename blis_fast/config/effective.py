@@ -118,18 +118,6 @@ class CompatIgnoredWarning(UserWarning):
     line on stderr once the command succeeds)."""
 
 
-def check_ready_workload(keywords: dict) -> None:
-    """Refuse keyword settings describing a workload when a ready-made Workload replaces
-    the one the config describes (``blis_fast.simulate(workload=wl, rate=...)``)."""
-    from blis_fast.config.sim import FLAG_PATHS  # (sim imports this module)
-
-    for name, value in keywords.items():
-        if value is not None and FLAG_PATHS.get(name) in WORKLOAD_SETTINGS:
-            raise ConfigError(name, "has no effect with a Workload passed in (workload=): it describes the "
-                                    "workload the config would build; build the Workload with it instead, or "
-                                    "leave workload= out")
-
-
 def workload_source(workload) -> str:
     """Where a WorkloadConfig's requests come from: SPEC (a workload spec file, whatever
     the type says), TRACE (--workload traces) or DISTRIBUTION (BLIS's distribution or a

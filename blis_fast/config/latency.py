@@ -14,6 +14,7 @@ from blis_fast.config.hardware import HardwareConfig
 from blis_fast.config.model import ModelConfig
 from blis_fast.config.validate import as_float, show
 from blis_fast.errors import ConfigError
+from blis_fast_kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
 
 LATENCY_MODELS = ("blackbox", "roofline")
 AUTO = "auto"  # blackbox where a coefficient set exists, else roofline (what an unset choice does for models
@@ -37,8 +38,6 @@ class LatencyModel:
 
 def roofline_params(model: ModelConfig, hardware: HardwareConfig, tp: int) -> np.ndarray:
     """The roofline parameter vector (layout: ``blis_fast_kernels.schema.Roofline``) for ``model`` on ``hardware`` at TP ``tp``."""
-    from blis_fast_kernels.schema import N_ROOFLINE, Roofline as R  # the layout only: no numba
-
     p = np.zeros(N_ROOFLINE, dtype=np.float64)
     layers = model.num_layers
     p[R.LAYERS] = layers

@@ -1,7 +1,6 @@
 """Output files: checked before a run, written atomically.
 
 Every command writes its output files through this module (docs/limits.md "Output files"):
-
 - ``check_outputs`` refuses, before anything is simulated or generated, an output path
   that is a directory, lies in a missing or read-only folder, or names the same file as
   an input (``--config``, ``--spec``, a trace, a file a spec refers to ...) or as another
@@ -37,8 +36,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from blis_fast.config.validate import show
-from blis_fast.errors import ConfigError
+from blis_fast.config.validate import MAX_STR_LEN, show
+from blis_fast.config.yamlfile import read_yaml_mapping
+from blis_fast.errors import ConfigError, WorkloadError
+from blis_fast.paths import path_length_problem
 
 
 def _resolved(p: Path) -> str:
@@ -64,8 +65,6 @@ def check_path_length(flag: str, path: str | Path) -> None:
     """ConfigError naming ``flag`` if ``path`` is longer than PATH_MAX, one of its
     components longer than NAME_MAX (as bytes, of the nearest existing folder's file
     system), or holds a NUL byte (``blis_fast.paths.path_length_problem``)."""
-    from blis_fast.paths import path_length_problem
-
     problem = path_length_problem(path)
     if problem is not None:
         raise ConfigError(flag, f"{show(os.fspath(path))} {problem}")
@@ -108,8 +107,6 @@ def config_inputs(cfg) -> list[tuple[str, Path]]:
     if w.traces_filepath:
         out.append(("--workload-traces-filepath", Path(w.traces_filepath)))
     if w.spec_filepath:
-        from blis_fast.workload.spec import spec_files  # the workload package loads numpy: only when needed
-
         out.append(("--workload-spec", Path(w.spec_filepath)))
         out += [("--workload-spec", p) for p in spec_files(w.spec_filepath)]
     return out
@@ -288,3 +285,43 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """The files a spec refers to (``file:`` of trace arrivals and empirical
+    distributions), resolved against the spec's folder: inputs an output must not
+    overwrite.  Reads only the spec's YAML."""
+    p = Path(path)
+    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
+    base = p.resolve().parent
+    out: list[Path] = []
+    todo = [data]
+    seen: set[int] = set()
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            f = v.get("file")
+            if isinstance(f, str) and f and len(f) <= MAX_STR_LEN and "\x00" not in f:
+                q = Path(f).expanduser()
+                out.append(q if q.is_absolute() else base / q)
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return out
+
+
+# ----------------------------------------------------------------------------- distributions
+
+_LOGN_KEYS = (("mu", "sigma"), ("mean", "std"), ("p50", "p90"))
+_DIST_KEYS = {
+    "constant": ("value",),
+    "gaussian": ("mean", "std"),
+    "exponential": ("mean",),
+    "uniform": (),
+    "lognormal": ("mu", "sigma", "mean", "std", "p50", "p90"),
+    "pareto_lognormal": ("pareto_weight", "alpha", "scale", "mu", "sigma", "mean", "std", "p50", "p90"),
+    "empirical": ("cdf", "values", "weights", "file"),
+}

@@ -8,6 +8,7 @@ victim, router observability and fitness weights -- validated settings, the
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,21 @@ VICTIMS = {"last": S.VictimKind.LAST, "lowest-priority": S.VictimKind.LOWEST_PRI
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
 MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact
 MAX_WEIGHTS = 64  # entries of one name:weight list
+
+
+# the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
+FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
+
+
+def validate_fitness_weights(weights: dict[str, float], path: str = "fitness_weights") -> None:
+    """Known keys, finite weights >= 0, at least one."""
+    if not weights:
+        raise ConfigError(path, "needs at least one key:weight")
+    for key, w in weights.items():
+        if key not in FITNESS_KEYS:
+            raise ConfigError(path, f"unknown key {key!r}; allowed: {', '.join(FITNESS_KEYS)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)) or w < 0:
+            raise ConfigError(f"{path}.{key}", f"weight must be a finite number >= 0, got {w!r}")
 
 
 @dataclass(frozen=True)
@@ -134,8 +150,6 @@ def validate_policy(p: PolicyConfig) -> None:
         as_mapping(p.fitness_weights, "policy.fitness_weights", what="a mapping name: weight")
         for k, w in p.fitness_weights.items():
             as_float(w, f"policy.fitness_weights.{k}", text=False)
-        from blis_fast.results.fitness import validate_fitness_weights
-
         validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
 
 

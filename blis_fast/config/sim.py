@@ -489,9 +489,19 @@ def _refuse_single_deployment_settings(nested: dict, layer: dict, where) -> None
 
 
 def _objectives(value: Any, where: str) -> list[dict]:
-    from blis_fast.results.objectives import objectives_setting  # (results load numpy: only when used)
+    from blis_fast.results.objectives import objectives_setting  # deferred: blis_fast_kernels.native -- (results load numpy: only when used)
 
     return objectives_setting(value, where)
+
+
+def check_ready_workload(keywords: dict) -> None:
+    """Refuse keyword settings describing a workload when a ready-made Workload replaces
+    the one the config describes (``blis_fast.simulate(workload=wl, rate=...)``)."""
+    for name, value in keywords.items():
+        if value is not None and FLAG_PATHS.get(name) in effective.WORKLOAD_SETTINGS:
+            raise ConfigError(name, "has no effect with a Workload passed in (workload=): it describes the "
+                                    "workload the config would build; build the Workload with it instead, or "
+                                    "leave workload= out")
 
 
 def validate(cfg: SimConfig) -> None:
@@ -578,5 +588,5 @@ def _to_dict(obj: Any) -> Any:
 __all__ = [
     "SimConfig", "EngineConfig", "WorkloadConfig", "DeploymentConfig", "SimulationConfig", "DeploymentSpec",
     "parse_deployments",
-    "FLAG_PATHS", "build_config", "load_yaml", "validate", "with_overrides", "flag_for", "replace",
+    "FLAG_PATHS", "build_config", "check_ready_workload", "load_yaml", "validate", "with_overrides", "flag_for", "replace",
 ]

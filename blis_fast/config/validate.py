@@ -2,7 +2,6 @@
 workload specs, trace files and the Python API.
 
 One mechanism instead of one guard per call site:
-
 - ``as_int`` / ``as_float`` / ``as_bool`` / ``as_str`` / ``as_choice`` convert and check one
   value.  Integers are always checked against int64 (and a documented range) *before* any
   numpy conversion; floats must be finite and normal (no NaN, no infinity, no subnormal
@@ -30,6 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+import numpy as np
 
 from blis_fast.errors import ConfigError
 
@@ -112,8 +113,6 @@ def _emit(v: Any, out: list[str], budget: list[int], depth: int) -> None:
         return
     else:
         try:
-            import numpy as np
-
             if isinstance(v, np.ndarray):
                 s = f"<array of {v.size} {v.dtype}>"
             elif isinstance(v, np.generic):
@@ -301,8 +300,6 @@ def as_bool(value: Any, field: str, *, error=ConfigError, text: bool = True) -> 
     if isinstance(value, bool):
         return value
     try:
-        import numpy as np
-
         if isinstance(value, np.bool_):
             return bool(value)
     except ImportError:  # pragma: no cover

@@ -1,5 +1,5 @@
 """``blis-fast bench`` batch scenarios: evaluations per second of ``blis_fast.batch`` --
-64 policy candidates on one standard scenario (``experiments.bench.SCENARIOS``), serial
+64 policy candidates on one standard scenario (``experiments.scenarios.SCENARIOS``), serial
 (one thread) and on every core (a thread per core; the event loop releases the GIL).
 
 The candidates are evaluated as ``evaluate_prepared`` evaluates them: those that differ
@@ -26,8 +26,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from concurrent.futures import ThreadPoolExecutor
 
 from blis_fast.errors import BlisFastError
+from blis_fast.experiments.scenarios import scenario_overrides, text_table
+from blis_fast_kernels.schema.state import copy_state
 
 N_CANDIDATES = 64
 # batch scenario -> the standard scenario it evaluates on, and whether the serial pass runs
@@ -59,14 +62,13 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
     """Evaluations/s of a batch scenario, serial and on ``workers`` threads (default all
     cores), best of ``repeats`` passes each; see the module docstring.  ``cohorts=False``:
     every candidate runs alone (batch/cohorts.py; the rows are the same)."""
-    from blis_fast.batch.budget import Budget
-    from blis_fast.batch.candidates import load_candidate
-    from blis_fast.batch.cohorts import form_cohorts
-    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task
-    from blis_fast.batch.scenarios import Scenario, prepare
-    from blis_fast.config.sim import build_config
-    from blis_fast.experiments.bench import scenario_overrides
-    from blis_fast.run import build_state, run_to_end
+    from blis_fast.batch.budget import Budget  # deferred: yaml
+    from blis_fast.batch.candidates import load_candidate  # deferred: yaml
+    from blis_fast.batch.cohorts import form_cohorts  # deferred: yaml
+    from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task  # deferred: yaml
+    from blis_fast.batch.scenarios import Scenario, prepare  # deferred: yaml
+    from blis_fast.config.sim import build_config  # deferred: yaml
+    from blis_fast.run import build_state, run_to_end  # deferred: yaml
 
     base, run_serial = BATCH_SCENARIOS[name]
     run_serial = run_serial if serial is None else serial
@@ -155,10 +157,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
 def kernel_scaling(ps, workers: int, repeats: int = 1) -> float:
     """Best-of-``repeats`` time of ``4 * workers`` bare event loops of the prepared scenario
     on one thread / on ``workers`` threads (each on a fresh copy of one state)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from blis_fast.run import build_state, run_to_end
-    from blis_fast_kernels.schema.state import copy_state
+    from blis_fast.run import build_state, run_to_end  # deferred: yaml
 
     template = build_state(ps.setup, ps.workload)
     n = 4 * workers
@@ -185,14 +184,12 @@ def _phases(p: dict | None) -> str:
 
 def format_batch(rows: list[dict]) -> list[str]:
     """Lines of the batch table (for ``experiments.bench.format_report``)."""
-    from blis_fast.experiments.bench import _table
-
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
     out = ["", f"batch evaluation ({N_CANDIDATES} candidates per scenario; blis_fast.batch.evaluate_many's engine; "
                "serial = 1 thread, parallel = a thread per core; best pass of repeats)"]
-    out += _table(
+    out += text_table(
         ["batch", "scenario", "workers", "runs", "serial s", "evals/s serial", "parallel s", "evals/s parallel",
          "speed-up", "s/eval serial", "build/kernel/judge s", "busy cores", "kernel scaling"],
         [[r["name"], r["scenario"], str(r["workers"]), f(r.get("runs"), "d"), f(r["serial_s"], ".2f"),

@@ -41,67 +41,17 @@ import tempfile
 import time
 
 import numpy as np
+from importlib.metadata import PackageNotFoundError, version
 
-from blis_fast.config.validate import as_int, as_list, as_str, show
+from blis_fast.config.validate import as_int, as_list, as_str
 from blis_fast.errors import BlisFastError, ConfigError
+from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, SATURATION_RPS_PER_INSTANCE,
+                                           SCENARIOS, SEED, TARGET_LOAD, scenario_overrides, text_table)
+from blis_fast.version import __version__
+from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
+from blis_fast_kernels.schema import RequestState
 
-SEED = 42
 MAX_REPEATS = 1000  # timed repetitions per scenario (--repeats is in [1, MAX_REPEATS])
-
-# Workload shared by every scenario.  The chatbot preset (prompt 256±100, output 256±100
-# tokens) is the shortest-request preset, so a scenario has many requests per simulated
-# second and exercises arrivals, batching and completions rather than long decodes; the
-# 256-token shared prefix (a system prompt as long as the mean user prompt) makes prefix
-# caching do real work -- about half of all prompt tokens hit the cache -- without
-# changing the batch-bound character of the load.  Model: the default
-# (llama-3.1-8b-instruct, H100, TP1, fitted blackbox coefficients).
-BASE = {"workload": "chatbot", "prefix_tokens": 256, "seed": SEED}
-
-# Load = offered arrival rate / (num_instances x saturation throughput of one instance).
-# The saturation throughput is the steady-state completion rate of one instance given a
-# 10K-request burst (all arrive within ~10 ms, so the batch stays full at
-# max_num_running_reqs = 256): completions between the 10th and 90th percentile divided
-# by the time between them, which excludes the ramp-up (nothing completes for the first
-# ~256 output tokens) and the drain (the batch shrinks).  Measured with calibrate() on
-# 2026-11-22 (seed 42): 85.86 req/s per instance (completed / duration over the whole
-# burst is 84.63 req/s, ramp and drain included; 5K and 20K bursts give 85.81 and 85.67,
-# seed 7 gives 85.25).  The simulated figure is deterministic: only model, coefficients,
-# engine defaults or workload changes move it.  Rates are rounded to 0.1 req/s.
-# busy_fraction is no measure of load here: an instance steps whenever one request is
-# decoding, so it is ~0.99 at 80% load.
-SATURATION_RPS_PER_INSTANCE = 85.86
-TARGET_LOAD = 0.8
-CALIBRATION_BURST = 10_000
-
-# name -> overrides on top of BASE (flat setting names as on the CLI).  Add a key (e.g. a
-# routing policy) to one row to benchmark it; rate = round(TARGET_LOAD x
-# SATURATION_RPS_PER_INSTANCE x num_instances, 1).
-SCENARIOS: dict[str, dict] = {
-    "1k": {"num_requests": 1_000, "num_instances": 1, "rate": 68.7},
-    "10k": {"num_requests": 10_000, "num_instances": 4, "rate": 274.8},
-    "100k": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0},
-    # the control-plane cost: weighted routing with all four scorers (prefix-affinity keeps
-    # the router's per-instance LRU index of prefix keys) on the 100k scenario
-    "100k-weighted": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "weighted",
-                      "routing_scorers": "prefix-affinity:3,queue-depth:2,kv-utilization:2,load-balance:1"},
-    # the cost of recording decisions (routing with the best alternatives and the snapshot
-    # they showed, admission, preemption; the router's prefix index kept for the trace) on
-    # the 100k scenario
-    "100k-decisions": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "trace_level": "decisions"},
-    # ... and with the instance schedulers' records too (admissions to a batch, blocked
-    # queue heads, preemption context: trace_level full)
-    "100k-full": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "trace_level": "full"},
-    # the Go reference's workload shape: the BLIS `distribution` workload with its defaults
-    # (prompt and output Normal(512, 256) clipped to [2, 7000], no shared prefix), 100K
-    # requests on 16 instances at 480 req/s -- the same run as
-    # `blis-fast run --num-requests 100000 --num-instances 16 --rate 480`
-    "100k-ref": {"workload": "distribution", "prefix_tokens": 0, "num_requests": 100_000, "num_instances": 16,
-                 "rate": 480.0},
-}
-# scenarios whose rate is given, not derived from the calibration
-FIXED_RATE = {"100k-ref"}
-# scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k"}
 
 # summary fields reported beside the timings, for sanity (a fast wrong run is no result)
 SANITY_METRICS = ("completed_requests", "ttft_p99_ms", "e2e_p99_ms", "prefix_cache_hit_rate",
@@ -121,14 +71,6 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1, "second_call_s":
 """
 
 
-def scenario_overrides(name: str) -> dict:
-    """The flat overrides of a named scenario (BASE + its row)."""
-    if name not in SCENARIOS:
-        raise ConfigError("--scenarios", f"unknown scenario {show(name)}; known: {', '.join(SCENARIOS)}, batch-10k, "
-                                         "batch-100k")
-    return {**BASE, **SCENARIOS[name]}
-
-
 def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: int = SEED) -> dict:
     """Re-measure the saturation throughput of one instance and the scenario rates.
 
@@ -137,9 +79,8 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
     completed/duration figure, and ``rates`` = round(load x steady x num_instances, 1) per
     scenario -- the values to paste into SCENARIOS / SATURATION_RPS_PER_INSTANCE.
     """
-    from blis_fast.config.sim import build_config
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end
-    from blis_fast_kernels.schema import RequestState
+    from blis_fast.config.sim import build_config  # deferred: yaml
+    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
 
     cfg = build_config({}, {**BASE, "seed": seed, "num_requests": burst, "num_instances": 1,
                             "rate": 1e6})  # mean gap 1 µs: everything arrives at once
@@ -167,10 +108,7 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
 
 def machine_info() -> dict:
     """Where the figures were measured, and with which kernels."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from blis_fast import __version__
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     try:
         numba_version = version("numba")  # (without importing numba)
@@ -197,10 +135,9 @@ def machine_info() -> dict:
 
 def bench_scenario(name: str, repeats: int = 3) -> dict:
     """Warm kernel timings and sanity metrics of one scenario (see the module docstring)."""
-    from blis_fast.results.result import Result
-    from blis_fast.config.sim import build_config
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end
-    from blis_fast_kernels.schema import RequestState
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
+    from blis_fast.config.sim import build_config  # deferred: yaml
+    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
 
     repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     overrides = scenario_overrides(name)
@@ -209,7 +146,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     wl = build_workload(cfg)
     n = len(wl)
 
-    from blis_fast.run.api import trace_level_code
+    from blis_fast.run.api import trace_level_code  # deferred: yaml
 
     level = trace_level_code(cfg)
     # untimed warm-up (compiles or loads the kernels) doubling as the correctness check
@@ -273,7 +210,7 @@ def floor_inputs(setup, wl) -> dict:
 def run_floor(inputs: dict) -> tuple[int, np.ndarray, np.ndarray]:
     """Run the minimal loop once: (steps, first token µs, last token µs) per request of
     ``inputs`` (arrival order)."""
-    from blis_fast_kernels.native import run_minimal  # compiled like the kernel it is compared with
+    from blis_fast_kernels.native import run_minimal  # deferred: blis_fast_kernels.native -- compiled like the kernel it is compared with
 
     n = inputs["arrival_us"].shape[0]
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
@@ -293,7 +230,7 @@ def bench_floor(setup, wl, repeats: int = 3) -> dict | None:
     steps, _, last = run_floor(inputs)  # untimed warm-up: compiles or loads the kernel
     if int((last >= 0).sum()) != n:
         raise BlisFastError(f"floor: only {int((last >= 0).sum())} of {n} requests completed")
-    from blis_fast_kernels.native import run_minimal
+    from blis_fast_kernels.native import run_minimal  # deferred: blis_fast_kernels.native
 
     first, last = np.empty(n, np.int64), np.empty(n, np.int64)
     args = [inputs[k] for k in ("arrival_us", "prompt_len", "output_len", "num_instances", "max_num_seqs",
@@ -321,7 +258,7 @@ def _run_timed(args: list[str], env: dict) -> tuple[float, str]:
 def bench_startup(cached_repeats: int = 3) -> dict:
     """First run after install and cached start-up, each in a fresh process, and the same
     for the JIT fallback when the compiled kernels are in use (see the module docstring)."""
-    from blis_fast_kernels import native
+    from blis_fast_kernels import native  # deferred: blis_fast_kernels.native
 
     cmd = [sys.executable, "-m", "blis_fast.cli", *STARTUP_ARGS]
     compiled = native.mode() != "jit" and native.compiled_module() is not None
@@ -346,8 +283,6 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict.
     ``progress(phase, done, total, unit)`` (as ``blis_fast.run.api.run_config`` takes it) is
     told each step as it starts."""
-    from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch
-
     repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     if scenarios is None:
         names = list(SCENARIOS) + ["batch-10k"]
@@ -392,16 +327,6 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
     return report
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """Right-aligned columns (the first left-aligned)."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(r):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-
-    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
-
-
 def _si(x: float) -> str:
     """3 significant digits with a k/M suffix (for rates)."""
     for div, suffix in ((1e6, "M"), (1e3, "k")):
@@ -425,7 +350,7 @@ def format_report(report: dict) -> str:
     sc = report["scenarios"]
     if sc:
         out += ["", "warm kernel (compiled; best of repeats, fresh state each run)"]
-        out += _table(
+        out += text_table(
             ["scenario", "requests", "inst", "rate/s", "best s", "median s", "sim req/s", "steps/s", "events", "steps",
              "x base"],
             [[r["name"], str(r["num_requests"]), str(r["num_instances"]), f"{r['rate']:g}",
@@ -435,7 +360,7 @@ def format_report(report: dict) -> str:
              for r in sc],
         )
         out += ["", "sanity (simulated results)"]
-        out += _table(
+        out += text_table(
             ["scenario", "completed", "ttft p99 ms", "e2e p99 ms", "prefix hit", "mean batch", "busy", "preempt", "sim s"],
             [[r["name"], str(r["metrics"]["completed_requests"]), f"{r['metrics']['ttft_p99_ms']:.1f}",
               f"{r['metrics']['e2e_p99_ms']:.1f}", f"{r['metrics']['prefix_cache_hit_rate']:.3f}",
@@ -447,15 +372,13 @@ def format_report(report: dict) -> str:
     if floors:
         out += ["", "floor (minimal continuous-batching loop: same workload, limits and step time; "
                     "no events, KV cache or policies)"]
-        out += _table(
+        out += text_table(
             ["scenario", "floor best s", "floor steps", "floor steps/s", "kernel best s", "x floor"],
             [[r["name"], f"{r['floor']['best_s']:.4f}", str(r["floor"]["steps"]), _si(r["floor"]["steps_per_s"]),
               f"{r['kernel_best_s']:.4f}", f"{r['x_floor']:.1f}"]
              for r in floors],
         )
     if report.get("batch"):
-        from blis_fast.experiments.batch_bench import format_batch
-
         out += format_batch(report["batch"])
     st = report.get("startup")
     if st:
@@ -472,5 +395,5 @@ def format_report(report: dict) -> str:
                            ("second_call_s", "second simulate() call")):
             if key in st:
                 rows.append([label, f"{st[key]:.3f}"])
-        out += _table(["figure", "seconds"], rows)
+        out += text_table(["figure", "seconds"], rows)
     return "\n".join(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .metrics import stable_order, value_order
+from blis_fast_kernels.native import count_inversions
 
 
 def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, priority_policy: str) -> int:
@@ -13,7 +14,6 @@ def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, 
     invert)."""
     if priority_policy == "constant":
         return 0
-    from blis_fast_kernels.native import count_inversions
 
     idx = np.flatnonzero(done)
     if idx.size < 2:

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blis_fast_kernels.schema import BlockReason, RequestState, SchedRecord, TraceLevel
+from blis_fast.results.scorecard import group_masks
+from blis_fast.results.regret import estimated_regret, routing_log
+from blis_fast.results.trace_table import scheduling_records
 
 
 CAUSE_ORDER = ("routing_cache", "load_imbalance", "bursty_admitted", "kv_pressure", "hol_blocking",
@@ -153,7 +156,6 @@ def _bursty(result, miss) -> list[Issue]:
     width = max(t_end / 50.0, 1e5)
     n_win = int(t_end // width) + 1
     win = np.clip((t // width).astype(np.int64), 0, n_win - 1)
-    from blis_fast.results.scorecard import group_masks
 
     tenants = sorted(group_masks(result, "tenant").items())
     clients = sorted(group_masks(result, "client").items())
@@ -323,13 +325,10 @@ def _counterfactual_lines(result, regret) -> list[str]:
 def diagnose(result) -> Diagnosis:
     """Every detector's findings, ranked (module docstring), with the worst decisions and
     the counterfactual lines of the summary."""
-    from blis_fast.results.regret import estimated_regret, routing_log
-
     miss, definition = miss_mask(result)
     log = routing_log(result)
     traced = int(result.state.settings[0]["trace_level"]) > 0
     issues = _routing_issues(result, miss, log) if traced else _untraced_imbalance(result, miss)
-    from blis_fast.results.trace_table import scheduling_records
 
     sched = scheduling_records(result) if int(result.state.settings[0]["trace_level"]) >= TraceLevel.FULL else None
     issues += (_bursty(result, miss) + _kv_pressure(result, miss) + _hol(result, miss, sched)

@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 
 STATUS_OK = "ok"
 
@@ -116,8 +117,6 @@ def workload_id(workload) -> str:
 def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResult:
     """Judge ``result`` against ``objectives`` (spec text, a list, or None: the run
     config's ``objectives`` setting, else ``objectives.DEFAULT_SPEC``)."""
-    from blis_fast.results.objectives import judge, parse_objectives, weighted_score
-
     if objectives is None:
         objectives = result.setup.config.objectives
     objs = parse_objectives(objectives)

@@ -7,27 +7,9 @@ Every component lies in (0, 1], higher is better; score = Σ weight · component
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from blis_fast.errors import ConfigError
-
 FITNESS_UNITS = {"throughput": "req/s", "tokens_per_sec": "tokens/s"}  # every latency key: µs
-FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
-
-
-def validate_fitness_weights(weights: dict[str, float], path: str = "fitness_weights") -> None:
-    """Known keys, finite weights >= 0, at least one."""
-    if not weights:
-        raise ConfigError(path, "needs at least one key:weight")
-    for key, w in weights.items():
-        if key not in FITNESS_KEYS:
-            raise ConfigError(path, f"unknown key {key!r}; allowed: {', '.join(FITNESS_KEYS)}")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(float(w)) or w < 0:
-            raise ConfigError(f"{path}.{key}", f"weight must be a finite number >= 0, got {w!r}")
-
-
 def _latency_component(values_us: np.ndarray, how: str) -> tuple[float, float]:
     if values_us.size == 0:
         return 0.0, 0.0  # nothing measured: no credit

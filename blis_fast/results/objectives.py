@@ -9,7 +9,6 @@ instance with a selector: ``slo_attainment[class=realtime]``, ``ttft_p99_ms[tena
 
 Normalization of a raw value v (monotone: never decreasing in v for ``max``, never
 increasing for ``min``; always in [0, 1]):
-
 - with a target T (>= 0):  ``min``: 1 if v <= T else 1 / (1 + (v - T) / d),  d = T if T > 0
   else the metric's scale (so for T > 0 it is T / v);  ``max``: 1 if v >= T else v / T.
   A score of 1 means the target is met.
@@ -39,21 +38,20 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, show, show_text
 from blis_fast.errors import ConfigError
+from blis_fast.text import FRACTIONS
+from blis_fast.results import scorecard
+from blis_fast.results.scorecard import GROUP_KINDS, group_masks, known_metrics
+from blis_fast.results.slo import has_targets
 
 DIRECTIONS = ("min", "max")
 SELECTOR_KINDS = ("class", "tenant", "client", "instance")
 MAX_OBJECTIVES = 64
 DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:min"
 
-# metrics that lie in [0, 1] by definition
-FRACTIONS = frozenset({
-    "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
-    "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
-    "busy_fraction", "rejected_fraction", "cached_token_fraction", "token_budget_occupancy", "batch_slot_occupancy",
-    "kv_occupancy_mean",
-})
 # metrics where less is better (the default direction)
 _LOWER_IS_BETTER = frozenset({
     "rejected_fraction", "preemption_rate", "preemption_count", "preemptions", "dropped_unservable",
@@ -141,8 +139,6 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
 def check_objective(o: Objective, where: str) -> None:
     """ConfigError unless the metric is known (for its selector kind), the direction is
     min/max, and target, weight and scale are finite numbers in range."""
-    from blis_fast.results.scorecard import known_metrics
-
     as_str(o.metric, f"{where}.metric")
     base, kind, _ = split_metric(o.metric, f"{where}.metric")
     overall, group, instance = known_metrics()
@@ -264,8 +260,6 @@ def objectives_setting(value, where: str) -> list[dict]:
 def metric_value(result, name: str) -> float:
     """The value of metric ``name`` (with an optional selector) in a ``Result``.
     ConfigError if the metric or the selected group is unknown."""
-    from blis_fast.results import scorecard
-
     base, kind, value = split_metric(name, "objectives.metric")
     overall, group, instance = scorecard.known_metrics()
     if kind is None:
@@ -284,7 +278,6 @@ def metric_value(result, name: str) -> float:
         if index is None or index not in used:
             raise ConfigError("objectives.metric", f"{show(name)}: no instance {show(value)}; instances: "
                                                    f"{known_list(used)}")
-        import numpy as np
 
         return float(scorecard.instance_metrics(result, np.array([index]))[base])
     if base not in group:
@@ -294,8 +287,6 @@ def metric_value(result, name: str) -> float:
     if value not in masks:
         raise ConfigError("objectives.metric", no_group_message(name, kind, value, list(masks)))
     if base == "slo_attainment" and kind == "class":
-        from blis_fast.results.slo import has_targets
-
         if not has_targets((result.workload.slo_targets or {}).get(value)):
             raise ConfigError("objectives.metric", untargeted_message(name, value))
     return float(scorecard.group_metrics(result, masks[value])[base])
@@ -331,10 +322,6 @@ def instance_index(value: str) -> int | None:
 def workload_groups(workload, kind: str) -> list[str]:
     """The names of the groups of a selector kind (class, tenant, client) that hold at least
     one request of ``workload`` -- the groups ``scorecard.group_masks`` finds after the run."""
-    import numpy as np
-
-    from blis_fast.results.scorecard import GROUP_KINDS
-
     col = GROUP_KINDS[kind]
     names = list((workload.names or {}).get(col) or [])
     ids = np.unique(workload.column(col)) if len(workload) else np.zeros(0, np.int64)
@@ -362,8 +349,6 @@ def check_selectors(selected, workload, instances: int) -> None:
         if value not in groups[kind]:
             raise ConfigError(field, no_group_message(metric, kind, value, groups[kind]))
         if base == "slo_attainment" and kind == "class":
-            from blis_fast.results.slo import has_targets
-
             if not has_targets((workload.slo_targets or {}).get(value)):
                 raise ConfigError(field, untargeted_message(metric, value))
 
@@ -379,9 +364,7 @@ def measured(result, metric: str) -> bool:
     prefix = next((p for p in _SAMPLED if base.startswith(p)), None)
     if prefix is None or kind == "instance":
         return True
-    import numpy as np
 
-    from blis_fast.results.scorecard import group_masks
 
     tab = result.outcomes
     sel = np.ones(len(tab["done"]), bool) if kind is None else group_masks(result, kind)[value]

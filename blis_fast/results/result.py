@@ -10,6 +10,7 @@ requests that reached an instance, sorted by arrival time.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from functools import cached_property
@@ -25,6 +26,14 @@ from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
 from .window import measurement_window, window_mask
+from blis_fast.errors import ConfigError
+from blis_fast.version import __version__
+from blis_fast.config.validate import show
+from .scorecard import group_metrics, overall_metrics, request_outcomes
+from .evaluation import evaluate
+from .trace_summary import summary_text
+from .trace_table import decision_table
+from .slo import has_targets, slo_report
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
 
@@ -42,9 +51,6 @@ REQUEST_TABLE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"
 def request_table_format(path: str | Path, flag: str) -> str:
     """The per-request file format named by ``path``'s suffix; ConfigError(flag) for any
     other suffix (a Parquet file named .csv would mislead whoever opens it)."""
-    from blis_fast.config.validate import show
-    from blis_fast.errors import ConfigError
-
     suffix = Path(path).suffix.lower()
     if suffix not in REQUEST_TABLE_FORMATS:
         raise ConfigError(flag, f"the file name must end in {', '.join(REQUEST_TABLE_FORMATS)} (the format), "
@@ -175,7 +181,6 @@ class Result:
         each instance's clock, ITL histograms: a one-item list holding the cluster's
         (values, counts) -- taken out once the cluster is summarized, so that they are not
         kept -- and the per-instance function)."""
-        st = self.state
         cols = self._cols
         win, fin = self.in_window, self.finished_in_window
         measured = cols["state"] == RequestState.COMPLETED
@@ -253,29 +258,23 @@ class Result:
     def outcomes(self) -> dict[str, np.ndarray]:
         """Per-request outcome arrays (``scorecard.request_outcomes``): arrived, done,
         rejected, met (SLO met), ttft_us, e2e_us, tpot_us."""
-        from .scorecard import request_outcomes
-
         return request_outcomes(self)
 
     @cached_property
     def request_metrics(self) -> dict[str, float]:
         """``scorecard.GROUP_METRICS`` over every request (of the measurement window)."""
-        from .scorecard import group_metrics
-
         return group_metrics(self, None)
 
     @cached_property
     def evaluation_metrics(self) -> dict[str, float]:
         """Every whole-run metric an objective can name (``scorecard.overall_metrics``)."""
-        from .scorecard import overall_metrics
-
         return overall_metrics(self)
 
     @cached_property
     def adequacy(self):
         """Whether the run measures steady state: too short, saturated, unfinished or ok
         (``blis_fast.results.adequacy``)."""
-        from .adequacy import adequacy
+        from .adequacy import adequacy  # deferred: yaml
 
         return adequacy(self)
 
@@ -293,22 +292,16 @@ class Result:
         ``"ttft_p99_ms:min:200,slo_attainment:max"``, a list of Objective / mappings, or
         None: the config's ``objectives``, else the defaults); ``summarize`` adds the
         trace summary text."""
-        from .evaluation import evaluate
-
         return evaluate(self, objectives, summarize)
 
     def summary_text(self, objectives=None) -> str:
         """The deterministic markdown trace summary (``blis_fast.results.trace_summary``)."""
-        from .trace_summary import summary_text
-
         return summary_text(self, objectives)
 
     def decision_table(self):
         """The decision trace as a pyarrow Table (``--trace-out``; README 'Decision trace'):
         empty unless the run traced decisions; with ``trace_level="full"`` it also has the
         instance schedulers' records and their columns."""
-        from .trace_table import decision_table
-
         return decision_table(self)
 
     def anomalies(self) -> dict:
@@ -360,8 +353,6 @@ class Result:
         """Each objective's raw value, shown beside its normalized score; null for an SLO
         attainment when no class of the workload sets a target (it would only count
         completions: results.slo)."""
-        from .slo import has_targets
-
         targeted = any(has_targets(t) for t in (self.workload.slo_targets or {}).values())
         return {k: None if k.startswith("slo_attainment") and not targeted else ev.metrics.get(k)
                 for k in ev.objectives}
@@ -372,14 +363,11 @@ class Result:
         None unless the workload defines classes, tenants or clients (workload specs)."""
         if not (self.workload.slo_targets or self.workload.names):
             return None
-        from .slo import slo_report
 
         return slo_report(self)
 
     def run_info(self) -> dict:
         """What produced these numbers (deterministic: no wall-clock fields)."""
-        from blis_fast import __version__
-
         lat = self.setup.latency
         cfg = self.setup.config
         return {
@@ -511,7 +499,7 @@ class Result:
     def requests_table(self):
         """Per-request table as a pyarrow Table: every request, in request order, with the
         fields of the JSON records (``request_records``)."""
-        import pyarrow as pa
+        import pyarrow as pa  # deferred: pyarrow
 
         cols = self._fields(np.arange(len(self.state.reqs)))
         return pa.table({k: pa.array(v, REQUEST_FIELD_TYPES.get(k, pa.string())) for k, v in cols.items()})
@@ -519,8 +507,6 @@ class Result:
     def to_pandas(self):
         """The per-request table as a pandas DataFrame (needs the ``pandas`` extra:
         ``pip install 'blis-fast[pandas]'``)."""
-        import importlib.util
-
         if importlib.util.find_spec("pandas") is None:
             raise ImportError("Result.to_pandas() needs pandas: pip install 'blis-fast[pandas]' (or pandas); "
                               "Result.requests_table() gives the same table as pyarrow")
@@ -560,7 +546,7 @@ class Result:
 
     def write_parquet(self, path: str | Path) -> None:
         """Write the per-request table as Parquet."""
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         pq.write_table(self.requests_table(), str(path))
 
@@ -572,7 +558,7 @@ class Result:
         if fmt == "parquet":
             self.write_parquet(path)
         elif fmt == "csv":
-            import pyarrow.csv as pc
+            import pyarrow.csv as pc  # deferred: pyarrow
 
             pc.write_csv(self.requests_table(), str(path))
         else:

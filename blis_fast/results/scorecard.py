@@ -2,7 +2,6 @@
 the cluster summary's numbers plus goodput, fairness, utilization, KV, queue and rate
 metrics, for the whole run or one group of requests (an SLO class, tenant or client) or
 one instance.  Definitions (README "Evaluation metrics" has the full list with units):
-
 - a request *meets its SLO* when it completed and every target of its class holds
   (``blis_fast.results.slo``); a class without targets only asks for completion -- so
   ``slo_attainment[class=C]`` of such a class is refused (``objectives.metric_value``),
@@ -38,6 +37,8 @@ import numpy as np
 from blis_fast_kernels.schema import RequestState
 
 from .metrics import HEADROOM_METRICS, headroom, sorted_percentiles
+from blis_fast.results.metrics import PERCENTILES
+from .slo import request_slo_table
 
 GROUP_KINDS = {"class": "slo_class", "tenant": "tenant", "client": "client"}  # selector key -> request column
 
@@ -73,8 +74,6 @@ def jain_index(values) -> float:
 def request_outcomes(result) -> dict[str, np.ndarray]:
     """Per-request arrays: arrived, done, rejected, met (SLO met), ttft_us, e2e_us,
     tpot_us (request order)."""
-    from .slo import request_slo_table
-
     reqs = result.reqs
     names = result.workload.names or {}
     n_cls = int(reqs["slo_class"].max()) + 1 if len(reqs) else 0
@@ -229,8 +228,6 @@ def overall_metrics(result) -> dict[str, float]:
 def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(whole-run metrics, group metrics, instance metrics) by name: what an objective may
     name without a selector, with [class=|tenant=|client=], and with [instance=]."""
-    from blis_fast.results.metrics import PERCENTILES
-
     summary = ["completed_requests", "still_queued", "still_running", "injected_requests", "total_input_tokens",
                "total_output_tokens", "vllm_estimated_duration_s", "responses_per_sec", "tokens_per_sec",
                *(f"{m}_{s}_ms" for m in ("e2e", "ttft", "itl") for s in ("mean", *(f"p{p}" for p in PERCENTILES))),

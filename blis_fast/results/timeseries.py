@@ -24,6 +24,8 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 from __future__ import annotations
 
 import numpy as np
+from blis_fast_kernels.schema import RequestState
+from blis_fast.config import memory
 
 from blis_fast.errors import ConfigError
 
@@ -69,8 +71,6 @@ class TimeSeriesRecorder:
         self.count += repeats
         chunks = -(-self.count // CHUNK) - charged
         if chunks:
-            from blis_fast.config import memory
-
             memory.charge(chunks * CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
                           f"the time series ({self.count - repeats} samples so far)",
                           "raise simulation.sample_interval_ms (--sample-interval-ms)")
@@ -138,8 +138,6 @@ def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarra
     cluster -- completed requests whose last step had started by sample time t and, for
     ``computing``, had not ended (still running), for ``unseen``, whose last token (step
     end + a2) was not yet visible (still in the system)."""
-    from blis_fast_kernels.schema import RequestState
-
     reqs = state.reqs
     done = reqs["state"] == RequestState.COMPLETED
     inst = reqs["instance"][done]
@@ -184,12 +182,12 @@ class TimeSeries:
 
     def table(self):
         """A pyarrow Table of ``columns()``."""
-        import pyarrow as pa
+        import pyarrow as pa  # deferred: pyarrow
 
         return pa.table({k: pa.array(v) for k, v in self.columns().items()})
 
     def write_parquet(self, path) -> None:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         pq.write_table(self.table(), str(path))
 

@@ -11,15 +11,19 @@ and how many of them missed; issues are ranked by misses blamed, ties by cause (
 
 from __future__ import annotations
 
+import numpy as np
+
 from blis_fast.results.diagnosis import fmt_value as _fmt
+from blis_fast.results.diagnosis import diagnose
+from blis_fast.results.scorecard import group_masks, group_metrics, instance_metrics
+from blis_fast.results.objectives import judge, parse_objectives, weighted_score
+from blis_fast.results.slo import has_targets
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 
 
 def _group_lines(result) -> list[str]:
     """One line per SLO class and tenant (when the workload names them)."""
-    from blis_fast.results.scorecard import group_masks, group_metrics
-
     out = []
     for kind in ("class", "tenant"):
         masks = group_masks(result, kind)
@@ -39,10 +43,6 @@ def _group_lines(result) -> list[str]:
 def _instance_lines(result) -> list[str]:
     """Step occupancy (the time a step runs), how full the steps were (token budget, batch
     slots), mean queue and mean KV utilization per instance."""
-    import numpy as np
-
-    from blis_fast.results.scorecard import instance_metrics
-
     used = result._used_instances().tolist()
     parts = []
     for i in used[:MAX_ROWS]:
@@ -58,10 +58,6 @@ def _instance_lines(result) -> list[str]:
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
-    from blis_fast.results.diagnosis import diagnose
-    from blis_fast.results.objectives import judge, parse_objectives, weighted_score
-    from blis_fast.results.slo import has_targets
-
     cfg = result.setup.config
     objs = parse_objectives(objectives if objectives is not None else cfg.objectives)
     m = result.evaluation_metrics

@@ -64,15 +64,15 @@ import numpy as np
 from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES, PolicySlot,
                                      SchedRecord,
                                      SchedulerKind, TraceLevel)
+from blis_fast.results.regret import estimated_regret
 
 RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked")
 
 
 def decision_table(result):
     """The pyarrow Table of the run's decision trace (empty when not traced)."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
-    from blis_fast.results.regret import estimated_regret
 
     st = result.state
     lp = st.loop[0]
@@ -164,7 +164,7 @@ def scheduling_records(result) -> np.ndarray:
 
 def _scheduling_columns(result, col, sch, blk, vic) -> dict:
     """The columns a ``full`` trace adds (module docstring), through ``col``."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     sorting = int(result.state.policy_kind[PolicySlot.SCHEDULER]) == SchedulerKind.SORT
     both = {3: sch, 4: blk}
@@ -203,7 +203,7 @@ def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, 
     """Why each admission went as it did (null on other records): ``always-admit``,
     ``reject-all``, or for token-bucket ``bucket`` (the tenant's bucket covered the prompt)
     / ``bucket-short`` (it did not: rejected)."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     if policy == "token-bucket":
         why = np.where(adm["admitted"] != 0, "bucket", "bucket-short")
@@ -215,7 +215,7 @@ def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, 
 
 def write_decision_trace(result, path) -> None:
     """Write ``decision_table(result)`` as Parquet."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: pyarrow
 
     pq.write_table(decision_table(result), str(path))
 

@@ -1,5 +1,4 @@
 """``simulate()``, the public entry point of one run:
-
     resolve (model, GPU, latency model, KV blocks) -> check the expected size against the
     memory budget -> build the workload -> allocate the state (run.tables) -> the event
     loop (run.runner) -> Result (blis_fast.results)
@@ -17,13 +16,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import effective, memory
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
-from blis_fast.config.sim import SimConfig, build_config, load_yaml, section_paths
+from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
+from blis_fast.config.sim import validate
+from blis_fast_kernels.schema import TraceLevel
+from blis_fast.run.counterfactual import replay_worst_decisions
 
 if TYPE_CHECKING:
     from blis_fast.results.result import Result
@@ -83,7 +85,7 @@ def simulate(config: SimConfig | Mapping[str, Any] | str | os.PathLike | None = 
     if workload is not None and not isinstance(workload, Workload):
         raise ConfigError("workload", f"must be a blis_fast.Workload or a workload type name, got {show(workload)}")
     if workload is not None:
-        effective.check_ready_workload(settings)
+        check_ready_workload(settings)
     cfg = as_config(config, settings, policy=policy)
     return run_config(cfg, workload, progress=progress)
 
@@ -129,8 +131,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     config's objectives and of ``selectors`` ((field, metric) pairs the caller will read,
     e.g. a study's ``--slo``) must name a group of the workload or an instance of the
     deployment (``results.objectives.check_selectors``)."""
-    from blis_fast.config.sim import validate
-    from blis_fast.results.result import Result
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     if not isinstance(cfg, SimConfig):
         raise ConfigError("config", f"must be a SimConfig, got {show(cfg)}")
@@ -150,7 +151,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
-            from blis_fast.results.window import measurement_window
+            from blis_fast.results.window import measurement_window  # deferred: blis_fast_kernels.native
 
             measurement_window(wl.arrival_us, cfg.simulation.warmup_s, cfg.simulation.cooldown_s)
         if progress is not None:
@@ -158,7 +159,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         sim = cfg.simulation
         interval_us = sample_interval_us(cfg)
         if interval_us:
-            from blis_fast.results.timeseries import check_sample_count
+            from blis_fast.results.timeseries import check_sample_count  # deferred: blis_fast_kernels.native
 
             # the run lasts at least until its last known arrival (at most until the horizon):
             # a series that would exceed its maximum by then is refused before the run
@@ -171,7 +172,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         state = build_state(setup, wl, trace_level=trace_level_code(cfg))
         recorder = None
         if interval_us:
-            from blis_fast.results.timeseries import TimeSeriesRecorder
+            from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
             recorder = TimeSeriesRecorder(len(state.inst), interval_us)
         on_chunk = None
@@ -186,8 +187,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if recorder is not None:
             result.timeseries = recorder.series(result._used_instances(), state)
         if sim.counterfactual_k:
-            from blis_fast.run.counterfactual import replay_worst_decisions
-
             if progress is not None:
                 progress("replaying counterfactuals", 0, None, "")
             result.counterfactuals = replay_worst_decisions(result, sim.counterfactual_k)
@@ -203,7 +202,7 @@ def pool_size(cfg: SimConfig) -> int:
 def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[str, str]] = ()) -> None:
     """The selectors of the config's objectives and ``selectors`` checked against the
     workload and the deployment (``run_config``)."""
-    from blis_fast.results.objectives import check_selectors
+    from blis_fast.results.objectives import check_selectors  # deferred: blis_fast_kernels.native
 
     selected = list(selectors)
     if cfg.objectives is not None:
@@ -228,8 +227,6 @@ def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None
 def trace_level_code(cfg: SimConfig) -> int:
     """The kernel's TraceLevel of a config: as asked for (none | decisions | full), by default
     decisions when counterfactual replays need the decision records, else none."""
-    from blis_fast_kernels.schema import TraceLevel
-
     level = cfg.simulation.trace_level
     if level is None:
         level = "decisions" if cfg.simulation.counterfactual_k else "none"

@@ -17,11 +17,14 @@ traced alternative (up to ``N_TRACE_ALTERNATIVES``).
 from __future__ import annotations
 
 import numpy as np
+from concurrent.futures import ThreadPoolExecutor
 
 from blis_fast.run.runner import run_to_end, run_until
 from blis_fast.run.tables import build_state
 from blis_fast_kernels.schema import TraceLevel
 from blis_fast_kernels.schema.state import copy_state
+from blis_fast.run.runner import default_workers
+from blis_fast.config import memory
 
 
 def _ms(us: int) -> float | None:
@@ -29,7 +32,7 @@ def _ms(us: int) -> float | None:
 
 
 def _outcome(result, r: int, objectives) -> dict:
-    from blis_fast.results.objectives import score
+    from blis_fast.results.objectives import score  # deferred: blis_fast_kernels.native
 
     lat = result.latencies
     total, vec = score(result, objectives)
@@ -49,7 +52,7 @@ def worst_decisions(result, k: int) -> np.ndarray:
     """Rows of the routing log with the ``k`` highest estimated regrets (> 0 only: a
     decision the model finds no better alternative for is not replayed), highest first,
     ties to the lower request id."""
-    from blis_fast.results.regret import estimated_regret, routing_log
+    from blis_fast.results.regret import estimated_regret, routing_log  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     regret, _best = estimated_regret(result, log)
@@ -61,9 +64,6 @@ def replay_workers(state, wanted: int) -> int:
     """Replays run at once: up to the cores this process may use and ``wanted``, and as
     many state copies as the memory budget in force still holds (ConfigError naming
     simulation.max_memory if not even one fits next to the pass's own state)."""
-    from blis_fast.batch.evaluate import default_workers
-    from blis_fast.config import memory
-
     per_copy = sum(a.nbytes for a in state)
     budget = memory.current_budget()
     room = int((budget.limit - budget.used) // max(per_copy, 1)) - 1
@@ -80,10 +80,8 @@ def replays(result, rows):
     each decision, and a copy of the state continues from there under each alternative.
     The copies run on a thread pool (the kernels release the GIL) as far as cores and the
     memory budget allow; the results do not depend on it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from blis_fast.results.regret import routing_log
-    from blis_fast.results.result import Result
+    from blis_fast.results.regret import routing_log  # deferred: blis_fast_kernels.native
+    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     state = build_state(result.setup, result.workload, trace_level=TraceLevel.NONE)
@@ -115,8 +113,8 @@ def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
     estimated_regret_ms, baseline: outcome, alternatives: [outcome, ...]}, where an outcome
     is {instance, ttft_ms, e2e_ms (None if it never got there), score, objectives} and the
     score is under ``objectives`` (default: the config's).  Highest estimated regret first."""
-    from blis_fast.results.objectives import parse_objectives
-    from blis_fast.results.regret import estimated_regret, routing_log
+    from blis_fast.results.objectives import parse_objectives  # deferred: blis_fast_kernels.native
+    from blis_fast.results.regret import estimated_regret, routing_log  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
     picked = worst_decisions(result, k).tolist()

@@ -20,10 +20,17 @@ from blis_fast.config import (
 )
 from blis_fast.config.deployments import DeploymentSpec, served_models
 from blis_fast.config.engine import EngineConfig
-from blis_fast.config.sim import SimConfig, build_config, flag_for
+from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError
 from blis_fast.workload import DistributionSpec, Workload, generate_distribution, load_blis_trace, load_preset
+from blis_fast.workload.spec import load_spec
+from blis_fast.workload.generate import generate_from_spec
+from blis_fast.workload.formats.blis_csv import read_trace_models
+from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
+from blis_fast.workload import distribution, generate
+from blis_fast.run.tables import check_kv_blocks, describe_estimate, estimate_state_bytes
+from blis_fast.policy import compile_policies
 
 MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
@@ -180,10 +187,6 @@ def workload_spec(config: SimConfig):
     """The config's workload spec, its rates multiplied by ``workload.rate_scale``, its
     ``num_requests`` (the cap on generated requests) replaced by ``workload.num_requests``
     when that is given (as the reference's --num-requests does)."""
-    from dataclasses import replace
-
-    from blis_fast.workload.spec import load_spec
-
     spec = load_spec(config.workload.spec_filepath).scaled(config.workload.rate_scale)
     if config.workload.num_requests is not None:
         spec = replace(spec, num_requests=config.workload.num_requests)
@@ -196,14 +199,10 @@ def build_workload(config: SimConfig) -> Workload:
     w = config.workload
     bs = config.engine.block_size
     if w.spec_filepath:  # a workload spec replaces the workload type (docs/workloads.md)
-        from blis_fast.workload.generate import generate_from_spec
-
         spec = workload_spec(config)
         seed = config.simulation.seed if config.simulation.seed is not None else spec.effective_seed
         return assign_models(config, generate_from_spec(spec, seed, bs), spec)
     if w.type == "traces":
-        from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
-
         rich = is_rich_trace(w.traces_filepath)
         if rich:
             trace = load_trace(w.traces_filepath, bs)
@@ -255,8 +254,6 @@ def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | 
 def _trace_models(path: str, wl: Workload, served: tuple[str, ...], index: dict) -> np.ndarray:
     """The served-model ids of a BLIS trace's requests, from its model column; refused
     with a count per model no deployment serves."""
-    from blis_fast.workload.formats.blis_csv import read_trace_models
-
     names, ids = read_trace_models(path, len(wl))
     counts = np.bincount(ids, minlength=len(names)) if ids.size else np.zeros(len(names), np.int64)
     unknown = [(name, int(counts[k])) for k, name in enumerate(names) if name not in index]
@@ -277,26 +274,20 @@ def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float]
     if w.spec_filepath:
         spec = workload_spec(config)
         n, tokens = spec.expected_size()
-        from blis_fast.workload.generate import GEN_BYTES_PER_REQUEST, KEY_BYTES
-
         keys = tokens / bs
-        return int(n), keys, keys, n * GEN_BYTES_PER_REQUEST + keys * KEY_BYTES
+        return int(n), keys, keys, n * generate.GEN_BYTES_PER_REQUEST + keys * generate.KEY_BYTES
     if w.type == "traces":
         return None
-    from blis_fast.workload.distribution import GEN_BYTES_PER_REQUEST, KEY_BYTES, expected_size
-
     spec = distribution_spec(config)
-    n, keys = expected_size(spec, bs)
+    n, keys = distribution.expected_size(spec, bs)
     shared = n * (int(spec.prefix_tokens) // bs)  # only the shared prefix's blocks repeat
-    return n, keys, shared, n * GEN_BYTES_PER_REQUEST + keys * KEY_BYTES + int(spec.prefix_tokens) * 16
+    return (n, keys, shared,
+            n * distribution.GEN_BYTES_PER_REQUEST + keys * distribution.KEY_BYTES + int(spec.prefix_tokens) * 16)
 
 
 def check_expected_size(config: SimConfig, setup: Setup, per_request: int = 0) -> None:
     """Refuse, before generating anything, a run whose expected workload, tables and
     results exceed the memory budget in force (``simulation.max_memory``)."""
-    from blis_fast.policy import compile_policies
-    from blis_fast.run.tables import check_kv_blocks, describe_estimate, estimate_state_bytes
-
     check_kv_blocks(config, setup.latency)
     size = expected_workload_size(config)
     if size is None:

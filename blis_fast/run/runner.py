@@ -7,6 +7,7 @@ status but OK is an error."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -15,6 +16,7 @@ import numpy as np
 from blis_fast.errors import SimulationError
 from blis_fast_kernels.schema import State, Status
 from blis_fast_kernels.schema.state import STATE_FIELDS, log_room
+from blis_fast.config import memory
 
 STATUS_MESSAGES = {
     Status.HEAP_FULL: "the event heap overflowed (internal sizing error; please report)",
@@ -30,6 +32,14 @@ STATUS_MESSAGES = {
 }
 
 
+def default_workers() -> int:
+    """All cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover -- not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _kind_name(state: State) -> str:
     """'cluster kind 5' / 'instance kind 3': the unknown event's kind code and band."""
     lp = state.loop[0]
@@ -41,8 +51,6 @@ def _with_room(log: np.ndarray, used: int, extra: int, what: str, hint: str) -> 
     """``log`` if it has room for ``extra`` rows after its ``used`` ones, else a copy grown
     to at least twice its size, charged to the memory budget in force as ``what`` (a
     format string of ``used`` and ``rows``)."""
-    from blis_fast.config import memory
-
     if used + extra <= log.shape[0]:
         return log
     rows = max(2 * log.shape[0], used + extra, 1024)
@@ -101,7 +109,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
     ``until_us`` (not with sampling) it returns instead once every event at or before
     ``until_us`` is processed (``run_until``).  A cohort's state (blis_fast.batch.cohorts)
     also returns, with Status.COHORT_SPLIT, where its members part."""
-    from blis_fast_kernels.native import run_events  # compiled ahead of time, or numba loads here
+    from blis_fast_kernels.native import run_events  # deferred: blis_fast_kernels.native -- compiled ahead of time, or numba loads here
 
     settings = state.settings
     adaptive = chunk_events is None

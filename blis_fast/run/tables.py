@@ -16,6 +16,8 @@ from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS, ZEROS, copy_array, event_capacity,
                                             state_shapes)
+from blis_fast.config import memory
+from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
@@ -436,8 +438,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     positions -- a popular prefix is one value at thousands of positions).  ``arrays``:
     where the large arrays come from (``StateArrays``; default fresh ones).  Every field is
     allocated as ``schema.state.STATE_FIELDS`` declares it (``allocate_state``)."""
-    from blis_fast.policy import compile_policies
-
     cfg = setup.config
     eng = cfg.engine
     bs = eng.block_size
@@ -455,7 +455,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     check_kv_blocks(cfg, lat)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
     compat = cfg.simulation.compat is not None
-    from blis_fast.config import memory
 
     if scenario is not None:
         n_blocks, work_tokens, n_tenants = scenario.n_blocks, scenario.work_tokens, scenario.n_tenants

@@ -51,8 +51,11 @@ from blis_fast.studies.measure import ADEQUACY
 from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
                                    seed_list, seed_stats)
 from blis_fast.studies.slo import SloPredicate, parse_slos
-from blis_fast.cli.output import metric_text
+from blis_fast.text import metric_text
 from blis_fast.studies.tables import bracket_text, interval_text, text_table
+from blis_fast.workload.spec import load_spec
+from blis_fast.results.objectives import known_list, split_metric
+from blis_fast.studies.sweep import check_targeted, class_names
 
 SEARCHES = ("rate", "instances")
 MAX_RATE = 1e12
@@ -167,8 +170,6 @@ class _Searcher:
         self.spec_rate = 0.0  # a workload spec's total client rate at rate_scale 1 (0: not a spec)
         self.start = cfg.workload.rate * cfg.workload.rate_scale  # the offered rate the search starts from
         if search == "rate" and cfg.workload.spec_filepath:
-            from blis_fast.workload.spec import load_spec
-
             self.spec_rate = load_spec(cfg.workload.spec_filepath).total_rate
             if not self.spec_rate > 0:
                 raise ConfigError("--search", "rate search needs rate-driven clients; this workload spec has none")
@@ -427,9 +428,6 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
 
 def _check_classes(preds: list[SloPredicate], cfg: SimConfig) -> None:
     """Refuse, before running, a [class=NAME] the workload spec does not define."""
-    from blis_fast.results.objectives import known_list, split_metric
-    from blis_fast.studies.sweep import check_targeted, class_names
-
     known = class_names(cfg)
     for p in preds:
         _, kind, name = split_metric(p.metric, "--slo")

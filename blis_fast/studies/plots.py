@@ -29,11 +29,11 @@ def check_plot_path(path, flag: str = "--plot") -> Path:
 
 def _pyplot(flag: str = "--plot"):
     try:
-        import matplotlib
+        import matplotlib  # deferred: matplotlib
     except ImportError:
         raise ConfigError(flag, INSTALL_HINT) from None
     matplotlib.use("Agg", force=True)  # files only: never a window
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     matplotlib.rcParams["svg.hashsalt"] = "blis-fast"
     return plt
@@ -41,7 +41,7 @@ def _pyplot(flag: str = "--plot"):
 
 def save(fig, path: Path, flag: str = "--plot") -> None:
     """Write ``fig`` to ``path`` atomically (deterministic bytes) and release it."""
-    from blis_fast.config.outputs import atomic_write
+    from blis_fast.config.outputs import atomic_write  # deferred: yaml
 
     plt = _pyplot()
     fmt = Path(path).suffix.lower().lstrip(".")
@@ -89,7 +89,7 @@ WIDE = 10.0  # an axis whose positive values span more than this factor is drawn
 def wide_scales(ax, xs, ys) -> None:
     """Logarithmic x and/or y axis where the values span more than ``WIDE`` (a latency
     that explodes past saturation would flatten everything else), plain tick labels."""
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import ScalarFormatter  # deferred: matplotlib
 
     for values, set_scale, axis in ((xs, ax.set_xscale, ax.xaxis), (ys, ax.set_yscale, ax.yaxis)):
         pos = [v for v in values if v > 0]

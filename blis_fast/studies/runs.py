@@ -24,6 +24,10 @@ from blis_fast.config.sim import SimConfig, with_overrides
 from blis_fast.config.validate import as_int
 from blis_fast.errors import ConfigError
 from blis_fast.studies.measure import run_metrics
+from blis_fast.config.memory import default_max_memory
+from blis_fast.run.runner import default_workers
+from blis_fast.workload.spec import load_spec
+from blis_fast.run.api import run_config
 
 MAX_JOBS = 256
 MAX_SEEDS = 1000
@@ -68,8 +72,6 @@ def seed_stats(values: Sequence[float]) -> SeedStats:
 def check_jobs(jobs, field: str = "--jobs") -> int:
     """Parallel runs: ``jobs`` checked, or the machine's cores when None."""
     if jobs is None:
-        from blis_fast.batch.evaluate import default_workers
-
         return min(default_workers(), MAX_JOBS)
     return as_int(jobs, field, 1, MAX_JOBS)
 
@@ -95,8 +97,6 @@ def seed_list(cfg: SimConfig, n: int, field: str = "--seeds") -> list[int]:
                                  f"repeat one run; use {field} 1 (or a workload spec, whose seeds differ)")
     base = cfg.simulation.seed
     if base is None and cfg.workload.spec_filepath:
-        from blis_fast.workload.spec import load_spec
-
         base = load_spec(cfg.workload.spec_filepath).effective_seed
     base = cfg.simulation.workload_seed if base is None else int(base)
     return [base + k for k in range(n)]
@@ -118,9 +118,6 @@ def run_all(configs: Sequence[SimConfig], metrics: Sequence[str], jobs: int,
     started are cancelled) and is raised, naming the run (``where[i]``, e.g. "rate=800").
     A metric's selector that names no group of a run's workload (or no instance) is
     refused, naming ``metrics_field``, before that run simulates anything."""
-    from blis_fast.config.memory import default_max_memory
-    from blis_fast.run.api import run_config
-
     workers = max(1, min(jobs, len(configs)))
     selectors = [(metrics_field, m) for m in metrics if "[" in m]
     shared = default_max_memory() // workers  # runs side by side share the default budget

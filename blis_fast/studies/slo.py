@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from blis_fast.config.validate import as_float, as_list, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.results.objectives import split_items
+from blis_fast.studies.measure import check_metric
 
 OPS = ("<=", ">=", "<", ">")
 MAX_PREDICATES = 32
@@ -108,6 +109,4 @@ def _class_names(slo_classes) -> list[str]:
 
 def check_metric_name(metric: str, field: str) -> None:
     """ConfigError unless ``metric`` is a metric name an objective may use."""
-    from blis_fast.studies.measure import check_metric
-
     check_metric(metric, field)

@@ -32,6 +32,11 @@ from blis_fast.studies.measure import ADEQUACY, SLO_JUDGED, TABLE_METRICS, check
 from blis_fast.studies.runs import (SeedStats, check_jobs, check_seeds, check_simulations, configs_for, run_all,
                                    seed_list, seed_stats)
 from blis_fast.studies.tables import interval_text, text_table, write_rows
+from blis_fast.results.objectives import split_metric, untargeted_message
+from blis_fast.workload.spec import load_spec
+from blis_fast.results.slo import has_targets
+from blis_fast.run.resolve import workload_spec
+from blis_fast.run.api import as_config
 
 MAX_POINTS = 10_000  # grid points of one study (x configurations)
 MAX_AXES = 8
@@ -331,7 +336,6 @@ def class_names(cfg: SimConfig) -> list[str]:
     """The SLO classes of the config's workload spec (none for other workloads)."""
     if not cfg.workload.spec_filepath:
         return []
-    from blis_fast.workload.spec import load_spec
 
     return list(load_spec(cfg.workload.spec_filepath).slo_classes)
 
@@ -341,9 +345,6 @@ def targeted_class_names(cfg: SimConfig) -> list[str] | None:
     workload spec, none for a generated workload; None for a trace (its header may set
     targets: unknown before it is read)."""
     if cfg.workload.spec_filepath:
-        from blis_fast.results.slo import has_targets
-        from blis_fast.workload.spec import load_spec
-
         return [c for c, t in load_spec(cfg.workload.spec_filepath).slo_classes.items() if has_targets(t)]
     return None if cfg.workload.type == "traces" else []
 
@@ -352,8 +353,6 @@ def check_targeted(metrics: Sequence[str], cfgs: Sequence[SimConfig], field: str
     """Refuse, before running, ``slo_attainment[class=C]`` where a configuration's workload
     spec defines C without any target (its attainment would only count completions;
     ``objectives.metric_value`` refuses it in a run too)."""
-    from blis_fast.results.objectives import split_metric, untargeted_message
-
     for cfg in cfgs:
         targeted = targeted_class_names(cfg)
         if targeted is None:
@@ -458,8 +457,6 @@ def offered_rate(cfg: SimConfig) -> float | None:
     None for a trace."""
     w = cfg.workload
     if w.spec_filepath:
-        from blis_fast.run.resolve import workload_spec
-
         return workload_spec(cfg).request_rate
     return None if w.type == "traces" else w.rate * w.rate_scale
 
@@ -478,8 +475,6 @@ def sweep(sets, config=None, *, seeds: int = 1, metrics=None, jobs: int | None =
     """Run the grid of ``sets`` (``"rate=10:100:10"``, a list of such texts, or
     ``[("rate", [10, 20])]``) on ``config`` + ``overrides`` (as ``blis_fast.simulate``),
     ``seeds`` seeds per point; ``metrics`` adds metric names to the table."""
-    from blis_fast.run.api import as_config
-
     return run_study([(None, as_config(config, overrides))], sets, seeds=seeds, metrics=metrics, jobs=jobs,
                      on_run=on_run)
 
@@ -489,8 +484,6 @@ def compare(configs, sets=(), *, seeds: int = 1, metrics=None, jobs: int | None 
     """Run every configuration of ``configs`` (``{label: config}``, or a list of YAML
     paths labelled by file name) on the same grid, workload settings (``overrides`` apply
     to each) and seeds."""
-    from blis_fast.run.api import as_config
-
     if isinstance(configs, dict):
         items = list(configs.items())
     elif isinstance(configs, (list, tuple)):

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from blis_fast.cli.output import metric_text, unit_of
+from blis_fast.text import metric_text, unit_of
 from blis_fast.config.validate import show, show_text
 from blis_fast.errors import ConfigError
 
@@ -120,9 +120,9 @@ def check_table_path(path, flag: str = "--out") -> Path:
 def write_rows(rows: list[dict], path, flag: str = "--out") -> None:
     """``rows`` (dicts with the same keys) as a Parquet or CSV file, by suffix, atomically;
     a column holding any text is written as text."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
-    from blis_fast.config.outputs import atomic_write
+    from blis_fast.config.outputs import atomic_write  # deferred: yaml
 
     names = list(rows[0]) if rows else []
     columns = {}
@@ -136,11 +136,11 @@ def write_rows(rows: list[dict], path, flag: str = "--out") -> None:
 
     def write(tmp: Path) -> None:
         if csv:
-            import pyarrow.csv as pcsv
+            import pyarrow.csv as pcsv  # deferred: pyarrow
 
             pcsv.write_csv(table, str(tmp))
         else:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # deferred: pyarrow
 
             pq.write_table(table, str(tmp))
 

@@ -26,7 +26,8 @@ from blis_fast.config.validate import (
 )
 from blis_fast.errors import ConfigError
 from blis_fast.rng import subsystem_rng
-from blis_fast.workload.workload import Workload
+from blis_fast.workload.workload import KEY_BYTES, Workload, charge_keys
+from blis_fast.config.coefficients import load_document
 
 MAX_TOKEN_ID = 128000  # token ids are uniform in [0, MAX_TOKEN_ID)
 PRESETS = ("chatbot", "contentgen", "summarization", "multidoc")
@@ -35,7 +36,6 @@ ARRIVALS = ("poisson", "constant")
 _MAX_ARRIVAL_US = MAX_TIME_US  # refuse workloads whose clock would approach int64 overflow
 MAX_RATE = 1e12  # requests per second
 GEN_BYTES_PER_REQUEST = 160  # arrivals, lengths, content seeds and their temporaries, per request
-KEY_BYTES = 8 + 1  # a block key and its shared flag
 
 
 @dataclass
@@ -173,7 +173,7 @@ def _sequence_keys(prefix_ids, prompt_len, output_len, content_seed, block_size)
     it gets a fresh key from the request's content seed (kernels/workload/keys.py): the
     keys of the real random token sequences up to 2^-64 collisions, without drawing or
     hashing the ~10^3 token ids per request."""
-    from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states
+    from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states  # deferred: blis_fast_kernels.native
 
     n = prompt_len.shape[0]
     bs = np.int64(block_size)
@@ -211,8 +211,6 @@ def generate_distribution(spec: DistributionSpec, seed: int, block_size: int) ->
     prefix_ids = subsystem_rng(seed, "workload.tokens").integers(0, MAX_TOKEN_ID, size=prefix, dtype=np.int64)
     content = subsystem_rng(seed, "workload.content").bit_generator.random_raw(n).view(np.int64)
     prompt_len = body + prefix
-    from blis_fast.workload.generate import charge_keys
-
     charge_keys(int(((prompt_len + output) // bs).sum()), bs)
     keys, key_offsets, shared = _sequence_keys(prefix_ids, prompt_len, output, content, int(block_size))
     wl = Workload(
@@ -248,8 +246,6 @@ def check_expected_size(spec: DistributionSpec, block_size: int) -> None:
 def load_preset(name: str) -> dict:
     """The parameters of preset ``name`` from ``configs/defaults.yaml`` (``workloads:``),
     with a missing ``prefix_tokens`` read as 0."""
-    from blis_fast.config.coefficients import load_document
-
     if name not in PRESETS:
         raise ConfigError("workload", f"unknown workload {show(name)}; known: {', '.join(WORKLOAD_KINDS)}")
     # the file's pre-parsed copy, once per process (pure-Python YAML parsing took ~0.35 s a run)

@@ -33,18 +33,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blis_fast.config import memory
-from blis_fast.config.validate import MAX_KEYS, MAX_REQUEST_TOKENS, MAX_REQUESTS
+from blis_fast.config.validate import MAX_REQUEST_TOKENS, MAX_REQUESTS
 from blis_fast.errors import WorkloadError
 from blis_fast.rng import subsystem_rng
 from blis_fast.workload import sampling as S
 from blis_fast.workload.distribution import MAX_TOKEN_ID, round_half_away
 from blis_fast.workload.spec import ClientSpec, Distribution, WorkloadSpec
-from blis_fast.workload.workload import Workload
+from blis_fast.workload.workload import KEY_BYTES, Workload, charge_keys
 
 _MAX_S = 2.0**62 / 1e6  # the µs clock must not overflow
 GEN_BYTES_PER_REQUEST = 320  # working set of generation per request (columns, merge copies, temporaries)
 REQUEST_BYTES = sum(np.dtype(t).itemsize for t in (np.int64,) * 10 + (np.int32,) * 5)  # a Requests row
-KEY_BYTES = 8 + 1  # a block key and its shared flag
 PREFIX_TOKEN_BYTES = 16  # a prefix token id, and its copy when the prefixes are hashed
 
 
@@ -276,7 +275,7 @@ class Requests:
         prompt extends the previous turn's prompt + output, so its leading blocks are the
         previous turn's sequence blocks.  ``validate=False`` skips ``Workload.validate``
         (for tables valid by construction)."""
-        from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states
+        from blis_fast_kernels.native import chain_sequence_keys, hash_chain_states  # deferred: blis_fast_kernels.native
 
         bs = int(block_size)
         if bs < 1:
@@ -331,17 +330,6 @@ class Requests:
             follow_delay_us=c["follow_delay_us"], names={k: list(v) for k, v in self.names.items()},
             slo_targets=dict(self.slo_targets),
         )
-
-
-def charge_keys(n_keys: int, block_size: int) -> None:
-    """Refuse more block keys than the tables can number (MAX_KEYS) or the memory budget
-    holds; charge them."""
-    if n_keys > MAX_KEYS:
-        raise WorkloadError("workload", f"{n_keys} KV block keys (prompt + output tokens / block size "
-                                        f"{block_size}) exceed the {MAX_KEYS} a run can hold; use fewer or shorter "
-                                        "requests or a larger block size")
-    memory.charge(n_keys * KEY_BYTES, f"the workload's {n_keys} KV block keys (block size {block_size})",
-                  "use fewer or shorter requests or a larger block size")
 
 
 def _names(spec: WorkloadSpec) -> dict[str, list[str]]:

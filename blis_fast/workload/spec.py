@@ -23,7 +23,6 @@ from blis_fast.config.validate import (
     INT64_MAX,
     MAX_REQUEST_TOKENS,
     MAX_REQUESTS,
-    MAX_STR_LEN,
     MAX_TIME_US,
     as_float,
     as_int,
@@ -406,7 +405,7 @@ def _read_numbers_file(p: Path, path: str) -> np.ndarray:
     """Numbers from a text file: one or more per line (comma / whitespace separated), ``#``
     comments and a non-numeric first line (a header) skipped; numbers written plainly
     (``1_0`` is not a number).  At most MAX_NUMBERS_FILE_BYTES."""
-    from blis_fast.config.yamlfile import read_text_limited
+    from blis_fast.config.yamlfile import read_text_limited  # deferred: yaml
 
     text = read_text_limited(p, path, WorkloadError, max_bytes=MAX_NUMBERS_FILE_BYTES)
     vals: list[float] = []
@@ -429,34 +428,6 @@ def _read_numbers_file(p: Path, path: str) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.abs(arr).max() > MAX_PARAM:
         raise _err(path, f"{show(str(p))} holds numbers that are not finite or beyond {MAX_PARAM:g}")
     return arr
-
-
-def spec_files(path: str | Path) -> list[Path]:
-    """The files a spec refers to (``file:`` of trace arrivals and empirical
-    distributions), resolved against the spec's folder: inputs an output must not
-    overwrite.  Reads only the spec's YAML."""
-    from blis_fast.config.yamlfile import read_yaml_mapping
-
-    p = Path(path)
-    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
-    base = p.resolve().parent
-    out: list[Path] = []
-    todo = [data]
-    seen: set[int] = set()
-    while todo:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if isinstance(v, dict):
-            f = v.get("file")
-            if isinstance(f, str) and f and len(f) <= MAX_STR_LEN and "\x00" not in f:
-                q = Path(f).expanduser()
-                out.append(q if q.is_absolute() else base / q)
-            todo.extend(v.values())
-        elif isinstance(v, list):
-            todo.extend(v)
-    return out
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -748,6 +719,34 @@ _TOP_KEYS = ("seed", "rate", "duration_s", "num_requests", "load_profile", "slo_
              "prefix_groups", "clients", "name", "description")
 
 
+def _parse_slo_classes(d: dict) -> dict[str, dict[str, float | None]]:
+    """The spec's ``slo_classes``: class name -> its ttft_ms / tpot_ms / e2e_ms targets."""
+    slo_classes: dict[str, dict[str, float | None]] = {}
+    raw_slo = d.get("slo_classes") or {}
+    if not isinstance(raw_slo, dict) or len(raw_slo) > MAX_CLASSES:
+        raise _err("slo_classes", f"must be a mapping {{class name: {{ttft_ms, tpot_ms, e2e_ms}}}} of at most "
+                                  f"{MAX_CLASSES} classes, got {show(raw_slo)}")
+    for name, targets in raw_slo.items():
+        sp = f"slo_classes.{key_name(name)}"
+        name = _name(name, sp)
+        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
+        slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
+    return slo_classes
+
+
+def _parse_priority_classes(d: dict) -> list[str] | None:
+    """The spec's ``priority_classes`` (id = position), or None when not given."""
+    prio = d.get("priority_classes")
+    if prio is not None:
+        if not isinstance(prio, list) or not prio or len(prio) > MAX_CLASSES:
+            raise _err("priority_classes", f"must be a non-empty list of at most {MAX_CLASSES} names (id = position), "
+                                           f"got {show(prio)}")
+        prio = [_name(x, f"priority_classes[{k}]") for k, x in enumerate(prio)]
+        if len(set(prio)) != len(prio):
+            raise _err("priority_classes", "names must be unique")
+    return prio
+
+
 def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None = None) -> WorkloadSpec:
     """Validate a spec given as a dict (the parsed YAML).  Relative file paths inside it are
     resolved against ``base_dir``."""
@@ -761,25 +760,8 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
         raise _err("duration_s", "give duration_s (generation window, s) and/or num_requests (total cap)")
     profile = _parse_load_profile(d["load_profile"], "load_profile") if d.get("load_profile") is not None else None
 
-    slo_classes: dict[str, dict[str, float | None]] = {}
-    raw_slo = d.get("slo_classes") or {}
-    if not isinstance(raw_slo, dict) or len(raw_slo) > MAX_CLASSES:
-        raise _err("slo_classes", f"must be a mapping {{class name: {{ttft_ms, tpot_ms, e2e_ms}}}} of at most "
-                                  f"{MAX_CLASSES} classes, got {show(raw_slo)}")
-    for name, targets in raw_slo.items():
-        sp = f"slo_classes.{key_name(name)}"
-        name = _name(name, sp)
-        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
-        slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
-
-    prio = d.get("priority_classes")
-    if prio is not None:
-        if not isinstance(prio, list) or not prio or len(prio) > MAX_CLASSES:
-            raise _err("priority_classes", f"must be a non-empty list of at most {MAX_CLASSES} names (id = position), "
-                                           f"got {show(prio)}")
-        prio = [_name(x, f"priority_classes[{k}]") for k, x in enumerate(prio)]
-        if len(set(prio)) != len(prio):
-            raise _err("priority_classes", "names must be unique")
+    slo_classes = _parse_slo_classes(d)
+    prio = _parse_priority_classes(d)
 
     groups: dict[str, PrefixGroupSpec] = {}
     raw_groups = d.get("prefix_groups") or {}
@@ -882,7 +864,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
 
 def load_spec(path: str | Path) -> WorkloadSpec:
     """Read and validate a workload spec YAML file (files it names are relative to it)."""
-    from blis_fast.config.yamlfile import read_yaml_mapping
+    from blis_fast.config.yamlfile import read_yaml_mapping  # deferred: yaml
 
     p = Path(path)
     data = read_yaml_mapping(p, "--workload-spec", WorkloadError)

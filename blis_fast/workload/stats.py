@@ -10,6 +10,10 @@ import numpy as np
 from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 from blis_fast.workload.workload import Workload
+from blis_fast.workload.generate import generate_from_spec
+from blis_fast.workload.spec import load_spec
+from blis_fast.workload.formats.blis_csv import load_blis_trace
+from blis_fast_kernels.schema import KeyFlagMode
 
 
 def _pct(a: np.ndarray) -> dict:
@@ -36,8 +40,7 @@ def workload_stats(wl: Workload) -> dict:
     bs = wl.block_size
     nk = np.diff(wl.key_offsets)
     keys = wl.block_keys
-    from blis_fast_kernels.native import flag_keys
-    from blis_fast_kernels.schema import KeyFlagMode
+    from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
 
     with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
         repeated = flag_keys(keys, KeyFlagMode.REPEATED)[0].view(bool)  # an earlier occurrence exists
@@ -97,15 +100,10 @@ def stats_of_file(path: str | Path, block_size: int = 16, seed: int | None = Non
         raise ConfigError("--seed", "has no effect with a trace: it records its requests, so nothing is drawn at "
                                     "random; the seed applies to a workload spec (.yaml)")
     if p.suffix.lower() in (".yaml", ".yml"):
-        from blis_fast.workload.generate import generate_from_spec
-        from blis_fast.workload.spec import load_spec
-
         wl = generate_from_spec(load_spec(p), seed, block_size)
     elif is_rich_trace(p):
         wl = load_trace(p, block_size)
     else:
-        from blis_fast.workload.formats.blis_csv import load_blis_trace
-
         if not p.is_file():
             raise WorkloadError(str(p), "trace file not found")
         wl = load_blis_trace(p, block_size)

@@ -14,8 +14,24 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from blis_fast.config import memory
 from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
+from blis_fast_kernels.schema import KeyFlagMode
+
+
+KEY_BYTES = 8 + 1  # a block key and its shared flag
+
+
+def charge_keys(n_keys: int, block_size: int) -> None:
+    """Refuse more block keys than the tables can number (MAX_KEYS) or the memory budget
+    holds; charge them."""
+    if n_keys > MAX_KEYS:
+        raise WorkloadError("workload", f"{n_keys} KV block keys (prompt + output tokens / block size "
+                                        f"{block_size}) exceed the {MAX_KEYS} a run can hold; use fewer or shorter "
+                                        "requests or a larger block size")
+    memory.charge(n_keys * KEY_BYTES, f"the workload's {n_keys} KV block keys (block size {block_size})",
+                  "use fewer or shorter requests or a larger block size")
 
 
 def row_seeds(n: int) -> np.ndarray:
@@ -165,8 +181,7 @@ class Workload:
         """uint8 like block_keys: 1 where the key's value occurs more than once in
         block_keys, else 0 -- ``key_shared`` when known, else computed (and kept)."""
         if self.key_shared is None:
-            from blis_fast_kernels.native import flag_keys
-            from blis_fast_kernels.schema import KeyFlagMode
+            from blis_fast_kernels.native import flag_keys  # deferred: blis_fast_kernels.native
 
             with np.errstate(over="ignore"):  # uint64 wrap-around is intended (NUMBA_DISABLE_JIT)
                 flags = flag_keys(np.ascontiguousarray(self.block_keys), KeyFlagMode.SHARED)[0]
@@ -195,7 +210,7 @@ class Workload:
         sequence.  Without output tokens, every block that is not entirely prompt gets a
         fresh key from ``content_seed[i]`` (int64 [n]; default ``row_seeds(n)``).
         ``attributes``: further Workload fields (tenant=, session=, next_request=, ...)."""
-        from blis_fast_kernels.native import hash_sequence_blocks
+        from blis_fast_kernels.native import hash_sequence_blocks  # deferred: blis_fast_kernels.native
 
         if int(block_size) < 1:
             raise WorkloadError("block_size", f"must be >= 1, got {block_size}")
@@ -215,8 +230,6 @@ class Workload:
         lens = np.diff(token_offsets)
         if n and int(lens.max()) + int(output_len.max()) > 2 * MAX_REQUEST_TOKENS:
             raise WorkloadError("workload.prompt_len", f"prompts must hold <= {MAX_REQUEST_TOKENS} tokens")
-        from blis_fast.workload.generate import charge_keys
-
         charge_keys(int(((lens + output_len) // int(block_size)).sum()), int(block_size))
         if output_tokens is None:
             out_tok = np.empty(0, np.int64)

@@ -56,15 +56,15 @@ def rows(results) -> list:
 
 
 def count_copies(monkeypatch) -> list:
-    import blis_fast_kernels.schema.state as state_module
+    import blis_fast.batch.cohorts as cohorts_module
 
     copies = [0]
-    copy = state_module.copy_state
+    copy = cohorts_module.copy_state
 
     def counted(st):
         copies[0] += 1
         return copy(st)
-    monkeypatch.setattr(state_module, "copy_state", counted)
+    monkeypatch.setattr(cohorts_module, "copy_state", counted)  # the copies a cohort makes
     return copies
 
 

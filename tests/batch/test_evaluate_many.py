@@ -171,7 +171,7 @@ def test_a_batch_row_is_the_evaluation_of_an_ordinary_run():
 
 def test_a_thread_reusing_its_state_arrays_starts_each_evaluation_afresh():
     # evaluations in one thread build their states in the same arrays (run.tables.StateArrays,
-    # batch.evaluate.thread_arrays): a candidate judged after others -- ones that filled the
+    # batch.task.thread_arrays): a candidate judged after others -- ones that filled the
     # router's prefix index, the KV prefix table, the sort scratch -- equals one judged first
     pa = {"routing": {"type": "weighted", "params": {"scorers": {"prefix-affinity": 2, "queue-depth": 1}}}}
     cands = {"a": pa, "b": {"routing": "least-loaded", "scheduler": "sjf"},
@@ -182,7 +182,7 @@ def test_a_thread_reusing_its_state_arrays_starts_each_evaluation_afresh():
         alone = evaluate_many({name: cands[name]}, scen, objectives=OBJECTIVES, workers=1).results
         assert both[k].to_dict() == alone[0].to_dict()
     assert both[0].to_dict() == both[3].to_dict()
-    from blis_fast.batch import evaluate as ev
+    from blis_fast.batch import task as ev
 
     assert getattr(ev._ARRAYS, "arrays", None) is None  # nothing kept once the batch is done
 
@@ -239,7 +239,8 @@ def test_a_grown_step_log_is_kept_for_the_next_evaluation():
     # differs in any way
     from blis_fast.batch.budget import Budget
     from blis_fast.batch.candidates import load_candidate
-    from blis_fast.batch.evaluate import evaluate_task, make_task, release_thread_arrays, thread_arrays
+    from blis_fast.batch.evaluate import make_task
+    from blis_fast.batch.task import evaluate_task, release_thread_arrays, thread_arrays
     from blis_fast.batch.scenarios import Scenario, prepare
     from blis_fast.config.sim import build_config
     from blis_fast.run.tables import MIN_LOG_ROWS

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import blis_fast
 from blis_fast.batch.candidates import INVALID, PROGRAM_FAILED
-from blis_fast.batch.evaluate import BUDGET_EXCEEDED, RUN_REFUSED, SIMULATION_FAILED
+from blis_fast.batch.task import BUDGET_EXCEEDED, RUN_REFUSED, SIMULATION_FAILED
 from blis_fast.errors import ConfigError
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)

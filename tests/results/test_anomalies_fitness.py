@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from blis_fast.results.anomalies import hol_blocking_instances, priority_inversions
-from blis_fast.results.fitness import FITNESS_KEYS, fitness
+from blis_fast.config.policy import FITNESS_KEYS
+from blis_fast.results.fitness import fitness
 from builders import lengths_workload, sim_base
 from naive.anomalies import brute_force_hol, brute_force_inversions
 from naive.sort import quadratic_inversion_pairs

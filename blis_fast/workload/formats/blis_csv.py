@@ -42,6 +42,7 @@ from blis_fast.config.validate import parse_float_text, show
 from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast.workload.distribution import round_half_away
 from blis_fast.workload.workload import Workload
+from blis_fast_kernels.schema import ScanStatus
 
 TRACE_HEADER = ("arrival_time", "request_id", "model", "prefill_tokens", "decode_tokens")
 ROUNDINGS = ("round", "trunc")
@@ -183,8 +184,7 @@ def _load_slow(p: Path, name: str):
 def _load_fast(p: Path):
     """Byte-level parse with the numba kernels; None whenever anything is unusual (the
     caller then runs _load_slow, which names the problem or handles the oddity)."""
-    from blis_fast_kernels.schema import ScanStatus
-    from blis_fast_kernels.native import parse_int_lists, scan_csv_records
+    from blis_fast_kernels.native import parse_int_lists, scan_csv_records  # deferred: blis_fast_kernels.native
 
     data = p.read_bytes()
     buf = np.frombuffer(data, dtype=np.uint8)

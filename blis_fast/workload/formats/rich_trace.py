@@ -74,6 +74,8 @@ from blis_fast.config.validate import (
 from blis_fast.errors import WorkloadError
 from blis_fast.workload.generate import Requests
 from blis_fast.workload.workload import Workload, row_seeds
+from blis_fast.workload.distribution import round_half_away
+from blis_fast.workload.formats.blis_csv import _parse_lists
 
 MAGIC = "# blis-fast-trace"
 META_KEY = b"blis_fast.header"
@@ -174,7 +176,7 @@ def trace_header(req: Requests, server: dict | None = None) -> dict:
 
 
 def _table(req: Requests, fmt: str):
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     cols = {"arrival_us": pa.array(req["arrival_us"], pa.int64())}
     for k in NAME_COLUMNS:
@@ -198,7 +200,7 @@ def _table(req: Requests, fmt: str):
 
 
 def _yaml_dump(obj) -> str:
-    import yaml
+    import yaml  # deferred: yaml
 
     return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=1_000_000)
 
@@ -207,7 +209,7 @@ def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server:
     """Write ``req`` as a rich trace; fmt csv | parquet (default: from the extension,
     ``.parquet``/``.pq`` -> parquet, else csv).  Written to a temporary file in the same
     folder and renamed (a failure leaves ``path`` as it was)."""
-    from blis_fast.config.outputs import atomic_write, check_writable
+    from blis_fast.config.outputs import atomic_write, check_writable  # deferred: yaml
 
     p = Path(path)
     fmt = fmt or ("parquet" if p.suffix.lower() in (".parquet", ".pq") else "csv")
@@ -216,11 +218,11 @@ def write_trace(req: Requests, path: str | Path, fmt: str | None = None, server:
     header = _yaml_dump(trace_header(req, server))
     table = _table(req, fmt)
     if fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow
 
         table = table.replace_schema_metadata({META_KEY: header.encode("utf-8")})
         return atomic_write(p, lambda tmp: pq.write_table(table, tmp, compression="zstd"), "--out")
-    import pyarrow.csv as pcsv
+    import pyarrow.csv as pcsv  # deferred: pyarrow
 
     buf = io.BytesIO()
     pcsv.write_csv(table, buf, pcsv.WriteOptions(include_header=True, quoting_style="needed"))
@@ -248,7 +250,7 @@ def is_rich_trace(path: str | Path) -> bool:
 
 
 def _read_parquet(p: Path):
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: pyarrow
 
     try:
         pf = pq.ParquetFile(p)
@@ -273,8 +275,8 @@ def _read_parquet(p: Path):
 
 
 def _read_csv(p: Path):
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+    import pyarrow as pa  # deferred: pyarrow
+    import pyarrow.csv as pcsv  # deferred: pyarrow
 
     try:
         size = p.stat().st_size
@@ -339,7 +341,7 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
     """Read a rich trace: (Requests, header dict, explicit prompt token ids flat or None,
     their offsets or None).  Explicit ids (prompt, and output if given) are also kept in
     ``Requests.token_ids``.  Raises WorkloadError naming the file, row and column."""
-    from blis_fast.config.yamlfile import load_yaml_text
+    from blis_fast.config.yamlfile import load_yaml_text  # deferred: yaml
 
     p = Path(path)
     if not p.is_file():
@@ -365,7 +367,6 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
         s = s.astype(np.float64)
         if not np.all(np.isfinite(s)) or (n and s.max() * 1e6 > MAX_TIME_US):
             raise WorkloadError(f"{where} column arrival_s", "must hold finite seconds <= 4.6e12 (-1 for followers)")
-        from blis_fast.workload.distribution import round_half_away
 
         cols["arrival_us"] = np.where(s < 0, -1, round_half_away(s * 1e6)).astype(np.int64)
     else:
@@ -457,7 +458,7 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
 
 
 def _token_lists(col, where: str, what: str = "prompt"):
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow
 
     name = f"{where} column {what}_token_ids"
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
@@ -474,7 +475,6 @@ def _token_lists(col, where: str, what: str = "prompt"):
         return vals[offs[0]:offs[-1]], offs - offs[0]
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         raise WorkloadError(name, f"must hold lists of integers, got {show(str(col.type))}")
-    from blis_fast.workload.formats.blis_csv import _parse_lists
 
     strings = [s if s is not None else "[]" for s in col.to_pylist()]
     ids, counts = _parse_lists(strings, what, where, list(range(2, len(strings) + 2)))
