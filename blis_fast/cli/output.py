@@ -33,9 +33,6 @@ def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, allow_nan=False)
 
 
-# ----------------------------------------------------------------------------- number formats
-
-
 # ----------------------------------------------------------------------------- the summary
 
 
