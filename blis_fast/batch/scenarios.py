@@ -184,10 +184,10 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     # an objective's [class=...], [tenant=...], [client=...] or [instance=...] must exist in this
     # scenario: refused now, not after every candidate has run
     from blis_fast.results.objectives import check_selectors
-    from blis_fast.run.api import pool_size
+    from blis_fast.run.api import deployment_names, pool_size
 
     check_selectors([(f"scenario {show_text(scenario.name, 60)}: objectives[{k}].metric", o.metric)
-                     for k, o in enumerate(objectives)], wl, pool_size(cfg))
+                     for k, o in enumerate(objectives)], wl, pool_size(cfg), deployment_names(cfg))
     return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
                             scenario_tables(setup, wl))
 

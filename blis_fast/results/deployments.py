@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-SELECTOR_GROUPS = ("deployment", "model")  # the selector kinds this module answers
-
 
 def has_groups(setup) -> bool:
     """True when the run's results carry deployment and model groups and columns (>= 2
@@ -106,5 +104,5 @@ def request_fields(result, rows: np.ndarray) -> dict[str, list]:
             "deployment": deployment_names_of(result.setup, inst.astype(np.int64))}
 
 
-__all__ = ["SELECTOR_GROUPS", "deployment_names_of", "deployment_selection", "group_names", "has_groups",
+__all__ = ["deployment_names_of", "deployment_selection", "group_names", "has_groups",
            "instance_deployment", "model_selection", "request_fields", "request_model_ids", "selection"]

@@ -200,6 +200,12 @@ def pool_size(cfg: SimConfig) -> int:
     return max(dep.num_instances, dep.max_instances or 0)
 
 
+def deployment_names(cfg: SimConfig) -> list[tuple[str, str]]:
+    """(name, served model name) of each of the run's deployments: what ``[deployment=...]``
+    and ``[model=...]`` selectors may name."""
+    return [(d.name, d.served_name) for d in cfg.deployment_list()]
+
+
 def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[str, str]] = ()) -> None:
     """The selectors of the config's objectives and ``selectors`` checked against the
     workload and the deployment (``run_config``)."""
@@ -209,7 +215,7 @@ def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[
     if cfg.objectives is not None:
         selected += [(f"objectives[{k}].metric", o["metric"]) for k, o in enumerate(cfg.objectives)]
     if selected:
-        check_selectors(selected, wl, pool_size(cfg))
+        check_selectors(selected, wl, pool_size(cfg), deployment_names(cfg))
 
 
 def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):
