@@ -45,6 +45,12 @@ def deployment_names_of(setup, instances: np.ndarray) -> list[str | None]:
     return [names[owner[i]] if i >= 0 and owner[i] >= 0 else None for i in instances.tolist()]
 
 
+def instance_labels(setup, instances: np.ndarray) -> list[str | None] | None:
+    """The deployment names of instance ids ``instances`` for a result's ``deployment``
+    column; None (no column) with fewer than two deployments."""
+    return deployment_names_of(setup, instances) if has_groups(setup) else None
+
+
 def request_model_ids(setup, workload, n: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """(int64 model id per request, the served model names they index): the workload's
     assignment, or every request the first served model's when it has none."""
@@ -105,4 +111,4 @@ def request_fields(result, rows: np.ndarray) -> dict[str, list]:
 
 
 __all__ = ["deployment_names_of", "deployment_selection", "group_names", "has_groups",
-           "instance_deployment", "model_selection", "request_fields", "request_model_ids", "selection"]
+           "instance_deployment", "instance_labels", "model_selection", "request_fields", "request_model_ids", "selection"]

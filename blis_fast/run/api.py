@@ -20,6 +20,7 @@ from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
+from blis_fast.results.deployments import instance_labels
 from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
@@ -184,7 +185,8 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if progress is not None:
             progress("computing the results", 0, None, "")
         if recorder is not None:
-            result.timeseries = recorder.series(result._used_instances(), state)
+            used = result._used_instances()
+            result.timeseries = recorder.series(used, state, instance_labels(setup, used))
         if sim.counterfactual_k:
             from blis_fast.run.counterfactual import replay_worst_decisions
 
