@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -205,6 +206,16 @@ def test_cli_refuses_an_unknown_deployment_or_model_before_the_run():
     code, out, err = cli_in_process("sweep", "--set", "rate=5,10", "--num-requests", "20",
                                     "--metrics", "ttft_p99_ms[deployment=nope]")
     assert_clean_error(code, out, err, ("no deployment 'nope'",))
+
+
+def test_cli_checks_selectors_against_a_configs_deployments():
+    hetero = Path(__file__).resolve().parents[2] / "configs" / "examples" / "hetero-fleet.yaml"
+    code, out, err = cli_in_process("run", "--config", hetero, "--num-requests", "20",
+                                    "--objectives", "ttft_p99_ms[deployment=h200]:min")
+    assert_clean_error(code, out, err, ("objectives[0].metric", "its deployments: h100, a100"))
+    code, out, err = cli_in_process("run", "--config", hetero, "--num-requests", "20",
+                                    "--objectives", "ttft_p99_ms[model=llama]:min")
+    assert_clean_error(code, out, err, (f"its served models: {LLAMA}",))
 
 
 def test_terminal_view_shows_the_deployments_table(two):
