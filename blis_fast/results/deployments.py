@@ -110,5 +110,5 @@ def request_fields(result, rows: np.ndarray) -> dict[str, list]:
             "deployment": deployment_names_of(result.setup, inst.astype(np.int64))}
 
 
-__all__ = ["deployment_names_of", "deployment_selection", "group_names", "has_groups",
-           "instance_deployment", "instance_labels", "model_selection", "request_fields", "request_model_ids", "selection"]
+__all__ = ["deployment_names_of", "deployment_selection", "group_names", "has_groups", "instance_deployment",
+           "instance_labels", "model_selection", "request_fields", "request_model_ids", "selection"]

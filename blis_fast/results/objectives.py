@@ -130,8 +130,8 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
     """``"ttft_p99_ms[tenant=a]"`` -> ("ttft_p99_ms", "tenant", "a"); no selector -> (name, None, None)."""
     m = _NAME.match(metric) if isinstance(metric, str) else None
     if m is None:
-        raise ConfigError(where, f"metric must be a name with an optional [class=|tenant=|client=|instance=|deployment=|model=...] "
-                                 f"selector, got {show(metric)}")
+        raise ConfigError(where, "metric must be a name with an optional "
+                                 f"[class=|tenant=|client=|instance=|deployment=|model=...] selector, got {show(metric)}")
     base, kind, value = m.groups()
     if kind is not None and kind not in SELECTOR_KINDS:
         raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; "

@@ -2,7 +2,8 @@
 the cluster summary's numbers plus goodput, fairness, utilization, KV, queue and rate
 metrics, for the whole run or one group of requests (an SLO class, tenant or client) or
 one instance, or one deployment or served model (its requests and its instances:
-``POOL_METRICS``, blis_fast.results.deployments).  Definitions (README "Evaluation metrics" has the full list with units):
+``POOL_METRICS``, blis_fast.results.deployments).  Definitions (README "Evaluation metrics"
+has the full list with units):
 
 - a request *meets its SLO* when it completed and every target of its class holds
   (``blis_fast.results.slo``); a class without targets only asks for completion -- so

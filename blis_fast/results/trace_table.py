@@ -149,8 +149,8 @@ def decision_table(result):
             where[starts[k]: starts[k] + len(v)] = v
         items = list(cols.items())
         at = list(cols).index("instance") + 1
-        cols = dict([*items[:at], ("deployment", pa.array(deployment_names_of(result.setup, where[order]), pa.string())),
-                     *items[at:]])
+        names = pa.array(deployment_names_of(result.setup, where[order]), pa.string())
+        cols = dict([*items[:at], ("deployment", names), *items[at:]])
     if full:
         cols.update(_scheduling_columns(result, col, sch, blk, vic))
     tab = result.outcomes
