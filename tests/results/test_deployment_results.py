@@ -132,7 +132,7 @@ def test_request_columns_name_model_and_deployment(two, tmp_path):
     assert table["deployment"].to_pylist() == [None if i < 0 else "a" if i < 2 else "b" for i in inst]
     assert set(table["model"].to_pylist()) == {LLAMA}
     cols = table.column_names
-    assert cols.index("model") == cols.index("handled_by") + 1 + cols[cols.index("handled_by") + 1:].index("model")
+    assert cols[cols.index("completion_s") + 1: cols.index("completion_s") + 3] == ["model", "deployment"]
     two.write_requests(tmp_path / "r.parquet")
     assert pq.read_table(tmp_path / "r.parquet")["deployment"].to_pylist() == table["deployment"].to_pylist()
     line = (tmp_path / "r.jsonl")
