@@ -299,7 +299,7 @@ def metric_value(result, name: str) -> float:
         if chosen is None:
             raise ConfigError("objectives.metric", no_pool_message(name, kind, value,
                                                                    group_names(result.setup, kind)))
-        return scorecard.pool_metric(result, kind, *chosen, base)
+        return scorecard.pool_metric(result, *chosen, base)
     if base not in group:
         raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; "
                                                f"known: {', '.join(group)}")

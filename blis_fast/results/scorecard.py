@@ -243,7 +243,7 @@ def allowed_metrics(kind: str | None) -> tuple[str, ...]:
     return POOL_METRICS if kind in ("deployment", "model") else group
 
 
-def pool_metric(result, kind: str, mask: np.ndarray, rows: np.ndarray, base: str) -> float:
+def pool_metric(result, mask: np.ndarray, rows: np.ndarray, base: str) -> float:
     """Metric ``base`` (of ``POOL_METRICS``) of a deployment or model: over its requests
     ``mask`` if a group metric, else over its instance rows ``rows``."""
     if base in GROUP_METRICS:
