@@ -166,7 +166,7 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     from blis_fast.results.evaluation import workload_id
     from blis_fast.results.objectives import parse_objectives
     from blis_fast.run.api import RESULT_BYTES_PER_REQUEST
-    from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
+    from blis_fast.run.resolve import build_workload, check_expected_size, resolve
     from blis_fast.run.tables import scenario_tables
 
     cfg = scenario.config
@@ -175,7 +175,6 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
             setup = resolve(cfg)
             check_expected_size(cfg, setup, RESULT_BYTES_PER_REQUEST)
             wl = build_workload(cfg)
-            check_engine_supports(setup)
     except ConfigError as exc:
         raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:
