@@ -194,7 +194,10 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
 
 
 def pool_size(cfg: SimConfig) -> int:
-    """The instances of a run's deployment pool (rows of its instance table)."""
+    """The instances of a run's deployment pool (rows of its instance table): with a
+    deployments: list, every deployment's instances."""
+    if cfg.deployments is not None:
+        return sum(d.instances for d in cfg.deployments)
     dep = cfg.deployment
     return max(dep.num_instances, dep.max_instances or 0)
 
