@@ -100,11 +100,16 @@ def test_instance_rows_follow_their_deployment():
     assert (inst["injected"] > 0).all()
 
 
-def test_hetero_fleet_routes_by_load_and_steps_at_each_gpus_speed():
-    cfg = build_config(yaml.safe_load((EXAMPLES / "hetero-fleet.yaml").read_text()),
-                       {"routing_policy": "least-loaded", "num_requests": 600})
+@pytest.mark.parametrize("latency", ["blackbox", "roofline"])
+def test_hetero_fleet_routes_by_load_and_steps_at_each_gpus_speed(latency):
+    doc = yaml.safe_load((EXAMPLES / "hetero-fleet.yaml").read_text())
+    for d in doc["deployments"]:
+        d["latency_model"] = latency
+    cfg = build_config(doc, {"routing_policy": "least-loaded", "num_requests": 600})
     setup, wl, st = run(cfg)
     inst = st.inst
+    # one roofline row per deployment, each its GPU's
+    assert not np.array_equal(st.roofline[0], st.roofline[1])
     h100, a100 = inst["pool"] == 0, inst["pool"] == 1
     assert inst["injected"][h100].sum() > 0 and inst["injected"][a100].sum() > 0
     mean_step = inst["busy_us"] / np.maximum(inst["steps"], 1)
