@@ -14,6 +14,7 @@ from blis_fast.errors import ConfigError
 from blis_fast.results import Result
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
 from blis_fast_kernels.schema import RequestState, TraceLevel
+from tests.hardening.hardening_helpers import assert_clean_error, cli_in_process
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "configs" / "examples"
@@ -118,9 +119,12 @@ def test_hetero_fleet_routes_by_load_and_steps_at_each_gpus_speed(latency):
     assert inst["injected"][h100].sum() > inst["injected"][a100].sum()
 
 
-def test_one_block_size_per_run():
+def test_one_block_size_per_run(tmp_path):
     deployments = [{"name": "a", "model": LLAMA, "instances": 1},
                    {"name": "b", "model": QWEN, "hardware": "A100-80", "instances": 1, "block_size": 32}]
     with pytest.raises(ConfigError) as err:
         resolve(build_config({"deployments": deployments}))
     assert err.value.field == "deployments[1].block_size" and "one KV block size" in str(err.value)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"deployments": deployments}))
+    assert_clean_error(*cli_in_process("run", "--config", path), ["deployments[1].block_size", "one KV block size"])
