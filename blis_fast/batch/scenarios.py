@@ -33,7 +33,7 @@ from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
 from blis_fast.config import memory
 from blis_fast.run.api import RESULT_BYTES_PER_REQUEST, deployment_names, pool_size
-from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
+from blis_fast.run.resolve import build_workload, check_expected_size, resolve
 from blis_fast.run.tables import scenario_tables
 
 SCENARIO_KEYS = ("name", "config", "workload_spec", "trace", "seed", "slo_classes", "objectives")
@@ -174,7 +174,6 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
             setup = resolve(cfg)
             check_expected_size(cfg, setup, RESULT_BYTES_PER_REQUEST)
             wl = build_workload(cfg)
-            check_engine_supports(setup)
     except ConfigError as exc:
         raise scenario_error(scenario.name, exc) from None
     if scenario.slo_classes:

@@ -20,7 +20,7 @@ from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, 
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.results.deployments import instance_labels
-from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
+from blis_fast.run.resolve import build_workload, check_expected_size, resolve
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import build_state
 from blis_fast.workload import Workload
@@ -148,7 +148,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         else:
             wl = workload
         check_run_selectors(cfg, wl, selectors)
-        check_engine_supports(setup)  # (after the workload: its errors are the user's to fix first)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
         if (wl.arrival_us >= 0).all():  # all arrivals known in advance: refuse an empty window before running
@@ -196,7 +195,10 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
 
 
 def pool_size(cfg: SimConfig) -> int:
-    """The instances of a run's deployment pool (rows of its instance table)."""
+    """The instances of a run's deployment pool (rows of its instance table): with a
+    deployments: list, every deployment's instances."""
+    if cfg.deployments is not None:
+        return sum(d.instances for d in cfg.deployments)
     dep = cfg.deployment
     return max(dep.num_instances, dep.max_instances or 0)
 

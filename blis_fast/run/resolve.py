@@ -127,6 +127,7 @@ def resolve(config: SimConfig) -> Setup:
                 raise
             raise ConfigError(_entry_field(i, exc.field), exc.message) from None
         first_instance += dep.instances
+    check_block_sizes(config.deployment_list())
     first = resolved[0]
     return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
 
@@ -144,6 +145,19 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
                               first_instance)
 
 
+def check_block_sizes(deployments) -> None:
+    """Refuse deployments whose KV block sizes differ, even of different models: the event
+    loop and the workload's prefix-cache keys use one block size per run (deployments of
+    one model must agree anyway: config.deployments.check_deployments)."""
+    first = deployments[0].engine.block_size
+    for i, d in enumerate(deployments):
+        if d.engine.block_size != first:
+            raise ConfigError(f"deployments[{i}].block_size",
+                              f"is {d.engine.block_size} but deployments[0] uses {first}: this version simulates one "
+                              "KV block size per run (the workload's prefix-cache keys are computed with it); give "
+                              "every deployment the same block_size")
+
+
 def _entry_field(i: int, field: str) -> str:
     """A resolution error's field (named as the top-level setting or flag: ``engine.tp``,
     ``--alpha-coeffs``, ``model.num_layers``) as the key of deployments[i]."""
@@ -153,17 +167,6 @@ def _entry_field(i: int, field: str) -> str:
     elif key.startswith("model."):  # a fact of the model's config.json: the entry's model key names the file
         key = "model"
     return f"deployments[{i}].{key}"
-
-
-def check_engine_supports(setup: Setup) -> None:
-    """Refuse a run the event loop cannot simulate as configured: the kernel builds one pool
-    of identical instances (run.tables), so a config with several deployments is resolved
-    and its workload built, but not run.  Called before every build_state of a run
-    (run.api.run_config, batch.scenarios); the multi-deployment kernel removes it."""
-    if len(setup.deployments) > 1:
-        raise ConfigError("deployments", f"{len(setup.deployments)} deployments: this version simulates one "
-                                         "deployment per run (its event loop has one pool of identical instances); "
-                                         "run each deployment alone with its own clients")
 
 
 def distribution_spec(config: SimConfig) -> DistributionSpec:
@@ -288,7 +291,7 @@ def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float]
 def check_expected_size(config: SimConfig, setup: Setup, per_request: int = 0) -> None:
     """Refuse, before generating anything, a run whose expected workload, tables and
     results exceed the memory budget in force (``simulation.max_memory``)."""
-    check_kv_blocks(config, setup.latency)
+    check_kv_blocks(config, setup.latency, setup.deployments)
     size = expected_workload_size(config)
     if size is None:
         n, keys, shared, wl_bytes = 0, 0.0, 0.0, 0.0
@@ -296,10 +299,10 @@ def check_expected_size(config: SimConfig, setup: Setup, per_request: int = 0) -
         n, keys, shared, wl_bytes = size
     pol = compile_policies(config.policy)
     parts = estimate_state_bytes(config, setup.latency, n, int(keys), int(keys) + n, pol.uses_prefix_index,
-                                 pol.scheduler_kind, n_shared=int(shared))
+                                 pol.scheduler_kind, n_shared=int(shared), deployments=setup.deployments)
     parts["workload arrays"] = int(wl_bytes)
     parts["results"] = n * per_request
-    memory.check(sum(parts.values()), describe_estimate(parts, config, setup.latency, n, keys),
+    memory.check(sum(parts.values()), describe_estimate(parts, config, setup.latency, n, keys, setup.deployments),
                  _hint(parts, config))
 
 

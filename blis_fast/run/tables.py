@@ -126,6 +126,8 @@ def request_table(workload, block_size: int, kv_total: int | None = None, compat
     reqs["block_start"] = np.concatenate(([0], np.cumsum(slots)[:-1])) if n else []
     for name in workload.ATTRIBUTES:
         reqs[name] = workload.column(name)
+    if workload.model is not None:  # its served-model id (routing candidates); none = model 0
+        reqs["model"] = workload.model
     for f in ("instance", "queue_prev", "queue_next", "routed_us", "queued_us", "first_scheduled_us",
               "first_token_us", "last_token_us", "run_start_step", "last_token_step", "cal_next", "ride_phase"):
         reqs[f] = -1
@@ -140,29 +142,85 @@ def arrival_order(workload) -> np.ndarray:
     return independent[np.argsort(workload.arrival_us[independent], kind="stable")].astype(np.int64)
 
 
-def instance_table(n_inst: int, n_active: int, engine, latency, ht_rows: int) -> np.ndarray:
-    """INSTANCE_DT rows: identical instances (the first ``n_active`` active), each owning
-    ``latency.total_kv_blocks`` blocks and ``ht_rows`` prefix-table rows."""
-    inst = np.zeros(n_inst, S.INSTANCE_DT)
-    inst["active"][:n_active] = 1
-    inst["max_num_seqs"] = engine.max_num_seqs
-    inst["max_batched_tokens"] = engine.max_num_batched_tokens
-    inst["long_prefill_threshold"] = engine.long_prefill_token_threshold
-    inst["latency_kind"] = S.LatencyKind.BLACKBOX if latency.kind == "blackbox" else S.LatencyKind.ROOFLINE
-    for k in range(3):
-        inst[f"alpha{k}"] = latency.alpha[k]
-        inst[f"beta{k}"] = latency.beta[k]
-    kv_total = latency.total_kv_blocks
-    inst["kv_total"] = kv_total
-    inst["kv_offset"] = np.arange(n_inst, dtype=np.int64) * kv_total
+@dataclass(frozen=True)
+class Fleet:
+    """The instance rows of a run, by deployment: what the instance table, the roofline
+    rows and the sizes of the State are built from.  One deployment (the top-level
+    settings) has rows for its pool's upper bound (``deployment.max_instances``), the first
+    ``num_instances`` active; several deployments have each its ``instances`` rows, all
+    active, in list order (``Setup.deployments[k].first_instance``)."""
+
+    engines: tuple  # per deployment: EngineConfig
+    latencies: tuple  # per deployment: LatencyModel (α, β, roofline, KV blocks)
+    rows: tuple  # per deployment: instance rows
+    active: tuple  # per deployment: of which active at the start
+    models: tuple  # per deployment: served-model id (index into Setup.served_models)
+
+    @property
+    def n_inst(self) -> int:
+        return sum(self.rows)
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV blocks of all instance rows (each deployment's kv_total per row)."""
+        return sum(r * lat.total_kv_blocks for r, lat in zip(self.rows, self.latencies))
+
+    @property
+    def max_kv_total(self) -> int:
+        """The largest KV cache of an instance: a request needing more fits nowhere."""
+        return max(lat.total_kv_blocks for lat in self.latencies)
+
+    @property
+    def max_num_seqs(self) -> int:
+        return max(e.max_num_seqs for e in self.engines)
+
+
+def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
+    """The ``Fleet`` of a run: ``deployments`` (``Setup.deployments``) when there are
+    several, else the one deployment of ``cfg``'s top-level settings with ``latency``."""
+    if len(deployments) > 1:
+        served = list(dict.fromkeys(d.served_model_name for d in deployments))
+        return Fleet(tuple(d.engine for d in deployments), tuple(d.latency for d in deployments),
+                     tuple(d.instances for d in deployments), tuple(d.instances for d in deployments),
+                     tuple(served.index(d.served_model_name) for d in deployments))
+    _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
+    return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,))
+
+
+def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
+    """INSTANCE_DT rows of every deployment in order: its engine limits, latency model and
+    KV blocks, ``pool`` = its index, ``model`` = its served-model id; each instance owns
+    ``kv_total`` blocks after the previous instances' and ``ht_rows`` prefix-table rows."""
+    inst = np.zeros(fl.n_inst, S.INSTANCE_DT)
+    first = 0
+    for k, (engine, latency, rows, active) in enumerate(zip(fl.engines, fl.latencies, fl.rows, fl.active)):
+        dep = inst[first:first + rows]  # (a view: the assignments fill inst)
+        dep["active"][:active] = 1
+        dep["pool"] = k
+        dep["model"] = fl.models[k]
+        dep["max_num_seqs"] = engine.max_num_seqs
+        dep["max_batched_tokens"] = engine.max_num_batched_tokens
+        dep["long_prefill_threshold"] = engine.long_prefill_token_threshold
+        dep["latency_kind"] = S.LatencyKind.BLACKBOX if latency.kind == "blackbox" else S.LatencyKind.ROOFLINE
+        for c in range(3):
+            dep[f"alpha{c}"] = latency.alpha[c]
+            dep[f"beta{c}"] = latency.beta[c]
+        dep["kv_total"] = latency.total_kv_blocks
+        first += rows
+    inst["kv_offset"] = np.concatenate(([0], np.cumsum(inst["kv_total"])[:-1])) if fl.n_inst else []
     inst["kv_virgin_next"] = inst["kv_offset"]
-    inst["head_units"] = kv_total  # every block free, anonymous until it needs an id
+    inst["head_units"] = inst["kv_total"]  # every block free, anonymous until it needs an id
     inst["id_pool"] = -1
-    inst["ht_offset"] = np.arange(n_inst, dtype=np.int64) * ht_rows
+    inst["ht_offset"] = np.arange(fl.n_inst, dtype=np.int64) * ht_rows
     inst["ht_mask"] = ht_rows - 1
     for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
         inst[f] = -1
     return inst
+
+
+def roofline_rows(fl: Fleet) -> np.ndarray:
+    """The ``roofline`` field: one parameter row per deployment (``INSTANCE_DT.pool``)."""
+    return np.ascontiguousarray(np.stack([np.asarray(lat.roofline, np.float64) for lat in fl.latencies]))
 
 
 # Buckets of each instance's calendar (kernels/engine/calendar.py): a counted rider's
@@ -262,38 +320,42 @@ def distinct_shared_values(workload) -> int:
     return int(np.unique(workload.block_keys[shared]).size)
 
 
-def check_kv_blocks(cfg, latency) -> None:
+def check_kv_blocks(cfg, latency, deployments: tuple = ()) -> None:
     """ConfigError if the cluster has 2^31 KV blocks or more (block ids are int32)."""
-    _, n_inst = cfg.deployment.bounds()
-    kv_total = latency.total_kv_blocks
-    if n_inst * kv_total >= 2**31:  # block ids are int32 in the KV block table
-        raise ConfigError("deployment.max_instances",
-                          f"{n_inst} instances x {kv_total} KV blocks exceeds 2^31 blocks; lower the instance count "
-                          "or engine.total_kv_blocks")
+    fl = fleet(cfg, latency, deployments)
+    if fl.kv_blocks >= 2**31:  # block ids are int32 in the KV block table
+        if len(fl.rows) == 1:
+            raise ConfigError("deployment.max_instances",
+                              f"{fl.n_inst} instances x {latency.total_kv_blocks} KV blocks exceeds 2^31 blocks; "
+                              "lower the instance count or engine.total_kv_blocks")
+        raise ConfigError("deployments", f"the deployments' {fl.n_inst} instances have {fl.kv_blocks} KV blocks in "
+                                         "all, at least 2^31; lower their instances or total_kv_blocks")
 
 
 def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int, uses_prefix_index: bool,
                 scheduler_kind: int, trace_level: int = 0, caching: bool | None = None, n_tenants: int = 1,
-                n_arrivals: int | None = None) -> dict[str, int]:
+                n_arrivals: int | None = None, deployments: tuple = ()) -> dict[str, int]:
     """The named sizes (``schema.state.SIZE_NAMES``) of a run of ``n`` requests with
     ``n_keys`` block keys (``n_shared`` distinct shared values at most) and ``n_blocks``
     request-block slots: what every State field's shape is computed from.  ``caching``:
-    whether prefix blocks are cached (default: the engine setting, when there are keys)."""
+    whether prefix blocks are cached (default: the engine setting, when there are keys).
+    ``deployments``: ``Setup.deployments`` (``fleet``)."""
     eng = cfg.engine
-    _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
-    kv_total = latency.total_kv_blocks
+    fl = fleet(cfg, latency, deployments)
+    n_inst = fl.n_inst
     if caching is None:
         caching = bool(eng.enable_prefix_caching) and n_keys > 0
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
-    # smaller keeps huge KV caches from costing memory
-    ht_rows = next_pow2(2 * max(1, min(kv_total, n_shared)))
+    # smaller keeps huge KV caches from costing memory (rows alike for every instance: the
+    # largest KV cache's)
+    ht_rows = next_pow2(2 * max(1, min(fl.max_kv_total, n_shared)))
     inst_words = (n_inst + 63) // 64
     decisions, full = trace_level >= S.TraceLevel.DECISIONS, trace_level >= S.TraceLevel.FULL
     sizes = {
         "n_requests": n, "n_arrivals": n if n_arrivals is None else n_arrivals, "n_keys": n_keys,
         "n_flags": n_keys if caching or uses_prefix_index else 1, "n_kv_slots": n_keys if caching else 1,
-        "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": eng.max_num_seqs,
-        "calendar_size": CALENDAR_SIZE, "block_size": eng.block_size, "kv_blocks": n_inst * kv_total,
+        "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": fl.max_num_seqs,
+        "calendar_size": CALENDAR_SIZE, "block_size": eng.block_size, "kv_blocks": fl.kv_blocks,
         "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n, n_inst),
         "step_rows": max(MIN_LOG_ROWS, 2 * n), "irr_rows": MIN_LOG_ROWS,
         # each request is decided once; the preemption and scheduling logs grow as needed (run.runner.grow_logs)
@@ -302,6 +364,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_tenants": n_tenants, "cohort_members": 1,
         "n_sort": n if scheduler_kind == S.SchedulerKind.SORT else 1,
         "pi_table_rows": 2, "pi_ring": 1, "gmap_rows": 2,  # same types, minimal sizes when the index is off
+        "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1,
     }
     if uses_prefix_index:
         # keys only one request carries never match: the index keeps just their LRU place, so
@@ -321,13 +384,14 @@ def field_bytes(sizes: dict[str, int]) -> dict[str, int]:
 
 def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
                          scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None,
-                         trace_level: int = 0, n_tenants: int = 1) -> dict[str, int]:
+                         trace_level: int = 0, n_tenants: int = 1, deployments: tuple = ()) -> dict[str, int]:
     """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
     which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
     family (``Field.family``: the memory budget's estimate); when the keys' sharing is not
-    known it is counted (16 bytes per key, ``key_sharing``)."""
+    known it is counted (16 bytes per key, ``key_sharing``).  ``deployments``: as
+    ``state_sizes``."""
     sizes = state_sizes(cfg, latency, n, n_keys, n_blocks, n_keys if n_shared is None else n_shared,
-                        uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants)
+                        uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants, deployments=deployments)
     parts: dict[str, int] = {}
     for f, nbytes in zip(STATE_FIELDS, field_bytes(sizes).values()):
         if f.family:
@@ -337,12 +401,15 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
     return parts
 
 
-def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float) -> str:
+def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float, deployments: tuple = ()) -> str:
     """'the run (... requests, ... keys; largest: the KV block table: 64 instances x ...)'."""
     big = max(parts, key=parts.get)
-    _, n_inst = cfg.deployment.bounds()
-    detail = {"KV block table": f"{n_inst} instances x {latency.total_kv_blocks} KV blocks",
-              "instance tables": f"{n_inst} instances x max_num_seqs {cfg.engine.max_num_seqs}",
+    fl = fleet(cfg, latency, deployments)
+    n_inst = fl.n_inst
+    kv = (f"{n_inst} instances x {latency.total_kv_blocks} KV blocks" if len(fl.rows) == 1
+          else f"{n_inst} instances, {fl.kv_blocks} KV blocks in all")
+    detail = {"KV block table": kv,
+              "instance tables": f"{n_inst} instances x max_num_seqs {fl.max_num_seqs}",
               "router prefix index": f"{n_inst} instances x prefix_index_capacity {cfg.policy.prefix_index_capacity}",
               "decision trace": f"{n} requests traced (simulation.trace_level decisions)",
               "scheduling trace": f"{n} requests traced (simulation.trace_level full)",
@@ -379,7 +446,7 @@ def scenario_tables(setup, workload) -> ScenarioTables:
     """``ScenarioTables`` of ``workload`` under ``setup``, after checking the workload."""
     workload.validate()
     cfg = setup.config
-    bs, kv_total = cfg.engine.block_size, setup.latency.total_kv_blocks
+    bs, kv_total = cfg.engine.block_size, fleet(cfg, setup.latency, setup.deployments).max_kv_total
     compat = cfg.simulation.compat is not None
     n_blocks, work_tokens, n_tenants = workload_sizes(workload, bs, kv_total, compat)
     return ScenarioTables(
@@ -451,8 +518,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS
     n = len(workload)
     lat = setup.latency
-    kv_total = lat.total_kv_blocks
-    check_kv_blocks(cfg, lat)
+    deps = setup.deployments
+    fl = fleet(cfg, lat, deps)
+    kv_total = fl.max_kv_total  # (a request that fits no instance gets no block slots)
+    check_kv_blocks(cfg, lat, deps)
     # cheap checks and the memory estimate first: nothing large is allocated for a run that cannot fit
     compat = cfg.simulation.compat is not None
 
@@ -466,8 +535,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     n_keys = len(workload.block_keys)
     parts = estimate_state_bytes(cfg, lat, n, n_keys, n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
-                                 n_tenants=n_tenants)
-    memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys), _memory_hint(parts))
+                                 n_tenants=n_tenants, deployments=deps)
+    memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys, deps), _memory_hint(parts))
     caching = prefix_caching(cfg, workload)
     arrays = arrays if arrays is not None else StateArrays()
     if scenario is None:
@@ -480,8 +549,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index, None if scenario is None else n_shared)
     order = arrival_order(workload) if scenario is None else scenario.arrival_order
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
-                        caching, n_tenants, len(order))
-    _, n_inst = cfg.deployment.bounds()
+                        caching, n_tenants, len(order), deps)
+    n_inst = fl.n_inst
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
@@ -490,9 +559,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "settings": settings_record(cfg, bs, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
                                     max_events, event_skipping, trace_level),
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
-        "inst": instance_table(n_inst, cfg.deployment.num_instances, eng, lat, sizes["kv_table_rows"] // n_inst),
+        "inst": instance_table(fl, sizes["kv_table_rows"] // n_inst),
         "kv_memo": kv_memo(n_inst),
-        "roofline": np.ascontiguousarray(lat.roofline, dtype=np.float64),
+        "roofline": roofline_rows(fl),
         "policy_kind": np.ascontiguousarray(pol.kinds, dtype=np.int64),
         "policy_param": np.ascontiguousarray(pol.params, dtype=np.float64),
         # one candidate: a cohort of one (blis_fast.batch.cohorts makes larger ones)

@@ -68,12 +68,13 @@ def on_routing(st, r, t):
         leading_matches(st, kstart, n_keys)
     lp = st.loop
     kind = st.policy_kind[PolicySlot.ROUTING]
+    model = reqs[r]["model"]
     members = st.cohort.shape[0]
     for m in range(1, members):  # a cohort's other members decide first (the scores left are member 0's)
         st.cohort_choice[m], _ = choose_instance(kind, st.cohort[m], inst, st.snap, st.affinity, n_keys,
-                                                 lp[0]["rr_cursor"], st.route_scores)
+                                                 st.rr_cursor[model], st.route_scores, model)
     target, cursor = choose_instance(kind, st.policy_param[PolicySlot.ROUTING], inst,
-                                     st.snap, st.affinity, n_keys, lp[0]["rr_cursor"], st.route_scores)
+                                     st.snap, st.affinity, n_keys, st.rr_cursor[model], st.route_scores, model)
     forced = r == s[0]["forced_request"] and target >= 0
     if members > 1 and not forced:
         # the members share the routing kind, so the same instance means the same cursor
@@ -83,7 +84,7 @@ def on_routing(st, r, t):
                 lp[0]["status"] = Status.COHORT_SPLIT
                 lp[0]["error_request"] = r
                 return
-    lp[0]["rr_cursor"] = cursor
+    st.rr_cursor[model] = cursor
     if forced:  # a counterfactual replay: only this decision changes (the cursor moves as chosen)
         target = s[0]["forced_instance"]
     if target >= 0 and tracing(st):

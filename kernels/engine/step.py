@@ -381,6 +381,7 @@ def step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m):
     if inst[i]["latency_kind"] == LatencyKind.BLACKBOX:
         return blackbox_step_us(inst[i]["beta0"], inst[i]["beta1"], inst[i]["beta2"], n_prefill, n_decode)
     reqs = st.reqs
+    params = st.roofline[inst[i]["pool"]]  # the roofline row of the instance's deployment
     pg = 0.0
     pv = 0.0
     pd = 0.0
@@ -390,13 +391,13 @@ def step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m):
         s = st.context[e]
         if n == 0 or s >= reqs[st.explicit[e]]["prefill_target"]:
             continue  # no work, or a decode entry (summed below)
-        g, v, d = roofline_entry(st.roofline, s, n)
+        g, v, d = roofline_entry(params, s, n)
         pg += g
         pv += v
         pd += d
         npre += 1
-    dg, dv, dd = roofline_decode_sums(st.roofline, n_decode, decode_ctx)
-    return roofline_step_us(st.roofline, pg, pv, pd, npre, dg, dv, dd, n_decode)
+    dg, dv, dd = roofline_decode_sums(params, n_decode, decode_ctx)
+    return roofline_step_us(params, pg, pv, pd, npre, dg, dv, dd, n_decode)
 
 
 # ----------------------------------------------------------------------------- execution

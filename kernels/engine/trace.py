@@ -12,7 +12,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import kv_free_blocks
 from ..policies.priority import request_priority
-from ..policies.routing import _load
+from ..policies.routing import _load, is_candidate
 from ..policies.scheduler import scheduler_key
 from ..schema import (N_TRACE_ALTERNATIVES, SCHED_SCAN_DEPTH, BlockReason, PolicySlot, SchedRecord, SchedulerKind,
                       SnapField, TraceLevel)
@@ -98,9 +98,10 @@ def log_routing(st, r, t, chosen, n_keys, forced):
     log[k]["request"] = r
     log[k]["prompt_blocks"] = n_keys
     log[k]["forced"] = 1 if forced else 0
+    model = st.reqs[r]["model"]
     n_active = 0
     for i in range(n_inst):
-        if st.inst[i]["active"] != 0:
+        if is_candidate(st.inst, i, model):
             n_active += 1
     log[k]["candidates"] = n_active
     log[k]["chosen_instance"] = chosen
@@ -118,7 +119,7 @@ def log_routing(st, r, t, chosen, n_keys, forced):
     for a in range(N_TRACE_ALTERNATIVES):
         best = np.int64(-1)
         for i in range(n_inst):
-            if i == chosen or st.inst[i]["active"] == 0:
+            if i == chosen or not is_candidate(st.inst, i, model):
                 continue
             sc = st.route_scores[i]
             # strictly after the previous pick in (score desc, index asc) order

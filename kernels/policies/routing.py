@@ -47,6 +47,13 @@ def refresh_snapshot(inst, snap, refreshed_us, interval_us, now, fields):
 
 
 @helper
+def is_candidate(inst, i, model):
+    """True if instance i may take a request of served model ``model``: it is active and
+    serves that model (a request never goes to another model's instance)."""
+    return inst[i]["active"] != 0 and inst[i]["model"] == model
+
+
+@helper
 def _load(snap, i):
     """Effective load the router sees: queue depth + batch size + pending."""
     return snap[i, SnapField.QUEUE_DEPTH] + snap[i, SnapField.BATCH_SIZE] + snap[i, SnapField.PENDING]
@@ -62,10 +69,12 @@ def _clamp01(x):
 
 
 @helper
-def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores):
-    """The routing decision: (instance, new round-robin cursor); -1 if none is active.
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, model):
+    """The routing decision for a request of served model ``model``: (instance, new
+    round-robin cursor of that model); -1 if no candidate.  The candidates are the active
+    instances serving ``model`` (``is_candidate``): every scorer compares those only.
     ``scores[i]`` receives the policy's score of every instance (higher = preferred, -inf
-    for inactive ones): the decision is its argmax, ties to the lowest index -- the
+    for the others): the decision is its argmax, ties to the lowest index -- the
     decision traces rank the alternatives by it.
 
     round-robin (score: minus the distance from the cursor); least-loaded (minus the
@@ -80,7 +89,6 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
     kernel directly) ranks last, so an active instance is always chosen.
     """
     n_inst = inst.shape[0]
-    active = inst["active"]
     if kind == RoutingKind.ROUND_ROBIN:
         best = np.int64(-1)
         start = rr_next % n_inst
@@ -88,7 +96,7 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
             cand = start + d  # (rr_next + d) % n_inst, without a division per instance
             if cand >= n_inst:
                 cand -= n_inst
-            if active[cand] != 0:
+            if is_candidate(inst, cand, model):
                 scores[cand] = -np.float64(d)
                 if best < 0:
                     best = cand
@@ -100,17 +108,17 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
     if kind == RoutingKind.PREFIX_AFFINITY:
         best = np.int64(-1)
         for i in range(n_inst):
-            if active[i] != 0 and affinity[i] > 0 and (best < 0 or affinity[i] > affinity[best]):
+            if is_candidate(inst, i, model) and affinity[i] > 0 and (best < 0 or affinity[i] > affinity[best]):
                 best = i
         if best >= 0:
             for i in range(n_inst):
-                scores[i] = np.float64(affinity[i]) if active[i] != 0 else -np.inf
+                scores[i] = np.float64(affinity[i]) if is_candidate(inst, i, model) else -np.inf
             return best, rr_next
         kind = RoutingKind.LEAST_LOADED
     lo = np.inf
     hi = -np.inf
     for i in range(n_inst):
-        if active[i] != 0:
+        if is_candidate(inst, i, model):
             x = _load(snap, i)
             lo = min(lo, x)
             hi = max(hi, x)
@@ -129,7 +137,7 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
         w_pa *= scale
     total_w = w_qd + w_kv + w_lb + w_pa
     for i in range(n_inst):
-        if active[i] == 0:
+        if not is_candidate(inst, i, model):
             scores[i] = -np.inf
             continue
         load = _load(snap, i)

@@ -68,6 +68,8 @@ SIZE_NAMES = {
     "pi_ring": "touch-record ring entries per instance (1 when the index is off)",
     "gmap_rows": "rows of the cluster key -> instances map (2 when the index is off)",
     "n_sort": "n_requests under the sort scheduler, else 1",
+    "n_deployments": "deployments of the run (pools of instances; INSTANCE_DT.pool)",
+    "n_models": "served models of the run (INSTANCE_DT.model, REQUEST_DT.model)",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
@@ -163,12 +165,15 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("sched_open", _I64, ("sched_open_rows",), MINUS_ONE, "scheduling trace",
           "row of each instance's open BLOCKED episode, -1 = none (FULL only)"),
     # --- latency model
-    Field("roofline", _F64, ("N_ROOFLINE",), GIVEN, "run", "the roofline parameter vector (schema.Roofline)"),
+    Field("roofline", _F64, ("n_deployments", "N_ROOFLINE"), GIVEN, "run",
+          "one roofline parameter row per deployment (schema.Roofline), read through INSTANCE_DT.pool"),
     # --- the policy candidate (kinds + parameter matrix) and its state
     Field("policy_kind", _I64, ("N_POLICY_SLOTS",), GIVEN, "run", "one kind per PolicySlot"),
     Field("policy_param", _F64, ("N_POLICY_SLOTS", "POLICY_WIDTH"), GIVEN, "run", "one parameter row per slot"),
     Field("cohort", _F64, ("cohort_members", "POLICY_WIDTH"), GIVEN, "run",
           "routing parameters of the candidates run as one (row 0 = policy_param's)"),
+    Field("rr_cursor", _I64, ("n_models",), ZEROS, "run",
+          "round-robin routing cursor of each served model: the instance row to try first"),
     Field("cohort_choice", _I64, ("cohort_members",), ZEROS, "run",
           "scratch: each member's instance for the request they disagree on"),
     Field("tb_tokens", _F64, ("n_tenants",), GIVEN, "run", "token-bucket levels (start full)"),

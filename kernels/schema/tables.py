@@ -55,6 +55,7 @@ REQUEST_DT = np.dtype(
         ("slo_class", np.int32),  # SLO class id, 0 by default
         ("priority_class", np.int32),  # workload's priority class, 0 by default
         ("client", np.int32),  # workload client id
+        ("model", np.int32),  # served-model id: routed only to instances whose model equals it
         ("turn", np.int32),  # turn within its session
         ("session", np.int64),  # session id, -1 = none
         ("next_request", np.int64),  # request released when this one completes, -1 = none
@@ -77,7 +78,8 @@ INSTANCE_DT = np.dtype(
     [
         # --- configuration (per instance so typed pools can differ) ---
         ("active", np.int32),  # 1 = accepts routed requests
-        ("pool", np.int32),  # pool / role id (0 = the only pool today)
+        ("pool", np.int32),  # deployment index (its roofline row, State.roofline)
+        ("model", np.int32),  # served-model id (index into run.resolve.Setup.served_models)
         ("max_num_seqs", np.int64),  # batch-size limit
         ("max_batched_tokens", np.int64),  # token budget per step
         ("long_prefill_threshold", np.int64),  # per-request prefill cap per step, 0 = off
@@ -313,7 +315,6 @@ LOOP_DT = np.dtype(
         ("seq", np.int64),  # next event sequence number
         ("heap_size", np.int64),
         ("next_arrival", np.int64),  # position in the pre-sorted arrival stream
-        ("rr_cursor", np.int64),  # round-robin routing cursor
         ("events", np.int64),  # events processed
         ("steps", np.int64),  # engine steps over all instances (rows of the step log)
         ("steps_visiting_all", np.int64),  # of which visited every running request (no event skipping)

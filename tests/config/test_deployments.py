@@ -125,14 +125,14 @@ def test_flag_for_a_per_deployment_setting_is_refused(tmp_path):
                        ["--num-instances", "deployments[i].instances"])
 
 
-def test_api_keyword_and_several_deployments_not_run_yet():
+def test_api_keyword_runs_several_deployments():
     with pytest.raises(ConfigError) as info:
         simulate(deployments=two()["deployments"], workload="chatbot", num_requests=5)
     assert info.value.field == "workload.type"  # (two models, a preset: refused before anything runs)
-    with pytest.raises(ConfigError) as info:  # one model on mixed GPUs: valid, but the event loop has one pool
-        simulate(deployments=[{"name": "h", "model": LLAMA}, {"name": "a", "model": LLAMA, "hardware": "A100-80"}],
-                 num_requests=5)
-    assert info.value.field == "deployments" and "one deployment per run" in info.value.message
+    # one model on mixed GPUs: the router chooses among both deployments' instances
+    result = simulate(deployments=[{"name": "h", "model": LLAMA}, {"name": "a", "model": LLAMA, "hardware": "A100-80"}],
+                      num_requests=6, rate=100)
+    assert len(result.state.inst) == 2 and sorted(set(result.state.reqs["instance"])) == [0, 1]
 
 
 def test_a_simconfig_built_in_python_mirrors_its_first_deployment():

@@ -324,15 +324,15 @@ def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
 
 
 @entry
-def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next):
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, model=0):
     scores = np.empty(inst.shape[0], np.float64)
-    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores)
+    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model))
 
 
 @entry
-def choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr_next):
+def choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr_next, model=0):
     scores = np.empty(inst.shape[0], np.float64)
-    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores)
+    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model))
     return best, rr, scores
 
 

@@ -168,6 +168,35 @@ def test_choose_instance_matches_naive(policy, seed):
         assert got == want, (policy, inst["active"], snap[:, :3], affinity, weights[:4], rr)
 
 
+@pytest.mark.parametrize("policy", ROUTING)
+def test_choose_instance_ranks_only_the_requests_models_instances(policy):
+    """Several deployments: an instance of another model is never a candidate -- the
+    decision is the naive one over the active instances of the request's model."""
+    rng = np.random.default_rng(7 + ROUTING.index(policy))
+    kind = ROUTING_KIND[policy]
+    for _ in range(100):
+        n_inst = int(rng.integers(1, 7))
+        inst = np.zeros(n_inst, INSTANCE_DT)
+        inst["active"] = rng.random(n_inst) < 0.85
+        inst["model"] = rng.integers(0, 3, n_inst)
+        model = int(rng.integers(0, 3))
+        snap = np.zeros((n_inst, N_SNAP))
+        for f in (SnapField.QUEUE_DEPTH, SnapField.BATCH_SIZE, SnapField.PENDING):
+            snap[:, f] = rng.integers(0, 3, n_inst)
+        snap[:, SnapField.KV_UTILIZATION] = rng.choice([0.0, 0.25, 0.5, 1.0], n_inst)
+        n_keys = int(rng.integers(0, 5))
+        affinity = rng.integers(0, n_keys + 1, n_inst).astype(np.int64)  # other models' matches too
+        weights = np.zeros(POLICY_WIDTH)
+        weights[:4] = rng.choice([0.0, 0.5, 1.0, 2.0], 4)
+        rr = int(rng.integers(0, n_inst))
+        best, rr_after, scores = E.choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr, model)
+        candidates = (inst["active"] != 0) & (inst["model"] == model)
+        want = naive_route(policy, weights[:4].tolist(), candidates.astype(int).tolist(),
+                           [_view(snap, i) for i in range(n_inst)], affinity.tolist(), n_keys, rr)
+        assert (int(best), int(rr_after)) == want
+        assert np.isneginf(scores[~candidates]).all()
+
+
 def test_round_robin_skips_inactive_instances_and_wraps():
     inst = np.zeros(4, INSTANCE_DT)
     inst["active"] = [1, 0, 1, 0]
