@@ -36,10 +36,8 @@ def pct(x: Any) -> str:
 
 
 def rate(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    x = float(x)
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    """A rate (requests or tokens per second): as ``sig3``."""
+    return sig3(x)
 
 
 def count(x: Any) -> str:

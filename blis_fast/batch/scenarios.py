@@ -32,7 +32,7 @@ from blis_fast.config.validate import MAX_STR_LEN, as_float, as_list, as_mapping
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
 from blis_fast.config import memory
-from blis_fast.run.api import RESULT_BYTES_PER_REQUEST, pool_size
+from blis_fast.run.api import RESULT_BYTES_PER_REQUEST, deployment_names, pool_size
 from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.tables import scenario_tables
 
@@ -185,7 +185,7 @@ def prepare(scenario: Scenario, default_objectives: Any = None) -> PreparedScena
     from blis_fast.results.objectives import check_selectors  # deferred: blis_fast_kernels.native
 
     check_selectors([(f"scenario {show_text(scenario.name, 60)}: objectives[{k}].metric", o.metric)
-                     for k, o in enumerate(objectives)], wl, pool_size(cfg))
+                     for k, o in enumerate(objectives)], wl, pool_size(cfg), deployment_names(cfg))
     return PreparedScenario(scenario.name, setup, wl, list(objectives), workload_id(wl),
                             scenario_tables(setup, wl))
 

@@ -33,9 +33,6 @@ def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, allow_nan=False)
 
 
-# ----------------------------------------------------------------------------- number formats
-
-
 # ----------------------------------------------------------------------------- the summary
 
 
@@ -64,6 +61,10 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
     console.print()
     for line in _cluster_lines(c):
         console.print(line, highlight=False)
+    deployments = summary.get("deployments") or {}
+    if len(deployments) > 1:  # (the summary has the group with two or more deployments)
+        console.print()
+        console.print(_deployment_table(deployments))
     instances = summary.get("instances") or []
     if len(instances) > 1 and (per_instance or len(instances) <= PER_INSTANCE_LIMIT):
         console.print()
@@ -147,6 +148,24 @@ def _instance_table(instances: list[dict]):
                   ms(s.get("e2e_p99_ms")), ms(s.get("itl_p99_ms")), pct(s.get("kv_peak_utilization")),
                   pct(s.get("token_budget_occupancy")), pct(s.get("batch_slot_occupancy")),
                   pct(s.get("kv_occupancy_mean")), pct(s.get("busy_fraction")), count(s.get("preemption_count")))
+    return t
+
+
+def _deployment_table(deployments: dict[str, dict]):
+    from rich.table import Table  # deferred: rich
+
+    t = Table(title="deployments (times in ms; budget, slots, KV: mean step occupancy; stepping: time a step runs)",
+              title_justify="left", box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name, right in (("deployment", False), ("model", False), ("hardware", False), ("instances", True),
+                        ("completed", True), ("TTFT p99", True), ("E2E p99", True), ("budget", True),
+                        ("slots", True), ("KV", True), ("stepping", True)):
+        t.add_column(name, justify="right" if right else "left")
+    for name, d in deployments.items():
+        model = str(d.get("model", "")).rsplit("/", 1)[-1]
+        hardware = f"{d.get('hardware')} TP{d.get('tp', 1)}"
+        t.add_row(str(name), model, hardware, count(d.get("num_instances")), count(d.get("completed_requests")),
+                  ms(d.get("ttft_p99_ms")), ms(d.get("e2e_p99_ms")), pct(d.get("token_budget_occupancy")),
+                  pct(d.get("batch_slot_occupancy")), pct(d.get("kv_occupancy_mean")), pct(d.get("busy_fraction")))
     return t
 
 

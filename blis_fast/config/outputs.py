@@ -311,17 +311,3 @@ def spec_files(path: str | Path) -> list[Path]:
         elif isinstance(v, list):
             todo.extend(v)
     return out
-
-
-# ----------------------------------------------------------------------------- distributions
-
-_LOGN_KEYS = (("mu", "sigma"), ("mean", "std"), ("p50", "p90"))
-_DIST_KEYS = {
-    "constant": ("value",),
-    "gaussian": ("mean", "std"),
-    "exponential": ("mean",),
-    "uniform": (),
-    "lognormal": ("mu", "sigma", "mean", "std", "p50", "p90"),
-    "pareto_lognormal": ("pareto_weight", "alpha", "scale", "mu", "sigma", "mean", "std", "p50", "p90"),
-    "empirical": ("cdf", "values", "weights", "file"),
-}

@@ -5,7 +5,9 @@ per-objective vector.
 An objective names any metric of ``blis_fast.results.scorecard`` (the cluster summary's
 numbers, goodput, fairness, utilization, ...), optionally for one group of requests or one
 instance with a selector: ``slo_attainment[class=realtime]``, ``ttft_p99_ms[tenant=acme]``,
-``goodput_rps[client=web]``, ``utilization[instance=2]``.
+``goodput_rps[client=web]``, ``utilization[instance=2]``; or for one deployment or served
+model -- its requests and its instances (``scorecard.POOL_METRICS``):
+``ttft_p99_ms[deployment=h100]``, ``utilization[model=llama]``.
 
 Normalization of a raw value v (monotone: never decreasing in v for ``max``, never
 increasing for ``min``; always in [0, 1]):
@@ -44,11 +46,13 @@ from blis_fast.config.validate import as_float, as_list, as_mapping, as_str, sho
 from blis_fast.errors import ConfigError
 from blis_fast.text import FRACTIONS
 from blis_fast.results import scorecard
-from blis_fast.results.scorecard import GROUP_KINDS, group_masks, known_metrics
+from blis_fast.results.deployments import group_names, selection
+from blis_fast.results.scorecard import GROUP_KINDS, allowed_metrics, group_masks
 from blis_fast.results.slo import has_targets
 
 DIRECTIONS = ("min", "max")
-SELECTOR_KINDS = ("class", "tenant", "client", "instance")
+SELECTOR_KINDS = ("class", "tenant", "client", "instance", "deployment", "model")
+SELECTOR_GROUPS = ("deployment", "model")  # a deployment's or a model's requests and instances (results.deployments)
 MAX_OBJECTIVES = 64
 DEFAULT_SPEC = "slo_attainment:max,goodput_rps:max,ttft_p99_ms:min,e2e_p99_ms:min"
 
@@ -125,8 +129,8 @@ def split_metric(metric: str, where: str) -> tuple[str, str | None, str | None]:
     """``"ttft_p99_ms[tenant=a]"`` -> ("ttft_p99_ms", "tenant", "a"); no selector -> (name, None, None)."""
     m = _NAME.match(metric) if isinstance(metric, str) else None
     if m is None:
-        raise ConfigError(where, f"metric must be a name with an optional [class=|tenant=|client=|instance=...] "
-                                 f"selector, got {show(metric)}")
+        raise ConfigError(where, "metric must be a name with an optional "
+                                 f"[class=|tenant=|client=|instance=|deployment=|model=...] selector, got {show(metric)}")
     base, kind, value = m.groups()
     if kind is not None and kind not in SELECTOR_KINDS:
         raise ConfigError(where, f"unknown selector {show(kind)} in {show(metric)}; "
@@ -141,8 +145,7 @@ def check_objective(o: Objective, where: str) -> None:
     min/max, and target, weight and scale are finite numbers in range."""
     as_str(o.metric, f"{where}.metric")
     base, kind, _ = split_metric(o.metric, f"{where}.metric")
-    overall, group, instance = known_metrics()
-    allowed = overall if kind is None else instance if kind == "instance" else group
+    allowed = allowed_metrics(kind)
     if base not in allowed:
         what = "metric" if kind is None else f"metric for [{kind}=...]"
         raise ConfigError(f"{where}.metric", f"unknown {what} {show(base)}; known: {', '.join(allowed)}")
@@ -280,6 +283,15 @@ def metric_value(result, name: str) -> float:
                                                    f"{known_list(used)}")
 
         return float(scorecard.instance_metrics(result, np.array([index]))[base])
+    if kind in SELECTOR_GROUPS:
+        if base not in scorecard.POOL_METRICS:
+            raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; "
+                                                   f"known: {', '.join(scorecard.POOL_METRICS)}")
+        chosen = selection(result, kind, value)
+        if chosen is None:
+            raise ConfigError("objectives.metric", no_pool_message(name, kind, value,
+                                                                   group_names(result.setup, kind)))
+        return scorecard.pool_metric(result, *chosen, base)
     if base not in group:
         raise ConfigError("objectives.metric", f"unknown metric for [{kind}=...] {show(base)}; "
                                                f"known: {', '.join(group)}")
@@ -308,6 +320,13 @@ def no_group_message(metric: str, kind: str, value: str, known) -> str:
             f"{known_list(known)}")
 
 
+def no_pool_message(metric: str, kind: str, value: str, known) -> str:
+    """The error of a ``[deployment=...]`` / ``[model=...]`` selector naming none of the run's."""
+    what = "deployment" if kind == "deployment" else "deployment serving model"
+    plural = "deployments" if kind == "deployment" else "served models"
+    return f"{show(metric)}: the run has no {what} {show(value)}; its {plural}: {known_list(known)}"
+
+
 def untargeted_message(metric: str, value: str) -> str:
     return (f"{show(metric)}: class {show(value)} sets no SLO targets, so its attainment would only count completed "
             f"requests; give the class ttft_ms, tpot_ms or e2e_ms targets, or name completed_requests")
@@ -328,15 +347,22 @@ def workload_groups(workload, kind: str) -> list[str]:
     return [names[g] if g < len(names) else str(g) for g in ids.tolist() if g >= 0]
 
 
-def check_selectors(selected, workload, instances: int) -> None:
+def check_selectors(selected, workload, instances: int, deployments=()) -> None:
     """Before a run: ConfigError unless every selector of ``selected`` -- (field, metric)
-    pairs -- names a group of ``workload`` that has requests, or an instance below
-    ``instances`` (the deployment's pool).  The same names are checked again on the run's
+    pairs -- names a group of ``workload`` that has requests, an instance below
+    ``instances`` (the run's instance rows), or one of ``deployments`` -- (name, served
+    model name) pairs -- or their models.  The same names are checked again on the run's
     result (``metric_value``), which also knows which instances served."""
     groups: dict[str, list[str]] = {}
+    pools = {"deployment": [name for name, _ in deployments],
+             "model": list(dict.fromkeys(model for _, model in deployments))}
     for field, metric in selected:
         base, kind, value = split_metric(metric, field)
         if kind is None:
+            continue
+        if kind in pools:
+            if value not in pools[kind]:
+                raise ConfigError(field, no_pool_message(metric, kind, value, pools[kind]))
             continue
         if kind == "instance":
             index = instance_index(value)
@@ -367,7 +393,12 @@ def measured(result, metric: str) -> bool:
 
 
     tab = result.outcomes
-    sel = np.ones(len(tab["done"]), bool) if kind is None else group_masks(result, kind)[value]
+    if kind is None:
+        sel = np.ones(len(tab["done"]), bool)
+    elif kind in SELECTOR_GROUPS:
+        sel = selection(result, kind, value)[0]
+    else:
+        sel = group_masks(result, kind)[value]
     if result.in_window is not None:
         sel = sel & result.in_window
     if prefix == "ttft_":

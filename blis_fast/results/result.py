@@ -22,6 +22,7 @@ import numpy as np
 from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
+from .deployments import deployment_selection, has_groups, model_selection, request_fields
 from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
@@ -237,6 +238,55 @@ class Result:
                                                                values, counts, self.compat, int(clocks[i]), rates)))
         return instances
 
+    def _selection_summary(self, mask: np.ndarray, inst_rows: np.ndarray) -> dict:
+        """The cluster summary's group metrics (``summarize_group``) over the requests where
+        ``mask`` and the instance rows ``inst_rows`` (of the measurement window, if any)."""
+        measured, _, rates, _, clocks, _ = self._measured
+        rows = np.flatnonzero(mask if self.in_window is None else mask & self.in_window)
+        if rates is not None:
+            rates = (rates[0], rates[1][mask[rates[1]]])
+        values, counts = self._itl.histogram(measured & mask)
+        duration_us = int(clocks[inst_rows].max()) if inst_rows.size else 0
+        group = summarize_group("", self._cols, rows, self.state.inst[inst_rows], values, counts, self.compat,
+                                duration_us, rates)
+        del group["instance_id"]
+        return self._with_window(group)
+
+    @cached_property
+    def deployment_groups(self) -> dict[str, dict] | None:
+        """{deployment name: its summary} -- the cluster summary's group metrics over its
+        instances and the requests they served (``results.deployments``); None with fewer
+        than two deployments (the summary then has no ``deployments`` group)."""
+        if not has_groups(self.setup):
+            return None
+        out = {}
+        for dep in self.setup.deployments:
+            mask, rows = deployment_selection(self, dep.name)
+            out[dep.name] = {"model": dep.served_model_name, "hardware": dep.hardware.name, "tp": dep.engine.tp,
+                             "num_instances": len(rows), **self._selection_summary(mask, rows)}
+        return out
+
+    @cached_property
+    def model_groups(self) -> dict[str, dict] | None:
+        """{served model name: its summary} -- the cluster summary's group metrics over the
+        requests asking for it and the instances of the deployments serving it; None with
+        fewer than two deployments."""
+        if not has_groups(self.setup):
+            return None
+        out = {}
+        for name in dict.fromkeys(dep.served_model_name for dep in self.setup.deployments):
+            mask, rows = model_selection(self, name)
+            serving = [dep.name for dep in self.setup.deployments if dep.served_model_name == name]
+            out[name] = {"deployments": serving, "num_instances": len(rows), **self._selection_summary(mask, rows)}
+        return out
+
+    def _with_groups(self, doc: dict) -> dict:
+        """``doc`` with the ``deployments`` and ``models`` groups when the run has them."""
+        if self.deployment_groups is not None:
+            doc["deployments"] = self.deployment_groups
+            doc["models"] = self.model_groups
+        return doc
+
     @cached_property
     def cluster(self) -> dict:
         """The cluster-wide summary object (requests pooled over instances)."""
@@ -334,9 +384,11 @@ class Result:
                        lat["ttft_us"][lat["has_first"]], lat["e2e_us"][lat["done"]])
 
     def summary(self) -> dict:
-        """The JSON printed on stdout: {"cluster", "instances", "run"} (+ "fitness", "slo",
+        """The JSON printed on stdout: {"cluster", "instances", ("deployments", "models" with
+        two or more deployments), "run"} (+ "fitness", "slo",
         "counterfactuals", "evaluation" when they apply), then "adequacy"."""
-        out = {"cluster": self.cluster, "instances": self.instances, "run": self.run_info()}
+        out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
+        out["run"] = self.run_info()
         if self.fitness is not None:
             out["fitness"] = self.fitness
         if self.slo is not None:
@@ -450,6 +502,8 @@ class Result:
             "first_token_s": scaled("first_token_us", 1e6),
             "completion_s": scaled("completion_us", 1e6),
         }
+        if has_groups(self.setup):  # (a single-deployment run's records keep their fields)
+            cols.update(request_fields(self, sel))
         if ids is not None:
             cols["source_id"] = [ids[i] for i in rows]
         for key, values in labels.items():
@@ -520,6 +574,7 @@ class Result:
         if self.slo is not None:
             doc["slo"] = self.slo
         doc["instances"] = self.instances
+        self._with_groups(doc)
         doc["run"] = self.run_info()
         return doc
 

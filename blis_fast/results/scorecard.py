@@ -1,7 +1,10 @@
 """The flat table of evaluation metrics an objective can name (blis_fast.results.objectives):
 the cluster summary's numbers plus goodput, fairness, utilization, KV, queue and rate
 metrics, for the whole run or one group of requests (an SLO class, tenant or client) or
-one instance.  Definitions (README "Evaluation metrics" has the full list with units):
+one instance, or one deployment or served model (its requests and its instances:
+``POOL_METRICS``, blis_fast.results.deployments).  Definitions (README "Evaluation metrics"
+has the full list with units):
+
 - a request *meets its SLO* when it completed and every target of its class holds
   (``blis_fast.results.slo``); a class without targets only asks for completion -- so
   ``slo_attainment[class=C]`` of such a class is refused (``objectives.metric_value``),
@@ -222,6 +225,30 @@ def overall_metrics(result) -> dict[str, float]:
     out["jain_fairness_throughput"] = jain_index(thr)
     out["simulated_duration_s"] = duration_s(result)
     return out
+
+
+# Metrics of a deployment or a served model (``[deployment=D]``, ``[model=M]``): those of
+# its requests (GROUP_METRICS) and of its instances (INSTANCE_METRICS; the request counts are
+# the group's).
+POOL_METRICS = tuple(dict.fromkeys([*GROUP_METRICS, *INSTANCE_METRICS]))
+
+
+def allowed_metrics(kind: str | None) -> tuple[str, ...]:
+    """The metrics an objective may name with a selector of ``kind`` (None: none)."""
+    overall, group, instance = known_metrics()
+    if kind is None:
+        return overall
+    if kind == "instance":
+        return instance
+    return POOL_METRICS if kind in ("deployment", "model") else group
+
+
+def pool_metric(result, mask: np.ndarray, rows: np.ndarray, base: str) -> float:
+    """Metric ``base`` (of ``POOL_METRICS``) of a deployment or model: over its requests
+    ``mask`` if a group metric, else over its instance rows ``rows``."""
+    if base in GROUP_METRICS:
+        return float(group_metrics(result, mask)[base])
+    return float(instance_metrics(result, rows)[base])
 
 
 @functools.cache  # (constant; every objective of every evaluation asks)

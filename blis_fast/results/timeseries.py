@@ -8,6 +8,7 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 |---|---|---|
 | time_us / time_s | µs / s | the sample time |
 | instance | id | instance id, -1 = the whole cluster |
+| deployment | name | the instance's deployment (null on the cluster's rows); only in a run of two or more deployments |
 | waiting | requests | in the wait queue (cluster: summed) |
 | running | requests | in the running batch |
 | routed_pending | requests | routed here, queueing overhead (α) not yet elapsed |
@@ -103,9 +104,11 @@ class TimeSeriesRecorder:
         within = np.arange(len(first), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
         return first + within * self.every_us
 
-    def series(self, used: np.ndarray, state=None) -> "TimeSeries":
+    def series(self, used: np.ndarray, state=None, deployments: list | None = None) -> "TimeSeries":
         """The recorded samples of instances ``used`` and the cluster; with the run's final
-        ``state``, requests in their last step count as running and in the system (below)."""
+        ``state``, requests in their last step count as running and in the system (below).
+        ``deployments``: the deployment name of each of ``used`` (a ``deployment`` column;
+        None: no such column, as in a single-deployment run)."""
         times = self.sample_times()
         n = len(times)
         k = len(used) + 1
@@ -130,7 +133,11 @@ class TimeSeriesRecorder:
         if self.kv_total is not None:
             total[:-1] = self.kv_total[used]
             total[-1] = self.kv_total[used].sum()
-        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n))
+        deployment = None
+        if deployments is not None:
+            deployment = np.tile(np.array([*deployments, None], dtype=object), n)
+        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n),
+                          deployment)
 
 
 def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,9 +163,11 @@ def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarra
 class TimeSeries:
     """Sampled columns (module docstring), one row per (sample time, instance)."""
 
-    def __init__(self, time_us: np.ndarray, instance: np.ndarray, cols: dict[str, np.ndarray], kv_total: np.ndarray):
+    def __init__(self, time_us: np.ndarray, instance: np.ndarray, cols: dict[str, np.ndarray], kv_total: np.ndarray,
+                 deployment: np.ndarray | None = None):
         self.time_us = time_us
         self.instance = instance
+        self.deployment = deployment  # object [rows]: deployment name, None on the cluster's rows; or no column
         self.cols = cols
         self.kv_total = kv_total
 
@@ -169,6 +178,8 @@ class TimeSeries:
         """Every column, in the documented order."""
         kv = np.divide(self.cols["kv_blocks_used"], self.kv_total, out=np.zeros(len(self)), where=self.kv_total > 0)
         out = {"time_us": self.time_us, "time_s": self.time_us / 1e6, "instance": self.instance}
+        if self.deployment is not None:
+            out["deployment"] = self.deployment
         for c in COLUMNS:
             out[c] = self.cols[c]
             if c == "kv_blocks_used":
@@ -184,7 +195,8 @@ class TimeSeries:
         """A pyarrow Table of ``columns()``."""
         import pyarrow as pa  # deferred: pyarrow
 
-        return pa.table({k: pa.array(v) for k, v in self.columns().items()})
+        return pa.table({k: pa.array(v, pa.string() if k == "deployment" else None)
+                         for k, v in self.columns().items()})
 
     def write_parquet(self, path) -> None:
         import pyarrow.parquet as pq  # deferred: pyarrow

@@ -17,6 +17,7 @@ at ``full``, so a ``decisions`` trace is the same file with or without them.
 | bucket_tokens | tokens | admission | the token bucket after the decision (token-bucket admission) |
 | reason | text | admission | always-admit, reject-all, or (token-bucket) bucket / bucket-short |
 | instance | id | routing, preemption | the chosen instance / where the preemption happened |
+| deployment | name | routing, preemption, scheduled, blocked | the deployment of the record's instance; only in a run of two or more deployments |
 | candidates | count | routing | active instances chosen among |
 | prompt_blocks | blocks | routing | full prompt blocks of the request |
 | forced | bool | routing | decision forced (counterfactual replay) |
@@ -65,6 +66,8 @@ from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, 
                                      SchedRecord,
                                      SchedulerKind, TraceLevel)
 from blis_fast.results.regret import estimated_regret
+
+from .deployments import deployment_names_of, has_groups
 
 RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked")
 
@@ -140,6 +143,14 @@ def decision_table(result):
     cols["for_request"] = col({2: pre["for_request"]}, np.int64)
     cols["victim_generated"] = col({2: pre["victim_generated"]}, np.int64)
     cols["victim_blocks"] = col({2: pre["victim_blocks"]}, np.int64)
+    if has_groups(result.setup):  # (a single-deployment trace keeps its columns)
+        where = np.full(n, -1, np.int64)  # each record's instance, -1 for admissions
+        for k, v in {1: rte["chosen_instance"], 2: pre["instance"], 3: sch["instance"], 4: blk["instance"]}.items():
+            where[starts[k]: starts[k] + len(v)] = v
+        items = list(cols.items())
+        at = list(cols).index("instance") + 1
+        names = pa.array(deployment_names_of(result.setup, where[order]), pa.string())
+        cols = dict([*items[:at], ("deployment", names), *items[at:]])
     if full:
         cols.update(_scheduling_columns(result, col, sch, blk, vic))
     tab = result.outcomes

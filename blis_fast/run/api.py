@@ -18,6 +18,7 @@ from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
+from blis_fast.results.deployments import instance_labels
 from blis_fast.run.resolve import build_workload, check_engine_supports, check_expected_size, resolve
 from blis_fast.run.session import RunSession
 from blis_fast.workload import Workload
@@ -179,7 +180,8 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if progress is not None:
             progress("computing the results", 0, None, "")
         if recorder is not None:
-            result.timeseries = recorder.series(result._used_instances(), session.state)
+            used = result._used_instances()
+            result.timeseries = recorder.series(used, session.state, instance_labels(setup, used))
         if sim.counterfactual_k:
             if progress is not None:
                 progress("replaying counterfactuals", 0, None, "")
@@ -193,6 +195,12 @@ def pool_size(cfg: SimConfig) -> int:
     return max(dep.num_instances, dep.max_instances or 0)
 
 
+def deployment_names(cfg: SimConfig) -> list[tuple[str, str]]:
+    """(name, served model name) of each of the run's deployments: what ``[deployment=...]``
+    and ``[model=...]`` selectors may name."""
+    return [(d.name, d.served_name) for d in cfg.deployment_list()]
+
+
 def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[str, str]] = ()) -> None:
     """The selectors of the config's objectives and ``selectors`` checked against the
     workload and the deployment (``run_config``)."""
@@ -202,7 +210,7 @@ def check_run_selectors(cfg: SimConfig, wl: Workload, selectors: Sequence[tuple[
     if cfg.objectives is not None:
         selected += [(f"objectives[{k}].metric", o["metric"]) for k, o in enumerate(cfg.objectives)]
     if selected:
-        check_selectors(selected, wl, pool_size(cfg))
+        check_selectors(selected, wl, pool_size(cfg), deployment_names(cfg))
 
 
 def _kernel_progress(progress: Progress, n_requests: int, horizon_us: int | None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.results.objectives import metric_value, split_metric
-from blis_fast.results.scorecard import known_metrics
+from blis_fast.results.scorecard import allowed_metrics
 
 # the columns of a sweep / compare table besides the metrics the user names
 TABLE_METRICS = (
@@ -30,8 +30,7 @@ SLO_JUDGED = ("slo_attainment", "goodput_rps")
 def check_metric(name: str, field: str) -> None:
     """ConfigError naming ``field`` unless ``name`` is a metric an objective may name."""
     base, kind, _ = split_metric(name, field)
-    overall, group, instance = known_metrics()
-    allowed = overall if kind is None else instance if kind == "instance" else group
+    allowed = allowed_metrics(kind)
     if base not in allowed:
         what = "metric" if kind is None else f"metric for [{kind}=...]"
         raise ConfigError(field, f"unknown {what} {show(base)}; known: {', '.join(allowed)}")

@@ -270,6 +270,8 @@ class Workload:
     def validate(self) -> None:
         """Check shapes, dtypes and ranges; raise WorkloadError naming the first problem."""
         n = len(self)
+        if n > INT32_MAX:  # the event heap keeps request ids as int32 (kernels/schema/tables.py EVENT_DT)
+            raise WorkloadError("workload", f"has {n} requests, more than {INT32_MAX}")
         for name in ("arrival_us", "prompt_len", "output_len", "block_keys", "key_offsets"):
             a = getattr(self, name)
             if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1:

@@ -151,13 +151,18 @@ KV_BLOCK_DT = np.dtype(
 )
 
 # The event heap (structs/heap.py): a binary min-heap ordered by (time_us, priority, seq).
+# 32 bytes a record: the sifts move whole records, and a 40-byte record made the event
+# loop measurably slower, so the two payload values are int32.
 EVENT_DT = np.dtype(
     [
         ("time_us", np.int64),
         ("priority", np.int64),  # engine/events.py: encodes the kind and the instance
         ("seq", np.int64),  # insertion counter: the last tie-break (FIFO)
-        ("request", np.int64),  # payload: request id, -1 for instance-level events
-        ("arg2", np.int64),  # a second payload value for kinds that need one (0 otherwise)
+        ("request", np.int32),  # payload: request id (< MAX_REQUESTS = 10^8), -1 for instance-level events
+        # a second payload value for kinds that need one, 0 otherwise: an instance id, a
+        # request id or a count, always in [-2^31, 2^31) (an instance id < 65536, a request
+        # id < 10^8); a time or a token count that may exceed that does not fit here
+        ("arg2", np.int32),
     ],
     align=True,
 )

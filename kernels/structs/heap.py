@@ -2,7 +2,8 @@
 
 ``seq`` is an ever-increasing insertion counter, so the order is total and does not
 depend on how the heap happens to be laid out.  The sift loops move the five columns as
-plain integers and never copy a record through a temporary.  Sizes are passed in and
+plain integers and never copy a record through a temporary; a record is 32 bytes (the two
+payload values are int32, schema/tables.py says their ranges), two to a cache line.  Sizes are passed in and
 returned: the heap does not know where its size is kept (engine/events.py keeps it in
 the loop record).
 """
@@ -26,7 +27,7 @@ def event_before(ta, pa, sa, tb, pb, sb):
 def heap_push(heap, size, t, p, s, r, a2):
     """Insert event (time t, priority p, seq s, request r, second payload a2) into a heap
     of ``size`` entries; returns the new size, or -1 if the table is full (nothing changes
-    then)."""
+    then).  r and a2 are stored as int32 (EVENT_DT: both lie in [-2^31, 2^31))."""
     time = heap["time_us"]
     prio = heap["priority"]
     seq = heap["seq"]
@@ -56,7 +57,7 @@ def heap_push(heap, size, t, p, s, r, a2):
 @helper
 def heap_pop(heap, size):
     """Remove the minimum of a heap of ``size`` > 0 entries; returns (new size, time,
-    priority, seq, request, second payload)."""
+    priority, seq, request, second payload), all int64."""
     time = heap["time_us"]
     prio = heap["priority"]
     seq = heap["seq"]
@@ -65,8 +66,8 @@ def heap_pop(heap, size):
     t0 = time[0]
     p0 = prio[0]
     s0 = seq[0]
-    r0 = req[0]
-    a0 = arg2[0]
+    r0 = np.int64(req[0])
+    a0 = np.int64(arg2[0])
     size -= 1
     if size > 0:  # sift the last entry down from the root through the hole
         t = time[size]

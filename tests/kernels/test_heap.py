@@ -195,3 +195,19 @@ def test_push_event_with_carries_the_second_payload_value():
     E.push_event(st, 9, _prio(InstanceEvent.STEP, 0), -1)
     assert [tuple(int(x) for x in E.heap_pop(st.heap, n)[1:]) for n in (2, 1)] == \
         [(7, _prio(InstanceEvent.QUEUED, 0), 0, 3, 12345), (9, _prio(InstanceEvent.STEP, 0), 1, -1, 0)]
+
+
+def test_payload_values_keep_their_documented_range():
+    """request and arg2 are int32 (a 32-byte record): request ids up to MAX_REQUESTS - 1, -1,
+    and any arg2 in [-2^31, 2^31) come back as pushed, as int64."""
+    payloads = [(99_999_999, 2**31 - 1), (-1, -2**31), (0, 65_535), (12_345, -1)]
+    heap = _heap(len(payloads))
+    size = 0
+    for s, (r, a2) in enumerate(payloads):
+        size = E.heap_push(heap, size, 5, 1, s, r, a2)
+    popped = []
+    while size > 0:
+        size, _, _, _, r, a2 = E.heap_pop(heap, size)
+        assert isinstance(r, (int, np.int64)) and isinstance(a2, (int, np.int64))
+        popped.append((int(r), int(a2)))
+    assert popped == payloads

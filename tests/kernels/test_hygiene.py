@@ -116,7 +116,9 @@ def test_schema_is_pinned():
     # small rows: block rows are loaded at random (only named blocks have one, kv/cache.py)
     assert S.KV_BLOCK_DT.itemsize == 20
     assert S.EVENT_DT.names == ("time_us", "priority", "seq", "request", "arg2")
-    assert all(dt == np.int64 for dt in (S.EVENT_DT.fields[n][0] for n in S.EVENT_DT.names))
+    # 32-byte event records: the heap's sifts move whole records (structs/heap.py)
+    assert [S.EVENT_DT.fields[n][0] for n in S.EVENT_DT.names] == [np.int64] * 3 + [np.int32] * 2
+    assert S.EVENT_DT.itemsize == 32
     # the per-token hot fields of a request share its first cache line
     hot = ("computed", "prefill_target", "blocks_held", "generated", "output_len")
     assert all(S.REQUEST_DT.fields[f][1] < 64 for f in hot)

@@ -146,6 +146,16 @@ def test_no_prefix_no_shared_keys():
     assert not np.any(wl.block_keys == -1)
 
 
+def test_workload_of_more_requests_than_int32_ids_is_refused():
+    """The event heap keeps request ids as int32: a workload has at most 2^31 - 1 requests
+    (a zero-stride array stands for the 2^31 arrival times)."""
+    wl = generate_distribution(spec(num_requests=3), 4, 8)
+    huge = dataclasses.replace(wl, arrival_us=np.broadcast_to(np.int64(0), (2**31,)))
+    with pytest.raises(ConfigError) as ei:
+        huge.validate()
+    assert ei.value.field == "workload" and "2147483648 requests" in str(ei.value)
+
+
 def test_workload_shape_and_description():
     wl = generate_distribution(spec(num_requests=30), 4, 8)
     wl.validate()
