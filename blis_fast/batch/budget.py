@@ -10,7 +10,7 @@ Three limits, each optional:
   events (machine-dependent: whether it trips depends on the machine's speed, so keep
   it well above a normal evaluation's time and rely on the first two for search).
 
-``run_within(state, budget)`` drives ``blis_fast.run.runner.run_to_end`` with them: the
+``run_within(session, budget)`` runs a ``blis_fast.run.session.RunSession`` with them: the
 kernel returns to Python every ``CHUNK_EVENTS`` events (the wall clock is read there) and
 pauses at ``max_simulated_s`` (the loop stops there having processed every earlier event).
 """
@@ -24,7 +24,6 @@ from typing import Any
 
 from blis_fast.config.validate import MAX_TIME_US, as_float, as_int, as_mapping, show
 from blis_fast.errors import BlisFastError, ConfigError, SimulationError
-from blis_fast.run.runner import run_to_end
 from blis_fast_kernels.schema import Status
 
 CHUNK_EVENTS = 100_000  # ~0.2 s of kernel time: the wall clock is read at least this often
@@ -73,14 +72,13 @@ class Budget:
                 "max_wall_s": self.max_wall_s}
 
 
-def run_within(state, budget: Budget, deadline: float | None = None, chunk_events: int = CHUNK_EVENTS):
-    """Run ``state`` to the end within ``budget``; returns the final State or raises
+def run_within(session, budget: Budget, deadline: float | None = None, chunk_events: int = CHUNK_EVENTS):
+    """Run ``session`` (a prepared RunSession) to the end within ``budget``; returns it or raises
     BudgetExceeded (one line naming the limit).  ``deadline`` (time.monotonic()) overrides
     the wall-clock limit's start (e.g. to include preparation time); the wall clock is
     read every ``chunk_events`` events."""
     if budget.max_events is not None:
-        settings = state.settings
-        settings["max_events"] = min(int(settings[0]["max_events"]), int(budget.max_events))
+        session.limit_events(budget.max_events)
     if deadline is None and budget.max_wall_s is not None:
         deadline = time.monotonic() + float(budget.max_wall_s)
 
@@ -99,9 +97,10 @@ def run_within(state, budget: Budget, deadline: float | None = None, chunk_event
     if budget.max_simulated_s is not None:
         sample = max(1, int(math.ceil(float(budget.max_simulated_s) * 1e6)))
     try:
-        return run_to_end(state, progress=check_wall, sample_every_us=sample, on_sample=over_time,
-                          chunk_events=chunk_events)
+        return session.run(progress=check_wall, sample_every_us=sample, on_sample=over_time,
+                           chunk_events=chunk_events)
     except SimulationError:
+        state = session.state
         if budget.max_events is not None and int(state.loop[0]["status"]) == Status.MAX_EVENTS:
             raise BudgetExceeded(f"the run had not finished after {show(budget.max_events)} events "
                                  f"(budget.max_events) at simulated t={int(state.loop[0]['clock_us']) / 1e6:.3f} s, "

@@ -29,8 +29,7 @@ from blis_fast.batch.budget import BudgetExceeded, run_within
 from blis_fast.config import memory
 from blis_fast.errors import ConfigError, SimulationError
 from blis_fast.batch.task import evaluate_task, failed, failure, thread_arrays
-from blis_fast.run.tables import build_state
-from blis_fast_kernels.schema.state import copy_state
+from blis_fast.run.session import RunSession
 
 # at most this many candidates per cohort: each split keeps a copy of the state for every
 # branch not yet run, so a cohort's memory is up to ``MAX_MEMBERS`` states
@@ -69,19 +68,19 @@ def form_cohorts(tasks: list, enabled: bool = True) -> list[list]:
     return out
 
 
-def _as_cohort(state, members: list):
-    """``state`` set up for ``members``: their routing rows, member 0's parameters as the
-    state's own (a copy: a compiled policy's arrays are shared by its tasks)."""
+def _as_cohort(session: RunSession, members: list) -> RunSession:
+    """``session``'s state set up for ``members``: their routing rows, member 0's parameters
+    as the state's own (a copy: a compiled policy's arrays are shared by its tasks)."""
     rows = np.array([m.compiled.params[PolicySlot.ROUTING] for m in members], np.float64)
-    return state._replace(cohort=rows, cohort_choice=np.zeros(len(members), np.int64),
-                          policy_param=np.array(members[0].compiled.params, np.float64))
+    session.state = session.state._replace(cohort=rows, cohort_choice=np.zeros(len(members), np.int64),
+                                           policy_param=np.array(members[0].compiled.params, np.float64))
+    return session
 
 
 def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> list:
     """[(row index, EvaluationResult)] of the members of one cohort on a prepared scenario
     (never raises).  ``timings`` as ``evaluate_task``'s, summed over the cohort's branches."""
     from blis_fast.results.evaluation import policy_id  # deferred: blis_fast_kernels.native
-    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     head = members[0]
     setup = replace(ps.setup, config=replace(ps.setup.config, policy=head.policy))
@@ -102,18 +101,18 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
     try:
         with memory.memory_budget(setup.config.simulation.max_memory) as mem:
             arrays = thread_arrays()
-            state = build_state(setup, ps.workload, head.compiled, scenario=ps.tables, arrays=arrays)
+            session = RunSession(setup, ps.workload, head.compiled, scenario=ps.tables, arrays=arrays).prepare()
             add("build_s", time.perf_counter() - t0)
-            branches = [(state, members, time.perf_counter() - t0)]  # (state, its members, wall s of its path)
+            branches = [(session, members, time.perf_counter() - t0)]  # (session, its members, wall s of its path)
             while branches:
-                state, group, spent = branches.pop()
-                state = _as_cohort(state, group)
+                session, group, spent = branches.pop()
+                state = _as_cohort(session, group).state
                 start = time.perf_counter()
                 deadline = None
                 if budget.max_wall_s is not None:
                     deadline = time.monotonic() + float(budget.max_wall_s) - spent
                 try:
-                    state = run_within(state, budget, deadline)
+                    state = run_within(session, budget, deadline).state
                 except (BudgetExceeded, SimulationError) as exc:  # (this branch's members only)
                     fail(group, exc, spent + time.perf_counter() - start)
                     continue
@@ -129,15 +128,15 @@ def evaluate_cohort(ps, members: list, budget, timings: dict | None = None) -> l
                     first, *others = parts.values()
                     for part in reversed(others):  # a copy each (kept until its turn); the first goes on in this one
                         try:
-                            mem.charge(sum(a.nbytes for a in state), "a copy of a cohort's state at a split")
+                            mem.charge(session.state_bytes(), "a copy of a cohort's state at a split")
                         except ConfigError:
                             alone.extend(part)
                             continue
-                        branches.append((copy_state(state), part, spent))
-                    branches.append((state, first, spent))
+                        branches.append((session.copy(), part, spent))
+                    branches.append((session, first, spent))
                     continue
                 arrays.keep("step_log", state.step_log)  # (as evaluate_task does)
-                ev = Result(setup, ps.workload, state, wall_time_s=t_judge - start).evaluate(objectives=ps.objectives)
+                ev = session.finish(wall_time_s=t_judge - start).evaluate(objectives=ps.objectives)
                 done = time.perf_counter()
                 add("judge_s", done - t_judge)
                 add("runs", 1)

@@ -15,8 +15,8 @@ from blis_fast.batch.scenarios import PreparedScenario
 from blis_fast.config import memory
 from blis_fast.errors import ConfigError, SimulationError
 from blis_fast.results.evaluation import EvaluationResult, policy_id
-from blis_fast.results.result import Result
-from blis_fast.run.tables import StateArrays, build_state
+from blis_fast.run.session import RunSession
+from blis_fast.run.tables import StateArrays
 
 BUDGET_EXCEEDED = "budget_exceeded"
 SIMULATION_FAILED = "simulation_error"  # the kernel stopped with an error status
@@ -48,12 +48,12 @@ def evaluate_task(ps: PreparedScenario, task: Task, budget: Budget, summarize: b
     try:
         with memory.memory_budget(cfg.simulation.max_memory):
             arrays = thread_arrays()
-            state = build_state(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=arrays)
+            session = RunSession(setup, ps.workload, task.compiled, scenario=ps.tables, arrays=arrays).prepare()
             t_run = time.perf_counter()
-            state = run_within(state, budget, deadline)
-            arrays.keep("step_log", state.step_log)  # (grown or not: the next run starts with it)
+            run_within(session, budget, deadline)
+            arrays.keep("step_log", session.state.step_log)  # (grown or not: the next run starts with it)
             t_judge = time.perf_counter()
-            result = Result(setup, ps.workload, state, wall_time_s=t_judge - t_run)
+            result = session.finish(wall_time_s=t_judge - t_run)
             ev = result.evaluate(objectives=ps.objectives, summarize=summarize)
             if timings is not None:
                 for key, dt in (("build_s", t_run - t0), ("kernel_s", t_judge - t_run),

@@ -97,7 +97,8 @@ _SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "wor
                     "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
-def _field(flag: str):
+def setting_field(flag: str):
+    """The dataclass field a flat setting (a FLAG_PATHS name) sets, None if it has none."""
     section, _, name = FLAG_PATHS[flag].rpartition(".")
     cls = _SECTION_CLASSES.get(section, SimConfig)
     for f in fields(cls):
@@ -108,7 +109,7 @@ def _field(flag: str):
 
 def field_help(flag: str) -> str:
     """Help text of a flat setting, taken from its dataclass field (one source of truth)."""
-    f = _field(flag)
+    f = setting_field(flag)
     return f.metadata.get("help", "") if f is not None else ""
 
 
@@ -124,7 +125,7 @@ _METAVARS = {"int": "INTEGER", "float": "FLOAT", "list[float]": "NUMBERS", "str"
 
 def option(*names: str, flag: str | None = None, help: str | None = None):
     key = flag or names[0].lstrip("-").replace("-", "_")
-    f = _field(key) if key in FLAG_PATHS else None
+    f = setting_field(key) if key in FLAG_PATHS else None
     extra = {}
     text = help if help is not None else field_help(key)
     if f is not None:

@@ -2,8 +2,8 @@
 
 ``@with_run_flags`` gives a command the options of ``run`` that describe a simulation
 (``--config``, ``--policy-config`` and every flat setting of ``FLAG_PATHS``) with the same
-names, help and parsing -- taken from ``run``'s own signature, so a flag added to ``run``
-appears on every study command too.  The command declares a ``run_flags: dict`` parameter
+names, help and parsing -- the settings' options built from the one table ``run``'s are
+(``cli/setting_flags.py``), so a setting added there appears on every study command too.  The command declares a ``run_flags: dict`` parameter
 and receives them there; ``config_from_flags(run_flags)`` builds the SimConfig exactly as
 ``run`` does (defaults <- YAML <- policy bundle <- flags).
 """
@@ -18,6 +18,7 @@ from blis_fast.config.sim import FLAG_PATHS, SimConfig
 from blis_fast.config.policy import load_policy_bundle
 from blis_fast.config.sim import build_config, load_yaml
 from blis_fast.cli.run import run
+from blis_fast.cli.setting_flags import setting_parameters
 from blis_fast.config.outputs import config_inputs
 
 FILE_FLAGS = ("config", "policy_config")
@@ -27,8 +28,9 @@ SINGLE_RUN_OUTPUTS = ("objectives", "fitness_weights", "trace_level", "sample_in
 
 
 def _run_parameters() -> list[inspect.Parameter]:
-    params = inspect.signature(run, eval_str=True).parameters.values()
-    return [p for p in params if p.name in FLAG_PATHS or p.name in FILE_FLAGS]
+    """``run``'s file options, then an option per setting (help groups them by panel)."""
+    files = [p for p in inspect.signature(run, eval_str=True).parameters.values() if p.name in FILE_FLAGS]
+    return files + list(setting_parameters())
 
 
 def with_run_flags(command=None, *, exclude: tuple[str, ...] = ()):

@@ -142,7 +142,7 @@ class SimulationConfig:
                              hi=MAX_WINDOW_S, unit="s")
     check_invariants: bool = _opt(False, "verify KV conservation and batch limits after every step (slow; tests)")
     max_events: int | None = _opt(None, "safety limit on processed events (default: generous bound from the workload)",
-                                  lo=1, hi=MAX_TIME_US)
+                                  lo=1, hi=MAX_TIME_US, cli=False)
     trace_level: str | None = _opt(None, "decision trace: none | decisions (admission, routing and preemption "
                                          "records) | full (also the instance schedulers' records: admissions to the "
                                          "batch, blocked wait-queue heads, preemption context); default none, "
@@ -236,29 +236,23 @@ class SimConfig:
                                instances=self.deployment.num_instances, engine=self.engine),)
 
 
-# Flat names (BLIS flags with '_' for '-') -> nested path.  Also the YAML top-level aliases.
+# Flat names (BLIS flags with '_' for '-') -> nested path.  Also the YAML top-level aliases,
+# and the table ``blis-fast run``'s setting options are built from (blis_fast/cli/setting_flags.py):
+# in help order, a path's first name is its flag and the later ones its aliases
+# (--max-num-running-reqs / --max-num-seqs); a field with ``cli=False`` is YAML-only.
 FLAG_PATHS: dict[str, str] = {
     "model": "model",
     "hardware": "hardware",
+    "tp": "engine.tp",
+    "pp": "engine.pp",
+    "dp": "engine.dp",
     "vllm_version": "vllm_version",
     "latency_model": "latency_model",
     "alpha_coeffs": "alpha_coeffs",
     "beta_coeffs": "beta_coeffs",
-    "tp": "engine.tp",
-    "pp": "engine.pp",
-    "dp": "engine.dp",
-    "total_kv_blocks": "engine.total_kv_blocks",
-    "block_size_in_tokens": "engine.block_size",
-    "max_num_running_reqs": "engine.max_num_seqs",
-    "max_num_seqs": "engine.max_num_seqs",
-    "max_num_scheduled_tokens": "engine.max_num_batched_tokens",
-    "max_num_batched_tokens": "engine.max_num_batched_tokens",
-    "long_prefill_token_threshold": "engine.long_prefill_token_threshold",
-    "gpu_memory_utilization": "engine.gpu_memory_utilization",
-    "enable_prefix_caching": "engine.enable_prefix_caching",
-    "num_instances": "deployment.num_instances",
-    "min_instances": "deployment.min_instances",
-    "max_instances": "deployment.max_instances",
+    "seed": "simulation.seed",
+    "simulation_seed": "simulation.simulation_seed",
+    "horizon": "simulation.horizon",
     "workload": "workload.type",
     "workload_traces_filepath": "workload.traces_filepath",
     "workload_spec": "workload.spec_filepath",
@@ -275,20 +269,21 @@ FLAG_PATHS: dict[str, str] = {
     "output_tokens_stdev": "workload.output_tokens_stdev",
     "output_tokens_min": "workload.output_tokens_min",
     "output_tokens_max": "workload.output_tokens_max",
-    "seed": "simulation.seed",
-    "simulation_seed": "simulation.simulation_seed",
-    "horizon": "simulation.horizon",
-    "compat": "simulation.compat",
+    "num_instances": "deployment.num_instances",
+    "min_instances": "deployment.min_instances",
+    "max_instances": "deployment.max_instances",
+    "total_kv_blocks": "engine.total_kv_blocks",
+    "block_size_in_tokens": "engine.block_size",
+    "max_num_running_reqs": "engine.max_num_seqs",
+    "max_num_seqs": "engine.max_num_seqs",
+    "max_num_scheduled_tokens": "engine.max_num_batched_tokens",
+    "max_num_batched_tokens": "engine.max_num_batched_tokens",
+    "long_prefill_token_threshold": "engine.long_prefill_token_threshold",
+    "gpu_memory_utilization": "engine.gpu_memory_utilization",
+    "enable_prefix_caching": "engine.enable_prefix_caching",
     "admission_latency": "simulation.admission_latency",
     "routing_latency": "simulation.routing_latency",
-    "warmup_s": "simulation.warmup_s",
-    "cooldown_s": "simulation.cooldown_s",
-    "check_invariants": "simulation.check_invariants",
-    "max_events": "simulation.max_events",
-    "max_memory": "simulation.max_memory",
-    "trace_level": "simulation.trace_level",
-    "sample_interval_ms": "simulation.sample_interval_ms",
-    "counterfactual_k": "simulation.counterfactual_k",
+    "compat": "simulation.compat",
     "admission_policy": "policy.admission",
     "token_bucket_capacity": "policy.token_bucket_capacity",
     "token_bucket_refill_rate": "policy.token_bucket_refill_rate",
@@ -304,6 +299,14 @@ FLAG_PATHS: dict[str, str] = {
     "prefix_index_capacity": "policy.prefix_index_capacity",
     "fitness_weights": "policy.fitness_weights",
     "objectives": "objectives",
+    "trace_level": "simulation.trace_level",
+    "counterfactual_k": "simulation.counterfactual_k",
+    "sample_interval_ms": "simulation.sample_interval_ms",
+    "check_invariants": "simulation.check_invariants",
+    "max_events": "simulation.max_events",
+    "max_memory": "simulation.max_memory",
+    "warmup_s": "simulation.warmup_s",
+    "cooldown_s": "simulation.cooldown_s",
 }
 _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():

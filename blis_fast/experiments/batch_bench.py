@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from blis_fast.errors import BlisFastError
 from blis_fast.experiments.scenarios import scenario_overrides, text_table
-from blis_fast_kernels.schema.state import copy_state
 
 N_CANDIDATES = 64
 # batch scenario -> the standard scenario it evaluates on, and whether the serial pass runs
@@ -68,7 +67,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
     from blis_fast.batch.evaluate import default_workers, evaluate_prepared, evaluate_task, evaluate_unit, make_task  # deferred: yaml
     from blis_fast.batch.scenarios import Scenario, prepare  # deferred: yaml
     from blis_fast.config.sim import build_config  # deferred: yaml
-    from blis_fast.run import build_state, run_to_end  # deferred: yaml
+    from blis_fast.run import RunSession  # deferred: yaml
 
     base, run_serial = BATCH_SCENARIOS[name]
     run_serial = run_serial if serial is None else serial
@@ -84,10 +83,8 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
         raise BlisFastError(f"batch {name}: the warm-up evaluation failed: {warm.message}")
     kernel = []
     for _ in range(3):
-        state = build_state(ps.setup, ps.workload)
-        t = time.perf_counter()
-        run_to_end(state)
-        kernel.append(time.perf_counter() - t)
+        session = RunSession(ps.setup, ps.workload).prepare()
+        kernel.append(session.run().kernel_s)
 
     def timed(n_workers: int) -> tuple[float, float, list, dict]:
         phases: dict[str, float] = {}
@@ -157,21 +154,21 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
 def kernel_scaling(ps, workers: int, repeats: int = 1) -> float:
     """Best-of-``repeats`` time of ``4 * workers`` bare event loops of the prepared scenario
     on one thread / on ``workers`` threads (each on a fresh copy of one state)."""
-    from blis_fast.run import build_state, run_to_end  # deferred: yaml
+    from blis_fast.run import RunSession  # deferred: yaml
 
-    template = build_state(ps.setup, ps.workload)
+    template = RunSession(ps.setup, ps.workload).prepare()
     n = 4 * workers
     best = {1: float("inf"), workers: float("inf")}
     with ThreadPoolExecutor(workers, thread_name_prefix="blis-fast-bench") as pool:
         for _ in range(max(1, repeats)):
             for k in best:
-                states = [copy_state(template) for _ in range(n)]
+                sessions = [template.copy() for _ in range(n)]
                 t = time.perf_counter()
                 if k == 1:
-                    for st in states:
-                        run_to_end(st)
+                    for one in sessions:
+                        one.run()
                 else:
-                    list(pool.map(run_to_end, states))
+                    list(pool.map(RunSession.run, sessions))
                 best[k] = min(best[k], time.perf_counter() - t)
     return best[1] / best[workers]
 

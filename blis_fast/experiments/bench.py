@@ -3,10 +3,10 @@
 Three figures, measured separately (each is a cost a user sees, and they differ by orders
 of magnitude):
 
-* **warm throughput** -- seconds of ``run.run_to_end`` once compiled, per scenario: the
+* **warm throughput** -- seconds of ``RunSession.run`` once compiled, per scenario: the
   workload is generated once (untimed), one untimed warm-up run is checked for
   correctness (every request completed, status OK), then ``repeats`` timed runs each on a
-  fresh state (``build_state`` is untimed; ``run_to_end`` mutates the state).  Best and
+  fresh state (``RunSession.prepare`` is untimed; the run mutates the state).  Best and
   median kernel seconds, simulated requests/s and engine steps/s (both from the best).
 * **floor** -- in the same process, per scenario, seconds of a *minimal
   continuous-batching loop* (``blis_fast_kernels.engine.minimal.run_minimal``: round-robin
@@ -80,12 +80,12 @@ def calibrate(burst: int = CALIBRATION_BURST, load: float = TARGET_LOAD, seed: i
     scenario -- the values to paste into SCENARIOS / SATURATION_RPS_PER_INSTANCE.
     """
     from blis_fast.config.sim import build_config  # deferred: yaml
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
+    from blis_fast.run import RunSession, build_workload, resolve  # deferred: yaml
 
     cfg = build_config({}, {**BASE, "seed": seed, "num_requests": burst, "num_instances": 1,
                             "rate": 1e6})  # mean gap 1 µs: everything arrives at once
     setup = resolve(cfg)
-    state = run_to_end(build_state(setup, build_workload(cfg)))
+    state = RunSession(setup, build_workload(cfg)).run().state
     reqs = state.reqs
     done = reqs["state"] == RequestState.COMPLETED
     if not done.all():
@@ -135,9 +135,8 @@ def machine_info() -> dict:
 
 def bench_scenario(name: str, repeats: int = 3) -> dict:
     """Warm kernel timings and sanity metrics of one scenario (see the module docstring)."""
-    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
     from blis_fast.config.sim import build_config  # deferred: yaml
-    from blis_fast.run import build_state, build_workload, resolve, run_to_end  # deferred: yaml
+    from blis_fast.run import RunSession, build_workload, resolve  # deferred: yaml
 
     repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     overrides = scenario_overrides(name)
@@ -150,19 +149,19 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
 
     level = trace_level_code(cfg)
     # untimed warm-up (compiles or loads the kernels) doubling as the correctness check
-    ref = run_to_end(build_state(setup, wl, trace_level=level))  # raises SimulationError on a bad status
+    warm = RunSession(setup, wl, trace_level=level).run()  # raises SimulationError on a bad status
+    ref = warm.state
     completed = int((ref.reqs["state"] == RequestState.COMPLETED).sum())
     if completed != n:
         raise BlisFastError(f"scenario {name}: only {completed} of {n} requests completed")
     steps, events = int(ref.loop[0]["steps"]), int(ref.loop[0]["events"])
-    cluster = Result(setup, wl, ref).cluster
+    cluster = warm.finish().cluster
 
     times = []
     for _ in range(repeats):
-        state = build_state(setup, wl, trace_level=level)
-        t0 = time.perf_counter()
-        state = run_to_end(state)
-        times.append(time.perf_counter() - t0)
+        session = RunSession(setup, wl, trace_level=level).prepare()
+        state = session.run().state
+        times.append(session.kernel_s)
         if int(state.loop[0]["steps"]) != steps or int(state.loop[0]["events"]) != events:
             raise BlisFastError(f"scenario {name}: a repeat differs from the warm-up run (not deterministic)")
     best = min(times)

@@ -1,7 +1,7 @@
 """``simulate()``, the public entry point of one run:
     resolve (model, GPU, latency model, KV blocks) -> check the expected size against the
-    memory budget -> build the workload -> allocate the state (run.tables) -> the event
-    loop (run.runner) -> Result (blis_fast.results)
+    memory budget -> build the workload -> a RunSession (run.session: the state, the event
+    loop) -> Result (blis_fast.results)
 
 Numba is imported only when a run actually starts, so the CLI's ``--help`` and config
 validation stay instant.  Everything a run allocates is charged to its memory budget
@@ -11,7 +11,6 @@ validation stay instant.  Everything a run allocates is charged to its memory bu
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import effective, memory
@@ -21,8 +20,7 @@ from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.results.deployments import instance_labels
 from blis_fast.run.resolve import build_workload, check_expected_size, resolve
-from blis_fast.run.runner import run_to_end
-from blis_fast.run.tables import build_state
+from blis_fast.run.session import RunSession
 from blis_fast.workload import Workload
 from blis_fast.config.sim import validate
 from blis_fast_kernels.schema import TraceLevel
@@ -132,8 +130,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     config's objectives and of ``selectors`` ((field, metric) pairs the caller will read,
     e.g. a study's ``--slo``) must name a group of the workload or an instance of the
     deployment (``results.objectives.check_selectors``)."""
-    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
-
     if not isinstance(cfg, SimConfig):
         raise ConfigError("config", f"must be a SimConfig, got {show(cfg)}")
     validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
@@ -169,24 +165,22 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
                 last_us = min(last_us, int(sim.horizon))
             check_sample_count(last_us // interval_us, pool_size(cfg),
                                f"sampling every {interval_us} µs up to the last arrival at {last_us} µs")
-        state = build_state(setup, wl, trace_level=trace_level_code(cfg))
+        session = RunSession(setup, wl, trace_level=trace_level_code(cfg)).prepare()
         recorder = None
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
-            recorder = TimeSeriesRecorder(len(state.inst), interval_us)
+            recorder = TimeSeriesRecorder(len(session.state.inst), interval_us)
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
             progress("simulating", 0, None if cfg.simulation.horizon else len(wl), "")
-        start = time.perf_counter()
-        state = run_to_end(state, progress=on_chunk, sample_every_us=interval_us, on_sample=recorder)
-        result = Result(setup, wl, state, wall_time_s=time.perf_counter() - start)
+        result = session.run(progress=on_chunk, sample_every_us=interval_us, on_sample=recorder).finish()
         if progress is not None:
             progress("computing the results", 0, None, "")
         if recorder is not None:
             used = result._used_instances()
-            result.timeseries = recorder.series(used, state, instance_labels(setup, used))
+            result.timeseries = recorder.series(used, session.state, instance_labels(setup, used))
         if sim.counterfactual_k:
             if progress is not None:
                 progress("replaying counterfactuals", 0, None, "")

@@ -5,7 +5,7 @@ A run is deterministic, so the run with only decision r changed is the original 
 ``settings.forced_request = r, forced_instance = j`` (the kernel routes r to j and
 everything else by the policy).  Replays resume from a copy of the state taken just
 before r's decision time instead of starting over: one pass runs the workload up to each
-replayed decision in time order (``runner.run_until``), and each alternative continues a
+replayed decision in time order (``RunSession.run_until``, run/session.py), and each alternative continues a
 copy from there to the end, on a thread pool as far as cores and the memory budget allow.  The replayed run equals a full run with that decision forced
 (tests/run/test_counterfactual.py).
 
@@ -19,10 +19,8 @@ from __future__ import annotations
 import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 
-from blis_fast.run.runner import run_to_end, run_until
-from blis_fast.run.tables import build_state
+from blis_fast.run.session import RunSession
 from blis_fast_kernels.schema import TraceLevel
-from blis_fast_kernels.schema.state import copy_state
 from blis_fast.run.runner import default_workers
 from blis_fast.config import memory
 
@@ -40,12 +38,9 @@ def _outcome(result, r: int, objectives) -> dict:
             "e2e_ms": _ms(int(lat["e2e_us"][r])), "score": total, "objectives": vec}
 
 
-def forced_state(result, request: int, instance: int, trace_level: int = TraceLevel.NONE):
-    """A fresh State of ``result``'s run with request ``request`` routed to ``instance``."""
-    st = build_state(result.setup, result.workload, trace_level=trace_level)
-    st.settings["forced_request"] = request
-    st.settings["forced_instance"] = instance
-    return st
+def forced_session(result, request: int, instance: int, trace_level: int = TraceLevel.NONE) -> RunSession:
+    """A fresh session of ``result``'s run with request ``request`` routed to ``instance``."""
+    return RunSession(result.setup, result.workload, trace_level=trace_level).prepare().force_routing(request, instance)
 
 
 def worst_decisions(result, k: int) -> np.ndarray:
@@ -60,11 +55,11 @@ def worst_decisions(result, k: int) -> np.ndarray:
     return order[regret[order] > 0][:max(k, 0)]
 
 
-def replay_workers(state, wanted: int) -> int:
+def replay_workers(session: RunSession, wanted: int) -> int:
     """Replays run at once: up to the cores this process may use and ``wanted``, and as
     many state copies as the memory budget in force still holds (ConfigError naming
     simulation.max_memory if not even one fits next to the pass's own state)."""
-    per_copy = sum(a.nbytes for a in state)
+    per_copy = session.state_bytes()
     budget = memory.current_budget()
     room = int((budget.limit - budget.used) // max(per_copy, 1)) - 1
     workers = max(1, min(default_workers(), wanted, room))
@@ -81,30 +76,27 @@ def replays(result, rows):
     The copies run on a thread pool (the kernels release the GIL) as far as cores and the
     memory budget allow; the results do not depend on it."""
     from blis_fast.results.regret import routing_log  # deferred: blis_fast_kernels.native
-    from blis_fast.results.result import Result  # deferred: blis_fast_kernels.native
 
     log = routing_log(result)
-    state = build_state(result.setup, result.workload, trace_level=TraceLevel.NONE)
+    session = RunSession(result.setup, result.workload, trace_level=TraceLevel.NONE).prepare()
     tasks = []  # (row, alternative)
     for row in sorted(rows, key=lambda j: (int(log["time_us"][j]), int(log["request"][j]))):
         tasks += [(row, j) for j in log["alt_instance"][row].tolist() if j >= 0]
     if not tasks:
         return
-    workers = replay_workers(state, len(tasks))
+    workers = replay_workers(session, len(tasks))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending = []  # futures in task order, at most ``workers`` ahead of the consumer
         for row, j in tasks:
             # every event before the decision's time, none at it (a no-op for the same row)
-            state = run_until(state, int(log["time_us"][row]) - 1)
-            replay = copy_state(state)
-            replay.settings["forced_request"] = log["request"][row]
-            replay.settings["forced_instance"] = j
-            pending.append((row, j, pool.submit(run_to_end, replay)))
+            session.run_until(int(log["time_us"][row]) - 1)
+            replay = session.copy().force_routing(log["request"][row], j)
+            pending.append((row, j, pool.submit(replay.run)))
             if len(pending) > workers:
                 r0, j0, fut = pending.pop(0)
-                yield r0, j0, Result(result.setup, result.workload, fut.result())
+                yield r0, j0, fut.result().finish()
         for r0, j0, fut in pending:
-            yield r0, j0, Result(result.setup, result.workload, fut.result())
+            yield r0, j0, fut.result().finish()
 
 
 def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
@@ -134,4 +126,4 @@ def replay_worst_decisions(result, k: int, objectives=None) -> list[dict]:
     return [reports[row] for row in picked]
 
 
-__all__ = ["forced_state", "replay_workers", "replay_worst_decisions", "replays", "worst_decisions"]
+__all__ = ["forced_session", "replay_workers", "replay_worst_decisions", "replays", "worst_decisions"]

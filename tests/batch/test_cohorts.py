@@ -56,15 +56,15 @@ def rows(results) -> list:
 
 
 def count_copies(monkeypatch) -> list:
-    import blis_fast.batch.cohorts as cohorts_module
+    from blis_fast.run.session import RunSession
 
     copies = [0]
-    copy = cohorts_module.copy_state
+    copy = RunSession.copy
 
-    def counted(st):
+    def counted(session):
         copies[0] += 1
-        return copy(st)
-    monkeypatch.setattr(cohorts_module, "copy_state", counted)  # the copies a cohort makes
+        return copy(session)
+    monkeypatch.setattr(RunSession, "copy", counted)  # the copies a cohort makes at its splits
     return copies
 
 

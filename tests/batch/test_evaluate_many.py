@@ -94,12 +94,12 @@ def test_budget_limits_end_runaway_candidates():
 def test_wall_clock_budget_is_checked_between_chunks():
     from blis_fast.batch.budget import BudgetExceeded, run_within
     from blis_fast.config.sim import build_config
-    from blis_fast.run import build_state, build_workload, resolve
+    from blis_fast.run import RunSession, build_workload, resolve
 
     cfg = build_config({}, SMALL)
-    state = build_state(resolve(cfg), build_workload(cfg))
+    session = RunSession(resolve(cfg), build_workload(cfg)).prepare()
     with pytest.raises(BudgetExceeded, match="max_wall_s"):
-        run_within(state, Budget(max_wall_s=1.0), deadline=0.0, chunk_events=50)  # the deadline has passed
+        run_within(session, Budget(max_wall_s=1.0), deadline=0.0, chunk_events=50)  # the deadline has passed
 
 
 def test_budget_and_argument_errors():

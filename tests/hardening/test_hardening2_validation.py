@@ -3,7 +3,7 @@ bad input before anything is simulated, with one ``error: <field>: <message>`` l
 ``ConfigError`` from the API), values shortened and control characters escaped.
 
 "Before anything is simulated" is asserted, not timed: the tests replace the event loop's
-entry (``run_to_end``) with one that fails the test if it is called."""
+entry (``run_to_end``, as run/session.py calls it) with one that fails the test if it is called."""
 
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ def no_simulation(monkeypatch):
     def refuse(*args, **kwargs):
         raise Simulated("the event loop ran: the input should have been refused before")
 
-    import blis_fast.run.api
     import blis_fast.run.runner
+    import blis_fast.run.session
 
     monkeypatch.setattr(blis_fast.run.runner, "run_to_end", refuse)
-    monkeypatch.setattr(blis_fast.run.api, "run_to_end", refuse)
+    monkeypatch.setattr(blis_fast.run.session, "run_to_end", refuse)  # (every run goes through a RunSession)
 
 
 # ----------------------------------------------------------------------------- objectives and selectors

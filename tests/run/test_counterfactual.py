@@ -9,9 +9,7 @@ import json
 import pytest
 
 import blis_fast
-from blis_fast.run.counterfactual import forced_state, replay_worst_decisions, replays, worst_decisions
-from blis_fast.run.runner import run_to_end
-from blis_fast.results import Result
+from blis_fast.run.counterfactual import forced_session, replay_worst_decisions, replays, worst_decisions
 from tests.builders import lengths_workload
 
 LOADED = dict(num_requests=100, rate=40, num_instances=3, workload="chatbot", prefix_tokens=128, total_kv_blocks=150,
@@ -24,7 +22,7 @@ def test_replay_equals_a_full_run_with_that_decision_forced():
     seen = 0
     for row, j, replayed in replays(base, rows.tolist()):
         r = int(base.state.route_log["request"][row])
-        full = Result(base.setup, base.workload, run_to_end(forced_state(base, r, j)))
+        full = forced_session(base, r, j).run().finish()
         assert replayed.state.reqs["instance"][r] == j
         assert replayed.results_json() == full.results_json()
         seen += 1
