@@ -22,6 +22,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
+from blis_fast.config.validate import show
+from blis_fast.errors import ConfigError
 from blis_fast.run.runner import run_to_end
 from blis_fast.run.tables import ScenarioTables, StateArrays, build_state
 from blis_fast_kernels.schema import TraceLevel
@@ -94,8 +98,18 @@ class RunSession:
 
     def force_routing(self, request: int, instance: int) -> "RunSession":
         """Route request ``request`` to ``instance`` whatever the policy says (the other
-        decisions are the policy's): a counterfactual replay's one change."""
-        settings = self._ready().settings
+        decisions are the policy's): a counterfactual replay's one change.  The instance
+        must serve the request's model (the kernel routes a forced request unchecked, and
+        an instance of another model would serve it with that model's latency and cache)."""
+        state = self._ready()
+        n_instances = state.inst.shape[0]
+        if not 0 <= request < state.reqs.shape[0]:
+            raise ConfigError("forced_request", f"must be a request id in 0..{state.reqs.shape[0] - 1}, got {request}")
+        if not 0 <= instance < n_instances or state.inst["model"][instance] != state.reqs["model"][request]:
+            serving = np.flatnonzero(state.inst["model"] == state.reqs["model"][request]).tolist()
+            raise ConfigError("forced_instance", f"must be an instance serving request {request}'s model "
+                                                 f"({show(serving)}), got {instance}")
+        settings = state.settings
         settings["forced_request"] = request
         settings["forced_instance"] = instance
         return self

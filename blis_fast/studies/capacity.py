@@ -394,6 +394,11 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     if search == "rate" and w.type == "traces" and not w.spec_filepath:
         raise ConfigError("--search", "rate search needs generated arrivals (a distribution, a preset or a "
                                       "workload spec); a trace fixes its own arrival times")
+    if search == "instances" and cfg.deployments is not None:
+        # which pool would grow is a choice the search cannot make (one H100 is not one A100)
+        raise ConfigError("--search", f"instances searches one pool's num_instances; this config has a deployments: "
+                                      f"list ({len(cfg.deployments)} deployments, each with its own instances), so "
+                                      f"search each deployment as a config of its own, or use --search rate")
     if search != "rate" and (rate_min is not None or rate_max is not None):
         raise ConfigError("--rate-min" if rate_min is not None else "--rate-max", "applies to --search rate only")
     if rate_min is not None:
