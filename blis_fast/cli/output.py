@@ -55,7 +55,7 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
     console = console or Console()
     summary = _escaped(summary)  # names from the user's files (classes, tenants, models) reach the terminal
     run, c = summary["run"], summary["cluster"]
-    console.print(_headline(run, c))
+    console.print(_headline(run, c, summary.get("deployments")))
     console.print()
     console.print(_latency_table(c))
     console.print()
@@ -89,7 +89,17 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
         console.print(summary["summary_text"], markup=False, highlight=False)
 
 
-def _headline(run: dict, c: dict):
+def _fleet(deployments: dict[str, dict]) -> dict[str, list[str]]:
+    """{short served-model name: ["2 × H100 TP1", ...]} in deployment order (empty with
+    fewer than two deployments: the summary has no ``deployments`` group then)."""
+    fleet: dict[str, list[str]] = {}
+    for d in deployments.values():
+        served = str(d.get("model", "")).rsplit("/", 1)[-1]
+        fleet.setdefault(served, []).append(f"{count(d.get('num_instances'))} × {d.get('hardware')} TP{d.get('tp', 1)}")
+    return fleet
+
+
+def _headline(run: dict, c: dict, deployments: dict[str, dict] | None = None):
     from rich.text import Text  # deferred: rich
 
     cfg = run.get("config") or {}
@@ -99,6 +109,14 @@ def _headline(run: dict, c: dict):
     source = wl.get("source") or wl.get("kind") or (cfg.get("workload") or {}).get("type", "")
     source = str(source).replace("\\", "/").rsplit("/", 1)[-1]  # the file name is enough here
     text = Text()
+    fleet = _fleet(deployments or {})
+    if fleet:  # several deployments: what runs where (the instance counts), not only the first's GPU
+        for k, (served, pools) in enumerate(fleet.items()):
+            text.append(" + " if k else "")
+            text.append(served, style="bold")
+            text.append(" on " + " + ".join(pools))
+        text.append(f" · {run.get('latency_model')} · {count(run.get('num_requests'))} requests ({source})")
+        return text
     text.append(f"{model}", style="bold")
     text.append(f" on {run.get('hardware')} TP{engine.get('tp', 1)} · {run.get('latency_model')} · "
                 f"{count(c.get('num_instances'))} instance{'s' if c.get('num_instances') != 1 else ''} · "
@@ -156,14 +174,17 @@ def _deployment_table(deployments: dict[str, dict]):
 
     t = Table(title="deployments (times in ms; budget, slots, KV: mean step occupancy; stepping: time a step runs)",
               title_justify="left", box=None, pad_edge=False, show_edge=False, header_style="bold")
+    # one served model: the headline names it, and the table fits 100 columns without it
+    with_model = len({d.get("model") for d in deployments.values()}) > 1
     for name, right in (("deployment", False), ("model", False), ("hardware", False), ("instances", True),
                         ("completed", True), ("TTFT p99", True), ("E2E p99", True), ("budget", True),
                         ("slots", True), ("KV", True), ("stepping", True)):
-        t.add_column(name, justify="right" if right else "left")
+        if name != "model" or with_model:
+            t.add_column(name, justify="right" if right else "left")
     for name, d in deployments.items():
-        model = str(d.get("model", "")).rsplit("/", 1)[-1]
+        model = [str(d.get("model", "")).rsplit("/", 1)[-1]] if with_model else []
         hardware = f"{d.get('hardware')} TP{d.get('tp', 1)}"
-        t.add_row(str(name), model, hardware, count(d.get("num_instances")), count(d.get("completed_requests")),
+        t.add_row(str(name), *model, hardware, count(d.get("num_instances")), count(d.get("completed_requests")),
                   ms(d.get("ttft_p99_ms")), ms(d.get("e2e_p99_ms")), pct(d.get("token_budget_occupancy")),
                   pct(d.get("batch_slot_occupancy")), pct(d.get("kv_occupancy_mean")), pct(d.get("busy_fraction")))
     return t

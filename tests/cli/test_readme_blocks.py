@@ -41,8 +41,6 @@ NOT_RUN = {
     ". .venv/bin/activate": "activates that environment",
     "pip install": "installs the package: the tests run on the installed package already",
     "python -m pytest": "runs the test suite or the benchmarks' pytest suite, which holds this test",
-    "blis-fast run --config configs/examples/hetero-fleet.yaml": "runs two deployments, refused until the "
-                                                                 "multi-deployment event loop lands (remove then)",
 }
 # blis-fast subcommands run by the slow variant only -> why
 SLOW_ONLY = {

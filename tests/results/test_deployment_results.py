@@ -228,8 +228,9 @@ def test_terminal_view_shows_the_deployments_table(two):
     text = console.export_text()
     assert "deployments (times in ms" in text
     rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["a"], ["b"])]
-    assert [r[:4] for r in rows] == [["a", "llama-3.1-8b-instruct", "H100", "TP1"],
-                                     ["b", "llama-3.1-8b-instruct", "H100", "TP1"]]
+    # one served model: the headline names it with every deployment's instances, the table leaves it out
+    assert text.splitlines()[0].startswith("llama-3.1-8b-instruct on 2 × H100 TP1 + 2 × H100 TP1 · ")
+    assert [r[:4] for r in rows] == [["a", "H100", "TP1", "2"], ["b", "H100", "TP1", "2"]]
     console = Console(width=200, record=True)
     render(blis_fast.simulate(num_requests=20, num_instances=2).summary(), console=console)
     assert "deployments (" not in console.export_text()

@@ -203,3 +203,20 @@ def test_compare_two_multi_deployment_configs(tmp_path, capsys):
     assert c.stats[0]["ttft_p99_ms"].values != c.stats[1]["ttft_p99_ms"].values  # 4 running requests queue more
     code, out, err = run_cli(capsys, "compare", a, b)
     assert code == 0 and a.stem in out and b.stem in out, err[-2000:]
+
+
+# -- the terminal view ------------------------------------------------------------------
+
+
+def test_terminal_view_of_two_models_names_each_models_instances(two_models):
+    from rich.console import Console
+
+    from blis_fast.cli.output import render
+
+    console = Console(width=200, record=True)
+    render(blis_fast.simulate(config=two_models).summary(), console=console)
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("llama-3.1-8b-instruct on 2 × H100 TP1 + qwen2.5-7b-instruct on 2 × A100-SXM TP1 · ")
+    rows = [line.split() for line in lines if line.split()[:1] in (["llama-h100"], ["qwen-a100"])]
+    assert [r[:3] for r in rows] == [["llama-h100", "llama-3.1-8b-instruct", "H100"],
+                                     ["qwen-a100", "qwen2.5-7b-instruct", "A100-SXM"]]
