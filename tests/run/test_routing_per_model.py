@@ -112,3 +112,15 @@ def test_bundle_with_an_unknown_model_is_refused_from_the_cli(tmp_path):
     code, out, err = cli_in_process("run", "--config", tmp_path / "run.yaml", "--policy-config",
                                     tmp_path / "bundle.yaml")
     assert_clean_error(code, out, err, ["routing_per_model", "served models", QWEN])
+
+
+def test_the_docs_example_parses_and_runs(tmp_path):
+    """docs/policies.md "Routing per model": its bundle, on configs/examples/two-models.yaml."""
+    from tests.run.test_deployments_engine import ROOT
+
+    text = (ROOT / "docs" / "policies.md").read_text()
+    section = text[text.index("### Routing per model"):]
+    bundle = yaml.safe_load(section[section.index("```yaml\n") + 8: section.index("```", section.index("```yaml\n") + 8)])
+    cfg = build_config(two_models(tmp_path, duration_s=2).to_dict(), policy_settings=bundle_to_settings(bundle))
+    st = run(cfg)[2]
+    assert list(st.routing_kind) == [RoutingKind.ROUND_ROBIN, RoutingKind.WEIGHTED]
