@@ -219,8 +219,11 @@ class SimConfig:
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
         deployments list, the top-level settings that mirror its first entry are left out
-        (read back, they would be refused next to the list)."""
+        (read back, they would be refused next to the list), and so is an unset
+        ``policy.routing_per_model``."""
         out = _to_dict(self)
+        if self.policy.routing_per_model is None:  # (set only by YAML, a bundle or the API: left out unset)
+            del out["policy"]["routing_per_model"]
         if self.deployments is None:
             del out["deployments"]
         else:

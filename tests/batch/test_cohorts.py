@@ -117,7 +117,9 @@ def test_a_split_state_continued_by_one_side_is_that_sides_own_run(scenario):
     def with_members(st, *members):
         return st._replace(cohort=np.array([m.compiled.params[PolicySlot.ROUTING] for m in members]),
                            cohort_choice=np.zeros(len(members), np.int64),
-                           policy_param=members[0].compiled.params.copy())
+                           policy_param=members[0].compiled.params.copy(),
+                           routing_param=np.tile(members[0].compiled.params[PolicySlot.ROUTING],
+                                                 (st.routing_param.shape[0], 1)))
 
     setup = replace(scenario.setup, config=replace(scenario.setup.config, policy=a.policy))
     st = with_members(build_state(setup, scenario.workload, a.compiled), a, b)
