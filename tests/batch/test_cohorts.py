@@ -190,3 +190,10 @@ def test_candidates_with_routing_per_model_run_alone(scenario):
     kv = together[3]
     assert together[0].metrics == together[1].metrics == kv.metrics
     assert len({together[0].policy_id, together[1].policy_id, kv.policy_id}) == 3
+
+
+def test_a_candidate_routing_an_unserved_model_is_an_invalid_row(scenario):
+    bad = load_candidate({"routing": {"per_model": {"nobody/unknown": "least-loaded"}}}, "bad")
+    [row] = evaluate_prepared([bad], [scenario], Budget(max_wall_s=None), 1)
+    assert row.status == "invalid_policy" and "no deployment serves" in row.message
+    assert scenario.setup.served_models[0] in row.message
