@@ -124,3 +124,11 @@ def test_the_docs_example_parses_and_runs(tmp_path):
     cfg = build_config(two_models(tmp_path, duration_s=2).to_dict(), policy_settings=bundle_to_settings(bundle))
     st = run(cfg)[2]
     assert list(st.routing_kind) == [RoutingKind.ROUND_ROBIN, RoutingKind.WEIGHTED]
+
+
+def test_the_run_summary_names_the_per_model_routing(tmp_path):
+    cfg = with_policy(two_models(tmp_path, clients=[1], deployments=[1], duration_s=2),
+                      routing_per_model={QWEN: {"type": "weighted", "scorers": {"queue-depth": 1}}})
+    text = Result(*run(cfg)).summary_text()
+    assert f"(per model: {QWEN} `weighted` (scorers {{'queue-depth': 1.0}}))" in text
+    assert "per model" not in Result(*run(with_policy(cfg, routing_per_model=None))).summary_text()
