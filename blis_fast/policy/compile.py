@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blis_fast.config.policy import (ADMISSION_POLICIES, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT, ROUTING_POLICIES,
-                                     SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.config.policy import (ADMISSION_POLICIES, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
+                                     ROUTING_POLICIES, SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 
@@ -42,9 +43,9 @@ class CompiledPolicies:
         kinds = np.full(n, self.kinds[S.PolicySlot.ROUTING], np.int64)
         params = np.tile(np.asarray(self.params[S.PolicySlot.ROUTING], np.float64), (n, 1))
         for model, kind, row in self.per_model:
-            if model not in served_models:
-                raise ConfigError(f"policy.routing_per_model.{model}",
-                                  f"no deployment serves it; served models: {', '.join(served_models)}")
+            if model not in served_models:  # (the config checks this first: check_routing_models)
+                raise ConfigError(f"policy.routing_per_model.{key_name(model)}", "no deployment serves it; served "
+                                  f"models: {', '.join(show(m) for m in served_models)}")
             m = served_models.index(model)
             kinds[m] = kind
             params[m] = row

@@ -120,7 +120,8 @@ def test_the_docs_example_parses_and_runs(tmp_path):
 
     text = (ROOT / "docs" / "policies.md").read_text()
     section = text[text.index("### Routing per model"):]
-    bundle = yaml.safe_load(section[section.index("```yaml\n") + 8: section.index("```", section.index("```yaml\n") + 8)])
+    start = section.index("```yaml\n") + len("```yaml\n")
+    bundle = yaml.safe_load(section[start: section.index("```", start)])
     cfg = build_config(two_models(tmp_path, duration_s=2).to_dict(), policy_settings=bundle_to_settings(bundle))
     st = run(cfg)[2]
     assert list(st.routing_kind) == [RoutingKind.ROUND_ROBIN, RoutingKind.WEIGHTED]
@@ -132,3 +133,10 @@ def test_the_run_summary_names_the_per_model_routing(tmp_path):
     text = Result(*run(cfg)).summary_text()
     assert f"(per model: {QWEN} `weighted` (scorers {{'queue-depth': 1.0}}))" in text
     assert "per model" not in Result(*run(with_policy(cfg, routing_per_model=None))).summary_text()
+
+
+def test_binding_rows_to_models_that_do_not_include_an_override_is_refused():
+    compiled = compile_policies(PolicyConfig(routing_per_model={"x/y": "least-loaded"}))
+    with pytest.raises(ConfigError, match="no deployment serves it; served models: 'a/b'") as exc:
+        compiled.routing_rows(("a/b",))
+    assert exc.value.field == "policy.routing_per_model.x/y"
