@@ -15,6 +15,7 @@ Nothing is approximated: a member's row equals the row of its own run (tests/bat
 test_cohorts.py), and its budget counts the events, simulated time and wall time of its
 own path through the splits.  Members share everything but the routing parameters (the
 ``cohort_key``): the routing kind, every other policy, the settings a policy implies.
+A candidate that sets routing per model (``policy.routing_per_model``) runs alone.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ MAX_MEMBERS = 16
 def cohort_key(task):
     """What a task shares with the members of its cohort: its compiled policy but the
     routing parameters, and every other setting of its policy; None for a task that runs
-    alone (an error row)."""
-    if task.compiled is None or task.policy is None:
+    alone: an error row, or a policy that routes some model by its own routing (the
+    members' rows in ``State.cohort`` are one routing row each, the same for every model)."""
+    if task.compiled is None or task.policy is None or task.compiled.per_model:
         return None
     params = task.compiled.params.copy()
     params[PolicySlot.ROUTING] = 0.0
@@ -72,8 +74,10 @@ def _as_cohort(session: RunSession, members: list) -> RunSession:
     """``session``'s state set up for ``members``: their routing rows, member 0's parameters
     as the state's own (a copy: a compiled policy's arrays are shared by its tasks)."""
     rows = np.array([m.compiled.params[PolicySlot.ROUTING] for m in members], np.float64)
+    n_models = session.state.routing_param.shape[0]  # (members set no routing per model: one row for all)
     session.state = session.state._replace(cohort=rows, cohort_choice=np.zeros(len(members), np.int64),
-                                           policy_param=np.array(members[0].compiled.params, np.float64))
+                                           policy_param=np.array(members[0].compiled.params, np.float64),
+                                           routing_param=np.tile(rows[0], (n_models, 1)))
     return session
 
 

@@ -30,6 +30,7 @@ from blis_fast.batch.candidates import INVALID, Candidate, candidate_ids, load_c
 from blis_fast.batch.program import check_timeout
 from blis_fast.batch.cohorts import evaluate_cohort, form_cohorts
 from blis_fast.batch.scenarios import PreparedScenario, as_scenarios, prepare
+from blis_fast.config.policy import check_routing_models
 from blis_fast.config.validate import as_int, as_str, show
 from blis_fast.errors import ConfigError
 from blis_fast.batch.task import Task, evaluate_task, failed, release_thread_arrays
@@ -269,6 +270,7 @@ def make_task(index: int, cand: Candidate, ps: PreparedScenario, compiled: dict)
         return Task(index, cand.id, error=cand.error)
     try:
         policy = merged_policy(ps.setup.config.policy, cand.settings)
+        check_routing_models(policy, ps.setup.served_models)  # (a per-model routing of a model not served here)
         key = repr(policy)
         if key not in compiled:
             compiled[key] = compile_policies(policy)

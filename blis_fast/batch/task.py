@@ -101,7 +101,8 @@ def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: floa
     """The row of an evaluation that could not run: score 0, every objective 0."""
     pid = ""
     if task.compiled is not None:
-        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity)
+        routing = task.compiled.routing_rows(ps.setup.served_models) if task.compiled.per_model else (None, None)
+        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity, *routing)
     ev = EvaluationResult.failed(status, " ".join(str(message).split()), policy_id=pid,
                                  workload_id=ps.workload_id, seed=ps.seed,
                                  wall_time_s=None if t0 is None else time.perf_counter() - t0)

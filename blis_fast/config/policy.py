@@ -51,6 +51,7 @@ VICTIMS = {"last": S.VictimKind.LAST, "lowest-priority": S.VictimKind.LOWEST_PRI
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
 MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact
 MAX_WEIGHTS = 64  # entries of one name:weight list
+MAX_ROUTING_OVERRIDES = 64  # entries of routing_per_model (one per served model)
 
 
 # the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
@@ -100,13 +101,62 @@ class PolicyConfig:
     prefix_index_capacity: int = _opt(10000, "prefix-block keys per instance in the router's prefix-affinity index",
                                       lo=1, hi=10_000_000)
     fitness_weights: dict[str, float] | None = _opt(None, "fitness components key:weight (see docs/policies.md)")
+    routing_per_model: dict[str, dict] | None = _opt(
+        None, "routing of some served models instead of routing/routing_scorers: {served model: {type: NAME, "
+              "scorers: {name: weight}}} (a policy bundle's routing.per_model; YAML and API only)",
+        cli=False, parse=lambda value, where: parse_routing_per_model(value, where))
 
     def __post_init__(self) -> None:
+        if self.routing_per_model is not None:  # one shape from here on: {model: {type, scorers}}
+            object.__setattr__(self, "routing_per_model",
+                               parse_routing_per_model(self.routing_per_model, "policy.routing_per_model"))
         validate_policy(self)
 
     def scorers(self) -> dict[str, float]:
         """The weighted router's scorers (default BLIS's)."""
         return dict(self.routing_scorers) if self.routing_scorers is not None else dict(DEFAULT_SCORERS)
+
+
+def parse_routing_per_model(value: Any, path: str) -> dict[str, dict]:
+    """A ``routing.per_model`` mapping -> ``{served model: {"type": NAME, "scorers": {name:
+    weight} | None}}``, each entry a routing policy name or a mapping ``{type, scorers}``
+    (``scorers`` only with ``weighted``).  Whether the models are served is checked with the
+    deployments (``check_routing_models``)."""
+    as_mapping(value, path, what="a mapping served model: routing")
+    if len(value) > MAX_ROUTING_OVERRIDES:
+        raise ConfigError(path, f"at most {MAX_ROUTING_OVERRIDES} models, got {len(value)}")
+    out: dict[str, dict] = {}
+    for model, entry in value.items():
+        if not isinstance(model, str) or not model or len(model) > MAX_STR_LEN:
+            raise ConfigError(path, f"model names must be non-empty strings, got {show(model)}")
+        where = f"{path}.{key_name(model)}"
+        kind, params = _section(entry, where, {"scorers"})
+        _only(params, where, {"scorers"})
+        if kind is None:
+            raise ConfigError(f"{where}.type", "missing: name the model's routing policy")
+        _check_choice(f"{where}.type", kind, ROUTING_POLICIES)
+        scorers = params.get("scorers")
+        if scorers is not None:
+            if kind != "weighted":
+                raise ConfigError(f"{where}.scorers", f"apply only to type weighted, not {show(kind)}")
+            scorers = parse_weights(scorers, f"{where}.scorers")
+            if not scorers:
+                raise ConfigError(f"{where}.scorers", "needs at least one scorer")
+            for s, w in scorers.items():
+                _check_choice(f"{where}.scorers", s, SCORERS)
+                _check_number(f"{where}.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
+        out[model] = {"type": kind, "scorers": scorers}
+    return out
+
+
+def check_routing_models(p: PolicyConfig, served: tuple[str, ...]) -> None:
+    """Every model of ``routing_per_model`` is served by a deployment (ConfigError naming
+    the entry and listing the served models)."""
+    for model in p.routing_per_model or {}:
+        if model not in served:
+            raise ConfigError(f"policy.routing_per_model.{key_name(model)}",
+                              f"routing.per_model names {show(model)}, which no deployment serves; served models: "
+                              f"{', '.join(show(m) for m in served)}")
 
 
 def _check_choice(path: str, value: Any, choices) -> str:
@@ -257,8 +307,10 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             if src in prm:
                 out[dst] = _check_number(f"admission.params.{src}", prm[src])
     if "routing" in data:
-        pol, prm = _section(data["routing"], "routing", {"scorers"})
-        _only(prm, "routing", {"scorers"})
+        pol, prm = _section(data["routing"], "routing", {"scorers", "per_model"})
+        _only(prm, "routing", {"scorers", "per_model"})
+        if "per_model" in prm:
+            out["routing_per_model"] = parse_routing_per_model(prm["per_model"], "routing.per_model")
         if pol is not None:
             _check_choice("routing.type", pol, ROUTING_POLICIES)
             out["routing"] = pol

@@ -19,10 +19,11 @@ from blis_fast.config.deployments import (
     PER_DEPLOYMENT_SETTINGS,
     DeploymentSpec,
     check_deployments,
+    served_models,
 )
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
-from blis_fast.config.policy import PolicyConfig, parse_weights
+from blis_fast.config.policy import PolicyConfig, check_routing_models, parse_weights
 from blis_fast.config.validate import (
     INT64_MAX,
     MAX_INSTANCES,
@@ -212,12 +213,17 @@ class SimConfig:
                 object.__setattr__(self, name, getattr(first, name))
             object.__setattr__(self, "engine", first.engine)
             object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
+        if self.policy.routing_per_model:
+            check_routing_models(self.policy, served_models(self.deployment_list()))
 
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
         deployments list, the top-level settings that mirror its first entry are left out
-        (read back, they would be refused next to the list)."""
+        (read back, they would be refused next to the list), and so is an unset
+        ``policy.routing_per_model``."""
         out = _to_dict(self)
+        if self.policy.routing_per_model is None:  # (set only by YAML, a bundle or the API: left out unset)
+            del out["policy"]["routing_per_model"]
         if self.deployments is None:
             del out["deployments"]
         else:
@@ -298,6 +304,7 @@ FLAG_PATHS: dict[str, str] = {
     "snapshot_intervals": "policy.snapshot_intervals",
     "prefix_index_capacity": "policy.prefix_index_capacity",
     "fitness_weights": "policy.fitness_weights",
+    "routing_per_model": "policy.routing_per_model",
     "objectives": "objectives",
     "trace_level": "simulation.trace_level",
     "counterfactual_k": "simulation.counterfactual_k",

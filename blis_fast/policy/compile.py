@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blis_fast.config.policy import (ADMISSION_POLICIES, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT, ROUTING_POLICIES,
-                                     SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.config.policy import (ADMISSION_POLICIES, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
+                                     ROUTING_POLICIES, SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 
@@ -27,10 +28,28 @@ class CompiledPolicies:
     kinds: np.ndarray  # int64[N_POLICY_SLOTS]
     params: np.ndarray  # float64[N_POLICY_SLOTS, POLICY_WIDTH]
     uses_prefix_index: bool  # the router must keep its prefix-affinity index
+    # routing overrides of some served models: (served model, routing kind, routing row)
+    per_model: tuple[tuple[str, int, np.ndarray], ...] = ()
 
     @property
     def scheduler_kind(self) -> int:
         return int(self.kinds[S.PolicySlot.SCHEDULER])
+
+    def routing_rows(self, served_models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(routing kind per served model, routing parameter row per served model): the
+        ROUTING slot's for every model but those with an override (``State.routing_kind``,
+        ``State.routing_param``; model ids index ``served_models``)."""
+        n = len(served_models)
+        kinds = np.full(n, self.kinds[S.PolicySlot.ROUTING], np.int64)
+        params = np.tile(np.asarray(self.params[S.PolicySlot.ROUTING], np.float64), (n, 1))
+        for model, kind, row in self.per_model:
+            if model not in served_models:  # (the config checks this first: check_routing_models)
+                raise ConfigError(f"policy.routing_per_model.{key_name(model)}", "no deployment serves it; served "
+                                  f"models: {', '.join(show(m) for m in served_models)}")
+            m = served_models.index(model)
+            kinds[m] = kind
+            params[m] = row
+        return kinds, params
 
 
 MAX_INTERVAL_US = 2**53
@@ -44,10 +63,13 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
     kinds[slot.ADMISSION] = ADMISSION_POLICIES[p.admission]
     params[slot.ADMISSION, S.AdmissionParam.CAPACITY] = p.token_bucket_capacity
     params[slot.ADMISSION, S.AdmissionParam.REFILL_PER_S] = p.token_bucket_refill_rate
-    kinds[slot.ROUTING] = ROUTING_POLICIES[p.routing]
-    if p.routing == "weighted":
-        for name, w in p.scorers().items():
-            params[slot.ROUTING, SCORERS[name]] = w
+    kinds[slot.ROUTING], params[slot.ROUTING], uses_index = _routing_row(p.routing, p.scorers())
+    per_model = []
+    for model, entry in (p.routing_per_model or {}).items():
+        scorers = entry["scorers"] if entry["scorers"] is not None else DEFAULT_SCORERS
+        kind, row, model_uses_index = _routing_row(entry["type"], scorers)
+        per_model.append((model, int(kind), row))
+        uses_index = uses_index or model_uses_index
     # constant = 0 for every request: SLO-class weights apply only to the age-based templates
     class_w = [float(x) for x in (p.slo_class_weights or [])] if p.priority != "constant" else []
     if 1 + len(class_w) > S.POLICY_WIDTH:
@@ -73,6 +95,14 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(name)] = v
     if params[slot.SNAPSHOT].max() > MAX_INTERVAL_US:  # intervals travel as float64: keep them exact
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
-    uses_index = p.routing == "prefix-affinity" or (p.routing == "weighted"
-                                                    and params[slot.ROUTING, S.RouteWeight.PREFIX_AFFINITY] > 0)
-    return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index)
+    return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model))
+
+
+def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:
+    """(kind, parameter row, whether the router needs its prefix index) of one routing policy."""
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
+    if routing == "weighted":
+        for name, w in scorers.items():
+            row[SCORERS[name]] = w
+    uses_index = routing == "prefix-affinity" or (routing == "weighted" and row[S.RouteWeight.PREFIX_AFFINITY] > 0)
+    return ROUTING_POLICIES[routing], row, uses_index

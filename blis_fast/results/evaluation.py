@@ -5,7 +5,8 @@ summary.  Everything but ``wall_time_s`` is deterministic; ``to_dict()`` leaves 
 time out unless asked, so identical inputs give byte-identical files.
 
 - ``policy_id``: the first 16 hex digits of SHA-256 over the compiled policy arrays (kind
-  codes, parameter matrix) and the router's prefix-index capacity -- equal ids mean the
+  codes, parameter matrix), the router's prefix-index capacity and, when the policy routes
+  some model by its own routing, every served model's routing row -- equal ids mean the
   kernels saw the same candidate;
 - ``workload_id``: likewise over the workload's arrays (arrivals, prompt and output
   lengths, block keys and their offsets, labels, closed-loop links, block size).
@@ -19,6 +20,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+from blis_fast_kernels.schema import PolicySlot
 from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 
 STATUS_OK = "ok"
@@ -91,9 +93,17 @@ def _digest(parts) -> str:
     return h.hexdigest()[:16]
 
 
-def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int) -> str:
-    """Hash of a compiled policy candidate (module docstring)."""
-    return _digest([np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)])
+def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
+              routing_kind: np.ndarray | None = None, routing_param: np.ndarray | None = None) -> str:
+    """Hash of a compiled policy candidate (module docstring).  ``routing_kind`` and
+    ``routing_param``: the routing row of each served model (``State.routing_kind``,
+    ``routing_param``); hashed only when some model's row is not the ROUTING slot's, so a
+    policy without routing per model keeps its id."""
+    parts = [np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)]
+    if routing_kind is not None and (np.any(routing_kind != kinds[PolicySlot.ROUTING])
+                                     or np.any(routing_param != params[PolicySlot.ROUTING])):
+        parts += [np.asarray(routing_kind, np.int64), np.asarray(routing_param, np.float64)]
+    return _digest(parts)
 
 
 _WORKLOAD_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -131,7 +141,8 @@ def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResu
         score=total,
         objectives=normalized,
         metrics=metrics,
-        policy_id=policy_id(st.policy_kind, st.policy_param, cfg.policy.prefix_index_capacity),
+        policy_id=policy_id(st.policy_kind, st.policy_param, cfg.policy.prefix_index_capacity, st.routing_kind,
+                            st.routing_param),
         workload_id=workload_id(result.workload),
         seed=result.seed,
         simulated_duration_s=float(metrics["simulated_duration_s"]),

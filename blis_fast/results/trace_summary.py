@@ -65,6 +65,7 @@ def summary_text(result, objectives=None) -> str:
     pol = cfg.policy
     lines.append(f"Policy: admission `{pol.admission}`, routing `{pol.routing}`"
                  + (f" (scorers {dict(sorted(pol.scorers().items()))})" if pol.routing == "weighted" else "")
+                 + _per_model_routing(pol)
                  + f", priority `{pol.priority}`, scheduler `{pol.scheduler}`, preemption victim "
                    f"`{pol.preemption_victim}`. Instances: {m['num_instances']}; {m['arrived_requests']} requests "
                    f"arrived over {_fmt(m['simulated_duration_s'])} s simulated.")
@@ -107,5 +108,16 @@ def summary_text(result, objectives=None) -> str:
         lines.append("- Nothing stands out; tighten the objectives' targets or raise the load to find limits.")
     return "\n".join(lines) + "\n"
 
+
+
+def _per_model_routing(pol) -> str:
+    """`` (per model: M `type` ...)`` for a policy that routes some models by their own routing."""
+    if not pol.routing_per_model:
+        return ""
+    parts = []
+    for model, entry in pol.routing_per_model.items():
+        scorers = entry["scorers"]
+        parts.append(f"{model} `{entry['type']}`" + (f" (scorers {dict(sorted(scorers.items()))})" if scorers else ""))
+    return " (per model: " + "; ".join(parts) + ")"
 
 __all__ = ["summary_text"]

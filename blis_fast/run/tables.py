@@ -564,6 +564,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "roofline": roofline_rows(fl),
         "policy_kind": np.ascontiguousarray(pol.kinds, dtype=np.int64),
         "policy_param": np.ascontiguousarray(pol.params, dtype=np.float64),
+        **dict(zip(("routing_kind", "routing_param"), pol.routing_rows(setup.served_models))),
         # one candidate: a cohort of one (blis_fast.batch.cohorts makes larger ones)
         "cohort": np.array(pol.params[S.PolicySlot.ROUTING], np.float64).reshape(1, -1),
         "tb_tokens": np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full

@@ -47,7 +47,8 @@ def on_admission(st, r, t):
 def on_routing(st, r, t):
     """Route request r: refresh the router's snapshot, choose an instance, record the keys
     of the request's full prompt blocks in the router's index (the router sees only the
-    prompt); Queued follows after α0 + α1·L.
+    prompt); Queued follows after α0 + α1·L.  The routing policy is the request's model's
+    (``routing_kind``/``routing_param``: the policy's own unless it sets that model's).
 
     A *cohort* -- candidates whose policies differ only in their routing parameters,
     simulated as one run while they decide alike (``st.cohort``, blis_fast.batch.cohorts)
@@ -58,7 +59,9 @@ def on_routing(st, r, t):
     reqs = st.reqs
     inst = st.inst
     s = st.settings
-    if st.policy_kind[PolicySlot.ROUTING] != RoutingKind.ROUND_ROBIN or tracing(st):
+    model = reqs[r]["model"]
+    kind = st.routing_kind[model]  # the routing of the request's model (routing per model)
+    if kind != RoutingKind.ROUND_ROBIN or tracing(st):
         # (round-robin reads no snapshot, and the decision trace is the only other reader)
         refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t, ROUTER_SNAP_FIELDS)
     kstart = reqs[r]["key_start"]
@@ -67,13 +70,11 @@ def on_routing(st, r, t):
     if use_index:
         leading_matches(st, kstart, n_keys)
     lp = st.loop
-    kind = st.policy_kind[PolicySlot.ROUTING]
-    model = reqs[r]["model"]
     members = st.cohort.shape[0]
     for m in range(1, members):  # a cohort's other members decide first (the scores left are member 0's)
         st.cohort_choice[m], _ = choose_instance(kind, st.cohort[m], inst, st.snap, st.affinity, n_keys,
                                                  st.rr_cursor[model], st.route_scores, model)
-    target, cursor = choose_instance(kind, st.policy_param[PolicySlot.ROUTING], inst,
+    target, cursor = choose_instance(kind, st.routing_param[model], inst,
                                      st.snap, st.affinity, n_keys, st.rr_cursor[model], st.route_scores, model)
     forced = r == s[0]["forced_request"] and target >= 0
     if members > 1 and not forced:

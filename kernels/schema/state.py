@@ -170,6 +170,10 @@ STATE_FIELDS: tuple[Field, ...] = (
     # --- the policy candidate (kinds + parameter matrix) and its state
     Field("policy_kind", _I64, ("N_POLICY_SLOTS",), GIVEN, "run", "one kind per PolicySlot"),
     Field("policy_param", _F64, ("N_POLICY_SLOTS", "POLICY_WIDTH"), GIVEN, "run", "one parameter row per slot"),
+    Field("routing_kind", _I64, ("n_models",), GIVEN, "run",
+          "routing kind of each served model (policy_kind's ROUTING slot unless the policy sets the model's)"),
+    Field("routing_param", _F64, ("n_models", "POLICY_WIDTH"), GIVEN, "run",
+          "routing parameter row of each served model (policy_param's ROUTING row unless set per model)"),
     Field("cohort", _F64, ("cohort_members", "POLICY_WIDTH"), GIVEN, "run",
           "routing parameters of the candidates run as one (row 0 = policy_param's)"),
     Field("rr_cursor", _I64, ("n_models",), ZEROS, "run",

@@ -117,7 +117,9 @@ def test_a_split_state_continued_by_one_side_is_that_sides_own_run(scenario):
     def with_members(st, *members):
         return st._replace(cohort=np.array([m.compiled.params[PolicySlot.ROUTING] for m in members]),
                            cohort_choice=np.zeros(len(members), np.int64),
-                           policy_param=members[0].compiled.params.copy())
+                           policy_param=members[0].compiled.params.copy(),
+                           routing_param=np.tile(members[0].compiled.params[PolicySlot.ROUTING],
+                                                 (st.routing_param.shape[0], 1)))
 
     setup = replace(scenario.setup, config=replace(scenario.setup.config, policy=a.policy))
     st = with_members(build_state(setup, scenario.workload, a.compiled), a, b)
@@ -164,3 +166,34 @@ def test_cohort_keys_group_only_candidates_alike_but_for_routing_parameters(scen
     assert [len(g) for g in form_cohorts(tasks, enabled=False)] == [1] * len(tasks)
     many = [make_task(i, cands(["qd"])[0], scenario, {}) for i in range(MAX_MEMBERS + 3)]
     assert [len(g) for g in form_cohorts(many)] == [MAX_MEMBERS, 3]
+
+
+def test_candidates_with_routing_per_model_run_alone(scenario):
+    """A candidate that routes its model by ``routing.per_model`` forms no cohort (a
+    cohort's routing rows are one per member, the same for every model): two candidates
+    that share the per-model routing but differ in the default's weights -- a cohort key
+    made of the default would join them -- each get the row of their own run, which is
+    the per-model routing's."""
+    model = scenario.setup.served_models[0]
+    per_model = {model: {"type": "weighted", "scorers": {"kv-utilization": 1.0}}}
+    sources = {"pm-qd": weighted(queue_depth=1.0), "pm-lb": weighted(load_balance=1.0)}
+    for bundle in sources.values():
+        bundle["routing"]["params"]["per_model"] = per_model
+    per_model_cands = [load_candidate(b, n) for n, b in sources.items()]
+    assert all(cohort_key(make_task(0, c, scenario, {})) is None for c in per_model_cands)
+    plain = cands(("qd", "kv", "lb"))
+    mixed = per_model_cands + plain
+    assert [len(g) for g in form_cohorts([make_task(k, c, scenario, {}) for k, c in enumerate(mixed)])] == [1, 1, 3]
+    together = evaluate_prepared(mixed, [scenario], Budget(max_wall_s=None), 1, cohorts=True)
+    alone = evaluate_prepared(mixed, [scenario], Budget(max_wall_s=None), 1, cohorts=False)
+    assert rows(together) == rows(alone)
+    kv = together[3]
+    assert together[0].metrics == together[1].metrics == kv.metrics
+    assert len({together[0].policy_id, together[1].policy_id, kv.policy_id}) == 3
+
+
+def test_a_candidate_routing_an_unserved_model_is_an_invalid_row(scenario):
+    bad = load_candidate({"routing": {"per_model": {"nobody/unknown": "least-loaded"}}}, "bad")
+    [row] = evaluate_prepared([bad], [scenario], Budget(max_wall_s=None), 1)
+    assert row.status == "invalid_policy" and "no deployment serves" in row.message
+    assert scenario.setup.served_models[0] in row.message

@@ -146,6 +146,7 @@ EFFECTS = {
     "token_bucket_refill_rate": (1, dict(admission_policy="token-bucket", token_bucket_capacity=3000)),
     "routing_policy": ("always-busiest", {}),
     "routing_scorers": ("prefix-affinity:1", dict(routing_policy="weighted")),
+    "routing_per_model": ({"meta-llama/llama-3.1-8b-instruct": "always-busiest"}, {}),
     "priority_policy": ("inverted-slo", dict(scheduler="priority-fcfs", **QUEUE)),
     "scheduler": ("sjf", QUEUE),
     "scheduler_weights": ("prompt_len:1", dict(scheduler="sort", **QUEUE)),
