@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
+import numpy as np
 import typer
 
 from blis_fast.cli import feedback
@@ -43,7 +44,11 @@ def workload_generate(
     # never overwrite the spec or a file it names; the folder must exist (checked before generating)
     check_outputs([("--out", out)], [("--spec", spec)] + [("--spec", p) for p in spec_files(spec)])
     with memory_budget(limit, "--max-memory"), feedback.progress("generating the workload") as bar:
-        req = generate_requests(load_spec(spec), seed_v)
+        spec_v = load_spec(spec)
+        req = generate_requests(spec_v, seed_v)
+        if any(c.model is not None for c in spec_v.clients):  # only then a model column (old traces unchanged)
+            per_client = np.array([c.model or "" for c in spec_v.clients], dtype=object)
+            req.model = per_client[req["client"]] if len(req) else np.zeros(0, dtype=object)
         bar.report(f"writing {out}", 0, None)
         path = write_trace(req, out, fmt)
     typer.echo(json.dumps({"out": str(path), "num_requests": len(req), "seed": req.header.get("seed")}))

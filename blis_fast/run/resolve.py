@@ -243,6 +243,8 @@ def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | 
         model = per_client[wl.column("client")] if n else np.zeros(0, np.int32)
     elif blis_trace is not None:
         model = _trace_models(blis_trace, wl, served, index)
+    elif wl.model is not None:  # a rich trace's model column ("" = the first deployment's model)
+        model = _known_models(wl.models, wl.model, served, index)
     elif len(served) == 1:
         model = np.zeros(n, np.int32)
     else:
@@ -258,6 +260,13 @@ def _trace_models(path: str, wl: Workload, served: tuple[str, ...], index: dict)
     """The served-model ids of a BLIS trace's requests, from its model column; refused
     with a count per model no deployment serves."""
     names, ids = read_trace_models(path, len(wl))
+    return _known_models(names, ids, served, index)
+
+
+def _known_models(names, ids: np.ndarray, served: tuple[str, ...], index: dict) -> np.ndarray:
+    """Served-model ids of a trace's requests from (column names, id per request);
+    refused with a count per model no deployment serves ("" = the first deployment's)."""
+    index = {"": 0, **index}
     counts = np.bincount(ids, minlength=len(names)) if ids.size else np.zeros(len(names), np.int64)
     unknown = [(name, int(counts[k])) for k, name in enumerate(names) if name not in index]
     if unknown:

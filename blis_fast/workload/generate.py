@@ -241,6 +241,10 @@ class Requests:
     # explicit token ids (a trace's prompt_token_ids / output_token_ids): {"prompt": flat
     # int64, "prompt_offsets": int64[n+1], and optionally "output", "output_offsets"}
     token_ids: dict | None = None
+    # the served model each request asks for (a spec client's ``model:``; "" = the first
+    # deployment's), an object array of names; None when no client names a model (the
+    # trace then has no model column, and its bytes are as before)
+    model: np.ndarray | None = None
 
     COLUMNS = {
         "arrival_us": np.int64, "client": np.int32, "tenant": np.int32, "slo_class": np.int32,

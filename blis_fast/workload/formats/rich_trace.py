@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,8 @@ def _table(req: Requests, fmt: str):
         cols[k] = pa.array(names[req[k]] if len(req) else [], pa.string())
     for k, src in INT_COLUMNS.items():
         cols[k] = pa.array(req[src], pa.int64() if req.COLUMNS[src] == np.int64 else pa.int32())
+    if req.model is not None:
+        cols["model"] = pa.array(req.model.tolist(), pa.string())
     for what in ("prompt", "output"):  # explicit token ids (read from a trace) are written back
         if req.token_ids is None or what not in req.token_ids:
             continue
@@ -296,6 +299,7 @@ def _read_csv(p: Path):
             header_lines.append(line[2:] if line.startswith("# ") else line[1:])
         pos = end
     types = {k: pa.string() for k in NAME_COLUMNS}
+    types["model"] = pa.string()
     types["prompt_token_ids"] = pa.string()
     types["output_token_ids"] = pa.string()
     try:
@@ -453,8 +457,33 @@ def read_trace(path: str | Path) -> tuple[Requests, dict, np.ndarray | None, np.
     if header.get("seed") is not None:
         desc["seed"] = header["seed"]
     hdr = {**header, "description": desc}
-    req = Requests(cols, names, dict(header.get("slo_targets") or {}), prefixes, hdr, token_ids)
+    req = Requests(cols, names, dict(header.get("slo_targets") or {}), prefixes, hdr, token_ids,
+                   _model_column(table, where))
     return req, header, tokens, token_offsets
+
+
+MAX_MODEL_NAME = 256  # characters of a model column value
+
+
+def _model_column(table, where: str) -> np.ndarray | None:
+    """The optional model column: an object array of names ("" = the first deployment's
+    model), validated as untrusted input (strings, no nulls, <= MAX_MODEL_NAME chars)."""
+    import pyarrow as pa  # deferred: pyarrow
+
+    if "model" not in table.column_names:
+        return None
+    col = table.column("model")
+    name = f"{where} column model"
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise WorkloadError(name, f"must hold model names (strings), got {show(str(col.type))}")
+    if col.null_count:
+        raise WorkloadError(name, f"has {col.null_count} empty (null) values")
+    vals = np.asarray(col.to_pylist(), dtype=object)
+    for i, v in enumerate(vals):
+        if len(v) > MAX_MODEL_NAME:
+            raise WorkloadError(f"{where} row {i + 1} column model",
+                                f"a name of at most {MAX_MODEL_NAME} characters, got {show(v)}")
+    return vals
 
 
 def _token_lists(col, where: str, what: str = "prompt"):
@@ -502,4 +531,10 @@ def _check_sessions(cols: dict, where: str) -> None:
 def load_trace(path: str | Path, block_size: int) -> Workload:
     """A rich trace as a Workload for ``block_size`` (replayed by ``--workload traces``)."""
     req = read_trace(path)[0]
-    return req.to_workload(block_size, description=req.header.get("description", {}))
+    wl = req.to_workload(block_size, description=req.header.get("description", {}))
+    if req.model is None:
+        return wl
+    # the column's names (ids in order of first appearance); resolve.assign_models maps them
+    # to the deployments' served models
+    names, ids = np.unique(req.model.astype(str), return_inverse=True) if len(req) else ([], np.zeros(0, int))
+    return replace(wl, model=np.ascontiguousarray(ids, np.int32), models=tuple(str(x) for x in names))
