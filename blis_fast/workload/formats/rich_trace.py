@@ -29,6 +29,9 @@ A trace written by ``blis-fast workload generate`` (``write_trace``) holds
   output_token_ids   list    optional, with prompt_token_ids: explicit output token ids,
                              hashed as the continuation of the prompt (without them the
                              output blocks are fresh, from content_seed)
+  model              string  optional: the served model the request asks for (a spec
+                             client's ``model:``; "" = the first deployment's); written
+                             only when some spec client names a model
   =================  ======  ==========================================================
 
   Only arrival, prompt_tokens and output_tokens are required when reading (the token-id
