@@ -74,3 +74,19 @@ def test_specs_without_models_write_the_same_bytes(tmp_path, ext):
     trace = generate(ROOT / "configs/workloads/rag.yaml", tmp_path / f"rag.{ext}")
     names = pq.read_table(trace).column_names if ext == "parquet" else trace.read_text().splitlines()
     assert "model" not in (names if ext == "parquet" else [l for l in names if not l.startswith("#")][0].split(","))
+
+
+@pytest.mark.parametrize("values, needle", [(["\x1b" + "m" * 300], "at most 256 characters"),
+                                            ([7], "must hold model names")])
+def test_model_column_is_validated(tmp_path, values, needle):
+    trace = generate(SPEC, tmp_path / "t.parquet")
+    table = pq.read_table(trace)
+    n = table.num_rows
+    col = pa.array(values * n, pa.string() if isinstance(values[0], str) else pa.int64())
+    pq.write_table(table.set_column(table.column_names.index("model"), "model", col), trace)
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(trace_config(tmp_path)))
+    code, out, err = cli_in_process("run", "--config", cfg_path, "--workload", "traces",
+                                    "--workload-traces-filepath", trace)
+    line = assert_clean_error(code, out, err, ["column model", needle])
+    assert "\x1b" not in line
