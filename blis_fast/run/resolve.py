@@ -224,9 +224,9 @@ def assign_models(config: SimConfig, wl: Workload, spec=None, blis_trace: str | 
     request is its, whatever a trace's model column or a spec client's ``model:`` says (as
     BLIS, which ignores the column; the same spec runs against one deployment or several).
     With several: a
-    spec client's ``model:`` (default: the first deployment's), a BLIS trace's model
-    column; a model no deployment serves is refused before the run.  A generated
-    distribution or a rich trace (no model column) is refused when the deployments serve
+    spec client's ``model:`` (default: the first deployment's), a BLIS or rich trace's
+    model column; a model no deployment serves is refused before the run.  A generated
+    distribution or a rich trace without a model column is refused when the deployments serve
     several models.  docs/semantics.md "Requests carry a model"."""
     deployments = config.deployment_list()
     served = served_models(deployments)
