@@ -1,7 +1,7 @@
 """Synthetic workloads: clamped-Gaussian lengths, shared prefix, Poisson or constant
-arrivals (SEMANTICS §7), and the named presets of ``configs/defaults.yaml``.
+arrivals (docs/semantics.md §7), and the named presets of ``configs/defaults.yaml``.
 
-Each random quantity has its own stream (SEMANTICS §10): ``workload.arrivals``,
+Each random quantity has its own stream (docs/semantics.md §10): ``workload.arrivals``,
 ``workload.prompt_lengths``, ``workload.output_lengths``, ``workload.tokens`` (the shared
 prefix's token ids), ``workload.content`` (one 64-bit content seed per request); changing
 the output-length parameters therefore changes neither arrivals nor prompts.

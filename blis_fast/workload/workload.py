@@ -1,4 +1,4 @@
-"""The workload handed to the simulator: flat per-request arrays (SEMANTICS §7).
+"""The workload handed to the simulator: flat per-request arrays (docs/semantics.md §7).
 
 Request ``i`` is named ``request_<i>`` (0-based, in array order).  Token contents are not
 kept: only the chained keys of the full blocks of each request's token sequence -- its

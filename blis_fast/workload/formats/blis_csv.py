@@ -1,4 +1,4 @@
-"""BLIS trace CSV files (``--workload traces``, SEMANTICS §7).
+"""BLIS trace CSV files (``--workload traces``, docs/semantics.md §7).
 
 Format, as BLIS reads it (``generateRequestsFromCSV``): a header row that is skipped
 whatever it says, then one request per record with at least 5 columns, by position:
