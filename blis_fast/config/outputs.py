@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -245,13 +245,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
             raise ConfigError(flag, f"cannot write {show(str(p))}: {exc.strerror or exc}") from None
         return p
     parent = p.parent if str(p.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise ConfigError(flag, f"cannot write in {show(str(parent))}: {exc.strerror or exc}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    _pending.add(tmp)
+    tmp = _create_temporary(parent, p.name, flag)
     staged = False
     try:
         mode = st.st_mode & 0o777 if st is not None else 0o666 & ~_umask()
@@ -272,6 +266,24 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], flag: str) -> 
         if not staged:
             _pending.discard(tmp)
     return p
+
+
+def _create_temporary(parent: Path, name: str, flag: str) -> Path:
+    """Create an empty temporary file in ``parent``, registered in ``_pending`` *before* it
+    exists: a Ctrl-C that lands between its creation and its registration (as it could
+    with ``tempfile.mkstemp``) would leave it behind."""
+    for _ in range(100):
+        tmp = parent / f".{name[:100]}.{secrets.token_hex(4)}.tmp"
+        _pending.add(tmp)
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return tmp
+        except FileExistsError:
+            _pending.discard(tmp)  # someone else's file: never removed by us
+        except OSError as exc:
+            _pending.discard(tmp)
+            raise ConfigError(flag, f"cannot write in {show(str(parent))}: {exc.strerror or exc}") from None
+    raise ConfigError(flag, f"cannot write in {show(str(parent))}: no free temporary file name")
 
 
 def _remove(tmp: Path) -> None:

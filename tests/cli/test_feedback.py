@@ -118,6 +118,26 @@ def test_remove_pending_deletes_unfinished_temporaries(tmp_path):
     assert seen and list(tmp_path.iterdir()) == []
 
 
+def test_an_interrupt_as_the_temporary_file_is_created_leaves_nothing(tmp_path, monkeypatch):
+    """The temporary file is registered before it exists: a Ctrl-C that lands the moment
+    it is created (CI once caught one there) still has it removed."""
+    from blis_fast.config import outputs
+
+    real_open = os.open
+
+    def open_then_interrupt(path, flags, mode=0o777):
+        os.close(real_open(path, flags, mode))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "out.json", lambda tmp: tmp.write_text("x"), "--results-path")
+    monkeypatch.undo()
+    assert len(list(tmp_path.iterdir())) == 1  # the interrupt left it: the exit path removes it
+    outputs.remove_pending()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_watchdog_ends_a_process_that_does_not_unwind(tmp_path):
     """A main thread that swallows KeyboardInterrupt (or sits in a long C call) is ended
     by the watchdog: one line, exit 130, the pending temporary file removed."""
