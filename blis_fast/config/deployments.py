@@ -104,5 +104,14 @@ def served_models(deployments) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.served_name for d in deployments))
 
 
+def model_block_sizes(deployments) -> tuple[int, ...]:
+    """The KV block size of each served model (``served_models`` order): its deployments
+    agree on it (``check_deployments``); different models may differ."""
+    sizes = {}
+    for d in deployments:
+        sizes.setdefault(d.served_name, int(d.engine.block_size))
+    return tuple(sizes.values())
+
+
 __all__ = ["DeploymentSpec", "MAX_DEPLOYMENTS", "ENTRY_KEYS", "PER_DEPLOYMENT_SETTINGS", "PER_DEPLOYMENT_SECTIONS",
-           "check_deployments", "served_models"]
+           "check_deployments", "model_block_sizes", "served_models"]

@@ -113,7 +113,7 @@ def _routing_issues(result, miss, log) -> list[Issue]:
             "or use prefix-affinity routing",
             int(away.sum()), int(miss[reqs[away]].sum()),
             f"{int(away.sum())} of {len(log)} decisions passed over an instance holding on average {fmt_value(lost)} more "
-            f"leading prompt blocks ({result.setup.config.engine.block_size} tokens each)."))
+            f"leading prompt blocks ({_block_tokens(result)} tokens each)."))
     min_alt_load = np.where(alt_ok, log["alt_load"], np.inf).min(axis=1)
     heavier = ((log["chosen_load"] - min_alt_load) >= 2) & (log["chosen_load"] >= 1.5 * (min_alt_load + 1))
     if heavier.any():
@@ -126,6 +126,11 @@ def _routing_issues(result, miss, log) -> list[Issue]:
             f"requests than the least-loaded candidate; utilization max/mean "
             f"{fmt_value(result.evaluation_metrics['utilization_imbalance'])}."))
     return out
+
+
+def _block_tokens(result) -> str:
+    """The instances' block size ('16', or '16/32' when models differ)."""
+    return "/".join(str(b) for b in sorted(set(int(x) for x in result.state.inst["block_size"])))
 
 
 def _untraced_imbalance(result, miss) -> list[Issue]:

@@ -118,6 +118,8 @@ def workload_id(workload) -> str:
         return known
     parts = [workload.arrival_us, workload.prompt_len, workload.output_len, workload.block_keys,
              workload.key_offsets, int(workload.block_size)]
+    if workload.model_block_sizes:  # (keys per model: absent for one block size, so its id is unchanged)
+        parts.append(np.asarray(workload.model_block_sizes, np.int64))
     for name in workload.ATTRIBUTES:
         parts.append(workload.column(name))
     _WORKLOAD_IDS[workload] = out = _digest(parts)

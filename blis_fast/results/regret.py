@@ -45,11 +45,14 @@ def estimated_costs(result, log: np.ndarray | None = None) -> tuple[np.ndarray, 
     no alternative), µs."""
     log = routing_log(result) if log is None else log
     slot_us, token_us = model_constants(result)
-    bs = int(result.setup.config.engine.block_size)
-    prompt = result.state.reqs["prompt_len"][log["request"]].astype(np.float64)
+    reqs = result.state.reqs
+    # each request's matched blocks are of its instances' block size (its model's)
+    bs = result.state.inst["block_size"][log["chosen_instance"]].astype(np.float64)
+    prompt = reqs["prompt_len"][log["request"]].astype(np.float64)
 
     def est(load, matched):
-        uncached = np.maximum(prompt.reshape((-1,) + (1,) * (np.ndim(load) - 1)) - bs * matched, 0)
+        shape = (-1,) + (1,) * (np.ndim(load) - 1)
+        uncached = np.maximum(prompt.reshape(shape) - bs.reshape(shape) * matched, 0)
         return load * slot_us + uncached * token_us
 
     chosen = est(log["chosen_load"], log["chosen_matched_blocks"])

@@ -18,7 +18,7 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
-from blis_fast.config.deployments import DeploymentSpec, served_models
+from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
@@ -127,7 +127,6 @@ def resolve(config: SimConfig) -> Setup:
                 raise
             raise ConfigError(_entry_field(i, exc.field), exc.message) from None
         first_instance += dep.instances
-    check_block_sizes(config.deployment_list())
     first = resolved[0]
     return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
 
@@ -143,19 +142,6 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
     )
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
                               first_instance)
-
-
-def check_block_sizes(deployments) -> None:
-    """Refuse deployments whose KV block sizes differ, even of different models: the event
-    loop and the workload's prefix-cache keys use one block size per run (deployments of
-    one model must agree anyway: config.deployments.check_deployments)."""
-    first = deployments[0].engine.block_size
-    for i, d in enumerate(deployments):
-        if d.engine.block_size != first:
-            raise ConfigError(f"deployments[{i}].block_size",
-                              f"is {d.engine.block_size} but deployments[0] uses {first}: this version simulates one "
-                              "KV block size per run (the workload's prefix-cache keys are computed with it); give "
-                              "every deployment the same block_size")
 
 
 def _entry_field(i: int, field: str) -> str:
@@ -198,9 +184,23 @@ def workload_spec(config: SimConfig):
 
 def build_workload(config: SimConfig) -> Workload:
     """Generate or load the workload the config describes, each request's served model
-    assigned (``assign_models``)."""
+    assigned (``assign_models``) and its prefix-cache keys computed for its model's block
+    size (``Workload.with_model_keys``, when the models' block sizes differ)."""
+    sizes = model_block_sizes(config.deployment_list())
+    workload = _build_workload(config, sizes[0])
+    if len(set(sizes)) == 1:
+        return workload
+    # the same requests keyed for each other block size (only spec and BLIS-trace workloads
+    # carry several models: generated distributions and rich traces are refused by assign_models)
+    keyed = {sizes[0]: workload}
+    for bs in sorted(set(sizes[1:])):
+        keyed[bs] = _build_workload(config, bs)
+    return workload.with_model_keys(sizes, keyed)
+
+
+def _build_workload(config: SimConfig, bs: int) -> Workload:
+    """The workload the config describes, its models assigned, keyed for block size ``bs``."""
     w = config.workload
-    bs = config.engine.block_size
     if w.spec_filepath:  # a workload spec replaces the workload type (docs/workloads.md)
         spec = workload_spec(config)
         seed = config.simulation.seed if config.simulation.seed is not None else spec.effective_seed
@@ -282,7 +282,7 @@ def expected_workload_size(config: SimConfig) -> tuple[int, float, float, float]
     to take, from its parameters, without generating it; None for a trace (its size is
     charged while it is read)."""
     w = config.workload
-    bs = config.engine.block_size
+    bs = min(model_block_sizes(config.deployment_list()))  # (the smallest block size gives the most keys)
     if w.spec_filepath:
         spec = workload_spec(config)
         n, tokens = spec.expected_size()

@@ -17,6 +17,7 @@ from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS, ZEROS, copy_array, event_capacity,
                                             state_shapes)
 from blis_fast.config import memory
+from blis_fast.config.deployments import model_block_sizes
 from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -89,8 +90,8 @@ class StateArrays:
         return copy_array(source, a)
 
 
-def block_slots(workload, block_size: int, kv_total: int | None, compat: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(block_cap, slots) per request: block_cap = the most KV blocks it holds in normal
+def block_slots(workload, block_size, kv_total: int | None, compat: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(block_cap, slots) per request (``block_size``: per request, its model's, or one for all): block_cap = the most KV blocks it holds in normal
     operation -- prompt + all outputs but the last, whose KV is never computed; a request
     needing more than an instance has is dropped unservable --, slots = the length of its
     block list: block_cap, one more token's worth in compat mode (the reference writes the
@@ -104,13 +105,13 @@ def block_slots(workload, block_size: int, kv_total: int | None, compat: bool) -
     return block_cap, slots
 
 
-def request_table(workload, block_size: int, kv_total: int | None = None, compat: bool = False,
+def request_table(workload, block_size, kv_total: int | None = None, compat: bool = False,
                   caching: bool = False) -> np.ndarray:
     """REQUEST_DT rows of the workload: inputs, labels, key and block-slice positions, the
     named block positions (``named_positions``, for a run with event skipping and prefix
     ``caching``); all times and links -1.  With ``kv_total``, a request that needs more
     blocks than an instance has (dropped unservable when it reaches one) gets an empty
-    block slice (``block_slots``)."""
+    block slice (``block_slots``).  ``block_size``: per request (its model's) or one for all."""
     n = len(workload)
     reqs = np.zeros(n, S.REQUEST_DT)
     reqs["arrival_us"] = workload.arrival_us
@@ -174,6 +175,12 @@ class Fleet:
     def max_num_seqs(self) -> int:
         return max(e.max_num_seqs for e in self.engines)
 
+    @property
+    def max_block_size(self) -> int:
+        """The largest block size (columns of State.ride_phase); each instance's own is
+        INSTANCE_DT.block_size."""
+        return max(e.block_size for e in self.engines)
+
 
 def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
     """The ``Fleet`` of a run: ``deployments`` (``Setup.deployments``) when there are
@@ -201,6 +208,7 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
         dep["max_num_seqs"] = engine.max_num_seqs
         dep["max_batched_tokens"] = engine.max_num_batched_tokens
         dep["long_prefill_threshold"] = engine.long_prefill_token_threshold
+        dep["block_size"] = engine.block_size
         dep["latency_kind"] = S.LatencyKind.BLACKBOX if latency.kind == "blackbox" else S.LatencyKind.ROOFLINE
         for c in range(3):
             dep[f"alpha{c}"] = latency.alpha[c]
@@ -355,7 +363,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_requests": n, "n_arrivals": n if n_arrivals is None else n_arrivals, "n_keys": n_keys,
         "n_flags": n_keys if caching or uses_prefix_index else 1, "n_kv_slots": n_keys if caching else 1,
         "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": fl.max_num_seqs,
-        "calendar_size": CALENDAR_SIZE, "block_size": eng.block_size, "kv_blocks": fl.kv_blocks,
+        "calendar_size": CALENDAR_SIZE, "block_size": fl.max_block_size, "kv_blocks": fl.kv_blocks,
         "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n, n_inst),
         "step_rows": max(MIN_LOG_ROWS, 2 * n), "irr_rows": MIN_LOG_ROWS,
         # each request is decided once; the preemption and scheduling logs grow as needed (run.runner.grow_logs)
@@ -417,7 +425,7 @@ def describe_estimate(parts: dict, cfg, latency, n: int, n_keys: float, deployme
     return f"the run ({n} requests, {int(n_keys)} KV block keys; largest part: the {big}, {detail})"
 
 
-def workload_sizes(workload, block_size: int, kv_total: int, compat: bool) -> tuple[int, int, int]:
+def workload_sizes(workload, block_size, kv_total: int, compat: bool) -> tuple[int, int, int]:
     """(request-block slots, prompt + output tokens, tenants) of a workload: what sizes a
     run's tables, whatever the policy (requests that can never fit get no block slots;
     N = 0 counts as one output token)."""
@@ -446,7 +454,7 @@ def scenario_tables(setup, workload) -> ScenarioTables:
     """``ScenarioTables`` of ``workload`` under ``setup``, after checking the workload."""
     workload.validate()
     cfg = setup.config
-    bs, kv_total = cfg.engine.block_size, fleet(cfg, setup.latency, setup.deployments).max_kv_total
+    bs, kv_total = workload.request_block_sizes(), fleet(cfg, setup.latency, setup.deployments).max_kv_total
     compat = cfg.simulation.compat is not None
     n_blocks, work_tokens, n_tenants = workload_sizes(workload, bs, kv_total, compat)
     return ScenarioTables(
@@ -458,6 +466,17 @@ def scenario_tables(setup, workload) -> ScenarioTables:
         work_tokens=work_tokens,
         n_tenants=n_tenants,
     )
+
+
+def _workload_block_sizes(workload, n_models: int) -> tuple[int, ...]:
+    """The block size a workload's keys have for each of ``n_models`` served models."""
+    if workload.model_block_sizes:
+        return tuple(workload.model_block_sizes)
+    return (int(workload.block_size),) * n_models
+
+
+def _block_size_text(workload) -> str:
+    return ", ".join(str(b) for b in workload.model_block_sizes) or str(workload.block_size)
 
 
 def allocate_state(sizes: dict[str, int], given: dict[str, np.ndarray], arrays: StateArrays) -> S.State:
@@ -507,9 +526,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     allocated as ``schema.state.STATE_FIELDS`` declares it (``allocate_state``)."""
     cfg = setup.config
     eng = cfg.engine
-    bs = eng.block_size
-    if workload.block_size != bs:
-        raise ConfigError("workload", f"was built for block size {workload.block_size}, engine uses {bs}")
+    wanted = model_block_sizes(cfg.deployment_list())
+    if _workload_block_sizes(workload, len(wanted)) != wanted:
+        raise ConfigError("workload", f"was built for block size {_block_size_text(workload)}, the deployments' models "
+                                      f"use {', '.join(str(b) for b in wanted)}")
+    bs = workload.request_block_sizes()
     if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
@@ -556,7 +577,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
     given = {
-        "settings": settings_record(cfg, bs, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
+        "settings": settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
                                     max_events, event_skipping, trace_level),
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
         "inst": instance_table(fl, sizes["kv_table_rows"] // n_inst),

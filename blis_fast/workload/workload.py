@@ -59,7 +59,8 @@ class Workload:
                  floor((L_i + N_i) / block_size) keys, the first floor(L_i / block_size) of
                  which are its prompt blocks' (``prompt_keys_of``); key j identifies the
                  sequence's first (j+1)·block_size tokens.
-    block_size:  tokens per KV block the keys were computed for.
+    block_size:  tokens per KV block the keys were computed for (every request's, unless
+                 ``model_block_sizes`` says otherwise).
     key_shared:  uint8, like block_keys, or None: 1 where the key's value occurs more than
                  once in block_keys (another request can hit it), else 0.  Generators fill
                  it by construction; None = not known (``shared_keys()`` computes it).
@@ -80,6 +81,9 @@ class Workload:
                  ``models`` (the served model names); None = not assigned yet
                  (blis_fast.run.resolve.assign_models assigns it from the config's
                  deployments, docs/semantics.md "Requests carry a model").
+    model_block_sizes: the block size of each of ``models`` when they differ (request i's
+                 keys are then per model_block_sizes[model[i]] tokens: ``request_block_sizes``,
+                 ``with_model_keys``); () = every request's is ``block_size``.
     """
 
     arrival_us: np.ndarray
@@ -103,6 +107,7 @@ class Workload:
     key_shared: np.ndarray | None = None
     model: np.ndarray | None = None
     models: tuple[str, ...] = ()
+    model_block_sizes: tuple[int, ...] = ()
 
     ATTRIBUTES = {  # optional column -> (dtype, default value)
         "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
@@ -171,11 +176,37 @@ class Workload:
         """The prompt-block keys of request ``i``: the first floor(L / block_size) of
         ``keys_of(i)`` (a view)."""
         start = self.key_offsets[i]
-        return self.block_keys[start : start + self.prompt_len[i] // self.block_size]
+        return self.block_keys[start : start + self.prompt_len[i] // int(self.request_block_sizes()[i])]
 
     def prompt_key_counts(self) -> np.ndarray:
         """int64 [n]: floor(L_i / block_size), the number of prompt keys of each request."""
-        return self.prompt_len // self.block_size
+        return self.prompt_len // self.request_block_sizes()
+
+    def request_block_sizes(self) -> np.ndarray:
+        """int64 [n]: the block size each request's keys are computed for (its model's)."""
+        if not self.model_block_sizes:
+            return np.full(len(self), self.block_size, np.int64)
+        return np.asarray(self.model_block_sizes, np.int64)[self.model]
+
+    def with_model_keys(self, sizes: tuple[int, ...], keyed: dict[int, "Workload"]) -> "Workload":
+        """This workload (its models assigned) with each request's keys taken from
+        ``keyed[sizes[its model]]``: the same requests keyed for that block size.  Keys of
+        one model chain only through its own requests (a session never changes model), so
+        each request's keys are those it has when its model's requests are keyed alone."""
+        per_request = np.asarray(sizes, np.int64)[self.model]
+        counts = np.zeros(len(self), np.int64)
+        for bs, wl in keyed.items():
+            mine = per_request == bs
+            counts[mine] = np.diff(wl.key_offsets)[mine]
+        offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        keys = np.empty(int(offsets[-1]), np.int64)
+        for bs, wl in keyed.items():
+            idx = np.flatnonzero(per_request == bs)
+            cnt = counts[idx]
+            within = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            keys[np.repeat(offsets[idx], cnt) + within] = wl.block_keys[np.repeat(wl.key_offsets[idx], cnt) + within]
+        return replace(self, block_keys=keys, key_offsets=offsets, key_shared=None,
+                       model_block_sizes=tuple(int(b) for b in sizes), block_size=int(sizes[0]))
 
     def shared_keys(self) -> np.ndarray:
         """uint8 like block_keys: 1 where the key's value occurs more than once in
@@ -329,7 +360,11 @@ class Workload:
             raise WorkloadError("workload.output_len", "output lengths must be >= 0")
         if self.key_offsets[0] != 0 or self.key_offsets[-1] != self.block_keys.shape[0]:
             raise WorkloadError("workload.key_offsets", "must start at 0 and end at len(block_keys)")
-        if not np.array_equal(np.diff(self.key_offsets), (self.prompt_len + self.output_len) // self.block_size):
+        if self.model_block_sizes and (self.model is None or len(self.model_block_sizes) != len(self.models)
+                                       or min(self.model_block_sizes) < 1):
+            raise WorkloadError("workload.model_block_sizes", "must give a block size >= 1 for each of workload.models")
+        if not np.array_equal(np.diff(self.key_offsets),
+                              (self.prompt_len + self.output_len) // self.request_block_sizes()):
             raise WorkloadError("workload.key_offsets",
                                 "request i must have floor((prompt_len[i] + output_len[i]) / block_size) keys")
         if np.any(self.block_keys == -1):

@@ -29,7 +29,7 @@ anonymous and no block it fills gets a key.  With c KV tokens at the start of st
 takes a new block exactly in the steps s' with (c + s' - s) divisible by the block size,
 so ``st.ride_phase[i, p]`` counts the counted riders whose new blocks fall in the steps
 congruent to p (``reqs["ride_phase"]`` is the rider's p, -1 for others), the step takes
-``st.ride_phase[i, s % block_size]`` anonymous blocks at once, and ``materialize``
+``st.ride_phase[i, s % block_size]`` (the instance's block size) anonymous blocks at once, and ``materialize``
 derives a counted rider's block count from its tokens.  Its only remaining event is its
 last token.
 """
@@ -63,7 +63,7 @@ def materialize(st, i, r, s):
     reqs[r]["last_step_us"] = inst[i]["last_dt_us"]
     reqs[r]["sync_step"] = s
     if reqs[r]["ride_phase"] >= 0:  # its blocks were taken in aggregate: derive them
-        bs = st.settings[0]["block_size"]
+        bs = st.inst[i]["block_size"]
         reqs[r]["blocks_held"] = (reqs[r]["computed"] + bs - 1) // bs
 
 
@@ -71,7 +71,7 @@ def materialize(st, i, r, s):
 def rides_counted(st, r, c):
     """True if request r, riding with c KV tokens, is a counted rider: all its named
     blocks are allocated and full."""
-    return c // st.settings[0]["block_size"] >= st.reqs[r]["named_upto"]
+    return c // st.inst[st.reqs[r]["instance"]]["block_size"] >= st.reqs[r]["named_upto"]
 
 
 @helper
@@ -79,7 +79,7 @@ def steps_to_next_event(st, i, r, c, g, held):
     """Steps from now until decode request r of instance i (KV tokens c, g tokens
     emitted, ``held`` blocks, as of the start of a step) needs a visit: 0 = this step."""
     reqs = st.reqs
-    bs = st.settings[0]["block_size"]
+    bs = st.inst[i]["block_size"]
     d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
     named = not rides_counted(st, r, c)
     d_alloc = held * bs - c  # the step whose token needs a new block
@@ -109,7 +109,7 @@ def calendar_insert(st, i, r, due, c):
     st.inst[i]["ride_count"] += 1
     st.inst[i]["ride_ctx"] += reqs[r]["computed"]
     if rides_counted(st, r, c):
-        p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % st.settings[0]["block_size"]
+        p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % st.inst[i]["block_size"]
         reqs[r]["ride_phase"] = p
         st.ride_phase[i, p] += 1
 
@@ -157,7 +157,7 @@ def calendar_clear(st, i, s):
         st.reqs[st.batch[i, k]]["ride_phase"] = -1
     for b in range(st.settings[0]["calendar_size"]):
         st.calendar[i, b] = -1
-    for p in range(st.settings[0]["block_size"]):
+    for p in range(inst[i]["block_size"]):
         st.ride_phase[i, p] = 0
     inst[i]["ride_count"] = 0
     inst[i]["ride_ctx"] = 0

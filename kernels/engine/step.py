@@ -113,7 +113,7 @@ def decode_fills_block(st, r, c):
     registered (so its allocation call cannot be skipped)."""
     if st.settings[0]["prefix_caching"] == 0:
         return False
-    bs = st.settings[0]["block_size"]
+    bs = st.inst[st.reqs[r]["instance"]]["block_size"]
     j = (c + 1) // bs  # blocks complete after this token
     return ((c + 1) % bs == 0 and j <= st.reqs[r]["key_count"] and j <= st.reqs[r]["named_upto"]
             and not key_deferred(st, r, st.reqs[r]["key_start"] + j - 1))
@@ -126,7 +126,7 @@ def registers_over_free_block(st, i, r, c, n):
     if st.settings[0]["prefix_caching"] == 0:
         return False
     reqs = st.reqs
-    bs = st.settings[0]["block_size"]
+    bs = st.inst[i]["block_size"]
     last = min((c + n) // bs, reqs[r]["key_count"], reqs[r]["named_upto"])
     for j in range(c // bs, last):
         q = reqs[r]["key_start"] + j
@@ -207,7 +207,7 @@ def form_batch_all(st, i, now):
     prefix_caching = st.settings[0]["prefix_caching"] != 0
     victim_kind = st.policy_kind[PolicySlot.VICTIM]
     prio_params = st.policy_param[PolicySlot.PRIORITY]
-    bs = st.settings[0]["block_size"]
+    bs = st.inst[i]["block_size"]
     budget = inst[i]["max_batched_tokens"]
     cap = inst[i]["long_prefill_threshold"]
     n_prefill = np.int64(0)
@@ -305,7 +305,7 @@ def form_batch_riding(st, i, now, s, n_due):
     applied nothing has changed."""
     inst = st.inst
     reqs = st.reqs
-    bs = st.settings[0]["block_size"]
+    bs = st.inst[i]["block_size"]
     budget = inst[i]["max_batched_tokens"]
     cap = inst[i]["long_prefill_threshold"]
     demand = inst[i]["ride_count"]  # one token per rider

@@ -83,6 +83,7 @@ INSTANCE_DT = np.dtype(
         ("max_num_seqs", np.int64),  # batch-size limit
         ("max_batched_tokens", np.int64),  # token budget per step
         ("long_prefill_threshold", np.int64),  # per-request prefill cap per step, 0 = off
+        ("block_size", np.int64),  # tokens per KV block (its deployment's; one per model)
         ("latency_kind", np.int32),  # LatencyKind
         ("alpha0", np.float64),  # µs, queueing overhead = trunc(alpha0 + alpha1 * L)
         ("alpha1", np.float64),  # µs per prompt token
@@ -285,7 +286,8 @@ SETTINGS_DT = np.dtype(
         ("horizon_us", np.int64),  # events with time > horizon are not executed (the run ends)
         ("pause_at_us", np.int64),  # return PAUSED before an event with time > pause_at (resumable)
         ("chunk_events", np.int64),  # return CHUNK_DONE after this many events in one call (0 = never)
-        ("block_size", np.int64),  # tokens per KV block
+        ("block_size", np.int64),  # the largest instance block size (columns of State.ride_phase);
+        #                          each instance's own is INSTANCE_DT.block_size
         ("prefix_caching", np.int32),  # 1 = look up / register prefix keys
         ("compat", np.int32),  # 1 = blis-2026.02 conventions: idle instance steps at its Queued
         #                        time (overlap); ITL sample = step + a2, plus one at completion

@@ -119,12 +119,69 @@ def test_hetero_fleet_routes_by_load_and_steps_at_each_gpus_speed(latency):
     assert inst["injected"][h100].sum() > inst["injected"][a100].sum()
 
 
-def test_one_block_size_per_run(tmp_path):
+CHAT_SPEC = {
+    "seed": 7, "duration_s": 20,
+    "prefix_groups": {"system": {"count": 3, "length": {"type": "lognormal", "p50": 300, "p90": 700, "max": 1500}}},
+    "clients": [
+        {"name": f"chat-{k}", "model": model, "rate": 2,
+         "prompt_tokens": {"type": "lognormal", "p50": 100, "p90": 400, "max": 2000},
+         "output_tokens": {"type": "lognormal", "p50": 80, "p90": 300, "max": 800},
+         "prefix": {"group": "system", "reuse_probability": 0.9},
+         "session": {"turns": {"type": "exponential", "mean": 3, "min": 1, "max": 6},
+                     "think_time_s": {"type": "lognormal", "p50": 2, "p90": 6, "max": 30},
+                     "user_tokens": {"type": "lognormal", "p50": 40, "p90": 150, "max": 600}}}
+        for k, model in enumerate((LLAMA, QWEN))],
+}
+BLOCK_SIZES = (16, 32)
+
+
+def per_model_block_sizes(tmp_path, clients=(0, 1)):
+    """Llama (block size 16) and qwen (32), one instance each with a small KV cache (so
+    blocks are evicted and reused), on multi-turn chats sharing system prompts."""
+    spec = dict(CHAT_SPEC, clients=[CHAT_SPEC["clients"][k] for k in clients])
+    path = tmp_path / f"chat-{'-'.join(map(str, clients))}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    deployments = [{"name": f"d{k}", "model": (LLAMA, QWEN)[k], "hardware": "H100", "instances": 1,
+                    "block_size": BLOCK_SIZES[k], "total_kv_blocks": 6000 // BLOCK_SIZES[k]} for k in clients]
+    return build_config({"deployments": deployments, "workload": {"spec_filepath": str(path)},
+                         "simulation": {"check_invariants": True}})
+
+
+def test_models_with_different_block_sizes_run_as_each_alone(tmp_path):
+    """Block size is per model: llama's requests are keyed and cached per 16 tokens,
+    qwen's per 32, and each model's per-request results equal its deployment run alone
+    (KV conservation checked after every step)."""
+    setup, wl, st = run(per_model_block_sizes(tmp_path))
+    assert wl.model_block_sizes == BLOCK_SIZES and list(st.inst["block_size"]) == list(BLOCK_SIZES)
+    assert st.ride_phase.shape[1] == max(BLOCK_SIZES)
+    both = Result(setup, wl, st).request_columns()
+    reqs = st.reqs
+    assert (reqs["state"] == RequestState.COMPLETED).all()
+    assert (st.inst["kv_allocated"] == 0).all()
+    for k, bs in enumerate(BLOCK_SIZES):
+        mine = wl.model == k
+        # keys and cache hits in the model's own blocks
+        assert np.array_equal(reqs["key_count"][mine], (wl.prompt_len + wl.output_len)[mine] // bs)
+        hits = reqs["cached_tokens"][mine]
+        assert hits.sum() > 0 and (hits % bs == 0).all()
+        a_setup, a_wl, a_st = run(per_model_block_sizes(tmp_path, clients=(k,)))
+        assert a_wl.block_size == bs and not a_wl.model_block_sizes
+        alone = Result(a_setup, a_wl, a_st).request_columns()
+        assert len(a_wl) == int(mine.sum()) > 0
+        assert np.array_equal(reqs["cached_tokens"][mine], a_st.reqs["cached_tokens"])
+        for col in ("arrival_us", "ttft_us", "e2e_us", "itl_mean_us", "completion_us", "generated_tokens"):
+            assert np.array_equal(both[col][mine], alone[col]), (k, col)
+        assert int(st.inst["prefix_hit_tokens"][k]) == int(a_st.inst["prefix_hit_tokens"][0])
+    # a block size of 16 caches prompt prefixes that one of 32 cannot (finer blocks)
+    assert (reqs["cached_tokens"][wl.model == 0] % 32 != 0).any()
+
+
+def test_deployments_of_one_model_must_agree_on_the_block_size(tmp_path):
     deployments = [{"name": "a", "model": LLAMA, "instances": 1},
-                   {"name": "b", "model": QWEN, "hardware": "A100-80", "instances": 1, "block_size": 32}]
+                   {"name": "b", "model": LLAMA, "hardware": "A100-80", "instances": 1, "block_size": 32}]
     with pytest.raises(ConfigError) as err:
-        resolve(build_config({"deployments": deployments}))
-    assert err.value.field == "deployments[1].block_size" and "one KV block size" in str(err.value)
+        build_config({"deployments": deployments})
+    assert err.value.field == "deployments[1].block_size" and "must agree" in str(err.value)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"deployments": deployments}))
-    assert_clean_error(*cli_in_process("run", "--config", path), ["deployments[1].block_size", "one KV block size"])
+    assert_clean_error(*cli_in_process("run", "--config", path), ["deployments[1].block_size", "must agree"])
