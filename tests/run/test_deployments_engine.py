@@ -3,6 +3,7 @@ instance rows, step times and limits; requests routed only to their model's inst
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +175,16 @@ def test_models_with_different_block_sizes_run_as_each_alone(tmp_path):
         assert int(st.inst["prefix_hit_tokens"][k]) == int(a_st.inst["prefix_hit_tokens"][0])
     # a block size of 16 caches prompt prefixes that one of 32 cannot (finer blocks)
     assert (reqs["cached_tokens"][wl.model == 0] % 32 != 0).any()
+
+
+def test_a_workload_keyed_for_other_block_sizes_is_refused(tmp_path):
+    """A workload must be keyed for each model's block size (API: simulate(workload=...))."""
+    cfg = per_model_block_sizes(tmp_path)
+    wl = build_workload(cfg)
+    one_size = replace(wl, model_block_sizes=())  # (as if keyed for 16 tokens throughout)
+    with pytest.raises(ConfigError) as err:
+        build_state(resolve(cfg), one_size)
+    assert err.value.field == "workload" and "16, 32" in str(err.value)
 
 
 def test_deployments_of_one_model_must_agree_on_the_block_size(tmp_path):
