@@ -68,10 +68,10 @@ def materialize(st, i, r, s):
 
 
 @helper
-def rides_counted(st, r, c):
-    """True if request r, riding with c KV tokens, is a counted rider: all its named
-    blocks are allocated and full."""
-    return c // st.inst[st.reqs[r]["instance"]]["block_size"] >= st.reqs[r]["named_upto"]
+def rides_counted(st, r, c, bs):
+    """True if request r, riding with c KV tokens in blocks of bs (its instance's), is a
+    counted rider: all its named blocks are allocated and full."""
+    return c // bs >= st.reqs[r]["named_upto"]
 
 
 @helper
@@ -81,7 +81,7 @@ def steps_to_next_event(st, i, r, c, g, held):
     reqs = st.reqs
     bs = st.inst[i]["block_size"]
     d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
-    named = not rides_counted(st, r, c)
+    named = not rides_counted(st, r, c, bs)
     d_alloc = held * bs - c  # the step whose token needs a new block
     if named and d_alloc < d:
         d = d_alloc
@@ -108,8 +108,9 @@ def calendar_insert(st, i, r, due, c):
     st.calendar[i, b] = r
     st.inst[i]["ride_count"] += 1
     st.inst[i]["ride_ctx"] += reqs[r]["computed"]
-    if rides_counted(st, r, c):
-        p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % st.inst[i]["block_size"]
+    bs = st.inst[i]["block_size"]
+    if rides_counted(st, r, c, bs):
+        p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % bs
         reqs[r]["ride_phase"] = p
         st.ride_phase[i, p] += 1
 

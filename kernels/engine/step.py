@@ -108,12 +108,12 @@ def batch_remove(st, i, r):
 
 
 @helper
-def decode_fills_block(st, r, c):
-    """True if request r's token at KV position c completes a block whose key must be
-    registered (so its allocation call cannot be skipped)."""
+def decode_fills_block(st, r, c, bs):
+    """True if request r's token at KV position c (blocks of bs tokens: its instance's)
+    completes a block whose key must be registered (so its allocation call cannot be
+    skipped)."""
     if st.settings[0]["prefix_caching"] == 0:
         return False
-    bs = st.inst[st.reqs[r]["instance"]]["block_size"]
     j = (c + 1) // bs  # blocks complete after this token
     return ((c + 1) % bs == 0 and j <= st.reqs[r]["key_count"] and j <= st.reqs[r]["named_upto"]
             and not key_deferred(st, r, st.reqs[r]["key_start"] + j - 1))
@@ -232,7 +232,7 @@ def form_batch_all(st, i, now):
         else:  # decode: KV for one more token
             n = 1
         # a decode token that fits in the last block and fills no keyed block needs no call
-        ok = remaining <= 0 and c < reqs[r]["blocks_held"] * bs and not decode_fills_block(st, r, c)
+        ok = remaining <= 0 and c < reqs[r]["blocks_held"] * bs and not decode_fills_block(st, r, c, bs)
         while not ok:
             if kv_grow(st, i, r, n):
                 ok = True
