@@ -63,7 +63,7 @@ def materialize(st, i, r, s):
     reqs[r]["last_step_us"] = inst[i]["last_dt_us"]
     reqs[r]["sync_step"] = s
     if reqs[r]["ride_phase"] >= 0:  # its blocks were taken in aggregate: derive them
-        bs = st.inst[i]["block_size"]
+        bs = np.int64(st.inst[i]["block_size"])
         reqs[r]["blocks_held"] = (reqs[r]["computed"] + bs - 1) // bs
 
 
@@ -79,7 +79,7 @@ def steps_to_next_event(st, i, r, c, g, held):
     """Steps from now until decode request r of instance i (KV tokens c, g tokens
     emitted, ``held`` blocks, as of the start of a step) needs a visit: 0 = this step."""
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     d = reqs[r]["output_len"] - g - 1  # the step emitting its last token
     named = not rides_counted(st, r, c, bs)
     d_alloc = held * bs - c  # the step whose token needs a new block
@@ -108,7 +108,7 @@ def calendar_insert(st, i, r, due, c):
     st.calendar[i, b] = r
     st.inst[i]["ride_count"] += 1
     st.inst[i]["ride_ctx"] += reqs[r]["computed"]
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     if rides_counted(st, r, c, bs):
         p = (reqs[r]["sync_step"] - reqs[r]["computed"]) % bs
         reqs[r]["ride_phase"] = p

@@ -126,7 +126,7 @@ def registers_over_free_block(st, i, r, c, n):
     if st.settings[0]["prefix_caching"] == 0:
         return False
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     last = min((c + n) // bs, reqs[r]["key_count"], reqs[r]["named_upto"])
     for j in range(c // bs, last):
         q = reqs[r]["key_start"] + j
@@ -207,7 +207,7 @@ def form_batch_all(st, i, now):
     prefix_caching = st.settings[0]["prefix_caching"] != 0
     victim_kind = st.policy_kind[PolicySlot.VICTIM]
     prio_params = st.policy_param[PolicySlot.PRIORITY]
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     budget = inst[i]["max_batched_tokens"]
     cap = inst[i]["long_prefill_threshold"]
     n_prefill = np.int64(0)
@@ -305,7 +305,7 @@ def form_batch_riding(st, i, now, s, n_due):
     applied nothing has changed."""
     inst = st.inst
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     budget = inst[i]["max_batched_tokens"]
     cap = inst[i]["long_prefill_threshold"]
     demand = inst[i]["ride_count"]  # one token per rider

@@ -266,7 +266,7 @@ def log_blocked_head(st, i, t, admitted, budget, cap, reason):
     if reason != BlockReason.KV_BLOCKS:
         return
     # head-of-line blocking: requests behind it whose first chunk would have fitted
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     fits = 0
     q = reqs[h]["queue_next"]
     seen = 0

@@ -256,7 +256,7 @@ def kv_grow(st, i, r, n):
     does.  Returns True on success; on failure nothing changes.
     """
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     c = reqs[r]["computed"]
     held = reqs[r]["blocks_held"]
     named_upto = reqs[r]["named_upto"]
@@ -340,7 +340,7 @@ def kv_admit(st, i, r, budget, cap):
     """
     reqs = st.reqs
     inst = st.inst
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     target = reqs[r]["prefill_target"]
     start = reqs[r]["block_start"]
     block_ref = st.blocks["ref_count"]
@@ -393,7 +393,7 @@ def kv_forget_chunk(st, i, r, c, n):
     un-computed (a victim chosen after it was served).  Without this, a later request
     could count never-computed KV as cached."""
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     last = min((c + n) // bs, reqs[r]["key_count"], reqs[r]["named_upto"])
     block_key = st.blocks["key_index"]
     for j in range(c // bs, min(last, reqs[r]["blocks_held"])):
@@ -412,7 +412,7 @@ def register_deferred_keys(st, i, r):
     if st.settings[0]["prefix_caching"] == 0:
         return
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     block_key = st.blocks["key_index"]
     start = reqs[r]["block_start"]
     filled = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
@@ -476,7 +476,7 @@ def kv_conserved(st, i):
     named (held or free), pooled or never used."""
     inst = st.inst
     reqs = st.reqs
-    bs = st.inst[i]["block_size"]
+    bs = np.int64(st.inst[i]["block_size"])
     anon = 0
     for k in range(inst[i]["batch_len"]):
         r = st.batch[i, k]

@@ -80,10 +80,11 @@ INSTANCE_DT = np.dtype(
         ("active", np.int32),  # 1 = accepts routed requests
         ("pool", np.int32),  # deployment index (its roofline row, State.roofline)
         ("model", np.int32),  # served-model id (index into run.resolve.Setup.served_models)
+        ("block_size", np.int32),  # tokens per KV block (its deployment's; one per model); int32 fills the
+        #                            padding before the int64s, so no hot field moves
         ("max_num_seqs", np.int64),  # batch-size limit
         ("max_batched_tokens", np.int64),  # token budget per step
         ("long_prefill_threshold", np.int64),  # per-request prefill cap per step, 0 = off
-        ("block_size", np.int64),  # tokens per KV block (its deployment's; one per model)
         ("latency_kind", np.int32),  # LatencyKind
         ("alpha0", np.float64),  # µs, queueing overhead = trunc(alpha0 + alpha1 * L)
         ("alpha1", np.float64),  # µs per prompt token
