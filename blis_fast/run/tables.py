@@ -18,6 +18,8 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
+from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, pd_model_rows, pd_request_rows, prefill_groups,
+                                          routing_group_rows)
 from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -151,15 +153,23 @@ class Fleet:
     ``num_instances`` active; several deployments have each its ``instances`` rows, all
     active, in list order (``Setup.deployments[k].first_instance``)."""
 
-    engines: tuple  # per deployment: EngineConfig
-    latencies: tuple  # per deployment: LatencyModel (α, β, roofline, KV blocks)
-    rows: tuple  # per deployment: instance rows
-    active: tuple  # per deployment: of which active at the start
-    models: tuple  # per deployment: served-model id (index into Setup.served_models)
+    engines: tuple  # per pool: EngineConfig
+    latencies: tuple  # per pool: LatencyModel (α, β, roofline, KV blocks)
+    rows: tuple  # per pool: instance rows
+    active: tuple  # per pool: of which active at the start
+    models: tuple  # per pool: served-model id (index into Setup.served_models)
+    roles: tuple = (S.PoolRole.MONO,)  # per pool: PoolRole
+    route_ids: tuple = (0,)  # per pool: its instances' routing group (run/disaggregation.py)
+    route_alts: tuple = (-1,)  # per pool: a second routing group (a `both` pool's prefill group), -1 = none
 
     @property
     def n_inst(self) -> int:
         return sum(self.rows)
+
+    @property
+    def n_routes(self) -> int:
+        """Routing groups: one per served model, one per disaggregated model's prefill pools."""
+        return max(max(self.models) + 1, max(self.route_ids) + 1, max(self.route_alts) + 1)
 
     @property
     def kv_blocks(self) -> int:
@@ -185,11 +195,15 @@ class Fleet:
 def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
     """The ``Fleet`` of a run: ``deployments`` (``Setup.deployments``) when there are
     several, else the one deployment of ``cfg``'s top-level settings with ``latency``."""
-    if len(deployments) > 1:
-        served = list(dict.fromkeys(d.served_model_name for d in deployments))
-        return Fleet(tuple(d.engine for d in deployments), tuple(d.latency for d in deployments),
-                     tuple(d.instances for d in deployments), tuple(d.instances for d in deployments),
-                     tuple(served.index(d.served_model_name) for d in deployments))
+    if len(deployments) > 1 or any(d.pd is not None for d in deployments):
+        served = tuple(dict.fromkeys(d.served_model_name for d in deployments))
+        groups = prefill_groups(deployments, served)
+        pools = [(served.index(d.served_model_name), p) for d in deployments for p in d.pools]
+        return Fleet(tuple(p.engine for _, p in pools), tuple(p.latency for _, p in pools),
+                     tuple(p.instances for _, p in pools), tuple(p.instances for _, p in pools),
+                     tuple(m for m, _ in pools), tuple(ROLE_CODES[p.role] for _, p in pools),
+                     tuple(groups[m] if p.role == "prefill" else m for m, p in pools),
+                     tuple(groups[m] if p.role == "both" else -1 for m, p in pools))
     _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
     return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,))
 
@@ -205,6 +219,9 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
         dep["active"][:active] = 1
         dep["pool"] = k
         dep["model"] = fl.models[k]
+        dep["role"] = fl.roles[k]
+        dep["route_id"] = fl.route_ids[k]
+        dep["route_alt"] = fl.route_alts[k]
         dep["max_num_seqs"] = engine.max_num_seqs
         dep["max_batched_tokens"] = engine.max_num_batched_tokens
         dep["long_prefill_threshold"] = engine.long_prefill_token_threshold
@@ -221,7 +238,8 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
     inst["id_pool"] = -1
     inst["ht_offset"] = np.arange(fl.n_inst, dtype=np.int64) * ht_rows
     inst["ht_mask"] = ht_rows - 1
-    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
+    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step", "xq_head", "xq_tail", "link_head",
+              "link_tail"):
         inst[f] = -1
     return inst
 
@@ -351,6 +369,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
     eng = cfg.engine
     fl = fleet(cfg, latency, deployments)
     n_inst = fl.n_inst
+    n_pd = n if any(d.pd is not None for d in deployments) else 0  # requests with a prefill-leg row each
     if caching is None:
         caching = bool(eng.enable_prefix_caching) and n_keys > 0
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
@@ -360,19 +379,20 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
     inst_words = (n_inst + 63) // 64
     decisions, full = trace_level >= S.TraceLevel.DECISIONS, trace_level >= S.TraceLevel.FULL
     sizes = {
-        "n_requests": n, "n_arrivals": n if n_arrivals is None else n_arrivals, "n_keys": n_keys,
+        "n_requests": n + n_pd, "n_arrivals": n if n_arrivals is None else n_arrivals, "n_keys": n_keys,
         "n_flags": n_keys if caching or uses_prefix_index else 1, "n_kv_slots": n_keys if caching else 1,
         "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": fl.max_num_seqs,
         "calendar_size": CALENDAR_SIZE, "block_size": fl.max_block_size, "kv_blocks": fl.kv_blocks,
-        "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n, n_inst),
+        "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n + n_pd, n_inst, n_pd),
         "step_rows": max(MIN_LOG_ROWS, 2 * n), "irr_rows": MIN_LOG_ROWS,
         # each request is decided once; the preemption and scheduling logs grow as needed (run.runner.grow_logs)
-        "decision_rows": max(n, 1) if decisions else 1, "preempt_rows": MIN_LOG_ROWS if decisions else 1,
+        "decision_rows": max(n + n_pd, 1) if decisions else 1, "preempt_rows": MIN_LOG_ROWS if decisions else 1,
         "sched_rows": max(n, MIN_LOG_ROWS) if full else 1, "sched_open_rows": n_inst if full else 1,
         "n_tenants": n_tenants, "cohort_members": 1,
-        "n_sort": n if scheduler_kind == S.SchedulerKind.SORT else 1,
+        "n_sort": n + n_pd if scheduler_kind == S.SchedulerKind.SORT else 1,
         "pi_table_rows": 2, "pi_ring": 1, "gmap_rows": 2,  # same types, minimal sizes when the index is off
-        "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1,
+        "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1, "n_routes": fl.n_routes,
+        "n_pd_requests": max(n_pd, 1),
     }
     if uses_prefix_index:
         # keys only one request carries never match: the index keeps just their LRU place, so
@@ -554,7 +574,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         shared = workload.key_shared
         shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
     n_keys = len(workload.block_keys)
-    parts = estimate_state_bytes(cfg, lat, n, n_keys, n_blocks, use_index, pol.scheduler_kind,
+    pd = any(d.pd is not None for d in deps)
+    factor = 2 if pd else 1  # the prefill legs' keys and block slots: at most the prompts' (run/disaggregation.py)
+    parts = estimate_state_bytes(cfg, lat, n, factor * n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
                                  n_tenants=n_tenants, deployments=deps)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys, deps), _memory_hint(parts))
@@ -569,23 +591,32 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index, None if scenario is None else n_shared)
     order = arrival_order(workload) if scenario is None else scenario.arrival_order
+    pd_models = pd_model_rows(setup)
+    if pd:
+        reqs, keys, key_shared, n_blocks = add_prefill_legs(reqs, keys, key_shared, n_blocks, pd_models, bs)
+        if len(keys) >= 2**31:
+            raise ConfigError("workload", f"{len(keys)} block keys with the prefill legs' exceed 2^31; use fewer or "
+                                          "shorter requests")
+        n_shared = max(n_shared, int(np.count_nonzero(key_shared)))
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
                         caching, n_tenants, len(order), deps)
     n_inst = fl.n_inst
     s = cfg.simulation
-    max_events = s.max_events if s.max_events is not None else 16 * (work_tokens + 8 * n) + 1_000_000
+    max_events = s.max_events if s.max_events is not None else 16 * factor * (work_tokens + 8 * n) + 1_000_000
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
+    settings = settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
+                               max_events, event_skipping, trace_level)
+    settings["pd_base"] = n if pd else 0
     given = {
-        "settings": settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
-                                    max_events, event_skipping, trace_level),
+        "settings": settings,
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
         "inst": instance_table(fl, sizes["kv_table_rows"] // n_inst),
         "kv_memo": kv_memo(n_inst),
         "roofline": roofline_rows(fl),
         "policy_kind": np.ascontiguousarray(pol.kinds, dtype=np.int64),
         "policy_param": np.ascontiguousarray(pol.params, dtype=np.float64),
-        **dict(zip(("routing_kind", "routing_param"), pol.routing_rows(setup.served_models))),
+        **dict(zip(("routing_kind", "routing_param"), routing_group_rows(pol, setup))),
         # one candidate: a cohort of one (blis_fast.batch.cohorts makes larger ones)
         "cohort": np.array(pol.params[S.PolicySlot.ROUTING], np.float64).reshape(1, -1),
         "tb_tokens": np.full(n_tenants, cfg.policy.token_bucket_capacity, np.float64),  # buckets start full
@@ -593,5 +624,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         # otherwise each field is first read at the first routing decision
         "snap_refreshed": np.full(S.N_SNAP, 0 if compat else -1, np.int64),
         "pi_memo": router_memo(n_inst),
+        "pd_models": pd_models,
+        "pd_reqs": pd_request_rows(n if pd else 0),
     }
     return allocate_state(sizes, given, arrays)

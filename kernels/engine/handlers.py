@@ -15,8 +15,9 @@ from ..policies.admission import admit
 from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
-from ..structs.dlist import dl_push_back
+from .disaggregation import pd_decide, pd_route_prefill
 from .events import event_priority, push_event
+from .queueing import join_wait_queue
 from .trace import log_admission, log_routing, tracing
 
 
@@ -96,6 +97,9 @@ def on_routing(st, r, t):
         lp[0]["status"] = Status.NO_INSTANCE
         lp[0]["error_request"] = r
         return
+    if s[0]["pd_base"] > 0 and st.pd_models[model]["enabled"] != 0 and pd_decide(st, r, target, model):
+        pd_route_prefill(st, r, target, t)  # decode first, then its prefill leg (engine/disaggregation.py)
+        return
     reqs[r]["instance"] = target
     reqs[r]["routed_us"] = t
     reqs[r]["state"] = RequestState.ROUTED
@@ -116,14 +120,4 @@ def on_queued(st, i, r, t):
         reqs[r]["state"] = RequestState.DROPPED  # could never fit: not cycled forever
         inst[i]["dropped"] += 1
         return
-    reqs[r]["state"] = RequestState.QUEUED
-    reqs[r]["queued_us"] = t
-    dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i, r)
-    if inst[i]["wq_len"] > inst[i]["wq_peak"]:
-        inst[i]["wq_peak"] = inst[i]["wq_len"]
-    if inst[i]["step_pending"] == 0:
-        start = t
-        if st.settings[0]["compat"] == 0 and inst[i]["busy_until_us"] > t:
-            start = inst[i]["busy_until_us"]  # the instance is still running a step
-        push_event(st, start, event_priority(InstanceEvent.STEP, i), np.int64(-1))
-        inst[i]["step_pending"] = 1
+    join_wait_queue(st, i, r, t)

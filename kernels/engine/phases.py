@@ -11,12 +11,11 @@ The engine step (step.py) calls it at those three points, in that order within a
 what each does is docs/semantics.md's (§3.4-5, §8).
 """
 
-import numpy as np
-
 from ..jit import helper
 from ..kv.cache import kv_release
-from ..schema import ClusterEvent, PhaseEnd, RequestState
-from .events import event_priority, push_event
+from ..schema import PhaseEnd, RequestState
+from .disaggregation import pd_leg_done
+from .events import release_follower
 
 
 @helper
@@ -28,20 +27,21 @@ def end_phase(st, i, r, phase, now, step_idx):
         reqs[r]["first_token_us"] = now
         reqs[r]["run_start_step"] = step_idx
     elif phase == PhaseEnd.OUTPUT_DONE:
+        if is_prefill_leg(st, r):  # its blocks stay held until its transfer ends (engine/disaggregation.py)
+            reqs[r]["state"] = RequestState.TRANSFERRING
+            return
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED
         st.inst[i]["completed"] += 1
     elif phase == PhaseEnd.FOLLOWER_RELEASED:
-        release_follower(st, r)
+        if is_prefill_leg(st, r):
+            pd_leg_done(st, i, r, now)  # the step that completed its prompt has ended
+        else:
+            release_follower(st, r)
 
 
 @helper
-def release_follower(st, r):
-    """Closed loop: when request r completes, the request it releases (the next turn or
-    tool call) arrives follow_delay_us after r's last token."""
-    reqs = st.reqs
-    nxt = reqs[r]["next_request"]
-    if nxt >= 0:
-        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
-        reqs[nxt]["arrival_us"] = ta
-        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)
+def is_prefill_leg(st, r):
+    """True if request row r is a P/D request's prefill leg (engine/disaggregation.py)."""
+    base = st.settings[0]["pd_base"]
+    return base > 0 and r >= base

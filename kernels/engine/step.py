@@ -31,6 +31,7 @@ from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PhaseE
 from ..structs.dlist import dl_pop_front, dl_push_front
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
+from .disaggregation import pd_retry_waiting
 from .phases import end_phase
 from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
@@ -139,6 +140,18 @@ def registers_over_free_block(st, i, r, c, n):
 
 
 @helper
+def admit_received(st, i, r, target):
+    """Admit waiting request r whose prompt KV arrived by transfer (it holds its blocks):
+    (tokens to compute -- the rest of ``target`` --, tokens already in KV), or (-1, 0) if
+    that needs a block that is not free."""
+    c = st.reqs[r]["computed"]
+    n = target - c
+    if not kv_grow(st, i, r, n):
+        return np.int64(-1), np.int64(0)
+    return n, c
+
+
+@helper
 def admit_waiting(st, i, now, budget, cap, m):
     """Pass B (§3.2): admit from the head of instance i's wait queue (strict head-of-line)
     while the batch has room and budget is left; each admission is appended to the batch
@@ -156,7 +169,11 @@ def admit_waiting(st, i, now, budget, cap, m):
         reqs[r]["prefill_target"] = target
         if full:
             free = kv_free_blocks(inst, i)
-        n, cached = kv_admit(st, i, r, budget, cap)
+        received = reqs[r]["blocks_held"] > 0  # its KV arrived by transfer (engine/disaggregation.py)
+        if received:
+            n, cached = admit_received(st, i, r, target)
+        else:
+            n, cached = kv_admit(st, i, r, budget, cap)
         if n < 0:
             reason = BlockReason.KV_BLOCKS
             break  # head-of-line: no skipping
@@ -177,9 +194,11 @@ def admit_waiting(st, i, now, budget, cap, m):
         reqs[r]["state"] = RequestState.RUNNING
         if reqs[r]["first_scheduled_us"] < 0:
             reqs[r]["first_scheduled_us"] = now
-            reqs[r]["cached_tokens"] = cached
-        inst[i]["prefix_query_tokens"] += target
-        inst[i]["prefix_hit_tokens"] += cached
+            if not received:
+                reqs[r]["cached_tokens"] = cached
+        if not received:  # (a received request's lookup is counted at its reservation)
+            inst[i]["prefix_query_tokens"] += target
+            inst[i]["prefix_hit_tokens"] += cached
         budget -= n
         n_prefill += n
     if full:
@@ -529,6 +548,8 @@ def on_step(st, i, t):
     end = t + dt
     for d in range(n_done):
         end_phase(st, i, st.done[d], np.int64(PhaseEnd.FOLLOWER_RELEASED), end, step_idx)
+    if inst[i]["xq_len"] > 0:  # prefilled requests wait here for blocks this step may have freed
+        pd_retry_waiting(st, i, end)
     inst[i]["busy_until_us"] = end
     inst[i]["last_step_end_us"] = end
     inst[i]["last_dt_us"] = dt

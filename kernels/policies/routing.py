@@ -47,10 +47,12 @@ def refresh_snapshot(inst, snap, refreshed_us, interval_us, now, fields):
 
 
 @helper
-def is_candidate(inst, i, model):
-    """True if instance i may take a request of served model ``model``: it is active and
-    serves that model (a request never goes to another model's instance)."""
-    return inst[i]["active"] != 0 and inst[i]["model"] == model
+def is_candidate(inst, i, group):
+    """True if instance i may take a request of routing group ``group`` (a served model,
+    or a disaggregated model's prefill pools): it is active and in that group (a request
+    never goes to another model's instance).  (``route_alt`` is read only for instances
+    of other groups: a `both` pool's second group.)"""
+    return inst[i]["active"] != 0 and (inst[i]["route_id"] == group or inst[i]["route_alt"] == group)
 
 
 @helper

@@ -18,11 +18,18 @@ class _RequestState(NamedTuple):
     COMPLETED: int = 5  # produced its last output token
     REJECTED: int = 6  # refused by the admission policy
     DROPPED: int = 7  # needs more KV blocks than the instance has ("dropped_unservable")
+    # prefill/decode disaggregation (engine/disaggregation.py): the request row on its decode instance
+    REMOTE_PREFILL: int = 8  # its prompt is being prefilled on a prefill instance (by its prefill leg)
+    TRANSFER_WAIT: int = 9  # prefilled; waiting for free KV blocks on its decode instance
+    TRANSFERRING: int = 10  # its KV is on the way to its decode instance (which holds the blocks);
+    #                          a prefill leg in this state holds its blocks on the prefill instance
+    DROPPED_AT_DECODE: int = 11  # prefilled, but its decode instance had no room (on_decode_full: drop)
 
 
 RequestState = _RequestState()
 REQUEST_STATE_NAMES = (
     "pending", "admitting", "routed", "queued", "running", "completed", "rejected", "dropped_unservable",
+    "remote_prefill", "transfer_wait", "transferring", "dropped_at_decode",
 )
 
 
@@ -51,6 +58,8 @@ class _InstanceEvent(NamedTuple):
     so Queued runs before Step.  Spaced as ClusterEvent's."""
 
     QUEUED: int = 4
+    TRANSFER_DONE: int = 5  # (decode instance) a request's KV has arrived: it joins the wait queue
+    LINK: int = 6  # (prefill instance) its transfer link's next transfer finishes its data (contention: link)
     STEP: int = 8
 
 
@@ -65,8 +74,9 @@ InstanceEvent = _InstanceEvent()
 #                4  ADMISSION            5-7: after admission (e.g. an autoscaler tick)
 #                8  ROUTING              9-15: after routing (e.g. a pool-level decision)
 #   instance   0-3  --                   before Queued (e.g. an instance coming up / draining)
-#                4  QUEUED               5-7: after Queued (e.g. a KV transfer done, the
-#                                        request joins the queue before the step that admits it)
+#                4  QUEUED
+#                5  TRANSFER_DONE        the request joins the queue before the step that admits it
+#                6  LINK                 7: free
 #                8  STEP                 9-15: after the step (e.g. KV offload / tier moves)
 #
 # A new kind also needs its handler in the loop's dispatch (engine/loop.py), which stops
@@ -112,6 +122,32 @@ class _PhaseEnd(NamedTuple):
 
 
 PhaseEnd = _PhaseEnd()
+
+
+class _PdDecider(NamedTuple):
+    """Whether a request of a disaggregated model is prefilled on a prefill instance
+    (engine/disaggregation.py; config ``pd.decider``)."""
+
+    NEVER: int = 0
+    ALWAYS: int = 1
+    PREFIX_THRESHOLD: int = 2  # when its prompt tokens not cached on the chosen decode instance >= threshold
+
+
+PdDecider = _PdDecider()
+PD_DECIDER_NAMES = ("never", "always", "prefix-threshold")
+
+
+class _PoolRole(NamedTuple):
+    """What an instance does for its model (INSTANCE_DT.role)."""
+
+    MONO: int = 0  # a monolithic deployment's instance: prefill and decode of every request
+    PREFILL: int = 1  # prefill legs only
+    DECODE: int = 2  # decode (and the requests the decider keeps local)
+    BOTH: int = 3  # either
+
+
+PoolRole = _PoolRole()
+POOL_ROLE_NAMES = ("mono", "prefill", "decode", "both")
 
 
 class _TraceLevel(NamedTuple):

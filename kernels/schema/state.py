@@ -24,7 +24,8 @@ import numpy as np
 
 from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PREEMPT_DT, REQUEST_DT,
+from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PD_MODEL_DT, PD_REQ_DT,
+                     PREEMPT_DT, REQUEST_DT,
                      ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
 
 _I64, _F64, _I32, _U8 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.uint8)
@@ -70,6 +71,8 @@ SIZE_NAMES = {
     "n_sort": "n_requests under the sort scheduler, else 1",
     "n_deployments": "deployments of the run (pools of instances; INSTANCE_DT.pool)",
     "n_models": "served models of the run (INSTANCE_DT.model, REQUEST_DT.model)",
+    "n_routes": "routing groups: one per served model, plus one per disaggregated model (its prefill pools)",
+    "n_pd_requests": "requests of a P/D run (SETTINGS_DT.pd_base), else 1",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
@@ -170,14 +173,14 @@ STATE_FIELDS: tuple[Field, ...] = (
     # --- the policy candidate (kinds + parameter matrix) and its state
     Field("policy_kind", _I64, ("N_POLICY_SLOTS",), GIVEN, "run", "one kind per PolicySlot"),
     Field("policy_param", _F64, ("N_POLICY_SLOTS", "POLICY_WIDTH"), GIVEN, "run", "one parameter row per slot"),
-    Field("routing_kind", _I64, ("n_models",), GIVEN, "run",
-          "routing kind of each served model (policy_kind's ROUTING slot unless the policy sets the model's)"),
-    Field("routing_param", _F64, ("n_models", "POLICY_WIDTH"), GIVEN, "run",
+    Field("routing_kind", _I64, ("n_routes",), GIVEN, "run",
+          "routing kind of each routing group (INSTANCE_DT.route_id: policy_kind's ROUTING slot unless the policy sets the model's)"),
+    Field("routing_param", _F64, ("n_routes", "POLICY_WIDTH"), GIVEN, "run",
           "routing parameter row of each served model (policy_param's ROUTING row unless set per model)"),
     Field("cohort", _F64, ("cohort_members", "POLICY_WIDTH"), GIVEN, "run",
           "routing parameters of the candidates run as one (row 0 = policy_param's)"),
-    Field("rr_cursor", _I64, ("n_models",), ZEROS, "run",
-          "round-robin routing cursor of each served model: the instance row to try first"),
+    Field("rr_cursor", _I64, ("n_routes",), ZEROS, "run",
+          "round-robin routing cursor of each routing group: the instance row to try first"),
     Field("cohort_choice", _I64, ("cohort_members",), ZEROS, "run",
           "scratch: each member's instance for the request they disagree on"),
     Field("tb_tokens", _F64, ("n_tenants",), GIVEN, "run", "token-bucket levels (start full)"),
@@ -208,6 +211,10 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("tmp_ids", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
     Field("tmp_k1", _F64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
     Field("tmp_k2", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
+    # --- prefill/decode disaggregation (engine/disaggregation.py)
+    Field("pd_models", PD_MODEL_DT, ("n_models",), GIVEN, "run", "each served model's disaggregation settings"),
+    Field("pd_reqs", PD_REQ_DT, ("n_pd_requests",), GIVEN, "request table",
+          "each request's prefill leg and KV transfer (P/D runs)"),
 )
 FIELDS_BY_NAME = {f.name: f for f in STATE_FIELDS}
 
@@ -252,17 +259,23 @@ def log_room(growth: Growth, max_num_seqs: int) -> int:
     return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs}))
 
 
-def event_capacity(n_requests: int, n_inst: int) -> int:
+def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0) -> int:
     """The most events the heap can hold at once, from the event sources
-    (engine/handlers.py, engine/step.py); a new event source adds its term here:
-      * requests: a request has at most one event pending at a time -- a closed-loop
-        follower's arrival, then its admission, routing and Queued events, each pushed
-        by the handler of the one before (arrivals known up front are a separate stream,
-        never in the heap; a routing event a cohort split puts back replaces itself);
-      * instances: at most one Step each (``step_pending``)."""
+    (engine/handlers.py, engine/step.py, engine/disaggregation.py); a new event source
+    adds its term here:
+      * requests: a request row has at most one event pending at a time -- a closed-loop
+        follower's arrival, then its admission, routing and Queued (or TransferDone)
+        events, each pushed by the handler of the one before (arrivals known up front are
+        a separate stream, never in the heap; a routing event a cohort split puts back
+        replaces itself); a P/D run's prefill legs are request rows too;
+      * instances: at most one Step each (``step_pending``);
+      * transfer links (``n_transfers``: the requests that may be transferred): a link's
+        LINK events -- the current one and those a later reschedule made stale, which are
+        due earlier -- number at most its transfers in flight + 1."""
     per_request = n_requests
     per_instance = n_inst
-    return per_request + per_instance
+    per_link = n_transfers + n_inst if n_transfers else 0
+    return per_request + per_instance + per_link
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -86,6 +86,9 @@ INSTANCE_DT = np.dtype(
         ("max_batched_tokens", np.int64),  # token budget per step
         ("long_prefill_threshold", np.int64),  # per-request prefill cap per step, 0 = off
         ("latency_kind", np.int32),  # LatencyKind
+        ("route_id", np.int32),  # the routing group it is a candidate of: its served-model id, or for a
+        #                          prefill pool that model's prefill group (PD_MODEL_DT.prefill_group);
+        #                          int32 in the padding before alpha0
         ("alpha0", np.float64),  # µs, queueing overhead = trunc(alpha0 + alpha1 * L)
         ("alpha1", np.float64),  # µs per prompt token
         ("alpha2", np.float64),  # µs added to every output token's visible time
@@ -138,6 +141,60 @@ INSTANCE_DT = np.dtype(
         ("injected", np.int64),  # requests routed here
         ("completed", np.int64),
         ("dropped", np.int64),  # dropped_unservable
+        # --- prefill/decode disaggregation (engine/disaggregation.py; at the end: read only by P/D runs)
+        ("route_alt", np.int32),  # a second routing group (a `both` pool's prefill group), -1 = none
+        ("role", np.int32),  # PoolRole
+        ("xq_head", np.int64),  # decode side: prefilled requests waiting for free KV blocks (dlist
+        ("xq_tail", np.int64),  #   through REQUEST_DT queue_prev/queue_next), in order
+        ("xq_len", np.int64),
+        ("xq_peak", np.int64),
+        ("link_head", np.int64),  # prefill side: the transfers on its link (dlist through PD_REQ_DT
+        ("link_tail", np.int64),  #   link_prev/link_next; contention: link)
+        ("link_len", np.int64),
+        ("link_peak", np.int64),
+        ("link_last_us", np.int64),  # when the link's transfers' remaining work was last brought up to date
+        ("link_version", np.int64),  # the link's current LINK event (older ones are stale)
+        ("pd_prefills", np.int64),  # prefill legs completed here
+        ("pd_transfers_in", np.int64),  # transfers received here
+        ("pd_drops", np.int64),  # prefilled requests dropped here for want of KV blocks (on_decode_full: drop)
+        ("pd_waits", np.int64),  # prefilled requests that waited here for KV blocks
+    ],
+    align=True,
+)
+
+# Per served model: its prefill/decode disaggregation (a model without it: enabled 0).
+PD_MODEL_DT = np.dtype(
+    [
+        ("enabled", np.int32),  # 1 = the model's deployments have prefill and decode pools
+        ("decider", np.int32),  # PdDecider
+        ("prefill_group", np.int64),  # the routing group of its prefill instances (INSTANCE_DT.route_id)
+        ("threshold", np.int64),  # prefix-threshold: disaggregate when uncached prompt tokens >= this
+        ("first_token_prefill", np.int32),  # 1 = the prefill side emits the first token
+        ("drop_when_full", np.int32),  # 1 = on_decode_full: drop, 0 = wait
+        ("charge_full_prompt", np.int32),  # 1 = transfer the whole prompt's KV, 0 = only the missing blocks'
+        ("link_contention", np.int32),  # 1 = transfers leaving one prefill instance share its bandwidth
+        ("kv_bytes_per_token", np.float64),  # KV bytes of one token per TP rank (each rank on its own link)
+        ("bytes_per_us", np.float64),  # link bandwidth
+        ("base_latency_us", np.int64),  # added to every transfer after its data
+    ],
+    align=True,
+)
+
+# Per request of a P/D run (State.pd_reqs): its prefill leg and transfer.  The prefill leg
+# of request r is request row r + SETTINGS_DT.pd_base (a one-token request that emits
+# nothing); both rows' own timestamps are in the request table.
+PD_REQ_DT = np.dtype(
+    [
+        ("prefill_instance", np.int64),  # -1 = not disaggregated
+        ("prefill_done_us", np.int64),  # end of the step that completed its prompt there
+        ("wait_start_us", np.int64),  # when it began waiting for KV blocks at the decode side, -1 = never
+        ("transfer_start_us", np.int64),
+        ("transfer_data_us", np.int64),  # its data's last byte left the link
+        ("transfer_end_us", np.int64),  # it joined the decode instance's wait queue
+        ("charged_tokens", np.int64),  # tokens whose KV was transferred
+        ("work_left_us", np.float64),  # contention: µs of its data left at the full link bandwidth
+        ("link_prev", np.int64),
+        ("link_next", np.int64),
     ],
     align=True,
 )
@@ -306,6 +363,8 @@ SETTINGS_DT = np.dtype(
         #                             2 = also the scheduling log (SCHED_DT)
         ("forced_request", np.int64),  # counterfactual replay: route this request to ...
         ("forced_instance", np.int64),  # ... this instance (-1 = nothing forced)
+        ("pd_base", np.int64),  # P/D runs: request rows [0, pd_base) are the requests, row r + pd_base is
+        #                         request r's prefill leg; 0 = no disaggregation in the run
     ],
     align=True,
 )
@@ -336,4 +395,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_MODEL_DT", "PD_REQ_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

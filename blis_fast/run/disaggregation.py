@@ -1,0 +1,120 @@
+"""The tables of prefill/decode disaggregation (kernels/engine/disaggregation.py): routing
+groups, each served model's P/D settings, and the workload's prefill legs.
+
+Routing groups: served model m's requests route among group m (its monolithic, decode and
+`both` instances); a disaggregated model's prefill legs among group ``n_models + k`` (its
+prefill and `both` instances), k counting the disaggregated models in order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast_kernels import schema as S
+
+ROLE_CODES = {"mono": S.PoolRole.MONO, "prefill": S.PoolRole.PREFILL, "decode": S.PoolRole.DECODE,
+              "both": S.PoolRole.BOTH}
+DECIDER_CODES = {name: code for code, name in enumerate(S.PD_DECIDER_NAMES)}
+
+
+def disaggregated_models(deployments, served: tuple[str, ...]) -> tuple[int, ...]:
+    """The served-model ids whose deployments are disaggregated, in order."""
+    ids = dict.fromkeys(served.index(d.served_model_name) for d in deployments if d.pd is not None)
+    return tuple(ids)
+
+
+def is_disaggregated(setup) -> bool:
+    """True if any deployment of the run has prefill and decode pools."""
+    return any(d.pd is not None for d in setup.deployments)
+
+
+def prefill_groups(deployments, served: tuple[str, ...]) -> dict[int, int]:
+    """{served-model id: its prefill routing group} of the disaggregated models."""
+    return {m: len(served) + k for k, m in enumerate(disaggregated_models(deployments, served))}
+
+
+def routing_group_rows(policy, setup) -> tuple[np.ndarray, np.ndarray]:
+    """(routing kind, parameter row) per routing group: each served model's
+    (``CompiledPolicies.routing_rows``), then each disaggregated model's prefill group
+    with its model's."""
+    served = setup.served_models
+    kinds, params = policy.routing_rows(served)
+    models = list(disaggregated_models(setup.deployments, served))
+    if not models:
+        return kinds, params
+    return np.concatenate([kinds, kinds[models]]), np.ascontiguousarray(np.concatenate([params, params[models]]))
+
+
+def pd_model_rows(setup) -> np.ndarray:
+    """PD_MODEL_DT rows, one per served model (enabled 0 for a monolithic one)."""
+    served = setup.served_models
+    rows = np.zeros(len(served), S.PD_MODEL_DT)
+    groups = prefill_groups(setup.deployments, served)
+    for d in setup.deployments:
+        if d.pd is None:
+            continue
+        m = served.index(d.served_model_name)
+        pd, tr = d.pd, d.pd.transfer
+        prefill = next(p for p in d.pools if p.role == "prefill")
+        row = rows[m]
+        row["enabled"] = 1
+        row["decider"] = DECIDER_CODES[pd.decider]
+        row["prefill_group"] = groups[m]
+        row["threshold"] = pd.threshold
+        row["first_token_prefill"] = int(pd.first_token == "prefill")
+        row["drop_when_full"] = int(pd.on_decode_full == "drop")
+        row["charge_full_prompt"] = int(tr.charge == "full-prompt")
+        row["link_contention"] = int(tr.contention == "link")
+        # each TP rank sends its share of the KV over its own link
+        row["kv_bytes_per_token"] = d.model.kv_bytes_per_token / prefill.engine.tp
+        row["bytes_per_us"] = tr.bandwidth_gbps * 1e9 / 1e6
+        row["base_latency_us"] = int(round(tr.base_latency_ms * 1000))
+    return rows
+
+
+def add_prefill_legs(reqs: np.ndarray, keys: np.ndarray, key_shared: np.ndarray, n_blocks: int,
+                     pd_models: np.ndarray, block_sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The request table, keys, key-sharing flags and block-slot count with one prefill
+    leg per request appended (rows n .. 2n-1: request r's leg is r + n).  A leg of a
+    disaggregated model's request has its request's prompt and prompt keys (copied: the
+    same content, so each copy is a shared key, looked up per instance), one output token
+    that is never shown and no arrival of its own; other legs are empty and never used.
+    The rows of disaggregated models keep every block named (kernels/kv/cache.py), so that
+    blocks held outside a batch -- reserved for a transfer, or kept by a leg until its
+    transfer ends -- are counted by block conservation."""
+    n = len(reqs)
+    used = pd_models["enabled"][reqs["model"]] != 0 if n else np.zeros(0, bool)
+    legs = reqs.copy()
+    n_leg_keys = np.where(used, reqs["prompt_key_count"], 0)
+    bs = np.broadcast_to(np.asarray(block_sizes, np.int64), (n,))
+    slots = np.where(used, (reqs["prompt_len"] + bs - 1) // bs, 0)
+    legs["output_len"] = 1
+    legs["requested_output"] = 0
+    legs["arrival_us"] = -1
+    legs["next_request"] = -1
+    legs["follow_delay_us"] = 0
+    legs["key_start"] = len(keys) + np.concatenate(([0], np.cumsum(n_leg_keys)[:-1])) if n else []
+    legs["key_count"] = n_leg_keys
+    legs["prompt_key_count"] = n_leg_keys
+    legs["block_cap"] = slots
+    legs["block_start"] = n_blocks + np.concatenate(([0], np.cumsum(slots)[:-1])) if n else []
+    legs["named_upto"] = S.ALL_NAMED
+    out = np.concatenate([reqs, legs])
+    out["named_upto"][:n][used] = S.ALL_NAMED
+    picks = [np.arange(s, s + k) for s, k in zip(reqs["key_start"][used].tolist(), n_leg_keys[used].tolist())]
+    copied = np.concatenate(picks) if picks else np.zeros(0, np.int64)
+    all_keys = np.ascontiguousarray(np.concatenate([keys, keys[copied]]), dtype=np.int64)
+    if len(key_shared) == len(keys):  # (a minimal array when nothing reads the flags)
+        flags = np.concatenate([key_shared, np.ones(len(copied), np.uint8)])
+        flags[copied] = 1
+        key_shared = np.ascontiguousarray(flags)
+    return out, all_keys, key_shared, n_blocks + int(slots.sum())
+
+
+def pd_request_rows(n: int) -> np.ndarray:
+    """PD_REQ_DT rows of n requests: nothing disaggregated yet."""
+    rows = np.zeros(max(n, 1), S.PD_REQ_DT)
+    for f in ("prefill_instance", "prefill_done_us", "wait_start_us", "transfer_start_us", "transfer_data_us",
+              "transfer_end_us", "link_prev", "link_next"):
+        rows[f] = -1
+    return rows

@@ -1,0 +1,307 @@
+"""Prefill/decode disaggregation (docs/semantics.md "Prefill/decode disaggregation").
+
+A request of a disaggregated model is routed to a decode instance first (its model's
+routing group); the decider then says whether its prompt is prefilled elsewhere.  If so,
+its *prefill leg* -- request row r + ``pd_base``, a one-token request with the same
+prompt keys that emits nothing -- is routed to a prefill instance (the model's prefill
+group) and runs there like any request.  When the step that completes the prompt ends:
+
+    reserve the blocks on the decode instance  (none free: wait in its transfer queue, or drop)
+      -> transfer: data at the link's bandwidth (shared by the prefill instance's transfers
+         under contention), then the base latency
+      -> TRANSFER_DONE on the decode instance: the leg's blocks go to the prefill instance's
+         prefix cache; the request joins the decode instance's wait queue with all prompt
+         tokens but the last computed (all of them, and one token emitted, when the prefill
+         side emits the first token)
+
+The request row holds its blocks on the decode instance from the reservation on (named
+blocks, so block conservation counts them wherever the request is); the leg holds its
+blocks on the prefill instance until the transfer ends.
+"""
+
+import math
+
+import numpy as np
+
+from ..jit import helper
+from ..kv.cache import kv_admit, kv_forget_chunk, kv_release, key_lookup, key_register
+from ..latency.steptime import queueing_delay_us
+from ..policies.prefix_index import index_record_request
+from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
+from ..schema import InstanceEvent, PdDecider, PolicySlot, RequestState, RoutingKind, Status
+from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
+from .events import event_priority, push_event, push_event_with, release_follower
+from .queueing import join_wait_queue
+from .trace import log_routing, tracing
+
+# work below this (µs at full bandwidth) counts as done: the rounding of a shared link's arithmetic
+_DONE_EPS_US = 1e-6
+_VERSION_MASK = np.int64(0x7FFFFFFF)  # a LINK event carries its link's version in the int32 payload
+
+
+@helper
+def pd_decide(st, r, d, model):
+    """True if request r (routed to decode instance d) is prefilled on a prefill instance:
+    never, always, or when its prompt tokens beyond the leading blocks cached on d reach
+    the model's threshold."""
+    pm = st.pd_models[model]
+    decider = pm["decider"]
+    if decider == PdDecider.NEVER:
+        return False
+    if decider == PdDecider.ALWAYS:
+        return True
+    reqs = st.reqs
+    hits = np.int64(0)
+    if st.settings[0]["prefix_caching"] != 0:
+        kstart = reqs[r]["key_start"]
+        n = reqs[r]["prompt_key_count"]
+        while hits < n and key_lookup(st, d, kstart + hits) >= 0:
+            hits += 1
+    uncached = reqs[r]["prompt_len"] - hits * np.int64(st.inst[d]["block_size"])
+    return uncached >= pm["threshold"]
+
+
+@helper
+def pd_route_prefill(st, r, d, t):
+    """Request r goes to decode instance d by way of a prefill instance: route its prefill
+    leg with the model's prefill routing; the leg's Queued follows after that instance's
+    queueing overhead."""
+    reqs = st.reqs
+    inst = st.inst
+    model = reqs[r]["model"]
+    g = st.pd_models[model]["prefill_group"]
+    kind = st.routing_kind[g]
+    if kind != RoutingKind.ROUND_ROBIN:
+        refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t, ROUTER_SNAP_FIELDS)
+    n_keys = reqs[r]["prompt_key_count"]
+    p, cursor = choose_instance(kind, st.routing_param[g], inst, st.snap, st.affinity, n_keys, st.rr_cursor[g],
+                                st.route_scores, g)
+    if p < 0:
+        st.loop[0]["status"] = Status.NO_INSTANCE
+        st.loop[0]["error_request"] = r
+        return
+    st.rr_cursor[g] = cursor
+    leg = r + st.settings[0]["pd_base"]
+    if tracing(st):
+        log_routing(st, leg, t, p, n_keys, False)
+    if st.settings[0]["prefix_index"] != 0:
+        index_record_request(st, p, reqs[r]["key_start"], n_keys)
+    reqs[r]["instance"] = d
+    reqs[r]["routed_us"] = t
+    reqs[r]["state"] = RequestState.REMOTE_PREFILL
+    st.pd_reqs[r]["prefill_instance"] = p
+    reqs[leg]["instance"] = p
+    reqs[leg]["routed_us"] = t
+    reqs[leg]["state"] = RequestState.ROUTED
+    inst[p]["routed_pending"] += 1
+    q = queueing_delay_us(inst[p]["alpha0"], inst[p]["alpha1"], reqs[leg]["prompt_len"])
+    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, p), leg)
+
+
+@helper
+def pd_leg_done(st, p, leg, t):
+    """The step that completed prefill leg ``leg`` on prefill instance p ended at t: hand
+    its request to the decode instance (reserve blocks and transfer, or wait, or drop)."""
+    reqs = st.reqs
+    inst = st.inst
+    r = leg - st.settings[0]["pd_base"]
+    pm = st.pd_models[reqs[r]["model"]]
+    st.pd_reqs[r]["prefill_done_us"] = t
+    inst[p]["pd_prefills"] += 1
+    if pm["first_token_prefill"] != 0:  # the prefill side streamed the first token
+        reqs[r]["first_token_us"] = reqs[leg]["first_token_us"]
+        reqs[r]["last_token_us"] = reqs[leg]["first_token_us"]
+        reqs[r]["generated"] = 1
+        if reqs[r]["output_len"] <= 1:  # nothing left to decode: done without a transfer
+            _release_leg(st, r)
+            reqs[r]["state"] = RequestState.COMPLETED
+            reqs[r]["instance"] = p
+            st.pd_reqs[r]["prefill_instance"] = -1
+            inst[p]["completed"] += 1
+            release_follower(st, r)
+            return
+    d = reqs[r]["instance"]
+    if reqs[r]["block_cap"] > inst[d]["kv_total"]:  # can never fit there: dropped unservable
+        _release_leg(st, r)
+        reqs[r]["state"] = RequestState.DROPPED
+        inst[d]["dropped"] += 1
+        return
+    if inst[d]["xq_len"] == 0 and pd_reserve(st, d, r):
+        pd_start_transfer(st, r, d, t)
+    elif pm["drop_when_full"] != 0:
+        _release_leg(st, r)
+        reqs[r]["state"] = RequestState.DROPPED_AT_DECODE
+        inst[d]["pd_drops"] += 1
+    else:  # wait, behind the requests already waiting there
+        reqs[r]["state"] = RequestState.TRANSFER_WAIT
+        st.pd_reqs[r]["wait_start_us"] = t
+        dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["xq_head"], inst["xq_tail"], inst["xq_len"], d, r)
+        inst[d]["pd_waits"] += 1
+        if inst[d]["xq_len"] > inst[d]["xq_peak"]:
+            inst[d]["xq_peak"] = inst[d]["xq_len"]
+
+
+@helper
+def _release_leg(st, r):
+    """Request r's prefill leg frees its blocks into its prefill instance's cache."""
+    leg = r + st.settings[0]["pd_base"]
+    kv_release(st, st.reqs[leg]["instance"], leg)
+    st.reqs[leg]["state"] = RequestState.COMPLETED
+
+
+@helper
+def pd_reserve(st, d, r):
+    """Reserve request r's prompt blocks on decode instance d (its leading blocks cached
+    there are shared, the rest allocated; one more token's room when the prefill side emits
+    the first token); False (nothing changed) if they are not free.  The new blocks get
+    their keys when the data has arrived (``pd_register_received``)."""
+    reqs = st.reqs
+    prompt = reqs[r]["prompt_len"]
+    target = prompt + reqs[r]["generated"]
+    reqs[r]["prefill_target"] = target
+    n, cached = kv_admit(st, d, r, target, np.int64(0))
+    if n < 0:
+        return False
+    kv_forget_chunk(st, d, r, cached, n)  # not cached content until the transfer is done
+    charged = prompt
+    if st.pd_models[reqs[r]["model"]]["charge_full_prompt"] == 0:
+        charged = max(np.int64(0), prompt - cached)
+    st.pd_reqs[r]["charged_tokens"] = charged
+    reqs[r]["cached_tokens"] = cached
+    st.inst[d]["prefix_query_tokens"] += prompt
+    st.inst[d]["prefix_hit_tokens"] += cached
+    return True
+
+
+@helper
+def pd_start_transfer(st, r, d, t):
+    """Start request r's KV transfer to decode instance d at t (its blocks reserved)."""
+    reqs = st.reqs
+    pd = st.pd_reqs
+    pm = st.pd_models[reqs[r]["model"]]
+    reqs[r]["state"] = RequestState.TRANSFERRING
+    pd[r]["transfer_start_us"] = t
+    work = np.float64(pd[r]["charged_tokens"]) * pm["kv_bytes_per_token"] / pm["bytes_per_us"]
+    if pm["link_contention"] == 0:
+        data_end = t + np.int64(math.ceil(work))
+        pd[r]["transfer_data_us"] = data_end
+        push_event(st, data_end + pm["base_latency_us"], event_priority(InstanceEvent.TRANSFER_DONE, d), r)
+        return
+    p = pd[r]["prefill_instance"]
+    inst = st.inst
+    link_advance(st, p, t)
+    pd[r]["work_left_us"] = work
+    dl_push_back(pd["link_prev"], pd["link_next"], inst["link_head"], inst["link_tail"], inst["link_len"], p, r)
+    if inst[p]["link_len"] > inst[p]["link_peak"]:
+        inst[p]["link_peak"] = inst[p]["link_len"]
+    link_reschedule(st, p, t)
+
+
+@helper
+def link_advance(st, p, t):
+    """Bring the remaining work of prefill instance p's transfers up to time t: each of its
+    k transfers progressed at 1/k of the bandwidth since the last update (processor
+    sharing)."""
+    inst = st.inst
+    k = inst[p]["link_len"]
+    if k > 0:
+        share = np.float64(t - inst[p]["link_last_us"]) / np.float64(k)
+        x = inst[p]["link_head"]
+        while x >= 0:
+            st.pd_reqs[x]["work_left_us"] -= share
+            x = st.pd_reqs[x]["link_next"]
+    inst[p]["link_last_us"] = t
+
+
+@helper
+def link_reschedule(st, p, t):
+    """Schedule prefill instance p's next LINK event: when its transfer with the least work
+    left finishes at the current share (rounded up to the µs); earlier LINK events of p
+    become stale."""
+    inst = st.inst
+    inst[p]["link_version"] += 1
+    k = inst[p]["link_len"]
+    if k == 0:
+        return
+    least = np.inf
+    x = inst[p]["link_head"]
+    while x >= 0:
+        least = min(least, st.pd_reqs[x]["work_left_us"])
+        x = st.pd_reqs[x]["link_next"]
+    due = t + np.int64(math.ceil(max(0.0, least * np.float64(k) - _DONE_EPS_US)))
+    push_event_with(st, due, event_priority(InstanceEvent.LINK, p), np.int64(-1),
+                    inst[p]["link_version"] & _VERSION_MASK)
+
+
+@helper
+def on_link(st, p, t, version):
+    """LINK event of prefill instance p: the transfers whose data is through leave the
+    link (their base latency follows); the others' share grows."""
+    inst = st.inst
+    pd = st.pd_reqs
+    if version != (inst[p]["link_version"] & _VERSION_MASK):
+        return  # superseded by a later reschedule
+    link_advance(st, p, t)
+    x = inst[p]["link_head"]
+    while x >= 0:
+        nxt = pd[x]["link_next"]
+        if pd[x]["work_left_us"] <= _DONE_EPS_US:
+            dl_remove(pd["link_prev"], pd["link_next"], inst["link_head"], inst["link_tail"], inst["link_len"], p, x)
+            pd[x]["transfer_data_us"] = t
+            base = st.pd_models[st.reqs[x]["model"]]["base_latency_us"]
+            push_event(st, t + base, event_priority(InstanceEvent.TRANSFER_DONE, st.reqs[x]["instance"]), x)
+        x = nxt
+    link_reschedule(st, p, t)
+
+
+@helper
+def on_transfer_done(st, d, r, t):
+    """Request r's KV has arrived at decode instance d: its prefill leg's blocks go to the
+    prefill instance's cache, the received blocks get their keys, and it joins d's wait
+    queue with all prompt tokens but the last computed (vLLM recomputes the last one to
+    produce the first token) -- or, when the prefill side emitted the first token, with
+    the prompt computed and that token generated."""
+    reqs = st.reqs
+    _release_leg(st, r)
+    st.pd_reqs[r]["transfer_end_us"] = t
+    st.inst[d]["pd_transfers_in"] += 1
+    st.inst[d]["injected"] += 1
+    if reqs[r]["generated"] > 0:
+        reqs[r]["computed"] = reqs[r]["prompt_len"]
+    else:
+        reqs[r]["computed"] = reqs[r]["prompt_len"] - 1
+    pd_register_received(st, d, r)
+    join_wait_queue(st, d, r, t)
+
+
+@helper
+def pd_register_received(st, d, r):
+    """Key the blocks request r received on decode instance d (the full blocks of its
+    computed tokens that are not keyed yet) unless another block already caches them."""
+    if st.settings[0]["prefix_caching"] == 0:
+        return
+    reqs = st.reqs
+    bs = np.int64(st.inst[d]["block_size"])
+    block_key = st.blocks["key_index"]
+    start = reqs[r]["block_start"]
+    filled = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
+    for j in range(filled):
+        b = np.int64(st.req_blocks[start + j])
+        if block_key[b] < 0:
+            q = reqs[r]["key_start"] + j
+            if key_register(st, d, q, b):
+                block_key[b] = q
+
+
+@helper
+def pd_retry_waiting(st, d, t):
+    """After a step of decode instance d freed blocks: start the transfers waiting there,
+    in order, while their blocks can be reserved."""
+    reqs = st.reqs
+    inst = st.inst
+    while inst[d]["xq_len"] > 0:
+        r = inst[d]["xq_head"]
+        if not pd_reserve(st, d, r):
+            return
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["xq_head"], inst["xq_tail"], inst["xq_len"], d)
+        pd_start_transfer(st, r, d, t)
