@@ -12,6 +12,7 @@ from typer.core import TyperCommand
 
 from blis_fast.cli import feedback
 
+from blis_fast.config.disaggregation import PDConfig
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
@@ -57,7 +58,7 @@ MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
 PANELS = [OTHER, MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
 _MODEL_SETTINGS = {"model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs", "tp", "pp",
                    "dp"}
-_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "workload": WORKLOAD, "policy": POLICIES,
+_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "pd": ENGINE, "workload": WORKLOAD, "policy": POLICIES,
                    "simulation": SIMULATION}
 
 
@@ -93,8 +94,8 @@ def _app_options(
 ) -> None:
     """blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters."""
 
-_SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "workload": WorkloadConfig,
-                    "simulation": SimulationConfig, "policy": PolicyConfig}
+_SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig,
+                    "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
 def setting_field(flag: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from blis_fast.config.disaggregation import POOL_ROLES, PDSpec, PoolSpec, check_coefficients, check_pools
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.latency import AUTO, LATENCY_MODELS, MAX_COEFF
 from blis_fast.config.validate import MAX_INSTANCES, check_fields, show
@@ -24,10 +25,10 @@ LATENCY_CHOICES = LATENCY_MODELS + (AUTO,)
 # the keys of one entry besides the engine settings (which use the flags' YAML names,
 # blis_fast.config.sim.DEPLOYMENT_ENGINE_KEYS)
 ENTRY_KEYS = ("name", "model", "served_model_name", "hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
-              "vllm_version", "instances", "engine")
+              "vllm_version", "instances", "engine", "prefill", "decode", "both", "pd")
 # top-level settings a deployments: list replaces (each belongs in every entry instead)
 PER_DEPLOYMENT_SETTINGS = ("model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs")
-PER_DEPLOYMENT_SECTIONS = ("engine", "deployment")
+PER_DEPLOYMENT_SECTIONS = ("engine", "deployment", "pd")
 
 
 @dataclass(frozen=True)
@@ -44,17 +45,45 @@ class DeploymentSpec:
                                      choices=LATENCY_CHOICES)
     alpha_coeffs: list[float] | None = _opt(None, "α0,α1,α2 (µs)", lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
     beta_coeffs: list[float] | None = _opt(None, "β0,β1,β2 (µs)", lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
-    instances: int = _opt(1, "instances of this deployment (>= 1)", lo=1, hi=MAX_INSTANCES)
+    instances: int = _opt(1, "instances of this deployment (>= 1); with prefill and decode pools, their sum "
+                             "(set each pool's instances instead)", lo=1, hi=MAX_INSTANCES)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    # prefill/decode disaggregation (blis_fast.config.disaggregation): all None for one pool
+    prefill: PoolSpec | None = field(default=None, metadata={"help": "the prefill pool (with decode)"})
+    decode: PoolSpec | None = field(default=None, metadata={"help": "the decode pool (with prefill)"})
+    both: PoolSpec | None = field(default=None, metadata={"help": "a pool whose instances prefill or decode "
+                                                                  "(with prefill and decode)"})
+    pd: PDSpec | None = field(default=None, metadata={"help": "the P/D decider and KV transfer (default PDSpec() "
+                                                              "with pools)"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")
         if not isinstance(self.engine, EngineConfig):
             raise ConfigError("engine", f"must be an EngineConfig, got {show(self.engine)}")
-        for name in ("alpha_coeffs", "beta_coeffs"):
-            v = getattr(self, name)
-            if v is not None and len(v) != 3:
-                raise ConfigError(name, f"must be 3 finite numbers in [0, {MAX_COEFF:g}] µs, got {show(v)}")
+        check_coefficients(self)
+        check_pools(self.prefill, self.decode, self.both, self.pd, self.engine)
+        if self.disaggregated:
+            total = sum(pool.instances for _, pool in self.pools)
+            if self.instances not in (1, total):  # (1: the default; total: a copy, dataclasses.replace)
+                raise ConfigError("instances", f"is the sum of the pools' instances ({total}) with prefill and "
+                                               f"decode pools: leave it out, got {show(self.instances)}")
+            if total > MAX_INSTANCES:
+                raise ConfigError("instances", f"the pools have {total} instances in all, more than {MAX_INSTANCES}")
+            # the deployment's instance count is its pools' sum: code that sums instances keeps working
+            object.__setattr__(self, "instances", total)
+            if self.pd is None:
+                object.__setattr__(self, "pd", PDSpec())
+
+    @property
+    def disaggregated(self) -> bool:
+        """True when the deployment has prefill and decode pools (prefill/decode disaggregation)."""
+        return self.prefill is not None
+
+    @property
+    def pools(self) -> tuple[tuple[str, PoolSpec], ...]:
+        """(role, pool) of a disaggregated deployment's pools, in the order of their instance
+        rows (prefill, decode, then both when given); () for one pool."""
+        return tuple((role, getattr(self, role)) for role in POOL_ROLES if getattr(self, role) is not None)
 
     @property
     def served_name(self) -> str:
@@ -67,7 +96,9 @@ def check_deployments(deployments: tuple[DeploymentSpec, ...], where: str = "dep
     DeploymentSpec): 1..MAX_DEPLOYMENTS entries, unique names, at most MAX_INSTANCES
     instances in all, and the deployments serving one model name agree on the model and
     the KV block size (a request's prefix-cache keys are computed per block, once, for
-    every instance it may be routed to)."""
+    every instance it may be routed to), and are all disaggregated or none, with one
+    ``pd`` (the decider and the transfer are per model).  Every pool's instances count
+    towards the total (``DeploymentSpec.instances`` is their sum)."""
     if not deployments:
         raise ConfigError(where, "must list at least one deployment (or leave it out: the top-level model, hardware "
                                  "and engine settings are one deployment)")
@@ -95,6 +126,16 @@ def check_deployments(deployments: tuple[DeploymentSpec, ...], where: str = "dep
                               f"{show(d.served_name)} with {other.engine.block_size}: deployments of one model must "
                               "agree on the block size (a request's prefix-cache keys are per block, and it may be "
                               "routed to either)")
+        if other.disaggregated != d.disaggregated:
+            how = ("has prefill and decode pools, but {0} serves the same model {1} with one pool" if d.disaggregated
+                   else "is missing: {0} serves the same model {1} with prefill and decode pools")
+            raise ConfigError(f"{where}[{i}].prefill",
+                              how.format(f"{where}[{first}]", show(d.served_name)) + "; the deployments of one model "
+                              "are all disaggregated or none (the P/D decider is per model)")
+        if other.pd != d.pd:
+            raise ConfigError(f"{where}[{i}].pd", f"differs from {where}[{first}].pd, which serves the same model "
+                                                  f"{show(d.served_name)}: the deployments of one model agree on "
+                                                  "pd (the decider and the transfer are per model)")
     if total > MAX_INSTANCES:
         raise ConfigError(where, f"the deployments have {total} instances in all, more than {MAX_INSTANCES}")
 

@@ -21,6 +21,7 @@ from blis_fast.config.deployments import (
     check_deployments,
     served_models,
 )
+from blis_fast.config.disaggregation import PD_ENTRY_KEYS, POOL_KEYS, PDConfig, PDSpec, PoolSpec, TransferSpec
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, check_routing_models, parse_weights
@@ -184,6 +185,7 @@ class SimConfig:
                                            lo=0, hi=MAX_COEFF, max_len=3, unit="µs")
     engine: EngineConfig = field(default_factory=EngineConfig)
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
+    pd: PDConfig = field(default_factory=PDConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -213,22 +215,54 @@ class SimConfig:
                 object.__setattr__(self, name, getattr(first, name))
             object.__setattr__(self, "engine", first.engine)
             object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
+        self._check_pd_shorthand()
         if self.policy.routing_per_model:
             check_routing_models(self.policy, served_models(self.deployment_list()))
+
+    def _check_pd_shorthand(self) -> None:
+        """The ``pd`` section (P/D pools of the one top-level deployment): only without a
+        deployments: list, only with both pool sizes, and then the instance count is
+        their sum (mirrored in ``deployment``, which single-deployment code reads)."""
+        given = self.pd.given()
+        if not given:
+            return
+        if self.deployments is not None:
+            raise ConfigError(f"pd.{given[0]}", f"is a per-deployment setting: with a deployments: list, set it in "
+                                                f"each entry (deployments[i].{PD_ENTRY_KEYS[given[0]]}) instead")
+        if not self.pd.pools:
+            name = next((g for g in given if not g.endswith("_instances")), given[0])
+            raise ConfigError(f"pd.{name}", "needs --prefill-instances and --decode-instances (pd.prefill_instances "
+                                            "and pd.decode_instances): P/D settings apply to a deployment with "
+                                            "prefill and decode pools")
+        total = self.pd.prefill_instances + self.pd.decode_instances
+        if total > MAX_INSTANCES:
+            raise ConfigError("pd.decode_instances", f"the prefill and decode pools have {total} instances in all, "
+                                                     f"more than {MAX_INSTANCES}")
+        if self.deployment not in (DeploymentConfig(), DeploymentConfig(num_instances=total)):
+            raise ConfigError("deployment.num_instances", f"is the sum of the prefill and decode pools' instances "
+                                                          f"({total}) with P/D pools: leave it out")
+        object.__setattr__(self, "deployment", DeploymentConfig(num_instances=total))
 
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
         deployments list, the top-level settings that mirror its first entry are left out
         (read back, they would be refused next to the list), and so is an unset
-        ``policy.routing_per_model``."""
+        ``policy.routing_per_model``.  The ``pd`` section appears only when set (then
+        ``deployment``, the pools' sum, is left out), and a deployment entry's pool keys
+        only when it has pools: a run without P/D has the same keys as before them."""
         out = _to_dict(self)
         if self.policy.routing_per_model is None:  # (set only by YAML, a bundle or the API: left out unset)
             del out["policy"]["routing_per_model"]
+        if self.pd.pools:
+            del out["deployment"]
+        elif not self.pd.given():
+            del out["pd"]
         if self.deployments is None:
             del out["deployments"]
         else:
             for key in PER_DEPLOYMENT_SETTINGS + PER_DEPLOYMENT_SECTIONS:
-                del out[key]
+                out.pop(key, None)
+            out["deployments"] = [deployment_dict(d) for d in self.deployments]
         return out
 
     def deployment_list(self) -> tuple[DeploymentSpec, ...]:
@@ -236,10 +270,37 @@ class SimConfig:
         top-level settings describe (named by its model id).  Every consumer reads this."""
         if self.deployments is not None:
             return self.deployments
+        pools = {}
+        if self.pd.pools:  # (the pd section's P/D pools)
+            pools = {"prefill": PoolSpec(self.pd.prefill_instances), "decode": PoolSpec(self.pd.decode_instances),
+                     "pd": self.pd.spec()}
         return (DeploymentSpec(name=self.model, model=self.model, hardware=self.hardware,
                                vllm_version=self.vllm_version, latency_model=self.latency_model,
                                alpha_coeffs=self.alpha_coeffs, beta_coeffs=self.beta_coeffs,
-                               instances=self.deployment.num_instances, engine=self.engine),)
+                               instances=self.deployment.num_instances, engine=self.engine, **pools),)
+
+
+def deployment_dict(dep: DeploymentSpec) -> dict:
+    """One deployments: entry as a run-config file writes it (``SimConfig.to_dict``): the
+    pool keys only when it has pools (then no ``instances``, their sum), each pool with
+    the engine keys that differ from the deployment's."""
+    out = _to_dict(dep)
+    for role in ("prefill", "decode", "both", "pd"):
+        if out[role] is None:
+            del out[role]
+    if dep.disaggregated:
+        del out["instances"]
+        for role, pool in dep.pools:
+            entry = {k: v for k, v in out[role].items() if v is not None}
+            if pool.engine is not None:
+                engine = {f.name: getattr(pool.engine, f.name) for f in fields(EngineConfig)
+                          if getattr(pool.engine, f.name) != getattr(dep.engine, f.name)}
+                if engine:
+                    entry["engine"] = engine
+                else:
+                    del entry["engine"]
+            out[role] = entry
+    return out
 
 
 # Flat names (BLIS flags with '_' for '-') -> nested path.  Also the YAML top-level aliases,
@@ -278,6 +339,16 @@ FLAG_PATHS: dict[str, str] = {
     "num_instances": "deployment.num_instances",
     "min_instances": "deployment.min_instances",
     "max_instances": "deployment.max_instances",
+    "prefill_instances": "pd.prefill_instances",
+    "decode_instances": "pd.decode_instances",
+    "pd_decider": "pd.decider",
+    "pd_threshold": "pd.threshold",
+    "pd_transfer_bandwidth_gbps": "pd.transfer_bandwidth_gbps",
+    "pd_transfer_base_latency_ms": "pd.transfer_base_latency_ms",
+    "pd_transfer_charge": "pd.transfer_charge",
+    "pd_transfer_contention": "pd.transfer_contention",
+    "pd_first_token": "pd.first_token",
+    "pd_on_decode_full": "pd.on_decode_full",
     "total_kv_blocks": "engine.total_kv_blocks",
     "block_size_in_tokens": "engine.block_size",
     "max_num_running_reqs": "engine.max_num_seqs",
@@ -318,7 +389,7 @@ FLAG_PATHS: dict[str, str] = {
 _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():
     _PATH_FLAG.setdefault(_path, _flag)
-_SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "workload": WorkloadConfig,
+_SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "workload": WorkloadConfig,
              "simulation": SimulationConfig, "policy": PolicyConfig}
 
 
@@ -417,6 +488,8 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
             sections[name] = cls(**kwargs)
         except ConfigError as exc:
             raise ConfigError(where(exc.field), exc.message) from None
+    if sections["pd"].pools and deps is None:
+        _refuse_instance_count_with_pools(nested, layer, where)
     top = {}
     for f in fields(SimConfig):
         if f.name in _SECTIONS or f.name not in nested:
@@ -454,6 +527,32 @@ def _parse_deployment(entry: Any, path: str) -> DeploymentSpec:
     for key in ("name", "model"):
         if key not in entry:
             raise ConfigError(f"{path}.{key}", "is required")
+    engine = _parse_engine(entry, path, EngineConfig())
+    pools = {role: _parse_pool(entry[role], f"{path}.{role}", engine)
+             for role in ("prefill", "decode", "both") if entry.get(role) is not None}
+    if "instances" in entry and pools:
+        raise ConfigError(f"{path}.instances", "is the sum of the pools' instances with prefill and decode pools: "
+                                               "set prefill.instances and decode.instances (and both.instances) "
+                                               "instead")
+    if entry.get("pd") is not None:
+        pools["pd"] = _parse_pd(entry["pd"], f"{path}.pd")
+    kwargs = {f.name: _coerce(entry[f.name], f, f"{path}.{f.name}")
+              for f in fields(DeploymentSpec) if f.name in entry and f.name in _ENTRY_SETTINGS}
+    try:
+        return DeploymentSpec(**kwargs, engine=engine, **pools)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}.{exc.field}", exc.message) from None
+
+
+# the keys of a deployments: entry that are plain settings (the others are parsed as sections)
+_ENTRY_SETTINGS = ("name", "model", "served_model_name", "hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
+                   "vllm_version", "instances")
+
+
+def _parse_engine(entry: dict, path: str, base: EngineConfig) -> EngineConfig:
+    """The engine of a deployments: entry or of one of its pools: ``base`` with the
+    entry's engine keys (the flags' YAML names, or an ``engine:`` mapping) over it;
+    errors name the key as the user spelled it (``deployments[0].decode.tp``)."""
     engine_names = {f.name for f in fields(EngineConfig)}
     given: dict[str, Any] = {}
     origin: dict[str, str] = {}
@@ -472,16 +571,54 @@ def _parse_deployment(entry: Any, path: str) -> DeploymentSpec:
         if engine_kwargs.get(name, 1) != 1:
             raise ConfigError(origin[name], "is not modelled yet: only 1 is accepted")
     try:
-        engine = EngineConfig(**engine_kwargs)
+        return replace(base, **engine_kwargs)
     except ConfigError as exc:
         name = exc.field.rpartition(".")[2]
         raise ConfigError(origin.get(name, f"{path}.{name}"), exc.message) from None
-    kwargs = {f.name: _coerce(entry[f.name], f, f"{path}.{f.name}")
-              for f in fields(DeploymentSpec) if f.name != "engine" and f.name in entry}
+
+
+def _parse_pool(value: Any, path: str, engine: EngineConfig) -> PoolSpec:
+    """One pool of a deployments: entry (``prefill: {instances: 2, hardware: A100}``): its
+    engine is the deployment's with the pool's engine keys over it; a block size other
+    than the deployment's is refused naming the pool's key."""
+    entry = as_mapping(value, path, set(POOL_KEYS) | set(DEPLOYMENT_ENGINE_KEYS),
+                       what="a mapping of pool settings (instances, hardware, tp, ...)")
+    if "instances" not in entry:
+        raise ConfigError(f"{path}.instances", "is required (the pool's instance count, >= 1)")
+    pool_engine = _parse_engine(entry, path, engine)
+    if pool_engine.block_size != engine.block_size:
+        key = next((k for k in ("block_size_in_tokens", "block_size") if k in entry), "engine.block_size")
+        raise ConfigError(f"{path}.{key}", f"is {pool_engine.block_size} but the deployment's block size is "
+                                           f"{engine.block_size}: a pool may not change it (one per model: a "
+                                           "request's prefix-cache keys are per block, and its KV moves between "
+                                           "the pools)")
+    kwargs = _parse_settings(PoolSpec, {k: v for k, v in entry.items() if k in POOL_KEYS and k != "engine"}, path)
+    has_engine = "engine" in entry or any(k in DEPLOYMENT_ENGINE_KEYS for k in entry)
     try:
-        return DeploymentSpec(**kwargs, engine=engine)
+        return PoolSpec(**kwargs, engine=pool_engine if has_engine else None)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", exc.message) from None
+
+
+def _parse_pd(value: Any, path: str) -> PDSpec:
+    """A deployments: entry's ``pd:`` mapping (with its ``transfer:`` mapping)."""
+    names = [f.name for f in fields(PDSpec)]
+    entry = as_mapping(value, path, names, what="a mapping of P/D settings (" + ", ".join(names) + ")")
+    kwargs = _parse_settings(PDSpec, {k: v for k, v in entry.items() if k != "transfer"}, path)
+    if entry.get("transfer") is not None:
+        transfer_names = [f.name for f in fields(TransferSpec)]
+        transfer = as_mapping(entry["transfer"], f"{path}.transfer", transfer_names,
+                              what="a mapping of transfer settings (" + ", ".join(transfer_names) + ")")
+        kwargs["transfer"] = TransferSpec(**_parse_settings(TransferSpec, transfer, f"{path}.transfer"))
+    return PDSpec(**kwargs)
+
+
+def _parse_settings(cls, entry: dict, path: str) -> dict:
+    """The keyword arguments of settings dataclass ``cls`` from a mapping of its fields
+    (keys already checked), each converted and range-checked (``_coerce``), errors
+    naming ``<path>.<key>``."""
+    by_name = {f.name: f for f in fields(cls)}
+    return {key: _coerce(v, by_name[key], f"{path}.{key}") for key, v in entry.items()}
 
 
 def _refuse_single_deployment_settings(nested: dict, layer: dict, where) -> None:
@@ -493,9 +630,19 @@ def _refuse_single_deployment_settings(nested: dict, layer: dict, where) -> None
             continue
         section, _, name = path.rpartition(".")
         if path in PER_DEPLOYMENT_SETTINGS or section in PER_DEPLOYMENT_SECTIONS:
-            key = {"num_instances": "instances"}.get(name, name)
+            key = PD_ENTRY_KEYS[name] if section == "pd" else {"num_instances": "instances"}.get(name, name)
             raise ConfigError(where(path), f"is a per-deployment setting: with a deployments: list, set it in each "
                                            f"entry (deployments[i].{key}) instead")
+
+
+def _refuse_instance_count_with_pools(nested: dict, layer: dict, where) -> None:
+    """With the pd section's P/D pools, the deployment's instance count is the pools' sum:
+    refuse ``num_instances`` (and the pool bounds) given explicitly (not those of a config
+    already checked)."""
+    for path, value in nested.items():
+        if path.startswith("deployment.") and value is not None and layer.get(path) != effective.SETTLED:
+            raise ConfigError(where(path), "is the sum of --prefill-instances and --decode-instances with P/D pools "
+                                           "(pd.prefill_instances, pd.decode_instances): leave it out")
 
 
 def _objectives(value: Any, where: str) -> list[dict]:
@@ -531,6 +678,9 @@ def validate(cfg: SimConfig) -> None:
     else:
         for i, dep in enumerate(cfg.deployments):
             _check_full_step(dep.beta_coeffs, dep.engine, f"deployments[{i}].beta_coeffs")
+            for role, pool in dep.pools:  # (a pool's own coefficients or engine, else the deployment's)
+                _check_full_step(dep.beta_coeffs if pool.beta_coeffs is None else pool.beta_coeffs,
+                                 pool.engine or dep.engine, f"deployments[{i}].{role}.beta_coeffs")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
     lo, hi = d.bounds()

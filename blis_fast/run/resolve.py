@@ -19,6 +19,7 @@ from blis_fast.config import (
     resolve_latency_model,
 )
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
+from blis_fast.config.disaggregation import PDSpec, PoolSpec
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
@@ -36,10 +37,27 @@ MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
 
 @dataclass(frozen=True, eq=False)
+class ResolvedPool:
+    """One pool of a resolved deployment: its GPU, engine, latency model (with its KV
+    blocks) and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``.
+    ``role`` is "mono" for a deployment of one pool, else "prefill", "decode" or "both"."""
+
+    role: str
+    hardware: HardwareConfig
+    engine: EngineConfig
+    latency: LatencyModel
+    instances: int
+    first_instance: int
+
+
+@dataclass(frozen=True, eq=False)
 class ResolvedDeployment:
     """One deployment resolved: its model facts, GPU, engine, latency model (with its KV
     blocks), and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``
-    of the run's instance table (deployments in list order)."""
+    of the run's instance table (deployments in list order).  ``pools``: one "mono" pool
+    with the same values, or a disaggregated deployment's prefill, decode (and both)
+    pools, their rows consecutive from ``first_instance``; ``pd`` its P/D settings (None
+    for one pool)."""
 
     name: str
     served_model_name: str
@@ -49,6 +67,8 @@ class ResolvedDeployment:
     latency: LatencyModel
     instances: int
     first_instance: int
+    pools: tuple[ResolvedPool, ...] = ()
+    pd: PDSpec | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +87,11 @@ class Setup:
     def served_models(self) -> tuple[str, ...]:
         """The distinct served model names, in order of first appearance."""
         return served_models(self.config.deployment_list())
+
+    @property
+    def pools(self) -> tuple[ResolvedPool, ...]:
+        """Every pool of every deployment, in instance-row order."""
+        return tuple(pool for dep in self.deployments for pool in dep.pools)
 
     @property
     def compat(self) -> bool:
@@ -140,19 +165,60 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
         latency_model=dep.latency_model, alpha_coeffs=dep.alpha_coeffs,
         beta_coeffs=dep.beta_coeffs, vllm_version=dep.vllm_version,
     )
+    if not dep.disaggregated:
+        pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance),)
+    else:
+        pools, first = [], first_instance
+        for role, pool in dep.pools:
+            try:
+                pools.append(_resolve_pool(role, pool, dep, model, hardware, latency, first))
+            except ConfigError as exc:  # (named as the pool's key: decode.tp, decode.hardware)
+                raise ConfigError(f"{role}.{_entry_key(exc.field)}", exc.message) from None
+            first += pool.instances
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
-                              first_instance)
+                              first_instance, tuple(pools), dep.pd)
+
+
+def _resolve_pool(role: str, pool: PoolSpec, dep: DeploymentSpec, model: ModelConfig, dep_hardware: HardwareConfig,
+                  dep_latency: LatencyModel, first_instance: int) -> ResolvedPool:
+    """One pool of a disaggregated deployment: its own GPU, engine and latency model (the
+    deployment's where the pool sets nothing; the same LatencyModel when it sets nothing
+    the latency model depends on)."""
+    def own(name: str):
+        value = getattr(pool, name)
+        return getattr(dep, name) if value is None else value
+
+    engine = dep.engine if pool.engine is None else pool.engine
+    settings = {name: own(name) for name in ("hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
+                                             "vllm_version")}
+    if engine == dep.engine and all(settings[name] == getattr(dep, name) for name in settings):
+        return ResolvedPool(role, dep_hardware, engine, dep_latency, pool.instances, first_instance)
+    hardware = dep_hardware if settings["hardware"] == dep.hardware else load_hardware(settings["hardware"])
+    check_model_fits(model, hardware, engine.tp)
+    latency = resolve_latency_model(
+        model, hardware, engine, dep.model,
+        latency_model=settings["latency_model"], alpha_coeffs=settings["alpha_coeffs"],
+        beta_coeffs=settings["beta_coeffs"], vllm_version=settings["vllm_version"],
+    )
+    return ResolvedPool(role, hardware, engine, latency, pool.instances, first_instance)
 
 
 def _entry_field(i: int, field: str) -> str:
     """A resolution error's field (named as the top-level setting or flag: ``engine.tp``,
     ``--alpha-coeffs``, ``model.num_layers``) as the key of deployments[i]."""
+    return f"deployments[{i}].{_entry_key(field)}"
+
+
+def _entry_key(field: str) -> str:
+    """A resolution error's field as the key of a deployments: entry (or of its pool):
+    ``engine.tp`` -> ``tp``, ``--alpha-coeffs`` -> ``alpha_coeffs``, ``model.num_layers`` ->
+    ``model``; a pool's key (``decode.tp``) stays as it is."""
     key = field.lstrip("-").replace("-", "_")
     if key.startswith("engine."):
         key = key[len("engine."):]
     elif key.startswith("model."):  # a fact of the model's config.json: the entry's model key names the file
         key = "model"
-    return f"deployments[{i}].{key}"
+    return key
 
 
 def distribution_spec(config: SimConfig) -> DistributionSpec:
