@@ -66,7 +66,11 @@ class Result:
     def __init__(self, setup, workload, state, wall_time_s: float | None = None):
         self.setup = setup
         self.workload = workload
-        self.state = state
+        # a P/D run's request table has a prefill-leg row per request after the requests
+        # (run/disaggregation.py): the metrics read the requests' rows, ``full_state`` has all
+        self.full_state = state
+        base = int(state.settings[0]["pd_base"])
+        self.state = state._replace(reqs=state.reqs[:base]) if base > 0 else state
         self.wall_time_s = wall_time_s  # the event loop's wall time (never written to results files)
         self.timeseries = None  # TimeSeries (results.timeseries) when sample_interval_ms was set
         self.counterfactuals: list[dict] = []  # exact replays (run.counterfactual) when counterfactual_k > 0

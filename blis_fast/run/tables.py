@@ -238,8 +238,8 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
     inst["id_pool"] = -1
     inst["ht_offset"] = np.arange(fl.n_inst, dtype=np.int64) * ht_rows
     inst["ht_mask"] = ht_rows - 1
-    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step", "xq_head", "xq_tail", "link_head",
-              "link_tail"):
+    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step", "xq_head", "xq_tail", "rx_head",
+              "rx_tail", "link_head", "link_tail"):
         inst[f] = -1
     return inst
 

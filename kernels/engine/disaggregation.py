@@ -31,7 +31,7 @@ from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snap
 from ..schema import InstanceEvent, PdDecider, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
 from .events import event_priority, push_event, push_event_with, release_follower
-from .queueing import join_wait_queue
+from .queueing import ensure_step
 from .trace import log_routing, tracing
 
 # work below this (µs at full bandwidth) counts as done: the rounding of a shared link's arithmetic
@@ -108,12 +108,13 @@ def pd_leg_done(st, p, leg, t):
     pm = st.pd_models[reqs[r]["model"]]
     st.pd_reqs[r]["prefill_done_us"] = t
     inst[p]["pd_prefills"] += 1
+    inst[p]["held_outside"] += 1  # the leg keeps its blocks until its transfer ends
     if pm["first_token_prefill"] != 0:  # the prefill side streamed the first token
         reqs[r]["first_token_us"] = reqs[leg]["first_token_us"]
         reqs[r]["last_token_us"] = reqs[leg]["first_token_us"]
         reqs[r]["generated"] = 1
         if reqs[r]["output_len"] <= 1:  # nothing left to decode: done without a transfer
-            _release_leg(st, r)
+            _release_leg(st, r, t)
             reqs[r]["state"] = RequestState.COMPLETED
             reqs[r]["instance"] = p
             st.pd_reqs[r]["prefill_instance"] = -1
@@ -122,14 +123,14 @@ def pd_leg_done(st, p, leg, t):
             return
     d = reqs[r]["instance"]
     if reqs[r]["block_cap"] > inst[d]["kv_total"]:  # can never fit there: dropped unservable
-        _release_leg(st, r)
+        _release_leg(st, r, t)
         reqs[r]["state"] = RequestState.DROPPED
         inst[d]["dropped"] += 1
         return
     if inst[d]["xq_len"] == 0 and pd_reserve(st, d, r):
         pd_start_transfer(st, r, d, t)
     elif pm["drop_when_full"] != 0:
-        _release_leg(st, r)
+        _release_leg(st, r, t)
         reqs[r]["state"] = RequestState.DROPPED_AT_DECODE
         inst[d]["pd_drops"] += 1
     else:  # wait, behind the requests already waiting there
@@ -142,11 +143,16 @@ def pd_leg_done(st, p, leg, t):
 
 
 @helper
-def _release_leg(st, r):
-    """Request r's prefill leg frees its blocks into its prefill instance's cache."""
+def _release_leg(st, r, t):
+    """Request r's prefill leg frees its blocks into its prefill instance's cache at t; an
+    idle prefill instance whose queue waited for them steps."""
     leg = r + st.settings[0]["pd_base"]
-    kv_release(st, st.reqs[leg]["instance"], leg)
+    p = st.reqs[leg]["instance"]
+    kv_release(st, p, leg)
     st.reqs[leg]["state"] = RequestState.COMPLETED
+    st.inst[p]["held_outside"] -= 1
+    if st.inst[p]["wq_len"] > 0:
+        ensure_step(st, p, t)
 
 
 @helper
@@ -168,6 +174,7 @@ def pd_reserve(st, d, r):
         charged = max(np.int64(0), prompt - cached)
     st.pd_reqs[r]["charged_tokens"] = charged
     reqs[r]["cached_tokens"] = cached
+    st.inst[d]["held_outside"] += 1  # until it is admitted to the batch
     st.inst[d]["prefix_query_tokens"] += prompt
     st.inst[d]["prefix_hit_tokens"] += cached
     return True
@@ -257,12 +264,13 @@ def on_link(st, p, t, version):
 @helper
 def on_transfer_done(st, d, r, t):
     """Request r's KV has arrived at decode instance d: its prefill leg's blocks go to the
-    prefill instance's cache, the received blocks get their keys, and it joins d's wait
-    queue with all prompt tokens but the last computed (vLLM recomputes the last one to
-    produce the first token) -- or, when the prefill side emitted the first token, with
-    the prompt computed and that token generated."""
+    prefill instance's cache, the received blocks get their keys, and it waits for a batch
+    slot on d (``rx``: admitted before d's wait queue) with all prompt tokens but the last
+    computed (vLLM recomputes the last one to produce the first token) -- or, when the
+    prefill side emitted the first token, with the prompt computed and that token
+    generated."""
     reqs = st.reqs
-    _release_leg(st, r)
+    _release_leg(st, r, t)
     st.pd_reqs[r]["transfer_end_us"] = t
     st.inst[d]["pd_transfers_in"] += 1
     st.inst[d]["injected"] += 1
@@ -271,7 +279,11 @@ def on_transfer_done(st, d, r, t):
     else:
         reqs[r]["computed"] = reqs[r]["prompt_len"] - 1
     pd_register_received(st, d, r)
-    join_wait_queue(st, d, r, t)
+    reqs[r]["state"] = RequestState.QUEUED
+    reqs[r]["queued_us"] = t
+    inst = st.inst
+    dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], d, r)
+    ensure_step(st, d, t)
 
 
 @helper

@@ -16,6 +16,7 @@ from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
 from .disaggregation import pd_decide, pd_route_prefill
+from .phases import is_prefill_leg
 from .events import event_priority, push_event
 from .queueing import join_wait_queue
 from .trace import log_admission, log_routing, tracing
@@ -119,5 +120,7 @@ def on_queued(st, i, r, t):
     if reqs[r]["block_cap"] > inst[i]["kv_total"]:
         reqs[r]["state"] = RequestState.DROPPED  # could never fit: not cycled forever
         inst[i]["dropped"] += 1
+        if is_prefill_leg(st, r):  # its request ends with it (engine/disaggregation.py)
+            reqs[r - st.settings[0]["pd_base"]]["state"] = RequestState.DROPPED
         return
     join_wait_queue(st, i, r, t)

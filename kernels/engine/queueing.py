@@ -21,6 +21,14 @@ def join_wait_queue(st, i, r, t):
     dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i, r)
     if inst[i]["wq_len"] > inst[i]["wq_peak"]:
         inst[i]["wq_peak"] = inst[i]["wq_len"]
+    ensure_step(st, i, t)
+
+
+@helper
+def ensure_step(st, i, t):
+    """Give instance i a Step at max(t, end of its last step) -- at t in compat mode --
+    unless it has one pending."""
+    inst = st.inst
     if inst[i]["step_pending"] == 0:
         start = t
         if st.settings[0]["compat"] == 0 and inst[i]["busy_until_us"] > t:

@@ -155,7 +155,8 @@ def admit_received(st, i, r, target):
 def admit_waiting(st, i, now, budget, cap, m):
     """Pass B (§3.2): admit from the head of instance i's wait queue (strict head-of-line)
     while the batch has room and budget is left; each admission is appended to the batch
-    and as explicit entry m, m+1, ...  Returns (budget left, prefill tokens, entries)."""
+    and as explicit entry m, m+1, ...  Requests whose KV arrived by transfer (``rx``,
+    engine/disaggregation.py) come first.  Returns (budget left, prefill tokens, entries)."""
     inst = st.inst
     reqs = st.reqs
     n_prefill = np.int64(0)
@@ -163,13 +164,14 @@ def admit_waiting(st, i, now, budget, cap, m):
     admitted = 0
     free = np.int64(0)
     reason = BlockReason.NONE
-    while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
-        r = inst[i]["wq_head"]
+    while ((inst[i]["wq_len"] > 0 or inst[i]["rx_len"] > 0) and inst[i]["batch_len"] < inst[i]["max_num_seqs"]
+           and budget > 0):
+        received = inst[i]["rx_len"] > 0
+        r = inst[i]["rx_head"] if received else inst[i]["wq_head"]
         target = reqs[r]["prompt_len"] + reqs[r]["generated"]
         reqs[r]["prefill_target"] = target
         if full:
             free = kv_free_blocks(inst, i)
-        received = reqs[r]["blocks_held"] > 0  # its KV arrived by transfer (engine/disaggregation.py)
         if received:
             n, cached = admit_received(st, i, r, target)
         else:
@@ -180,7 +182,11 @@ def admit_waiting(st, i, now, budget, cap, m):
         if full:
             log_scheduled(st, i, now, r, admitted, budget, free, n, cached)
             admitted += 1
-        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
+        if received:
+            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], i)
+            inst[i]["held_outside"] -= 1
+        else:
+            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
         k = inst[i]["batch_len"]
         st.batch[i, k] = r
         st.batch_seq[i, k] = inst[i]["admit_counter"]
@@ -527,7 +533,8 @@ def on_step(st, i, t):
         n_prefill, n_decode, decode_ctx, m = form_batch_all(st, i, t)
         lp[0]["steps_visiting_all"] += 1
     if inst[i]["batch_len"] == 0:
-        if inst[i]["wq_len"] > 0:
+        # (blocks held here outside a batch -- P/D -- free or arrive later: the queue waits for them)
+        if inst[i]["wq_len"] > 0 and inst[i]["held_outside"] == 0:
             lp[0]["status"] = Status.STALL
             lp[0]["error_instance"] = i
         return  # an empty batch never steps

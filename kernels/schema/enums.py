@@ -443,5 +443,5 @@ __all__ = [
     "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
-    "VictimKind",
+    "VictimKind", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
 ]

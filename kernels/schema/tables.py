@@ -148,6 +148,11 @@ INSTANCE_DT = np.dtype(
         ("xq_tail", np.int64),  #   through REQUEST_DT queue_prev/queue_next), in order
         ("xq_len", np.int64),
         ("xq_peak", np.int64),
+        ("rx_head", np.int64),  # decode side: requests whose KV arrived, waiting for a batch slot (dlist
+        ("rx_tail", np.int64),  #   through queue_prev/queue_next); admitted before the wait queue: their
+        ("rx_len", np.int64),  #   blocks are resident, so they need none of the blocks the queue waits for
+        ("held_outside", np.int64),  # requests holding blocks here outside the batch: prefill legs awaiting
+        #                              their transfer, reservations and arrived transfers (no stall while > 0)
         ("link_head", np.int64),  # prefill side: the transfers on its link (dlist through PD_REQ_DT
         ("link_tail", np.int64),  #   link_prev/link_next; contention: link)
         ("link_len", np.int64),
