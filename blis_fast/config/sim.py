@@ -230,10 +230,14 @@ class SimConfig:
             raise ConfigError(f"pd.{given[0]}", f"is a per-deployment setting: with a deployments: list, set it in "
                                                 f"each entry (deployments[i].{PD_ENTRY_KEYS[given[0]]}) instead")
         if not self.pd.pools:
-            name = next((g for g in given if not g.endswith("_instances")), given[0])
-            raise ConfigError(f"pd.{name}", "needs --prefill-instances and --decode-instances (pd.prefill_instances "
-                                            "and pd.decode_instances): P/D settings apply to a deployment with "
-                                            "prefill and decode pools")
+            name = next((g for g in given if not g.endswith("_instances")), None)
+            if name is not None:
+                raise ConfigError(f"pd.{name}", "needs --prefill-instances and --decode-instances "
+                                                "(pd.prefill_instances and pd.decode_instances): P/D settings apply to "
+                                                "a deployment with prefill and decode pools")
+            given_role, missing = ("prefill", "decode") if self.pd.decode_instances is None else ("decode", "prefill")
+            raise ConfigError(f"pd.{given_role}_instances", f"needs --{missing}-instances too (pd.{missing}_instances): "
+                                                            "a disaggregated deployment has a prefill and a decode pool")
         total = self.pd.prefill_instances + self.pd.decode_instances
         if total > MAX_INSTANCES:
             raise ConfigError("pd.decode_instances", f"the prefill and decode pools have {total} instances in all, "

@@ -260,7 +260,7 @@ BAD = [
      ["prefill_instances:", "deployments[i].prefill.instances"]),
     ("pd section unknown key", {"pd": {"treshold": 4}}, ["pd.treshold", "unknown key"]),
     ("pd section without pools", {"pd": {"threshold": 4}}, ["pd.threshold", "needs --prefill-instances"]),
-    ("pd section, one pool", {"pd": {"decode_instances": 4}}, ["pd.decode_instances", "--prefill-instances"]),
+    ("pd section, one pool", {"pd": {"decode_instances": 4}}, ["pd.decode_instances", "needs --prefill-instances too"]),
     ("num_instances with pools", {"num_instances": 3, "pd": {"prefill_instances": 1, "decode_instances": 2}},
      ["num_instances:", "sum of --prefill-instances and --decode-instances"]),
 ]
@@ -278,7 +278,7 @@ def test_bad_pd_config_gives_one_line(tmp_path, data, needles):
 
 BAD_FLAGS = [
     (["--pd-threshold", "8"], ["--pd-threshold", "needs --prefill-instances and --decode-instances"]),
-    (["--prefill-instances", "2"], ["--prefill-instances", "--decode-instances"]),
+    (["--prefill-instances", "2"], ["--prefill-instances", "needs --decode-instances too"]),
     (["--decode-instances", "2", "--pd-transfer-charge", "full-prompt"], ["--pd-transfer-charge", "needs"]),
     (["--prefill-instances", "2", "--decode-instances", "6", "--num-instances", "8"],
      ["--num-instances", "sum of --prefill-instances"]),
