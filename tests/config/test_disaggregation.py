@@ -330,3 +330,19 @@ def test_bad_python_objects_name_the_field():
         with pytest.raises(ConfigError) as info:
             make()
         assert info.value.field == field, (field, info.value)
+
+
+def test_studies_vary_the_pools_and_refuse_an_instance_search():
+    from blis_fast.studies.runs import configs_for
+
+    cfg = build_config(SHORTHAND_YAML)
+    (point,) = configs_for(cfg, {"prefill_instances": 3, "pd_transfer_bandwidth_gbps": 1.0}, [7])
+    (dep,) = point.deployment_list()
+    assert (dep.prefill.instances, dep.decode.instances, dep.pd.transfer.bandwidth_gbps) == (3, 6, 1.0)
+    assert point.simulation.seed == 7 and dep.pd.threshold == 8
+    with pytest.raises(ConfigError) as info:
+        configs_for(cfg, {"num_instances": 4}, [7])
+    assert info.value.field == "deployment.num_instances"
+    assert_clean_error(*cli_in_process("capacity", "--search", "instances", "--slo", "ttft_p99_ms<500",
+                                       "--prefill-instances", "1", "--decode-instances", "2"),
+                       ["--search", "prefill and decode pools", "sweep"])
