@@ -252,6 +252,15 @@ BAD = [
     ("one model, one not", two_models(POOLS, {"instances": 2}), ["deployments[1].prefill", "is missing"]),
     ("one model, two pd", two_models(POOLS, {**POOLS, "pd": {"threshold": 4}}),
      ["deployments[1].pd", "agree on pd"]),
+    ("threshold without its decider", config(entry(pd={"decider": "always", "threshold": 8})),
+     ["deployments[0].pd.threshold", "no effect with decider always"]),
+    ("transfer with decider never", config(entry(pd={"decider": "never", "transfer": {"contention": "link"}})),
+     ["deployments[0].pd.transfer", "no effect with decider never"]),
+    ("first_token with decider never", config(entry(pd={"decider": "never", "first_token": "prefill"})),
+     ["deployments[0].pd.first_token", "no effect with decider never"]),
+    ("pd section: threshold, decider always", {"pd": {"prefill_instances": 1, "decode_instances": 1,
+                                                      "decider": "always", "threshold": 4}},
+     ["pd.threshold", "no effect with decider always"]),
     ("pool unknown GPU", config(entry(decode={"instances": 1, "hardware": "Z100"})),
      ["deployments[0].decode.hardware", "Z100"]),
     ("pool bad tp", config(entry(prefill={"instances": 1, "tp": 3})), ["deployments[0].prefill.tp", "divide"]),
@@ -292,6 +301,8 @@ BAD_FLAGS = [
     (["--prefill-instances", "2", "--decode-instances", "6", "--pd-transfer-bandwidth-gbps", "nan"],
      ["--pd-transfer-bandwidth-gbps", "finite"]),
     (["--prefill-instances", "2", "--decode-instances", "6", "--pd-threshold", "-1"], ["--pd-threshold", "[0, "]),
+    (["--prefill-instances", "2", "--decode-instances", "6", "--pd-decider", "never", "--pd-on-decode-full", "drop"],
+     ["--pd-on-decode-full", "no effect with decider never"]),
     (["--prefill-instances", "2", "--decode-instances", "6", "--pd-on-decode-full", "\x1b[31m"],
      ["--pd-on-decode-full", "\\x1b"]),
 ]
@@ -346,3 +357,17 @@ def test_studies_vary_the_pools_and_refuse_an_instance_search():
     assert_clean_error(*cli_in_process("capacity", "--search", "instances", "--slo", "ttft_p99_ms<500",
                                        "--prefill-instances", "1", "--decode-instances", "2"),
                        ["--search", "prefill and decode pools", "sweep"])
+
+
+def test_a_setting_the_decider_does_not_read():
+    # the deciders that read each setting are accepted with it
+    build_config(config(entry(pd={"decider": "always", "on_decode_full": "drop", "transfer": {"contention": "link"}})))
+    build_config(config(entry(pd={"decider": "never", "transfer": {}})))  # (an empty mapping sets nothing)
+    # a later layer that switches the decider leaves the file's threshold as a notice, as for policies
+    file = {"pd": {"prefill_instances": 1, "decode_instances": 1, "threshold": 4}}
+    assert build_config(file, {"pd_decider": "never"}).deployment_list()[0].pd.decider == "never"
+    assert with_overrides(build_config(file), pd_decider="always").pd.threshold == 4  # (a checked config's)
+    with pytest.raises(ConfigError) as info:
+        build_config({"pd": {"prefill_instances": 1, "decode_instances": 1, "decider": "never"}},
+                     {"pd_transfer_charge": "full-prompt"})
+    assert info.value.field == "--pd-transfer-charge"
