@@ -68,7 +68,8 @@ class DeploymentSpec:
                 raise ConfigError("instances", f"is the sum of the pools' instances ({total}) with prefill and "
                                                f"decode pools: leave it out, got {show(self.instances)}")
             if total > MAX_INSTANCES:
-                raise ConfigError("instances", f"the pools have {total} instances in all, more than {MAX_INSTANCES}")
+                raise ConfigError(f"{self.pools[-1][0]}.instances", f"the pools have {total} instances in all, more "
+                                                                    f"than {MAX_INSTANCES}")
             # the deployment's instance count is its pools' sum: code that sums instances keeps working
             object.__setattr__(self, "instances", total)
             if self.pd is None:

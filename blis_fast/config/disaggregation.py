@@ -198,6 +198,25 @@ class PDConfig:
                               "on_decode_full": "on_decode_full"}), transfer=transfer)
 
 
+# the deciders under which a PDSpec key changes a run: only prefix-threshold reads the
+# threshold, and with ``never`` no request is disaggregated (no transfer, no decode leg)
+PD_KEY_DECIDERS = {"threshold": ("prefix-threshold",), "first_token": ("always", "prefix-threshold"),
+                   "on_decode_full": ("always", "prefix-threshold"), "transfer": ("always", "prefix-threshold")}
+
+
+def unused_with_decider(key: str, decider: str) -> str | None:
+    """Why PDSpec key ``key`` (``threshold``, ``transfer``, ...) changes nothing with
+    ``decider``, else None (blis_fast.config.effective: a given setting changes the run
+    or is refused)."""
+    if decider in PD_KEY_DECIDERS.get(key, PD_DECIDERS):
+        return None
+    if key == "threshold":
+        return (f"has no effect with decider {decider}: only the prefix-threshold decider reads the threshold; "
+                "leave it out or choose decider prefix-threshold")
+    return (f"has no effect with decider never: no request is disaggregated, so nothing is transferred or "
+            "decoded apart; leave it out or choose decider always or prefix-threshold")
+
+
 # a PDConfig field -> the key of a deployments: entry that sets the same thing
 PD_ENTRY_KEYS = {"prefill_instances": "prefill.instances", "decode_instances": "decode.instances",
                  "decider": "pd.decider", "threshold": "pd.threshold", "first_token": "pd.first_token",
@@ -208,4 +227,5 @@ PD_ENTRY_KEYS = {"prefill_instances": "prefill.instances", "decode_instances": "
 
 __all__ = ["PD_DECIDERS", "TRANSFER_CHARGES", "TRANSFER_CONTENTIONS", "FIRST_TOKEN_SIDES", "ON_DECODE_FULL",
            "POOL_ROLES", "POOL_KEYS", "PD_ENTRY_KEYS", "MAX_THRESHOLD", "MAX_BANDWIDTH_GBPS", "MAX_BASE_LATENCY_MS",
-           "TransferSpec", "PDSpec", "PoolSpec", "PDConfig", "check_pools", "check_coefficients"]
+           "PD_KEY_DECIDERS", "TransferSpec", "PDSpec", "PoolSpec", "PDConfig", "check_pools", "check_coefficients",
+           "unused_with_decider"]

@@ -33,6 +33,7 @@ import warnings
 from dataclasses import fields, replace
 from typing import Callable
 
+from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
 from blis_fast.errors import ConfigError
 
 logger = logging.getLogger("blis_fast.config")
@@ -236,4 +237,24 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
             logger.info("%s (from %s) has no effect with %s %s", path, where(path), choice_path, chosen)
             continue
         raise ConfigError(where(path), f"has no effect with {choice_path.rpartition('.')[2]} {chosen}; it needs {how}")
+    check_pd_settings(cfg, layer, where)
     return check_workload_source(cfg, layer, where)
+
+
+def check_pd_settings(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """Refuse a P/D setting of the ``pd`` section that the decider in force does not read
+    (the threshold without prefix-threshold; any with never), given at the decider's
+    layer or a later one; a later layer that switched the decider leaves it as a notice."""
+    pd = cfg.pd
+    if not pd.pools:
+        return  # (refused without pools: SimConfig)
+    decider = pd.decider or PDSpec().decider
+    for name in pd.given():
+        path = f"pd.{name}"
+        why = unused_with_decider(PD_ENTRY_KEYS[name].split(".")[1], decider)
+        if why is None or name == "decider" or layer.get(path, SETTLED) == SETTLED:
+            continue
+        if layer.get("pd.decider", SETTLED) > layer[path]:  # a later layer switched the decider: fine
+            logger.info("%s (from %s) has no effect with decider %s", path, where(path), decider)
+            continue
+        raise ConfigError(where(path), why)

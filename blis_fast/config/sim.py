@@ -21,7 +21,15 @@ from blis_fast.config.deployments import (
     check_deployments,
     served_models,
 )
-from blis_fast.config.disaggregation import PD_ENTRY_KEYS, POOL_KEYS, PDConfig, PDSpec, PoolSpec, TransferSpec
+from blis_fast.config.disaggregation import (
+    PD_ENTRY_KEYS,
+    POOL_KEYS,
+    PDConfig,
+    PDSpec,
+    PoolSpec,
+    TransferSpec,
+    unused_with_decider,
+)
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, check_routing_models, parse_weights
@@ -230,10 +238,14 @@ class SimConfig:
             raise ConfigError(f"pd.{given[0]}", f"is a per-deployment setting: with a deployments: list, set it in "
                                                 f"each entry (deployments[i].{PD_ENTRY_KEYS[given[0]]}) instead")
         if not self.pd.pools:
-            name = next((g for g in given if not g.endswith("_instances")), given[0])
-            raise ConfigError(f"pd.{name}", "needs --prefill-instances and --decode-instances (pd.prefill_instances "
-                                            "and pd.decode_instances): P/D settings apply to a deployment with "
-                                            "prefill and decode pools")
+            name = next((g for g in given if not g.endswith("_instances")), None)
+            if name is not None:
+                raise ConfigError(f"pd.{name}", "needs --prefill-instances and --decode-instances "
+                                                "(pd.prefill_instances and pd.decode_instances): P/D settings apply to "
+                                                "a deployment with prefill and decode pools")
+            given_role, missing = ("prefill", "decode") if self.pd.decode_instances is None else ("decode", "prefill")
+            raise ConfigError(f"pd.{given_role}_instances", f"needs --{missing}-instances too (pd.{missing}_instances): "
+                                                            "a disaggregated deployment has a prefill and a decode pool")
         total = self.pd.prefill_instances + self.pd.decode_instances
         if total > MAX_INSTANCES:
             raise ConfigError("pd.decode_instances", f"the prefill and decode pools have {total} instances in all, "
@@ -605,12 +617,18 @@ def _parse_pd(value: Any, path: str) -> PDSpec:
     names = [f.name for f in fields(PDSpec)]
     entry = as_mapping(value, path, names, what="a mapping of P/D settings (" + ", ".join(names) + ")")
     kwargs = _parse_settings(PDSpec, {k: v for k, v in entry.items() if k != "transfer"}, path)
+    transfer = {}
     if entry.get("transfer") is not None:
         transfer_names = [f.name for f in fields(TransferSpec)]
         transfer = as_mapping(entry["transfer"], f"{path}.transfer", transfer_names,
                               what="a mapping of transfer settings (" + ", ".join(transfer_names) + ")")
         kwargs["transfer"] = TransferSpec(**_parse_settings(TransferSpec, transfer, f"{path}.transfer"))
-    return PDSpec(**kwargs)
+    spec = PDSpec(**kwargs)
+    for key in entry:  # (every given setting changes the run, or is refused: blis_fast.config.effective)
+        why = unused_with_decider(key, spec.decider) if key != "transfer" or transfer else None
+        if why:
+            raise ConfigError(f"{path}.{key}", why)
+    return spec
 
 
 def _parse_settings(cls, entry: dict, path: str) -> dict:

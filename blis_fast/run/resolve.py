@@ -19,8 +19,8 @@ from blis_fast.config import (
     resolve_latency_model,
 )
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
-from blis_fast.config.disaggregation import PDSpec, PoolSpec
 from blis_fast.config.engine import EngineConfig
+from blis_fast.config.disaggregation import PDSpec, PoolSpec
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError

@@ -399,6 +399,12 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
         raise ConfigError("--search", f"instances searches one pool's num_instances; this config has a deployments: "
                                       f"list ({len(cfg.deployments)} deployments, each with its own instances), so "
                                       f"search each deployment as a config of its own, or use --search rate")
+    if search == "instances" and cfg.pd.pools:
+        # which pool would grow is a choice the search cannot make either (prefill or decode)
+        raise ConfigError("--search", "instances searches one pool's num_instances; this config has prefill and "
+                                      "decode pools (--prefill-instances, --decode-instances), so sweep them "
+                                      "(blis-fast sweep --set prefill_instances=... --set decode_instances=...), or "
+                                      "use --search rate")
     if search != "rate" and (rate_min is not None or rate_max is not None):
         raise ConfigError("--rate-min" if rate_min is not None else "--rate-max", "applies to --search rate only")
     if rate_min is not None:

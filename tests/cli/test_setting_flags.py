@@ -41,7 +41,13 @@ SAMPLES = {
     "prefix_index_capacity": ("100", {}), "fitness_weights": ("throughput:1", {}), "objectives": ("ttft_p99_ms", {}),
     "trace_level": ("none", {}), "counterfactual_k": ("2", {}), "sample_interval_ms": ("50", {}),
     "check_invariants": (True, {}), "max_memory": ("2GB", {}), "warmup_s": ("1", {}), "cooldown_s": ("1", {}),
+    "prefill_instances": ("2", {"decode_instances": "6"}), "decode_instances": ("6", {"prefill_instances": "2"}),
 }
+PD_POOLS = {"prefill_instances": "2", "decode_instances": "6"}  # (every P/D setting needs both pools)
+SAMPLES.update({name: (value, PD_POOLS) for name, value in (
+    ("pd_decider", "always"), ("pd_threshold", "8"), ("pd_transfer_bandwidth_gbps", "1.5"),
+    ("pd_transfer_base_latency_ms", "0"), ("pd_transfer_charge", "full-prompt"), ("pd_transfer_contention", "link"),
+    ("pd_first_token", "prefill"), ("pd_on_decode_full", "drop"))})
 # settings that accept only their default today: a different value is refused naming the flag
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8", "min_instances": "2", "max_instances": "2"}
 
