@@ -370,6 +370,8 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
     queued = state == REQ_QUEUED
     running = state == REQ_RUNNING
     dropped = state == REQ_DROPPED
+    # (P/D: prefilled, then dropped at the decode side for want of blocks -- it reached an instance too)
+    at_decode = int((state == RequestState.DROPPED_AT_DECODE).sum())
     enqueued = done | queued | running  # reached an instance's queue and still counted there
     generated = col("generated")
     out_tokens = int(np.maximum(generated - 1, 0).sum()) if compat else int(generated.sum())
@@ -387,7 +389,7 @@ def summarize_group(name: str, cols: dict[str, np.ndarray], rows: np.ndarray | N
         "completed_requests": completed,
         "still_queued": int(queued.sum()),
         "still_running": int(running.sum()),
-        "injected_requests": int(enqueued.sum()) + n_dropped,
+        "injected_requests": int(enqueued.sum()) + n_dropped + at_decode,
         "total_input_tokens": int(col("prompt_len")[enqueued].sum()),
         "total_output_tokens": out_tokens,
         "vllm_estimated_duration_s": duration_s,

@@ -23,6 +23,7 @@ from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .deployments import deployment_selection, has_groups, model_selection, request_fields
+from .disaggregation import is_disaggregated, request_fields as pd_request_fields, summary as pd_summary
 from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
@@ -36,7 +37,8 @@ from .trace_summary import summary_text
 from .trace_table import decision_table
 from .slo import has_targets, slo_report
 
-ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED)
+ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED,
+                 RequestState.REMOTE_PREFILL, RequestState.TRANSFER_WAIT, RequestState.TRANSFERRING)
 
 # table types of the per-request fields (any other: string); units are in the names, but
 # for BLIS's ``arrived_at`` (seconds)
@@ -292,6 +294,11 @@ class Result:
         return doc
 
     @cached_property
+    def disaggregation(self) -> dict | None:
+        """The ``disaggregation`` summary group of a P/D run (results.disaggregation), else None."""
+        return pd_summary(self) if is_disaggregated(self.setup) else None
+
+    @cached_property
     def cluster(self) -> dict:
         """The cluster-wide summary object (requests pooled over instances)."""
         st = self.state
@@ -392,6 +399,8 @@ class Result:
         two or more deployments), "run"} (+ "fitness", "slo",
         "counterfactuals", "evaluation" when they apply), then "adequacy"."""
         out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
+        if is_disaggregated(self.setup):
+            out["disaggregation"] = self.disaggregation
         out["run"] = self.run_info()
         if self.fitness is not None:
             out["fitness"] = self.fitness
@@ -508,6 +517,8 @@ class Result:
         }
         if has_groups(self.setup):  # (a single-deployment run's records keep their fields)
             cols.update(request_fields(self, sel))
+        if is_disaggregated(self.setup):  # (a monolithic run's records keep their fields)
+            cols.update(pd_request_fields(self, sel, missing))
         if ids is not None:
             cols["source_id"] = [ids[i] for i in rows]
         for key, values in labels.items():
