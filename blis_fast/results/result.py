@@ -62,6 +62,28 @@ def request_table_format(path: str | Path, flag: str) -> str:
 
 
 
+def _requests_view(state, base: int):
+    """(the State as the metrics read it, the prefill legs' routing records) of a P/D run:
+    the requests' rows of the request table, and the routing log's records of the requests'
+    own (decode) routing; the legs' records, with their requests' ids, apart (the decision
+    trace's ``prefill_routing`` records; counterfactual replays force the requests' own).
+    The preemption and scheduling logs name a leg by its request."""
+    k = int(state.loop[0]["route_records"])
+    log = state.route_log[:k]
+    leg = log["request"] >= base
+    legs = log[leg].copy()
+    legs["request"] -= base
+    loop = state.loop.copy()
+    loop[0]["route_records"] = int((~leg).sum())
+    # the other logs name a leg (scheduled, blocked or preempted on its prefill instance) by its request
+    pre, sched = state.preempt_log.copy(), state.sched_log.copy()
+    for table, field in ((pre, "victim"), (pre, "for_request"), (sched, "request")):
+        table[field] = np.where(table[field] >= base, table[field] - base, table[field])
+    view = state._replace(reqs=state.reqs[:base], route_log=np.ascontiguousarray(log[~leg]), loop=loop,
+                          preempt_log=pre, sched_log=sched)
+    return view, legs
+
+
 class Result:
     """Summary metrics and per-request records of one simulation run."""
 
@@ -72,7 +94,10 @@ class Result:
         # (run/disaggregation.py): the metrics read the requests' rows, ``full_state`` has all
         self.full_state = state
         base = int(state.settings[0]["pd_base"])
-        self.state = state._replace(reqs=state.reqs[:base]) if base > 0 else state
+        self.state = state
+        self.prefill_routing_log = state.route_log[:0]  # P/D: the prefill legs' routing decisions
+        if base > 0:
+            self.state, self.prefill_routing_log = _requests_view(state, base)
         self.wall_time_s = wall_time_s  # the event loop's wall time (never written to results files)
         self.timeseries = None  # TimeSeries (results.timeseries) when sample_interval_ms was set
         self.counterfactuals: list[dict] = []  # exact replays (run.counterfactual) when counterfactual_k > 0

@@ -69,7 +69,7 @@ from blis_fast.results.regret import estimated_regret
 
 from .deployments import deployment_names_of, has_groups
 
-RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked")
+RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing")
 
 
 def decision_table(result):
@@ -81,23 +81,26 @@ def decision_table(result):
     lp = st.loop[0]
     adm = st.admit_log[: int(lp["admit_records"])]
     rte = st.route_log[: int(lp["route_records"])]
+    prt = result.prefill_routing_log  # P/D: the prefill legs' routing (their requests' ids)
     pre = st.preempt_log[: int(lp["preempt_records"])]
     full = int(st.settings[0]["trace_level"]) >= TraceLevel.FULL
     sched = scheduling_records(result)
     sch = sched[sched["kind"] == SchedRecord.SCHEDULED]
     blk = sched[sched["kind"] == SchedRecord.BLOCKED]
     vic = sched[sched["kind"] == SchedRecord.VICTIM]  # one per preemption row, in the same order
-    n_a, n_r, n_p, n_s, n_b = len(adm), len(rte), len(pre), len(sch), len(blk)
-    n = n_a + n_r + n_p + n_s + n_b
-    kind = np.repeat(np.arange(5), [n_a, n_r, n_p, n_s, n_b])
+    n_a, n_r, n_p, n_s, n_b, n_x = len(adm), len(rte), len(pre), len(sch), len(blk), len(prt)
+    n = n_a + n_r + n_p + n_s + n_b + n_x
+    kind = np.repeat(np.arange(6), [n_a, n_r, n_p, n_s, n_b, n_x])
     time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"], sch["time_us"],
-                              blk["time_us"]]).astype(np.int64)
+                              blk["time_us"], prt["time_us"]]).astype(np.int64)
     request = np.concatenate([adm["request"], rte["request"], pre["victim"], sch["request"],
-                              blk["request"]]).astype(np.int64)
-    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p), np.arange(n_s), np.arange(n_b)])
+                              blk["request"], prt["request"]]).astype(np.int64)
+    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p), np.arange(n_s), np.arange(n_b),
+                          np.arange(n_x)])
     order = np.lexsort((seq, kind, time_us))
 
-    starts = {0: 0, 1: n_a, 2: n_a + n_r, 3: n_a + n_r + n_p, 4: n_a + n_r + n_p + n_s}
+    starts = {0: 0, 1: n_a, 2: n_a + n_r, 3: n_a + n_r + n_p, 4: n_a + n_r + n_p + n_s,
+              5: n_a + n_r + n_p + n_s + n_b}
 
     def col(values_by_kind: dict, dtype, valid_by_kind: dict | None = None):
         """One column: the values of the record kinds that have it (where valid), null elsewhere."""
@@ -122,22 +125,22 @@ def decision_table(result):
         "cost_tokens": col({0: adm["cost"]}, np.int64),
         "bucket_tokens": col({0: adm["bucket_tokens"]}, np.float64),
         "reason": _admission_reasons(result.setup.config.policy.admission, adm, n, order, n_a),
-        "instance": col({1: rte["chosen_instance"], 2: pre["instance"]}, np.int64),
-        "candidates": col({1: rte["candidates"]}, np.int64),
-        "prompt_blocks": col({1: rte["prompt_blocks"]}, np.int64),
-        "forced": col({1: rte["forced"] != 0}, bool),
-        "score": col({1: rte["chosen_score"]}, np.float64),
-        "load": col({1: rte["chosen_load"]}, np.float64),
-        "kv_utilization": col({1: rte["chosen_kv_utilization"]}, np.float64),
-        "matched_blocks": col({1: rte["chosen_matched_blocks"]}, np.int64),
+        "instance": col({1: rte["chosen_instance"], 2: pre["instance"], 5: prt["chosen_instance"]}, np.int64),
+        "candidates": col({1: rte["candidates"], 5: prt["candidates"]}, np.int64),
+        "prompt_blocks": col({1: rte["prompt_blocks"], 5: prt["prompt_blocks"]}, np.int64),
+        "forced": col({1: rte["forced"] != 0, 5: prt["forced"] != 0}, bool),
+        "score": col({1: rte["chosen_score"], 5: prt["chosen_score"]}, np.float64),
+        "load": col({1: rte["chosen_load"], 5: prt["chosen_load"]}, np.float64),
+        "kv_utilization": col({1: rte["chosen_kv_utilization"], 5: prt["chosen_kv_utilization"]}, np.float64),
+        "matched_blocks": col({1: rte["chosen_matched_blocks"], 5: prt["chosen_matched_blocks"]}, np.int64),
     }
     alt_fields = (("instance", "alt_instance", np.int64), ("score", "alt_score", np.float64),
                   ("load", "alt_load", np.float64), ("kv_utilization", "alt_kv_utilization", np.float64),
                   ("matched_blocks", "alt_matched_blocks", np.int64))
     for a in range(N_TRACE_ALTERNATIVES):
-        present = rte["alt_instance"][:, a] >= 0
+        present = {1: rte["alt_instance"][:, a] >= 0, 5: prt["alt_instance"][:, a] >= 0}
         for name, field, dtype in alt_fields:
-            cols[f"alt{a + 1}_{name}"] = col({1: rte[field][:, a]}, dtype, {1: present})
+            cols[f"alt{a + 1}_{name}"] = col({1: rte[field][:, a], 5: prt[field][:, a]}, dtype, present)
     cols["estimated_regret_ms"] = col({1: regret / 1e3}, np.float64)
     cols["best_alternative"] = col({1: best_inst}, np.int64, {1: best >= 0})
     cols["for_request"] = col({2: pre["for_request"]}, np.int64)
@@ -145,7 +148,8 @@ def decision_table(result):
     cols["victim_blocks"] = col({2: pre["victim_blocks"]}, np.int64)
     if has_groups(result.setup):  # (a single-deployment trace keeps its columns)
         where = np.full(n, -1, np.int64)  # each record's instance, -1 for admissions
-        for k, v in {1: rte["chosen_instance"], 2: pre["instance"], 3: sch["instance"], 4: blk["instance"]}.items():
+        for k, v in {1: rte["chosen_instance"], 2: pre["instance"], 3: sch["instance"], 4: blk["instance"],
+                     5: prt["chosen_instance"]}.items():
             where[starts[k]: starts[k] + len(v)] = v
         items = list(cols.items())
         at = list(cols).index("instance") + 1
