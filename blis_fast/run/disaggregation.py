@@ -68,7 +68,7 @@ def pd_model_rows(setup) -> np.ndarray:
         # each TP rank sends its share of the KV over its own link
         row["kv_bytes_per_token"] = d.model.kv_bytes_per_token / prefill.engine.tp
         row["bytes_per_us"] = tr.bandwidth_gbps * 1e9 / 1e6
-        row["base_latency_us"] = int(round(tr.base_latency_ms * 1000))
+        row["base_latency_us"] = tr.base_latency_ms * 1000.0
     return rows
 
 

@@ -169,10 +169,11 @@ def pd_reserve(st, d, r):
     if n < 0:
         return False
     kv_forget_chunk(st, d, r, cached, n)  # not cached content until the transfer is done
-    charged = prompt
+    bs = np.int64(st.inst[d]["block_size"])
+    blocks = (prompt + bs - 1) // bs  # KV moves in whole blocks
     if st.pd_models[reqs[r]["model"]]["charge_full_prompt"] == 0:
-        charged = max(np.int64(0), prompt - cached)
-    st.pd_reqs[r]["charged_tokens"] = charged
+        blocks -= cached // bs  # only those the decode instance does not hold
+    st.pd_reqs[r]["charged_tokens"] = blocks * bs
     reqs[r]["cached_tokens"] = cached
     st.inst[d]["held_outside"] += 1  # until it is admitted to the batch
     st.inst[d]["prefix_query_tokens"] += prompt
@@ -189,10 +190,10 @@ def pd_start_transfer(st, r, d, t):
     reqs[r]["state"] = RequestState.TRANSFERRING
     pd[r]["transfer_start_us"] = t
     work = np.float64(pd[r]["charged_tokens"]) * pm["kv_bytes_per_token"] / pm["bytes_per_us"]
-    if pm["link_contention"] == 0:
-        data_end = t + np.int64(math.ceil(work))
-        pd[r]["transfer_data_us"] = data_end
-        push_event(st, data_end + pm["base_latency_us"], event_priority(InstanceEvent.TRANSFER_DONE, d), r)
+    if pm["link_contention"] == 0:  # ceil(base latency + data time), as the reference
+        pd[r]["transfer_data_us"] = t + np.int64(math.ceil(work))
+        end = t + np.int64(math.ceil(pm["base_latency_us"] + work))
+        push_event(st, end, event_priority(InstanceEvent.TRANSFER_DONE, d), r)
         return
     p = pd[r]["prefill_instance"]
     inst = st.inst
@@ -255,7 +256,7 @@ def on_link(st, p, t, version):
         if pd[x]["work_left_us"] <= _DONE_EPS_US:
             dl_remove(pd["link_prev"], pd["link_next"], inst["link_head"], inst["link_tail"], inst["link_len"], p, x)
             pd[x]["transfer_data_us"] = t
-            base = st.pd_models[st.reqs[x]["model"]]["base_latency_us"]
+            base = np.int64(math.ceil(st.pd_models[st.reqs[x]["model"]]["base_latency_us"]))
             push_event(st, t + base, event_priority(InstanceEvent.TRANSFER_DONE, st.reqs[x]["instance"]), x)
         x = nxt
     link_reschedule(st, p, t)

@@ -180,7 +180,7 @@ PD_MODEL_DT = np.dtype(
         ("link_contention", np.int32),  # 1 = transfers leaving one prefill instance share its bandwidth
         ("kv_bytes_per_token", np.float64),  # KV bytes of one token per TP rank (each rank on its own link)
         ("bytes_per_us", np.float64),  # link bandwidth
-        ("base_latency_us", np.int64),  # added to every transfer after its data
+        ("base_latency_us", np.float64),  # added to every transfer (see engine/disaggregation.py for the rounding)
     ],
     align=True,
 )
@@ -196,7 +196,7 @@ PD_REQ_DT = np.dtype(
         ("transfer_start_us", np.int64),
         ("transfer_data_us", np.int64),  # its data's last byte left the link
         ("transfer_end_us", np.int64),  # it joined the decode instance's wait queue
-        ("charged_tokens", np.int64),  # tokens whose KV was transferred
+        ("charged_tokens", np.int64),  # tokens whose KV was transferred (whole blocks)
         ("work_left_us", np.float64),  # contention: µs of its data left at the full link bandwidth
         ("link_prev", np.int64),
         ("link_next", np.int64),
