@@ -151,7 +151,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     # untimed warm-up (compiles or loads the kernels) doubling as the correctness check
     warm = RunSession(setup, wl, trace_level=level).run()  # raises SimulationError on a bad status
     ref = warm.state
-    completed = int((ref.reqs["state"] == RequestState.COMPLETED).sum())
+    completed = int((ref.reqs["state"][:n] == RequestState.COMPLETED).sum())  # (a P/D run's legs follow)
     if completed != n:
         raise BlisFastError(f"scenario {name}: only {completed} of {n} requests completed")
     steps, events = int(ref.loop[0]["steps"]), int(ref.loop[0]["events"])
@@ -169,7 +169,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     return {
         "name": name,
         "num_requests": n,
-        "num_instances": int(overrides["num_instances"]),
+        "num_instances": sum(d.instances for d in setup.deployments),
         "rate": float(overrides["rate"]),
         "overrides": overrides,
         "repeats": repeats,

@@ -57,11 +57,16 @@ SCENARIOS: dict[str, dict] = {
     # `blis-fast run --num-requests 100000 --num-instances 16 --rate 480`
     "100k-ref": {"workload": "distribution", "prefix_tokens": 0, "num_requests": 100_000, "num_instances": 16,
                  "rate": 480.0},
+    # prefill/decode disaggregation: 2 prefill + 6 decode instances (8 GPUs, half the 100k
+    # scenario's), every request disaggregated, transfers sharing their prefill instance's
+    # link; the rate loads 8 monolithic instances as the others load theirs
+    "100k-pd": {"num_requests": 100_000, "prefill_instances": 2, "decode_instances": 6, "rate": 549.5,
+                "pd_decider": "always", "pd_transfer_contention": "link"},
 }
 # scenarios whose rate is given, not derived from the calibration
-FIXED_RATE = {"100k-ref"}
+FIXED_RATE = {"100k-ref", "100k-pd"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k"}
+BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k"}
 
 
 def scenario_overrides(name: str) -> dict:

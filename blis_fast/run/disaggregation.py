@@ -72,20 +72,16 @@ def pd_model_rows(setup) -> np.ndarray:
     return rows
 
 
-def add_prefill_legs(reqs: np.ndarray, keys: np.ndarray, key_shared: np.ndarray, n_blocks: int,
-                     pd_models: np.ndarray, block_sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The request table, keys, key-sharing flags and block-slot count with one prefill
-    leg per request appended (rows n .. 2n-1: request r's leg is r + n).  A leg of a
-    disaggregated model's request has its request's prompt and prompt keys (copied: the
-    same content, so each copy is a shared key, looked up per instance), one output token
-    that is never shown and no arrival of its own; other legs are empty and never used.
-    The rows of disaggregated models keep every block named (kernels/kv/cache.py), so that
-    blocks held outside a batch -- reserved for a transfer, or kept by a leg until its
-    transfer ends -- are counted by block conservation."""
+def add_prefill_legs(reqs: np.ndarray, n_blocks: int, pd_models: np.ndarray, block_sizes) -> tuple[np.ndarray, int]:
+    """The request table and block-slot count with one prefill leg per request appended
+    (rows n .. 2n-1: request r's leg is r + n).  A leg of a disaggregated model's request
+    has its request's prompt and prompt keys (the same key positions: a shared key is
+    cached per instance; an unshared one the leg never registers, kernels/kv/cache.py
+    ``key_deferred``), one output token that is never shown, no arrival of its own and
+    its own block slots; other legs are empty and never used."""
     n = len(reqs)
     used = pd_models["enabled"][reqs["model"]] != 0 if n else np.zeros(0, bool)
     legs = reqs.copy()
-    n_leg_keys = np.where(used, reqs["prompt_key_count"], 0)
     bs = np.broadcast_to(np.asarray(block_sizes, np.int64), (n,))
     slots = np.where(used, (reqs["prompt_len"] + bs - 1) // bs, 0)
     legs["output_len"] = 1
@@ -93,22 +89,11 @@ def add_prefill_legs(reqs: np.ndarray, keys: np.ndarray, key_shared: np.ndarray,
     legs["arrival_us"] = -1
     legs["next_request"] = -1
     legs["follow_delay_us"] = 0
-    legs["key_start"] = len(keys) + np.concatenate(([0], np.cumsum(n_leg_keys)[:-1])) if n else []
-    legs["key_count"] = n_leg_keys
-    legs["prompt_key_count"] = n_leg_keys
+    legs["key_count"] = np.where(used, reqs["prompt_key_count"], 0)
+    legs["prompt_key_count"] = legs["key_count"]
     legs["block_cap"] = slots
     legs["block_start"] = n_blocks + np.concatenate(([0], np.cumsum(slots)[:-1])) if n else []
-    legs["named_upto"] = S.ALL_NAMED
-    out = np.concatenate([reqs, legs])
-    out["named_upto"][:n][used] = S.ALL_NAMED
-    picks = [np.arange(s, s + k) for s, k in zip(reqs["key_start"][used].tolist(), n_leg_keys[used].tolist())]
-    copied = np.concatenate(picks) if picks else np.zeros(0, np.int64)
-    all_keys = np.ascontiguousarray(np.concatenate([keys, keys[copied]]), dtype=np.int64)
-    if len(key_shared) == len(keys):  # (a minimal array when nothing reads the flags)
-        flags = np.concatenate([key_shared, np.ones(len(copied), np.uint8)])
-        flags[copied] = 1
-        key_shared = np.ascontiguousarray(flags)
-    return out, all_keys, key_shared, n_blocks + int(slots.sum())
+    return np.concatenate([reqs, legs]), n_blocks + int(slots.sum())
 
 
 def pd_request_rows(n: int) -> np.ndarray:

@@ -575,8 +575,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
     n_keys = len(workload.block_keys)
     pd = any(d.pd is not None for d in deps)
-    factor = 2 if pd else 1  # the prefill legs' keys and block slots: at most the prompts' (run/disaggregation.py)
-    parts = estimate_state_bytes(cfg, lat, n, factor * n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
+    factor = 2 if pd else 1  # the prefill legs' block slots: at most the requests' (run/disaggregation.py)
+    parts = estimate_state_bytes(cfg, lat, n, n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
                                  n_tenants=n_tenants, deployments=deps)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys, deps), _memory_hint(parts))
@@ -593,11 +593,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     order = arrival_order(workload) if scenario is None else scenario.arrival_order
     pd_models = pd_model_rows(setup)
     if pd:
-        reqs, keys, key_shared, n_blocks = add_prefill_legs(reqs, keys, key_shared, n_blocks, pd_models, bs)
-        if len(keys) >= 2**31:
-            raise ConfigError("workload", f"{len(keys)} block keys with the prefill legs' exceed 2^31; use fewer or "
-                                          "shorter requests")
-        n_shared = max(n_shared, int(np.count_nonzero(key_shared)))
+        reqs, n_blocks = add_prefill_legs(reqs, n_blocks, pd_models, bs)
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
                         caching, n_tenants, len(order), deps)
     n_inst = fl.n_inst

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import kv_admit, kv_forget_chunk, kv_release, key_lookup, key_register
+from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk, kv_release
 from ..latency.steptime import queueing_delay_us
 from ..policies.prefix_index import index_record_request
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
@@ -109,6 +109,7 @@ def pd_leg_done(st, p, leg, t):
     st.pd_reqs[r]["prefill_done_us"] = t
     inst[p]["pd_prefills"] += 1
     inst[p]["held_outside"] += 1  # the leg keeps its blocks until its transfer ends
+    inst[p]["held_anon"] += anonymous_held(st, leg)
     if pm["first_token_prefill"] != 0:  # the prefill side streamed the first token
         reqs[r]["first_token_us"] = reqs[leg]["first_token_us"]
         reqs[r]["last_token_us"] = reqs[leg]["first_token_us"]
@@ -148,6 +149,7 @@ def _release_leg(st, r, t):
     idle prefill instance whose queue waited for them steps."""
     leg = r + st.settings[0]["pd_base"]
     p = st.reqs[leg]["instance"]
+    st.inst[p]["held_anon"] -= anonymous_held(st, leg)
     kv_release(st, p, leg)
     st.reqs[leg]["state"] = RequestState.COMPLETED
     st.inst[p]["held_outside"] -= 1
@@ -176,6 +178,7 @@ def pd_reserve(st, d, r):
     st.pd_reqs[r]["charged_tokens"] = blocks * bs
     reqs[r]["cached_tokens"] = cached
     st.inst[d]["held_outside"] += 1  # until it is admitted to the batch
+    st.inst[d]["held_anon"] += anonymous_held(st, r)
     st.inst[d]["prefix_query_tokens"] += prompt
     st.inst[d]["prefix_hit_tokens"] += cached
     return True
@@ -297,11 +300,12 @@ def pd_register_received(st, d, r):
     bs = np.int64(st.inst[d]["block_size"])
     block_key = st.blocks["key_index"]
     start = reqs[r]["block_start"]
-    filled = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"])
+    # named positions only (an anonymous one has no block id), and not the deferred keys
+    filled = min(reqs[r]["computed"] // bs, reqs[r]["key_count"], reqs[r]["blocks_held"], reqs[r]["named_upto"])
     for j in range(filled):
         b = np.int64(st.req_blocks[start + j])
-        if block_key[b] < 0:
-            q = reqs[r]["key_start"] + j
+        q = reqs[r]["key_start"] + j
+        if block_key[b] < 0 and not key_deferred(st, r, q):
             if key_register(st, d, q, b):
                 block_key[b] = q
 

@@ -10,13 +10,13 @@ the next event of the request's life with ``push_event``.  The Step handler is i
 import numpy as np
 
 from ..jit import helper
+from ..kv.cache import is_prefill_leg
 from ..latency.steptime import queueing_delay_us
 from ..policies.admission import admit
 from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
 from .disaggregation import pd_decide, pd_route_prefill
-from .phases import is_prefill_leg
 from .events import event_priority, push_event
 from .queueing import join_wait_queue
 from .trace import log_admission, log_routing, tracing

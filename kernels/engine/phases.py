@@ -12,7 +12,7 @@ what each does is docs/semantics.md's (§3.4-5, §8).
 """
 
 from ..jit import helper
-from ..kv.cache import kv_release
+from ..kv.cache import is_prefill_leg, kv_release
 from ..schema import PhaseEnd, RequestState
 from .disaggregation import pd_leg_done
 from .events import release_follower
@@ -39,9 +39,3 @@ def end_phase(st, i, r, phase, now, step_idx):
         else:
             release_follower(st, r)
 
-
-@helper
-def is_prefill_leg(st, r):
-    """True if request row r is a P/D request's prefill leg (engine/disaggregation.py)."""
-    base = st.settings[0]["pd_base"]
-    return base > 0 and r >= base

@@ -19,7 +19,7 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import (key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
+from ..kv.cache import (anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
                         kv_grow, kv_release, register_deferred_keys, take_anonymous)
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
@@ -33,6 +33,7 @@ from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_
 from .events import event_priority, push_event
 from .disaggregation import pd_retry_waiting
 from .phases import end_phase
+from .queueing import ensure_step
 from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
 
@@ -185,6 +186,7 @@ def admit_waiting(st, i, now, budget, cap, m):
         if received:
             dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], i)
             inst[i]["held_outside"] -= 1
+            inst[i]["held_anon"] -= anonymous_held(st, r)
         else:
             dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
         k = inst[i]["batch_len"]
@@ -533,8 +535,12 @@ def on_step(st, i, t):
         n_prefill, n_decode, decode_ctx, m = form_batch_all(st, i, t)
         lp[0]["steps_visiting_all"] += 1
     if inst[i]["batch_len"] == 0:
-        # (blocks held here outside a batch -- P/D -- free or arrive later: the queue waits for them)
-        if inst[i]["wq_len"] > 0 and inst[i]["held_outside"] == 0:
+        if inst[i]["held_outside"] > 0:
+            # P/D: blocks held here outside a batch free or arrive later (the queue waits for them,
+            # engine/disaggregation.py); arrived requests a preemption kept out are admitted now
+            if inst[i]["rx_len"] > 0:
+                ensure_step(st, i, t)
+        elif inst[i]["wq_len"] > 0:
             lp[0]["status"] = Status.STALL
             lp[0]["error_instance"] = i
         return  # an empty batch never steps

@@ -102,11 +102,23 @@ def key_lookup(st, i, q):
 
 
 @helper
+def is_prefill_leg(st, r):
+    """True if request row r is a P/D request's prefill leg (engine/disaggregation.py)."""
+    base = st.settings[0]["pd_base"]
+    return base > 0 and r >= base
+
+
+@helper
 def key_deferred(st, r, q):
     """True if the registration of request r's key number q waits for r's preemption
-    (module docstring: deferred registration)."""
-    return (st.settings[0]["event_skipping"] != 0 and st.key_shared[q] == 0
-            and st.reqs[r]["preemptions"] == 0)
+    (module docstring: deferred registration) -- or never comes: a P/D prefill leg never
+    registers an unshared key (its request, on another instance, is the key's only other
+    user, and an unshared key's entry is one slot for the whole cluster)."""
+    if st.key_shared[q] != 0:
+        return False
+    if st.settings[0]["event_skipping"] != 0 and st.reqs[r]["preemptions"] == 0:
+        return True
+    return is_prefill_leg(st, r)
 
 
 @helper
@@ -423,12 +435,20 @@ def register_deferred_keys(st, i, r):
         st.req_blocks[start + j] = b
     if filled > named_upto:
         reqs[r]["named_upto"] = filled
+    leg = is_prefill_leg(st, r)
     for j in range(filled):
         q = reqs[r]["key_start"] + j
-        if key_deferred(st, r, q):
+        if key_deferred(st, r, q) and not leg:
             b = np.int64(st.req_blocks[start + j])
             if key_register(st, i, q, b):
                 block_key[b] = q
+
+
+@helper
+def anonymous_held(st, r):
+    """Request r's anonymous blocks (those at positions >= named_upto)."""
+    held = st.reqs[r]["blocks_held"]
+    return held - min(held, max(np.int64(0), st.reqs[r]["named_upto"]))
 
 
 @helper
@@ -477,7 +497,7 @@ def kv_conserved(st, i):
     inst = st.inst
     reqs = st.reqs
     bs = np.int64(st.inst[i]["block_size"])
-    anon = 0
+    anon = inst[i]["held_anon"]  # (P/D: anonymous blocks held outside the batch)
     for k in range(inst[i]["batch_len"]):
         r = st.batch[i, k]
         held = reqs[r]["blocks_held"]

@@ -153,6 +153,7 @@ INSTANCE_DT = np.dtype(
         ("rx_len", np.int64),  #   blocks are resident, so they need none of the blocks the queue waits for
         ("held_outside", np.int64),  # requests holding blocks here outside the batch: prefill legs awaiting
         #                              their transfer, reservations and arrived transfers (no stall while > 0)
+        ("held_anon", np.int64),  # their anonymous blocks (kv/cache.py; block conservation counts them here)
         ("link_head", np.int64),  # prefill side: the transfers on its link (dlist through PD_REQ_DT
         ("link_tail", np.int64),  #   link_prev/link_next; contention: link)
         ("link_len", np.int64),
