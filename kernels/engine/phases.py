@@ -13,9 +13,8 @@ what each does is docs/semantics.md's (§3.4-5, §8).
 
 from ..jit import helper
 from ..kv.cache import is_prefill_leg, kv_release
-from ..schema import PhaseEnd, RequestState
-from .disaggregation import pd_leg_done
-from .events import release_follower
+from ..schema import InstanceEvent, PhaseEnd, RequestState
+from .events import event_priority, push_event, release_follower
 
 
 @helper
@@ -34,8 +33,8 @@ def end_phase(st, i, r, phase, now, step_idx):
         reqs[r]["state"] = RequestState.COMPLETED
         st.inst[i]["completed"] += 1
     elif phase == PhaseEnd.FOLLOWER_RELEASED:
-        if is_prefill_leg(st, r):
-            pd_leg_done(st, i, r, now)  # the step that completed its prompt has ended
+        if is_prefill_leg(st, r):  # handed over when the step that completed its prompt ends
+            push_event(st, now, event_priority(InstanceEvent.LEG_DONE, i), r)
         else:
             release_follower(st, r)
 

@@ -575,6 +575,6 @@ def on_step(st, i, t):
             lp[0]["status"] = Status.INVARIANT_BATCH
             lp[0]["error_instance"] = i
             return
-    if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0:
+    if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0 or inst[i]["rx_len"] > 0:
         push_event(st, end, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1

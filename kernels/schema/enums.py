@@ -60,6 +60,7 @@ class _InstanceEvent(NamedTuple):
     QUEUED: int = 4
     TRANSFER_DONE: int = 5  # (decode instance) a request's KV has arrived: it joins the wait queue
     LINK: int = 6  # (prefill instance) its transfer link's next transfer finishes its data (contention: link)
+    LEG_DONE: int = 7  # (prefill instance) the step that completed a prefill leg's prompt has ended: hand it over
     STEP: int = 8
 
 
@@ -76,7 +77,8 @@ InstanceEvent = _InstanceEvent()
 #   instance   0-3  --                   before Queued (e.g. an instance coming up / draining)
 #                4  QUEUED
 #                5  TRANSFER_DONE        the request joins the queue before the step that admits it
-#                6  LINK                 7: free
+#                6  LINK
+#                7  LEG_DONE             (P/D: its handover to the decode side, at the step's end)
 #                8  STEP                 9-15: after the step (e.g. KV offload / tier moves)
 #
 # A new kind also needs its handler in the loop's dispatch (engine/loop.py), which stops
