@@ -38,17 +38,20 @@ HAND = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=1
 SHARED_PREFIX = list(range(1, 65))  # 64 tokens: 4 blocks of 16
 
 
-def pd_run(arrivals, lens, outputs, prefixes=None, **settings):
+def pd_run(arrivals, lens, outputs, prefixes=None, all_done=True, **settings):
     """A P/D run of a hand-made workload (distinct random prompts after the given prefixes)
     with the ``HAND`` settings, ``settings`` over them (None removes one): (Result, its full
-    state)."""
+    state).  ``all_done``: check that it ended with every request finished and every KV
+    block free and conserved."""
     wl = lengths_workload(arrivals, lens, outputs, prefixes=prefixes)
     merged = {k: v for k, v in {**HAND, **settings}.items() if v is not None}  # None: leave the setting out
     res = blis_fast.simulate(workload=wl, **merged)
     st = res.full_state
-    # every run here ends with all blocks free and conserved on every instance
-    assert (st.inst["kv_allocated"] == 0).all() and (st.blocks["ref_count"] == 0).all()
-    assert all(kv_conserved(st, i) for i in range(len(st.inst)) if st.inst[i]["active"])
+    if all_done:
+        finished = (RequestState.COMPLETED, RequestState.DROPPED, RequestState.DROPPED_AT_DECODE)
+        assert np.isin(st.reqs["state"][: len(wl)], finished).all()
+        assert (st.inst["kv_allocated"] == 0).all() and (st.blocks["ref_count"] == 0).all()
+        assert all(kv_conserved(st, i) for i in range(len(st.inst)) if st.inst[i]["active"])
     return res, st
 
 
@@ -326,3 +329,55 @@ def test_first_token_prefill_with_one_output_token_completes_on_the_prefill_side
     assert int(req["first_token_us"]) == int(req["last_token_us"]) == 2000
     assert transfer(st, 0)[1:4] == (-1, -1, -1)
     assert list(st.inst["completed"]) == [1, 0] and int(st.inst[DECODE]["steps"]) == 0
+
+
+# ----------------------------------------------------------------------------- engine bugs found (xfail strict)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a transfer that waited for blocks can start before its "
+                                       "prefill is done (pd_retry_waiting runs at a decode step's end that is "
+                                       "earlier than the prefill step's end, both processed at their starts)")
+def test_a_waiting_transfer_never_starts_before_its_prefill_is_done():
+    """As FULL on a 1 µs-per-token link, B arriving at 20500: A is transferred 2000..2150
+    and completes at 3160 + 19 x 1005 = 22255 (its last step 21250..22255).  B's prefill
+    step 20500..22500 is processed at 20500 and finds A's blocks held: B waits.  A's last
+    step frees them; B's transfer may start at max(22255, 22500) = 22500: data 22600, end
+    22650, first token 23660, second 24665.  The engine starts it at 22255 (its KV arrives
+    at 22405, 95 µs before its prompt is computed) and decodes it from there."""
+    _, st = pd_run(**{**FULL, "arrivals": [0, 20_500]}, pd_transfer_bandwidth_gbps=131.072)
+    assert transfer(st, 0) == (2000, 2000, 2100, 2150, 100)
+    assert tokens(st, 0) == (2150, 3160, 22255)
+    assert int(st.pd_reqs[1]["wait_start_us"]) == 22500
+    assert transfer(st, 1) == (22500, 22500, 22600, 22650, 100)
+    assert tokens(st, 1) == (22650, 23660, 24665)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a received request waiting for a batch slot (rx queue) is "
+                                       "stranded when the batch empties: on_step schedules the next step only "
+                                       "for a non-empty batch or wait queue, not for rx_len > 0")
+def test_a_received_request_is_admitted_when_the_batch_frees():
+    """max_num_seqs 1.  A and B (prompt 100, 3 outputs) arrive at 0; A is prefilled 0..2000
+    and decoded 3050..6070 (tokens 4060, 5065, 6070); B is prefilled 2000..4000 and
+    received at 5050, while A fills the batch.  B is admitted by the step at 6070: tokens
+    7080, 8085, 9090.  The engine schedules no step after A's last (its batch and wait
+    queue are empty) and B stays queued forever, holding 7 blocks."""
+    _, st = pd_run([0, 0], [100, 100], [3, 3], all_done=False, max_num_seqs=1)
+    assert tokens(st, 0) == (3050, 4060, 6070)
+    assert transfer(st, 1) == (4000, 4000, 5000, 5050, 100)
+    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED
+    assert tokens(st, 1) == (6070, 7080, 9090)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="bug in blis_fast/run/disaggregation.py add_prefill_legs: with prefix caching off the "
+                          "key-sharing flags are a 1-element placeholder, taken for real flags when the workload "
+                          "has exactly one block key; build_state then fails its layout check")
+def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
+    """One request of 8 prompt tokens and 3 outputs with blocks of 8: one block key in all.
+    The engine raises AssertionError "State.key_shared: built as uint8(2,), declared
+    uint8(1,)" (a traceback for a valid input) instead of running it."""
+    from builders import prompts_workload
+
+    wl = prompts_workload([0], [list(range(8))], [3], bs=8)
+    res = blis_fast.simulate(workload=wl, **{**HAND, "block_size_in_tokens": 8, "enable_prefix_caching": False})
+    assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
