@@ -381,3 +381,53 @@ def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
     wl = prompts_workload([0], [list(range(8))], [3], bs=8)
     res = blis_fast.simulate(workload=wl, **{**HAND, "block_size_in_tokens": 8, "enable_prefix_caching": False})
     assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
+
+
+def pools_doc(pd, both=None, **entry_keys):
+    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
+    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
+    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
+             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
+             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
+    if both is not None:
+        entry["both"] = both
+    return {"deployments": [entry], "simulation": {"check_invariants": True}}
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a request whose prefill leg and decode side are the same "
+                                       "`both` instance must hold two copies of its prompt there (the leg's, "
+                                       "kept until the transfer ends, and the reservation); when they do not "
+                                       "fit it waits for blocks only its own transfer would free: it never "
+                                       "completes and the run ends without an error")
+def test_a_request_prefilled_and_decoded_on_one_both_instance_completes():
+    """Round-robin over decode [1, both 2] and prefill [0, both 2]: A goes to 1 by way of
+    0, B to 2 by way of 2.  Without prefix caching B's leg holds 7 of the both instance's
+    10 blocks until B's transfer ends, and B's reservation needs 7 more: the engine leaves
+    B waiting for blocks (TRANSFER_WAIT) at the end of a run without a horizon."""
+    wl = lengths_workload([0, 0], [100, 100], [2, 2])
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}, both={"instances": 1},
+                    enable_prefix_caching=False)
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in (0, 1)] == [0, 2]
+    assert [int(st.reqs[r]["instance"]) for r in (0, 1)] == [1, 2]
+    assert int(st.reqs[0]["state"]) == RequestState.COMPLETED
+    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED, int(st.reqs[1]["state"])
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: with first_token prefill the first token is visible at the "
+                                       "prefill step's end + the prefill pool's alpha2, but the transfer starts "
+                                       "at the step's end, so with a larger alpha2 on the prefill pool the "
+                                       "decode side's second token is visible before the first (negative ITL)")
+def test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha2():
+    """The prefill pool's alpha2 is 2000 µs, the decode pool's 0; a 1 µs-per-token link.
+    Prompt 100, 2 outputs: the prefill step ends at 2000, the first token is visible at
+    4000; the transfer runs 2000..2150 and the decode step computing token 2 ends at 3160.
+    Token 2 may not be visible before token 1 (the engine shows it at 3160: ITL -840)."""
+    wl = lengths_workload([0], [100], [2])
+    doc = pools_doc({"decider": "always", "first_token": "prefill", "transfer": {"bandwidth_gbps": 131.072}},
+                    prefill={"instances": 1, "alpha_coeffs": [0, 0, 2000]})
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    req = st.reqs[0]
+    assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 2150
+    assert int(req["last_token_us"]) >= int(req["first_token_us"])
+    assert int(req["itl_sum_us"]) >= 0
