@@ -1,0 +1,433 @@
+"""Prefill/decode disaggregation in the event loop, hand-computed to the µs
+(kernels/engine/disaggregation.py; issue 22).
+
+Every case runs llama-3.1-8b with blackbox step times alpha = (0, 0, 0) (unless a test says
+otherwise) and beta = (1000, 10, 5): a step takes 1000 + 10 x prefill tokens + 5 x decode
+requests µs.  llama-3.1-8b's KV is 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131072
+bytes per token (TP 1), so a link of 13.1072 GB/s (13107.2 bytes/µs) moves one token in
+exactly 10 µs; the default base latency adds 50 µs to every transfer.  Instance 0 is the
+prefill instance, 1.. the decode instances.
+
+A disaggregated request's path (the engine's):
+    arrival -> routed to a decode instance, its prefill leg routed to a prefill instance at
+    the same time -> leg queued after the prefill instance's queueing delay trunc(a0 + a1 L)
+    -> prefill step -> at that step's end (prefill_done) the decode side reserves the
+    prompt's blocks -> transfer data ceil(charged x 131072 / bytes per µs) -> + base latency
+    (transfer_end) -> admitted to the decode batch with L - 1 prompt tokens computed: the
+    step computing the last prompt token emits the first output token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import blis_fast
+from builders import lengths_workload
+from blis_fast_kernels.kv.cache import kv_conserved
+from blis_fast_kernels.schema import RequestState
+
+KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # llama-3.1-8b, bf16, TP 1
+LINK_10US_PER_TOKEN = 13.1072  # GB/s: 131072 bytes / 13107.2 bytes per µs = 10 µs per token, exactly
+BASE_LATENCY_US = 50  # the default 0.05 ms
+PREFILL, DECODE = 0, 1  # instance rows with one prefill and one decode instance
+
+HAND = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=100, prefill_instances=1,
+            decode_instances=1, pd_decider="always", pd_transfer_bandwidth_gbps=LINK_10US_PER_TOKEN,
+            check_invariants=True)
+SHARED_PREFIX = list(range(1, 65))  # 64 tokens: 4 blocks of 16
+
+
+def pd_run(arrivals, lens, outputs, prefixes=None, all_done=True, **settings):
+    """A P/D run of a hand-made workload (distinct random prompts after the given prefixes)
+    with the ``HAND`` settings, ``settings`` over them (None removes one): (Result, its full
+    state).  ``all_done``: check that it ended with every request finished and every KV
+    block free and conserved."""
+    wl = lengths_workload(arrivals, lens, outputs, prefixes=prefixes)
+    merged = {k: v for k, v in {**HAND, **settings}.items() if v is not None}  # None: leave the setting out
+    res = blis_fast.simulate(workload=wl, **merged)
+    st = res.full_state
+    if all_done:
+        finished = (RequestState.COMPLETED, RequestState.DROPPED, RequestState.DROPPED_AT_DECODE)
+        assert np.isin(st.reqs["state"][: len(wl)], finished).all()
+        assert (st.inst["kv_allocated"] == 0).all() and (st.blocks["ref_count"] == 0).all()
+        assert all(kv_conserved(st, i) for i in range(len(st.inst)) if st.inst[i]["active"])
+    return res, st
+
+
+def leg(st, r):
+    """Request r's prefill-leg row (rows n..2n-1)."""
+    return st.reqs[r + int(st.settings[0]["pd_base"])]
+
+
+def transfer(st, r):
+    """(prefill_done, transfer start, data end, end, charged tokens) of request r."""
+    row = st.pd_reqs[r]
+    return tuple(int(row[f]) for f in ("prefill_done_us", "transfer_start_us", "transfer_data_us",
+                                       "transfer_end_us", "charged_tokens"))
+
+
+def tokens(st, r):
+    """(first scheduled on its decode instance, first token, last token) of request r."""
+    row = st.reqs[r]
+    return int(row["first_scheduled_us"]), int(row["first_token_us"]), int(row["last_token_us"])
+
+
+# ----------------------------------------------------------------------------- one request, end to end
+
+
+def test_one_request_through_prefill_transfer_and_decode():
+    """Prompt 100, 3 output tokens, arriving at 1000, alpha = (200, 1, 0):
+    leg queued at 1000 + trunc(200 + 100) = 1300; prefill step 1000 + 10 x 100 = 2000 µs ->
+    prefill_done 3300; transfer 100 tokens x 10 µs: data 4300, end 4350; decode step with the
+    last prompt token 1000 + 10 = 1010 -> first token 5360; two decode steps of 1005 -> 6365,
+    7370."""
+    res, st = pd_run([1000], [100], [3], alpha_coeffs=[200, 1, 0])
+    assert float(st.pd_models[0]["kv_bytes_per_token"]) == KV_BYTES_PER_TOKEN
+    req, lg = st.reqs[0], leg(st, 0)
+    assert int(req["routed_us"]) == int(lg["routed_us"]) == 1000
+    assert int(lg["instance"]) == PREFILL and int(req["instance"]) == DECODE
+    assert int(st.pd_reqs[0]["prefill_instance"]) == PREFILL
+    assert int(lg["queued_us"]) == 1300 and int(lg["first_scheduled_us"]) == 1300
+    assert int(lg["first_token_us"]) == 3300 and int(lg["state"]) == RequestState.COMPLETED
+    assert transfer(st, 0) == (3300, 3300, 4300, 4350, 100)
+    assert int(st.pd_reqs[0]["wait_start_us"]) == -1
+    # the decode instance pays no queueing delay: the request joins at transfer end
+    assert int(req["queued_us"]) == 4350
+    assert tokens(st, 0) == (4350, 5360, 7370)
+    assert int(req["state"]) == RequestState.COMPLETED and int(req["generated"]) == 3
+    assert int(req["computed"]) == 100 + 2 and int(req["cached_tokens"]) == 0
+    cols = res.request_columns()
+    assert int(cols["ttft_us"][0]) == 5360 - 1000 and int(cols["e2e_us"][0]) == 7370 - 1000
+    assert float(cols["itl_mean_us"][0]) == 1005.0
+    assert int(cols["scheduling_delay_us"][0]) == 4350 - 1000  # (its admission on the decode side)
+    assert int(cols["instance"][0]) == DECODE
+    inst = st.inst
+    assert list(inst["pd_prefills"]) == [1, 0] and list(inst["pd_transfers_in"]) == [0, 1]
+    assert list(inst["completed"]) == [0, 1] and list(inst["held_outside"]) == [0, 0]
+    # prefill side: one step of 100 prompt tokens; decode side: 1 prompt token + 2 decode steps
+    assert list(inst["steps"]) == [1, 3] and list(inst["busy_us"]) == [2000, 1010 + 2 * 1005]
+    assert list(inst["prefill_tokens"]) == [100, 1]
+
+
+def test_the_decode_step_with_other_requests_in_its_batch():
+    """A transfer that ends while its decode instance is busy is admitted at the next step,
+    before the instance's wait queue (here empty), and shares the batch: A (prompt 300) is
+    prefilled 0..4000 and transferred 4000..7050; B (prompt 50, arriving at 1) is prefilled
+    4000..5500 and transferred 5500..6050 (contention none).  Decode: B's last prompt token
+    6050..7060; A joins at 7060 with B decoding: 1000 + 10 + 5 -> 8075 (A's first token, B's
+    second and last); A's second token 8075 + 1005 = 9080."""
+    _, st = pd_run([0, 1], [300, 50], [2, 2])
+    assert transfer(st, 0) == (4000, 4000, 7000, 7050, 300)
+    assert transfer(st, 1) == (5500, 5500, 6000, 6050, 50)
+    assert tokens(st, 1) == (6050, 7060, 8075)
+    assert tokens(st, 0) == (7060, 8075, 9080)
+    assert int(st.inst[DECODE]["steps"]) == 3
+
+
+# ----------------------------------------------------------------------------- the link
+
+
+def two_transfers(contention, arrivals, lens):
+    return pd_run(arrivals, lens, [1, 1], pd_transfer_contention=contention, decode_instances=2)[1]
+
+
+def test_two_transfers_starting_together_share_the_link():
+    """A (prompt 300) and B (prompt 100) arrive at 0 and are prefilled in one step: 1000 +
+    10 x 400 -> 5000.  Their transfers (3000 and 1000 µs at full bandwidth) start at 5000;
+    at half the bandwidth each, B's data is through at 5000 + 2 x 1000 = 7000; A, then
+    alone, has 3000 - 1000 = 2000 µs left: 9000.  Without contention: 8000 and 6000."""
+    st = two_transfers("link", [0, 0], [300, 100])
+    assert transfer(st, 0) == (5000, 5000, 9000, 9050, 300)
+    assert transfer(st, 1) == (5000, 5000, 7000, 7050, 100)
+    assert int(st.inst[PREFILL]["link_peak"]) == 2 and int(st.inst[PREFILL]["link_len"]) == 0
+    st = two_transfers("none", [0, 0], [300, 100])
+    assert transfer(st, 0) == (5000, 5000, 8000, 8050, 300)
+    assert transfer(st, 1) == (5000, 5000, 6000, 6050, 100)
+
+
+def test_a_transfer_joining_a_busy_link_shares_it_from_then_on():
+    """A (prompt 300, at 0) is prefilled 0..4000, its transfer starts alone (3000 µs of
+    data); B (prompt 50, at 1) is prefilled 4000..5500.  At 5500 A has 3000 - 1500 = 1500 µs
+    left and B 500: sharing, B is through at 5500 + 2 x 500 = 6500 and A, with 1000 left,
+    at 7500 (all 3500 µs of data since 4000).  Without contention: 7000 and 6000."""
+    st = two_transfers("link", [0, 1], [300, 50])
+    assert transfer(st, 0) == (4000, 4000, 7500, 7550, 300)
+    assert transfer(st, 1) == (5500, 5500, 6500, 6550, 50)
+    st = two_transfers("none", [0, 1], [300, 50])
+    assert transfer(st, 0) == (4000, 4000, 7000, 7050, 300)
+    assert transfer(st, 1) == (5500, 5500, 6000, 6050, 50)
+
+
+def test_processor_sharing_rounds_each_finish_up_to_the_microsecond():
+    """At 25 GB/s a token takes 5.24288 µs.  A (prompt 300: 1572.864 µs) and B (prompt 100:
+    524.288 µs) start together at 5000: B finishes at 5000 + ceil(2 x 524.288) = 6049; A
+    has 1572.864 - 1049 / 2 = 1048.364 µs left: 6049 + ceil(1048.364) = 7098."""
+    _, st = pd_run([0, 0], [300, 100], [1, 1], pd_transfer_contention="link", pd_transfer_bandwidth_gbps=25,
+                   decode_instances=2)
+    assert transfer(st, 1) == (5000, 5000, 6049, 6099, 100)
+    assert transfer(st, 0) == (5000, 5000, 7098, 7148, 300)
+
+
+def test_transfers_of_different_prefill_instances_do_not_share_a_link():
+    """With two prefill instances (round-robin), A and B are prefilled on one each: their
+    links are their own, so both run at the full bandwidth under contention link."""
+    _, st = pd_run([0, 0], [300, 100], [1, 1], pd_transfer_contention="link", prefill_instances=2)
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in (0, 1)] == [0, 1]
+    assert transfer(st, 0) == (4000, 4000, 7000, 7050, 300)
+    assert transfer(st, 1) == (2000, 2000, 3000, 3050, 100)
+
+
+# ----------------------------------------------------------------------------- what a transfer charges
+
+
+@pytest.mark.parametrize("charge, charged", [("destination-missing", 36), ("full-prompt", 100)])
+def test_destination_missing_charges_only_the_blocks_the_decode_instance_lacks(charge, charged):
+    """A and B share a 64-token prefix (4 blocks); A (at 0) leaves its blocks cached on the
+    decode instance.  B (at 10000) is prefilled with those 4 blocks cached on the prefill
+    instance too: 1000 + 10 x 36 -> 11360.  destination-missing charges 100 - 64 = 36 tokens
+    (360 µs: data 11720, end 11770), full-prompt all 100 (1000 µs: 12360, 12410).  B's
+    first token: one decode step of its last prompt token (1010 µs) after the transfer."""
+    _, st = pd_run([0, 10_000], [100, 100], [2, 2], prefixes=[SHARED_PREFIX, SHARED_PREFIX],
+                   pd_transfer_charge=charge)
+    assert transfer(st, 0) == (2000, 2000, 3000, 3050, 100)
+    assert tokens(st, 0) == (3050, 4060, 5065)
+    end = 11360 + 10 * charged + BASE_LATENCY_US
+    assert transfer(st, 1) == (11360, 11360, 11360 + 10 * charged, end, charged)
+    assert int(leg(st, 1)["cached_tokens"]) == 64  # the prefill instance's cache
+    assert int(st.reqs[1]["cached_tokens"]) == 64  # the decode instance's cache
+    assert tokens(st, 1) == (end, end + 1010, end + 1010 + 1005)
+
+
+# ----------------------------------------------------------------------------- no room on the decode instance
+
+# 10 blocks per instance: A (prompt 100, 20 outputs) holds 7-8 blocks on the decode
+# instance from 2000 to its last token; B (prompt 100, at 5000) needs 7 when its prefill
+# ends at 7000.  A: prefill 0..2000, transfer 2000..3050, first token 4060, then 19 decode
+# steps of 1005 µs: completed at 4060 + 19 x 1005 = 23155.
+FULL = dict(arrivals=[0, 5000], lens=[100, 100], outputs=[20, 2], total_kv_blocks=10)
+A_DONE = 4060 + 19 * 1005
+
+
+def test_wait_holds_a_prefilled_request_until_blocks_free():
+    """B waits from 7000 in the decode instance's transfer queue; the step that completes
+    A frees its blocks and B's transfer starts at that step's end."""
+    _, st = pd_run(**FULL, pd_on_decode_full="wait")
+    assert tokens(st, 0) == (3050, 4060, A_DONE)
+    assert int(st.pd_reqs[1]["wait_start_us"]) == 7000
+    assert transfer(st, 1) == (7000, A_DONE, A_DONE + 1000, A_DONE + 1050, 100)
+    assert tokens(st, 1) == (A_DONE + 1050, A_DONE + 1050 + 1010, A_DONE + 1050 + 1010 + 1005)
+    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED
+    inst = st.inst[DECODE]
+    assert int(inst["pd_waits"]) == 1 and int(inst["xq_peak"]) == 1 and int(inst["pd_drops"]) == 0
+    assert int(inst["xq_len"]) == 0 and int(inst["completed"]) == 2
+
+
+def test_drop_drops_a_prefilled_request_that_finds_no_room_and_counts_it():
+    """With drop, B ends at 7000: dropped at decode, nothing transferred, its leg's blocks
+    freed on the prefill instance; A runs as alone."""
+    res, st = pd_run(**FULL, pd_on_decode_full="drop")
+    assert tokens(st, 0) == (3050, 4060, A_DONE)
+    assert int(st.reqs[1]["state"]) == RequestState.DROPPED_AT_DECODE
+    assert int(st.pd_reqs[1]["prefill_done_us"]) == 7000
+    assert [int(st.pd_reqs[1][f]) for f in ("wait_start_us", "transfer_start_us", "transfer_end_us")] == [-1] * 3
+    assert int(st.reqs[1]["generated"]) == 0 and int(st.reqs[1]["first_token_us"]) == -1
+    assert int(leg(st, 1)["state"]) == RequestState.COMPLETED
+    inst = st.inst
+    assert int(inst[DECODE]["pd_drops"]) == 1 and int(inst[DECODE]["pd_waits"]) == 0
+    assert int(inst[DECODE]["completed"]) == 1 and int(inst[DECODE]["pd_transfers_in"]) == 1
+    assert int(inst[PREFILL]["pd_prefills"]) == 2
+    assert int(res.cluster["completed_requests"]) == 1
+
+
+def test_a_request_that_can_never_fit_on_its_decode_instance_is_dropped_unservable():
+    """A prompt of 200 tokens (13 blocks) on decode instances of 12 blocks, prefilled on a
+    prefill instance of 20 (YAML pools): dropped unservable at prefill_done, whatever
+    on_decode_full says."""
+    wl = lengths_workload([0], [200], [2])
+    doc = {"deployments": [{"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
+                            "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
+                            "prefill": {"instances": 1, "total_kv_blocks": 20},
+                            "decode": {"instances": 1, "total_kv_blocks": 12},
+                            "pd": {"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}}],
+           "simulation": {"check_invariants": True}}
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    assert list(st.inst["kv_total"]) == [20, 12]
+    assert int(st.reqs[0]["state"]) == RequestState.DROPPED
+    assert int(st.pd_reqs[0]["prefill_done_us"]) == 1000 + 10 * 200
+    assert int(st.pd_reqs[0]["transfer_start_us"]) == -1
+    assert int(st.inst[DECODE]["dropped"]) == 1 and (st.inst["kv_allocated"] == 0).all()
+
+
+# ----------------------------------------------------------------------------- the decider
+
+
+@pytest.mark.parametrize("threshold, disaggregated", [(100, True), (101, False)])
+def test_prefix_threshold_disaggregates_from_the_threshold_on(threshold, disaggregated):
+    """Nothing cached: uncached = the whole prompt (100).  Disaggregated: the path of
+    test_one_request_...; not: the request runs on its decode instance as a monolithic one
+    (queued at arrival, one step of 1000 + 10 x 100 -> first token 2000)."""
+    _, st = pd_run([0], [100], [2], pd_decider="prefix-threshold", pd_threshold=threshold)
+    assert int(st.reqs[0]["instance"]) == DECODE
+    if disaggregated:
+        assert int(st.pd_reqs[0]["prefill_instance"]) == PREFILL
+        assert transfer(st, 0) == (2000, 2000, 3000, 3050, 100)
+        assert tokens(st, 0) == (3050, 4060, 5065)
+    else:
+        assert int(st.pd_reqs[0]["prefill_instance"]) == -1 and transfer(st, 0)[0] == -1
+        assert int(leg(st, 0)["state"]) == RequestState.PENDING  # (its leg row is never used)
+        assert tokens(st, 0) == (0, 2000, 3005)
+        assert int(st.inst[PREFILL]["steps"]) == 0
+    assert int(st.reqs[0]["state"]) == RequestState.COMPLETED
+
+
+@pytest.mark.parametrize("threshold, disaggregated", [(36, True), (37, False)])
+def test_prefix_threshold_counts_the_blocks_cached_on_the_decode_instance(threshold, disaggregated):
+    """A (disaggregated: 100 uncached tokens) leaves the shared 64-token prefix cached on
+    the decode instance; B's uncached tokens are 100 - 4 x 16 = 36.  Not disaggregated, B
+    runs on the decode instance with its prefix cached: 1000 + 10 x 36 -> first token at
+    11360."""
+    _, st = pd_run([0, 10_000], [100, 100], [2, 2], prefixes=[SHARED_PREFIX, SHARED_PREFIX],
+                   pd_decider="prefix-threshold", pd_threshold=threshold)
+    assert int(st.pd_reqs[0]["prefill_instance"]) == PREFILL
+    assert int(st.reqs[1]["cached_tokens"]) == 64
+    if disaggregated:
+        assert transfer(st, 1) == (11360, 11360, 11720, 11770, 36)
+    else:
+        assert int(st.pd_reqs[1]["prefill_instance"]) == -1
+        assert tokens(st, 1) == (10_000, 11360, 12365)
+
+
+def test_decider_never_runs_every_request_on_the_decode_pool():
+    _, st = pd_run([0, 0], [100, 50], [2, 2], pd_decider="never", decode_instances=2,
+                   pd_transfer_bandwidth_gbps=None)  # (refused with never: it would change nothing)
+    assert (st.pd_reqs["prefill_instance"] == -1).all() and int(st.inst[PREFILL]["steps"]) == 0
+    assert [int(st.reqs[r]["instance"]) for r in (0, 1)] == [1, 2]
+    assert tokens(st, 0) == (0, 2000, 3005) and tokens(st, 1) == (0, 1500, 2505)
+
+
+# ----------------------------------------------------------------------------- first token from the prefill side
+
+
+def test_first_token_prefill():
+    """alpha2 = 7 µs on every token.  The prefill step ends at 2000: the first token is the
+    leg's, visible at 2007 (TTFT 2007).  The decode side reserves the prompt and that token,
+    receives 100 tokens (2000..3050) with the prompt computed, and computes token 2 in a
+    step with one token of work (1010 µs -> 4060 + 7), token 3 in a decode step (5065 + 7)."""
+    res, st = pd_run([0], [100], [3], alpha_coeffs=[0, 0, 7], pd_first_token="prefill")
+    assert int(leg(st, 0)["first_token_us"]) == 2007
+    assert transfer(st, 0) == (2000, 2000, 3000, 3050, 100)
+    assert tokens(st, 0) == (3050, 2007, 5072)
+    assert int(res.request_columns()["ttft_us"][0]) == 2007
+    assert int(st.reqs[0]["itl_sum_us"]) == 5072 - 2007 and int(st.reqs[0]["generated"]) == 3
+
+
+def test_first_token_prefill_with_one_output_token_completes_on_the_prefill_side():
+    _, st = pd_run([0], [100], [1], pd_first_token="prefill")
+    req = st.reqs[0]
+    assert int(req["state"]) == RequestState.COMPLETED and int(req["instance"]) == PREFILL
+    assert int(req["first_token_us"]) == int(req["last_token_us"]) == 2000
+    assert transfer(st, 0)[1:4] == (-1, -1, -1)
+    assert list(st.inst["completed"]) == [1, 0] and int(st.inst[DECODE]["steps"]) == 0
+
+
+# ----------------------------------------------------------------------------- engine bugs found (xfail strict)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a transfer that waited for blocks can start before its "
+                                       "prefill is done (pd_retry_waiting runs at a decode step's end that is "
+                                       "earlier than the prefill step's end, both processed at their starts)")
+def test_a_waiting_transfer_never_starts_before_its_prefill_is_done():
+    """As FULL on a 1 µs-per-token link, B arriving at 20500: A is transferred 2000..2150
+    and completes at 3160 + 19 x 1005 = 22255 (its last step 21250..22255).  B's prefill
+    step 20500..22500 is processed at 20500 and finds A's blocks held: B waits.  A's last
+    step frees them; B's transfer may start at max(22255, 22500) = 22500: data 22600, end
+    22650, first token 23660, second 24665.  The engine starts it at 22255 (its KV arrives
+    at 22405, 95 µs before its prompt is computed) and decodes it from there."""
+    _, st = pd_run(**{**FULL, "arrivals": [0, 20_500]}, pd_transfer_bandwidth_gbps=131.072)
+    assert transfer(st, 0) == (2000, 2000, 2100, 2150, 100)
+    assert tokens(st, 0) == (2150, 3160, 22255)
+    assert int(st.pd_reqs[1]["wait_start_us"]) == 22500
+    assert transfer(st, 1) == (22500, 22500, 22600, 22650, 100)
+    assert tokens(st, 1) == (22650, 23660, 24665)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a received request waiting for a batch slot (rx queue) is "
+                                       "stranded when the batch empties: on_step schedules the next step only "
+                                       "for a non-empty batch or wait queue, not for rx_len > 0")
+def test_a_received_request_is_admitted_when_the_batch_frees():
+    """max_num_seqs 1.  A and B (prompt 100, 3 outputs) arrive at 0; A is prefilled 0..2000
+    and decoded 3050..6070 (tokens 4060, 5065, 6070); B is prefilled 2000..4000 and
+    received at 5050, while A fills the batch.  B is admitted by the step at 6070: tokens
+    7080, 8085, 9090.  The engine schedules no step after A's last (its batch and wait
+    queue are empty) and B stays queued forever, holding 7 blocks."""
+    _, st = pd_run([0, 0], [100, 100], [3, 3], all_done=False, max_num_seqs=1)
+    assert tokens(st, 0) == (3050, 4060, 6070)
+    assert transfer(st, 1) == (4000, 4000, 5000, 5050, 100)
+    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED
+    assert tokens(st, 1) == (6070, 7080, 9090)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="bug in blis_fast/run/disaggregation.py add_prefill_legs: with prefix caching off the "
+                          "key-sharing flags are a 1-element placeholder, taken for real flags when the workload "
+                          "has exactly one block key; build_state then fails its layout check")
+def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
+    """One request of 8 prompt tokens and 3 outputs with blocks of 8: one block key in all.
+    The engine raises AssertionError "State.key_shared: built as uint8(2,), declared
+    uint8(1,)" (a traceback for a valid input) instead of running it."""
+    from builders import prompts_workload
+
+    wl = prompts_workload([0], [list(range(8))], [3], bs=8)
+    res = blis_fast.simulate(workload=wl, **{**HAND, "block_size_in_tokens": 8, "enable_prefix_caching": False})
+    assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
+
+
+def pools_doc(pd, both=None, **entry_keys):
+    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
+    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
+    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
+             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
+             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
+    if both is not None:
+        entry["both"] = both
+    return {"deployments": [entry], "simulation": {"check_invariants": True}}
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a request whose prefill leg and decode side are the same "
+                                       "`both` instance must hold two copies of its prompt there (the leg's, "
+                                       "kept until the transfer ends, and the reservation); when they do not "
+                                       "fit it waits for blocks only its own transfer would free: it never "
+                                       "completes and the run ends without an error")
+def test_a_request_prefilled_and_decoded_on_one_both_instance_completes():
+    """Round-robin over decode [1, both 2] and prefill [0, both 2]: A goes to 1 by way of
+    0, B to 2 by way of 2.  Without prefix caching B's leg holds 7 of the both instance's
+    10 blocks until B's transfer ends, and B's reservation needs 7 more: the engine leaves
+    B waiting for blocks (TRANSFER_WAIT) at the end of a run without a horizon."""
+    wl = lengths_workload([0, 0], [100, 100], [2, 2])
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}, both={"instances": 1},
+                    enable_prefix_caching=False)
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in (0, 1)] == [0, 2]
+    assert [int(st.reqs[r]["instance"]) for r in (0, 1)] == [1, 2]
+    assert int(st.reqs[0]["state"]) == RequestState.COMPLETED
+    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED, int(st.reqs[1]["state"])
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: with first_token prefill the first token is visible at the "
+                                       "prefill step's end + the prefill pool's alpha2, but the transfer starts "
+                                       "at the step's end, so with a larger alpha2 on the prefill pool the "
+                                       "decode side's second token is visible before the first (negative ITL)")
+def test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha2():
+    """The prefill pool's alpha2 is 2000 µs, the decode pool's 0; a 1 µs-per-token link.
+    Prompt 100, 2 outputs: the prefill step ends at 2000, the first token is visible at
+    4000; the transfer runs 2000..2150 and the decode step computing token 2 ends at 3160.
+    Token 2 may not be visible before token 1 (the engine shows it at 3160: ITL -840)."""
+    wl = lengths_workload([0], [100], [2])
+    doc = pools_doc({"decider": "always", "first_token": "prefill", "transfer": {"bandwidth_gbps": 131.072}},
+                    prefill={"instances": 1, "alpha_coeffs": [0, 0, 2000]})
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    req = st.reqs[0]
+    assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 2150
+    assert int(req["last_token_us"]) >= int(req["first_token_us"])
+    assert int(req["itl_sum_us"]) >= 0
