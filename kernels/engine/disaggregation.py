@@ -99,6 +99,16 @@ def pd_route_prefill(st, r, d, t):
 
 
 @helper
+def pd_hold_leg(st, p, leg):
+    """Prefill leg ``leg`` has its prompt computed on prefill instance p: it leaves the
+    batch but keeps its blocks until its transfer ends (counted as held outside the batch)."""
+    st.reqs[leg]["state"] = RequestState.TRANSFERRING
+    st.inst[p]["pd_prefills"] += 1
+    st.inst[p]["held_outside"] += 1
+    st.inst[p]["held_anon"] += anonymous_held(st, leg)
+
+
+@helper
 def pd_leg_done(st, p, leg, t):
     """The step that completed prefill leg ``leg`` on prefill instance p ended at t: hand
     its request to the decode instance (reserve blocks and transfer, or wait, or drop)."""
@@ -107,9 +117,6 @@ def pd_leg_done(st, p, leg, t):
     r = leg - st.settings[0]["pd_base"]
     pm = st.pd_models[reqs[r]["model"]]
     st.pd_reqs[r]["prefill_done_us"] = t
-    inst[p]["pd_prefills"] += 1
-    inst[p]["held_outside"] += 1  # the leg keeps its blocks until its transfer ends
-    inst[p]["held_anon"] += anonymous_held(st, leg)
     if pm["first_token_prefill"] != 0:  # the prefill side streamed the first token
         reqs[r]["first_token_us"] = reqs[leg]["first_token_us"]
         reqs[r]["last_token_us"] = reqs[leg]["first_token_us"]
@@ -171,11 +178,10 @@ def pd_reserve(st, d, r):
     if n < 0:
         return False
     kv_forget_chunk(st, d, r, cached, n)  # not cached content until the transfer is done
-    bs = np.int64(st.inst[d]["block_size"])
-    blocks = (prompt + bs - 1) // bs  # KV moves in whole blocks
+    charged = prompt
     if st.pd_models[reqs[r]["model"]]["charge_full_prompt"] == 0:
-        blocks -= cached // bs  # only those the decode instance does not hold
-    st.pd_reqs[r]["charged_tokens"] = blocks * bs
+        charged = prompt - cached  # only the blocks the decode instance does not hold (cached < prompt)
+    st.pd_reqs[r]["charged_tokens"] = charged
     reqs[r]["cached_tokens"] = cached
     st.inst[d]["held_outside"] += 1  # until it is admitted to the batch
     st.inst[d]["held_anon"] += anonymous_held(st, r)

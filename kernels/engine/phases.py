@@ -14,6 +14,7 @@ what each does is docs/semantics.md's (§3.4-5, §8).
 from ..jit import helper
 from ..kv.cache import is_prefill_leg, kv_release
 from ..schema import InstanceEvent, PhaseEnd, RequestState
+from .disaggregation import pd_hold_leg
 from .events import event_priority, push_event, release_follower
 
 
@@ -27,7 +28,7 @@ def end_phase(st, i, r, phase, now, step_idx):
         reqs[r]["run_start_step"] = step_idx
     elif phase == PhaseEnd.OUTPUT_DONE:
         if is_prefill_leg(st, r):  # its blocks stay held until its transfer ends (engine/disaggregation.py)
-            reqs[r]["state"] = RequestState.TRANSFERRING
+            pd_hold_leg(st, i, r)
             return
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED

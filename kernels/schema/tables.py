@@ -197,7 +197,7 @@ PD_REQ_DT = np.dtype(
         ("transfer_start_us", np.int64),
         ("transfer_data_us", np.int64),  # its data's last byte left the link
         ("transfer_end_us", np.int64),  # it joined the decode instance's wait queue
-        ("charged_tokens", np.int64),  # tokens whose KV was transferred (whole blocks)
+        ("charged_tokens", np.int64),  # tokens whose KV was transferred
         ("work_left_us", np.float64),  # contention: µs of its data left at the full link bandwidth
         ("link_prev", np.int64),
         ("link_next", np.int64),
