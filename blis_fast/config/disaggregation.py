@@ -141,6 +141,13 @@ def check_pools(prefill: PoolSpec | None, decode: PoolSpec | None, both: PoolSpe
             raise ConfigError("pd", "pd settings need prefill and decode pools (set prefill.instances and "
                                     "decode.instances)")
         return
+    spec = pd if pd is not None else PDSpec()
+    if both is not None and spec.decider != "never" and spec.on_decode_full == "wait":
+        # a both instance holds prefill legs' blocks while transfers wait for its blocks: two of them can
+        # wait for each other forever (pure prefill and decode pools cannot)
+        raise ConfigError("pd.on_decode_full", "must be drop with a both pool (default wait): a both instance "
+                                               "holds prefill legs' blocks while transfers may wait for its blocks, "
+                                               "so two of them could wait for each other forever")
     for role, pool in (("prefill", prefill), ("decode", decode), ("both", both)):
         if pool is not None and pool.engine is not None and pool.engine.block_size != engine.block_size:
             raise ConfigError(f"{role}.block_size",

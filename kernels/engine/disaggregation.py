@@ -65,7 +65,8 @@ def pd_decide(st, r, d, model):
 def pd_route_prefill(st, r, d, t):
     """Request r goes to decode instance d by way of a prefill instance: route its prefill
     leg with the model's prefill routing; the leg's Queued follows after that instance's
-    queueing overhead."""
+    queueing overhead.  Returns False (nothing routed) if the prefill routing chose d
+    itself (a `both` instance): the request then runs there undisaggregated."""
     reqs = st.reqs
     inst = st.inst
     model = reqs[r]["model"]
@@ -79,8 +80,10 @@ def pd_route_prefill(st, r, d, t):
     if p < 0:
         st.loop[0]["status"] = Status.NO_INSTANCE
         st.loop[0]["error_request"] = r
-        return
+        return True
     st.rr_cursor[g] = cursor
+    if p == d:
+        return False
     leg = r + st.settings[0]["pd_base"]
     if tracing(st):
         log_routing(st, leg, t, p, n_keys, False)
@@ -96,6 +99,7 @@ def pd_route_prefill(st, r, d, t):
     inst[p]["routed_pending"] += 1
     q = queueing_delay_us(inst[p]["alpha0"], inst[p]["alpha1"], reqs[leg]["prompt_len"])
     push_event(st, t + q, event_priority(InstanceEvent.QUEUED, p), leg)
+    return True
 
 
 @helper

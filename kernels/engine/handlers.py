@@ -98,9 +98,9 @@ def on_routing(st, r, t):
         lp[0]["status"] = Status.NO_INSTANCE
         lp[0]["error_request"] = r
         return
-    if s[0]["pd_base"] > 0 and st.pd_models[model]["enabled"] != 0 and pd_decide(st, r, target, model):
-        pd_route_prefill(st, r, target, t)  # decode first, then its prefill leg (engine/disaggregation.py)
-        return
+    if (s[0]["pd_base"] > 0 and st.pd_models[model]["enabled"] != 0 and pd_decide(st, r, target, model)
+            and pd_route_prefill(st, r, target, t)):
+        return  # decode first, then its prefill leg (engine/disaggregation.py)
     reqs[r]["instance"] = target
     reqs[r]["routed_us"] = t
     reqs[r]["state"] = RequestState.ROUTED
