@@ -35,7 +35,10 @@ def end_phase(st, i, r, phase, now, step_idx):
         st.inst[i]["completed"] += 1
     elif phase == PhaseEnd.FOLLOWER_RELEASED:
         if is_prefill_leg(st, r):  # handed over when the step that completed its prompt ends
-            push_event(st, now, event_priority(InstanceEvent.LEG_DONE, i), r)
+            when = now
+            if st.pd_models[reqs[r]["model"]]["first_token_prefill"] != 0:
+                when = max(now, reqs[r]["first_token_us"])  # ... and the client has its first token
+            push_event(st, when, event_priority(InstanceEvent.LEG_DONE, i), r)
         else:
             release_follower(st, r)
 
