@@ -5,6 +5,9 @@ the transfer time the bandwidth gives, request by request."""
 
 from __future__ import annotations
 
+import re
+import shlex
+
 import numpy as np
 import pytest
 
@@ -88,3 +91,37 @@ def test_cli_compare_on_the_shipped_files(capsys):
     assert code == 0, err
     rows = [line.split() for line in out.split("\n\n")[1].splitlines()[1:]]
     assert [(r[0], r[1]) for r in rows] == [(c, s) for c in CONFIGS for s in ("8", "16")]
+
+
+def page_commands() -> list[list[str]]:
+    """The ``blis-fast`` commands of docs/disaggregation.md's bash blocks, as argument lists."""
+    text = (ROOT / "docs" / "disaggregation.md").read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                out.append(shlex.split(line))
+    return out
+
+
+def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path):
+    """Every command of docs/disaggregation.md runs as written, made small: 200 requests,
+    one seed, no measurement window (200 requests span less than its 10 s), its table file
+    in a temporary directory and no figure."""
+    commands = page_commands()
+    assert [c[:2] for c in commands] == [["blis-fast", "run"]] + [["blis-fast", "compare"]] * 4 + [
+        ["blis-fast", "sweep"]]
+    monkeypatch.chdir(ROOT)  # the page's paths are relative to the repository
+    for k, command in enumerate(commands):
+        args, it = [], iter(command[1:])
+        for a in it:
+            if a in ("--plot", "--out", "--num-requests", "--seeds", "--warmup-s", "--cooldown-s"):
+                next(it)  # (its value)
+                if a == "--out":
+                    args += ["--out", tmp_path / f"{k}.parquet"]
+            else:
+                args.append(a)
+        code, out, err = run_cli(capsys, *args, "--num-requests", "200")
+        assert code == 0, (command, err)
+        assert "--out" not in command or (tmp_path / f"{k}.parquet").exists()
