@@ -6,6 +6,7 @@ import numpy as np
 
 from .metrics import stable_order, value_order
 from blis_fast_kernels.native import count_inversions
+from blis_fast_kernels.schema import PoolRole
 
 
 def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, priority_policy: str) -> int:
@@ -33,8 +34,14 @@ def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, 
 
 def hol_blocking_instances(inst: np.ndarray) -> int:
     """With >= 2 instances: instances whose mean wait-queue length per step exceeds twice
-    the mean over instances."""
+    the mean over instances -- over the instances of its pool for a P/D deployment's (a
+    prefill instance's queue holds every request it serves; a decode instance's few)."""
     used = inst[(inst["active"] != 0) | (inst["injected"] > 0)]
+    group = np.where(used["role"] == PoolRole.MONO, -1, used["pool"])
+    return sum(_hol_count(used[group == g]) for g in np.unique(group).tolist())
+
+
+def _hol_count(used: np.ndarray) -> int:
     if len(used) < 2:
         return 0
     steps = used["steps"].astype(np.float64)
