@@ -15,7 +15,8 @@ Nothing is approximated: a member's row equals the row of its own run (tests/bat
 test_cohorts.py), and its budget counts the events, simulated time and wall time of its
 own path through the splits.  Members share everything but the routing parameters (the
 ``cohort_key``): the routing kind, every other policy, the settings a policy implies.
-A candidate that sets routing per model (``policy.routing_per_model``) runs alone.
+A candidate that sets routing per model (``policy.routing_per_model``) runs alone, and so
+does every candidate of a scenario with prefill/decode disaggregation.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from blis_fast.batch.budget import BudgetExceeded, run_within
 from blis_fast.config import memory
 from blis_fast.errors import ConfigError, SimulationError
 from blis_fast.batch.task import evaluate_task, failed, failure, thread_arrays
+from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.session import RunSession
 
 # at most this many candidates per cohort: each split keeps a copy of the state for every
@@ -50,10 +52,12 @@ def cohort_key(task):
             repr(replace(task.policy, routing_scorers=None)))
 
 
-def form_cohorts(tasks: list, enabled: bool = True) -> list[list]:
-    """The tasks of one scenario as cohorts (lists of tasks, in order of first appearance,
-    at most MAX_MEMBERS each); every task alone when not ``enabled``."""
-    if not enabled:
+def form_cohorts(tasks: list, enabled: bool = True, setup=None) -> list[list]:
+    """The tasks of one scenario (``setup``) as cohorts (lists of tasks, in order of first
+    appearance, at most MAX_MEMBERS each); every task alone when not ``enabled`` -- or when
+    the scenario disaggregates prefill and decode: a prefill leg's routing (by its model's
+    routing parameters) is not asked of the members."""
+    if not enabled or (setup is not None and any_disaggregated(setup.deployments)):
         return [[t] for t in tasks]
     groups: dict = {}
     out: list[list] = []

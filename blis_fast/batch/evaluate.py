@@ -173,7 +173,8 @@ def evaluate_prepared(cands: Sequence[Candidate], prepared: Sequence[PreparedSce
     if executor is not None:
         _run_on_executor(executor, prepared, by_scenario, budget, summarize, record, share)
     else:
-        units = [(s_i, c) for s_i, tasks in enumerate(by_scenario) for c in form_cohorts(tasks, share)]
+        units = [(s_i, c) for s_i, tasks in enumerate(by_scenario)
+                 for c in form_cohorts(tasks, share, prepared[s_i].setup)]
         if workers <= 1 or len(units) <= 1:
             for s_i, c in units:
                 record(evaluate_unit(prepared[s_i], c, budget, summarize))
@@ -226,7 +227,7 @@ def _run_on_executor(executor: Executor, prepared, by_scenario, budget, summariz
         shared = _share(executor, prepared[s_i])
         # whole cohorts, about GROUP_SIZE candidates per submission
         group: list = []
-        for c in form_cohorts(tasks, share):
+        for c in form_cohorts(tasks, share, prepared[s_i].setup):
             group.append(c)
             if sum(len(x) for x in group) >= GROUP_SIZE:
                 futures[executor.submit(evaluate_group, shared, group, budget, summarize)] = None

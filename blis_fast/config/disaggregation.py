@@ -156,6 +156,12 @@ def check_pools(prefill: PoolSpec | None, decode: PoolSpec | None, both: PoolSpe
                               "block, and its KV moves between the pools)")
 
 
+def any_disaggregated(deployments) -> bool:
+    """True if one of ``deployments`` (DeploymentSpecs or resolved deployments) has prefill
+    and decode pools."""
+    return any(d.pd is not None for d in deployments)
+
+
 @dataclass(frozen=True)
 class PDConfig:
     """The single-deployment shorthand of P/D pools: the run config's ``pd`` section and

@@ -93,7 +93,7 @@ def bench_batch(name: str, workers: int | None = None, serial: bool | None = Non
             compiled: dict = {}
             tasks = [make_task(i, cand, ps, compiled) for i, cand in enumerate(cands)]
             results = [None] * len(tasks)
-            for unit in form_cohorts(tasks, cohorts):
+            for unit in form_cohorts(tasks, cohorts, ps.setup):
                 for i, ev in evaluate_unit(ps, unit, budget, timings=phases):
                     results[i] = ev
         else:

@@ -25,6 +25,8 @@ import numpy as np
 
 from blis_fast_kernels.schema import RequestState
 
+from blis_fast.config.disaggregation import any_disaggregated
+
 from .metrics import percentile_us
 
 TTFT_PARTS = ("routing", "prefill_queue", "prefill_compute", "transfer_wait", "transfer", "decode_queue",
@@ -33,7 +35,7 @@ TTFT_PARTS = ("routing", "prefill_queue", "prefill_compute", "transfer_wait", "t
 
 def is_disaggregated(setup) -> bool:
     """True if a deployment of the run has prefill and decode pools."""
-    return any(d.pd is not None for d in setup.deployments)
+    return any_disaggregated(setup.deployments)
 
 
 def pd_columns(result) -> dict[str, np.ndarray]:

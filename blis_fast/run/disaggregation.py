@@ -23,11 +23,6 @@ def disaggregated_models(deployments, served: tuple[str, ...]) -> tuple[int, ...
     return tuple(ids)
 
 
-def is_disaggregated(setup) -> bool:
-    """True if any deployment of the run has prefill and decode pools."""
-    return any(d.pd is not None for d in setup.deployments)
-
-
 def prefill_groups(deployments, served: tuple[str, ...]) -> dict[int, int]:
     """{served-model id: its prefill routing group} of the disaggregated models."""
     return {m: len(served) + k for k, m in enumerate(disaggregated_models(deployments, served))}

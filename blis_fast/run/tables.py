@@ -18,6 +18,7 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
+from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, pd_model_rows, pd_request_rows, prefill_groups,
                                           routing_group_rows)
 from blis_fast.policy import compile_policies
@@ -195,7 +196,7 @@ class Fleet:
 def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
     """The ``Fleet`` of a run: ``deployments`` (``Setup.deployments``) when there are
     several, else the one deployment of ``cfg``'s top-level settings with ``latency``."""
-    if len(deployments) > 1 or any(d.pd is not None for d in deployments):
+    if len(deployments) > 1 or any_disaggregated(deployments):
         served = tuple(dict.fromkeys(d.served_model_name for d in deployments))
         groups = prefill_groups(deployments, served)
         pools = [(served.index(d.served_model_name), p) for d in deployments for p in d.pools]
@@ -369,7 +370,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
     eng = cfg.engine
     fl = fleet(cfg, latency, deployments)
     n_inst = fl.n_inst
-    n_pd = n if any(d.pd is not None for d in deployments) else 0  # requests with a prefill-leg row each
+    n_pd = n if any_disaggregated(deployments) else 0  # requests with a prefill-leg row each
     if caching is None:
         caching = bool(eng.enable_prefix_caching) and n_keys > 0
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
@@ -574,7 +575,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         shared = workload.key_shared
         shared_known, n_shared = shared is not None, int(np.count_nonzero(shared)) if shared is not None else None
     n_keys = len(workload.block_keys)
-    pd = any(d.pd is not None for d in deps)
+    pd = any_disaggregated(deps)
     factor = 2 if pd else 1  # the prefill legs' block slots: at most the requests' (run/disaggregation.py)
     parts = estimate_state_bytes(cfg, lat, n, n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
