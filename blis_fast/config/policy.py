@@ -106,7 +106,22 @@ class PolicyConfig:
               "scorers: {name: weight}}} (a policy bundle's routing.per_model; YAML and API only)",
         cli=False, parse=lambda value, where: parse_routing_per_model(value, where))
 
+    prefill_routing: dict | None = _opt(
+        None, "P/D: the routing of prefill legs instead of their model's: {type: NAME, scorers: {name: weight}} "
+              "(a policy bundle's routing.prefill; YAML and API only)",
+        cli=False, parse=lambda value, where: parse_routing_entry(value, where))
+    pd_decider: str | None = _opt(None, "P/D: the decider of every disaggregated model instead of its "
+                                        "deployment's pd.decider: never | always | prefix-threshold (a policy "
+                                        "bundle's pd.decider; YAML and API only)",
+                                  choices=("never", "always", "prefix-threshold"), cli=False)
+    pd_threshold: int | None = _opt(None, "P/D: the prefix-threshold decider's threshold instead of the "
+                                          "deployment's, tokens (a policy bundle's pd.threshold; YAML and API only)",
+                                    lo=0, hi=10**9, cli=False)
+
     def __post_init__(self) -> None:
+        if self.prefill_routing is not None:
+            object.__setattr__(self, "prefill_routing", parse_routing_entry(self.prefill_routing,
+                                                                            "policy.prefill_routing"))
         if self.routing_per_model is not None:  # one shape from here on: {model: {type, scorers}}
             object.__setattr__(self, "routing_per_model",
                                parse_routing_per_model(self.routing_per_model, "policy.routing_per_model"))
@@ -129,24 +144,29 @@ def parse_routing_per_model(value: Any, path: str) -> dict[str, dict]:
     for model, entry in value.items():
         if not isinstance(model, str) or not model or len(model) > MAX_STR_LEN:
             raise ConfigError(path, f"model names must be non-empty strings, got {show(model)}")
-        where = f"{path}.{key_name(model)}"
-        kind, params = _section(entry, where, {"scorers"})
-        _only(params, where, {"scorers"})
-        if kind is None:
-            raise ConfigError(f"{where}.type", "missing: name the model's routing policy")
-        _check_choice(f"{where}.type", kind, ROUTING_POLICIES)
-        scorers = params.get("scorers")
-        if scorers is not None:
-            if kind != "weighted":
-                raise ConfigError(f"{where}.scorers", f"apply only to type weighted, not {show(kind)}")
-            scorers = parse_weights(scorers, f"{where}.scorers")
-            if not scorers:
-                raise ConfigError(f"{where}.scorers", "needs at least one scorer")
-            for s, w in scorers.items():
-                _check_choice(f"{where}.scorers", s, SCORERS)
-                _check_number(f"{where}.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
-        out[model] = {"type": kind, "scorers": scorers}
+        out[model] = parse_routing_entry(entry, f"{path}.{key_name(model)}")
     return out
+
+
+def parse_routing_entry(entry: Any, where: str) -> dict:
+    """One routing choice -- a routing policy name, or a mapping ``{type, scorers}``
+    (``scorers`` only with ``weighted``) -- as ``{"type": NAME, "scorers": {...} | None}``."""
+    kind, params = _section(entry, where, {"scorers"})
+    _only(params, where, {"scorers"})
+    if kind is None:
+        raise ConfigError(f"{where}.type", "missing: name the routing policy")
+    _check_choice(f"{where}.type", kind, ROUTING_POLICIES)
+    scorers = params.get("scorers")
+    if scorers is not None:
+        if kind != "weighted":
+            raise ConfigError(f"{where}.scorers", f"apply only to type weighted, not {show(kind)}")
+        scorers = parse_weights(scorers, f"{where}.scorers")
+        if not scorers:
+            raise ConfigError(f"{where}.scorers", "needs at least one scorer")
+        for s, w in scorers.items():
+            _check_choice(f"{where}.scorers", s, SCORERS)
+            _check_number(f"{where}.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
+    return {"type": kind, "scorers": scorers}
 
 
 def check_routing_models(p: PolicyConfig, served: tuple[str, ...]) -> None:
@@ -244,7 +264,7 @@ def parse_weights(text: str | dict, path: str) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- policy bundle YAML
 
-_BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness")
+_BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness", "pd")
 
 
 def load_policy_bundle(path: str | Path, name: str = "--policy-config") -> dict[str, Any]:
@@ -307,10 +327,12 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             if src in prm:
                 out[dst] = _check_number(f"admission.params.{src}", prm[src])
     if "routing" in data:
-        pol, prm = _section(data["routing"], "routing", {"scorers", "per_model"})
-        _only(prm, "routing", {"scorers", "per_model"})
+        pol, prm = _section(data["routing"], "routing", {"scorers", "per_model", "prefill"})
+        _only(prm, "routing", {"scorers", "per_model", "prefill"})
         if "per_model" in prm:
             out["routing_per_model"] = parse_routing_per_model(prm["per_model"], "routing.per_model")
+        if "prefill" in prm:
+            out["prefill_routing"] = parse_routing_entry(prm["prefill"], "routing.prefill")
         if pol is not None:
             _check_choice("routing.type", pol, ROUTING_POLICIES)
             out["routing"] = pol
@@ -320,6 +342,13 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
                 _check_choice("routing.scorers", s, SCORERS)
                 _check_number(f"routing.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
             out["routing_scorers"] = weights
+    if "pd" in data:  # P/D: the decider of every disaggregated model
+        pd = as_mapping(data["pd"], "pd", allowed=("decider", "threshold"), what="a mapping with decider and/or threshold")
+        if "decider" in pd:
+            _check_choice("pd.decider", pd["decider"], ("never", "always", "prefix-threshold"))
+            out["pd_decider"] = pd["decider"]
+        if "threshold" in pd:
+            out["pd_threshold"] = as_int(pd["threshold"], "pd.threshold", lo=0, hi=10**9)
     if "priority" in data:
         pol, prm = _section(data["priority"], "priority", set())
         _only(prm, "priority", {"slo_class_weights"})

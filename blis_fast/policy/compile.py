@@ -30,6 +30,11 @@ class CompiledPolicies:
     uses_prefix_index: bool  # the router must keep its prefix-affinity index
     # routing overrides of some served models: (served model, routing kind, routing row)
     per_model: tuple[tuple[str, int, np.ndarray], ...] = ()
+    # P/D: the prefill legs' routing (kind, row) instead of their models'; the decider and threshold
+    # of every disaggregated model instead of its deployment's (None: the deployment's)
+    prefill_routing: tuple[int, np.ndarray] | None = None
+    pd_decider: str | None = None
+    pd_threshold: int | None = None
 
     @property
     def scheduler_kind(self) -> int:
@@ -95,7 +100,15 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(name)] = v
     if params[slot.SNAPSHOT].max() > MAX_INTERVAL_US:  # intervals travel as float64: keep them exact
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
-    return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model))
+    prefill = None
+    if p.prefill_routing is not None:
+        entry = p.prefill_routing
+        kind, row, prefill_uses_index = _routing_row(entry["type"], entry["scorers"] if entry["scorers"] is not None
+                                                     else DEFAULT_SCORERS)
+        prefill = (int(kind), row)
+        uses_index = uses_index or prefill_uses_index
+    return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model),
+                            prefill_routing=prefill, pd_decider=p.pd_decider, pd_threshold=p.pd_threshold)
 
 
 def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:

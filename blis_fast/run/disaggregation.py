@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 
 ROLE_CODES = {"mono": S.PoolRole.MONO, "prefill": S.PoolRole.PREFILL, "decode": S.PoolRole.DECODE,
@@ -31,17 +32,42 @@ def prefill_groups(deployments, served: tuple[str, ...]) -> dict[int, int]:
 def routing_group_rows(policy, setup) -> tuple[np.ndarray, np.ndarray]:
     """(routing kind, parameter row) per routing group: each served model's
     (``CompiledPolicies.routing_rows``), then each disaggregated model's prefill group
-    with its model's."""
+    with its model's -- or the policy's ``prefill_routing``."""
     served = setup.served_models
     kinds, params = policy.routing_rows(served)
     models = list(disaggregated_models(setup.deployments, served))
     if not models:
         return kinds, params
-    return np.concatenate([kinds, kinds[models]]), np.ascontiguousarray(np.concatenate([params, params[models]]))
+    leg_kinds, leg_params = kinds[models], params[models]
+    if policy.prefill_routing is not None:  # the policy routes every prefill leg its own way
+        leg_kinds = np.full(len(models), policy.prefill_routing[0], np.int64)
+        leg_params = np.tile(np.asarray(policy.prefill_routing[1], np.float64), (len(models), 1))
+    return np.concatenate([kinds, leg_kinds]), np.ascontiguousarray(np.concatenate([params, leg_params]))
 
 
-def pd_model_rows(setup) -> np.ndarray:
-    """PD_MODEL_DT rows, one per served model (enabled 0 for a monolithic one)."""
+def check_pd_policy(policy, setup) -> None:
+    """A policy's P/D settings (``routing.prefill``, ``pd.decider``, ``pd.threshold``) need a
+    disaggregated deployment, and a threshold needs the prefix-threshold decider: otherwise
+    they would change nothing (ConfigError naming the policy field)."""
+    set_fields = [name for name, v in (("prefill_routing", policy.prefill_routing), ("pd_decider", policy.pd_decider),
+                                       ("pd_threshold", policy.pd_threshold)) if v is not None]
+    if not set_fields:
+        return
+    pd_deps = [d for d in setup.deployments if d.pd is not None]
+    if not pd_deps:
+        raise ConfigError(f"policy.{set_fields[0]}", "needs a deployment with prefill and decode pools (no request "
+                                                     "of this run is disaggregated)")
+    if policy.pd_threshold is not None:
+        deciders = {policy.pd_decider or d.pd.decider for d in pd_deps}
+        if "prefix-threshold" not in deciders:
+            raise ConfigError("policy.pd_threshold", f"applies only to the prefix-threshold decider; the decider is "
+                                                     f"{', '.join(sorted(deciders))}")
+
+
+def pd_model_rows(setup, policy=None) -> np.ndarray:
+    """PD_MODEL_DT rows, one per served model (enabled 0 for a monolithic one); the
+    policy's decider and threshold (``CompiledPolicies.pd_decider``, ``pd_threshold``)
+    replace the deployments' when it sets them."""
     served = setup.served_models
     rows = np.zeros(len(served), S.PD_MODEL_DT)
     groups = prefill_groups(setup.deployments, served)
@@ -53,9 +79,11 @@ def pd_model_rows(setup) -> np.ndarray:
         prefill = next(p for p in d.pools if p.role == "prefill")
         row = rows[m]
         row["enabled"] = 1
-        row["decider"] = DECIDER_CODES[pd.decider]
+        decider = pd.decider if policy is None or policy.pd_decider is None else policy.pd_decider
+        threshold = pd.threshold if policy is None or policy.pd_threshold is None else policy.pd_threshold
+        row["decider"] = DECIDER_CODES[decider]
         row["prefill_group"] = groups[m]
-        row["threshold"] = pd.threshold
+        row["threshold"] = threshold
         row["first_token_prefill"] = int(pd.first_token == "prefill")
         row["drop_when_full"] = int(pd.on_decode_full == "drop")
         row["charge_full_prompt"] = int(tr.charge == "full-prompt")

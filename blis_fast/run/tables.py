@@ -19,8 +19,8 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
 from blis_fast.config.disaggregation import any_disaggregated
-from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, pd_model_rows, pd_request_rows, prefill_groups,
-                                          routing_group_rows)
+from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, check_pd_policy, pd_model_rows,
+                                          pd_request_rows, prefill_groups, routing_group_rows)
 from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -592,7 +592,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         raise ConfigError("workload", f"{len(keys)} block keys exceed 2^31; use fewer or shorter requests")
     key_shared, n_shared = key_sharing(workload, keys, caching or use_index, None if scenario is None else n_shared)
     order = arrival_order(workload) if scenario is None else scenario.arrival_order
-    pd_models = pd_model_rows(setup)
+    check_pd_policy(pol, setup)
+    pd_models = pd_model_rows(setup, pol)
     if pd:
         reqs, n_blocks = add_prefill_legs(reqs, n_blocks, pd_models, bs)
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
