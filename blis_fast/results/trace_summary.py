@@ -55,6 +55,39 @@ def _instance_lines(result) -> list[str]:
     return ["", f"Per instance{more} (means over steps): " + "; ".join(parts) + "."] if parts else []
 
 
+# the TTFT parts of a disaggregated request (results.disaggregation.TTFT_PARTS), by side
+_PD_SIDES = {"prefill": ("prefill_queue", "prefill_compute"), "transfer": ("transfer_wait", "transfer"),
+             "decode": ("decode_queue", "first_decode_step"), "routing": ("routing",)}
+
+
+def pd_bound(group: dict) -> tuple[str, float]:
+    """(the side -- prefill, transfer, decode or routing -- whose TTFT parts take the largest
+    share of a P/D run's mean TTFT, that share); ("", 0.0) when nothing was disaggregated."""
+    sums = {side: sum(group[f"ttft_{p}_mean_ms"] for p in parts) for side, parts in _PD_SIDES.items()}
+    total = sum(sums.values())
+    if group["requests_disaggregated"] == 0 or total <= 0:
+        return "", 0.0
+    side = max(sums, key=lambda k: sums[k])
+    return side, sums[side] / total
+
+
+def _disaggregation_lines(result) -> list[str]:
+    """A P/D run: how many requests were disaggregated, where their TTFT went, and which
+    side bounds it (prefill-bound, transfer-bound, decode-bound)."""
+    g = result.disaggregation
+    if g is None:
+        return []
+    side, share = pd_bound(g)
+    parts = ", ".join(f"{p.replace('_', ' ')} {_fmt(g[f'ttft_{p}_mean_ms'])}" for ps in _PD_SIDES.values() for p in ps)
+    text = (f"Disaggregation: {g['requests_disaggregated']} of {g['requests_routed']} routed requests "
+            f"({_fmt(g['disaggregated_fraction'])}); transfers {_fmt(g['transfer_mean_ms'])} ms mean, waited for blocks "
+            f"{g['transfers_waited']} times, {g['dropped_at_decode']} dropped at decode.")
+    if side:
+        text += (f" Mean TTFT parts (ms): {parts}. The run is **{side}-bound**: the {side} side takes "
+                 f"{_fmt(share)} of the disaggregated requests' mean TTFT.")
+    return ["", text]
+
+
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
@@ -84,7 +117,7 @@ def summary_text(result, objectives=None) -> str:
                   f"step occupancy {_fmt(m['utilization_min'])}-{_fmt(m['utilization_max'])} (the time a step "
                   f"runs), token budget {_fmt(m['token_budget_occupancy'])} and batch slots "
                   f"{_fmt(m['batch_slot_occupancy'])} occupied per step."]
-    lines += _group_lines(result) + _instance_lines(result)
+    lines += _group_lines(result) + _instance_lines(result) + _disaggregation_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]
     lines.append(f"Misses: {diag.misses} of {diag.arrived} arrived requests ({diag.miss_definition}).")
