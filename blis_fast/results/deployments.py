@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from blis_fast.config.disaggregation import any_disaggregated
+
 
 def has_groups(setup) -> bool:
     """True when the run's results carry deployment and model groups and columns (>= 2
@@ -45,10 +47,20 @@ def deployment_names_of(setup, instances: np.ndarray) -> list[str | None]:
     return [names[owner[i]] if i >= 0 and owner[i] >= 0 else None for i in instances.tolist()]
 
 
-def instance_labels(setup, instances: np.ndarray) -> list[str | None] | None:
-    """The deployment names of instance ids ``instances`` for a result's ``deployment``
-    column; None (no column) with fewer than two deployments."""
-    return deployment_names_of(setup, instances) if has_groups(setup) else None
+def instance_labels(setup, instances: np.ndarray) -> dict[str, list]:
+    """Labels of instance ids ``instances`` for a result's per-instance rows, by column: the
+    deployment names (``deployment``, with two or more deployments) and the pool roles
+    (``pool``: mono, prefill, decode or both, in a run with prefill/decode disaggregation)."""
+    out: dict[str, list] = {}
+    if has_groups(setup):
+        out["deployment"] = deployment_names_of(setup, instances)
+    if any_disaggregated(setup.deployments):
+        role = {}
+        for d in setup.deployments:
+            for p in d.pools:
+                role.update(dict.fromkeys(range(p.first_instance, p.first_instance + p.instances), p.role))
+        out["pool"] = [role.get(i) for i in instances.tolist()]
+    return out
 
 
 def request_model_ids(setup, workload, n: int) -> tuple[np.ndarray, tuple[str, ...]]:

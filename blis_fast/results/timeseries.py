@@ -9,6 +9,7 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 | time_us / time_s | µs / s | the sample time |
 | instance | id | instance id, -1 = the whole cluster |
 | deployment | name | the instance's deployment (null on the cluster's rows); only in a run of two or more deployments |
+| pool | name | the instance's pool: mono, prefill, decode or both (null on the cluster's rows); only in a run with prefill/decode disaggregation |
 | waiting | requests | in the wait queue (cluster: summed) |
 | running | requests | in the running batch |
 | routed_pending | requests | routed here, queueing overhead (α) not yet elapsed |
@@ -104,11 +105,11 @@ class TimeSeriesRecorder:
         within = np.arange(len(first), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
         return first + within * self.every_us
 
-    def series(self, used: np.ndarray, state=None, deployments: list | None = None) -> "TimeSeries":
+    def series(self, used: np.ndarray, state=None, labels: dict | None = None) -> "TimeSeries":
         """The recorded samples of instances ``used`` and the cluster; with the run's final
         ``state``, requests in their last step count as running and in the system (below).
-        ``deployments``: the deployment name of each of ``used`` (a ``deployment`` column;
-        None: no such column, as in a single-deployment run)."""
+        ``labels``: {column: a label of each of ``used``} (``results.deployments.instance_labels``:
+        ``deployment``, ``pool``; none in a single monolithic deployment's run)."""
         times = self.sample_times()
         n = len(times)
         k = len(used) + 1
@@ -133,11 +134,8 @@ class TimeSeriesRecorder:
         if self.kv_total is not None:
             total[:-1] = self.kv_total[used]
             total[-1] = self.kv_total[used].sum()
-        deployment = None
-        if deployments is not None:
-            deployment = np.tile(np.array([*deployments, None], dtype=object), n)
-        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n),
-                          deployment)
+        tiled = {name: np.tile(np.array([*values, None], dtype=object), n) for name, values in (labels or {}).items()}
+        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n), tiled)
 
 
 def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -164,10 +162,10 @@ class TimeSeries:
     """Sampled columns (module docstring), one row per (sample time, instance)."""
 
     def __init__(self, time_us: np.ndarray, instance: np.ndarray, cols: dict[str, np.ndarray], kv_total: np.ndarray,
-                 deployment: np.ndarray | None = None):
+                 labels: dict[str, np.ndarray] | None = None):
         self.time_us = time_us
         self.instance = instance
-        self.deployment = deployment  # object [rows]: deployment name, None on the cluster's rows; or no column
+        self.labels = labels or {}  # {column: object [rows]}: the instance's label, None on the cluster's rows
         self.cols = cols
         self.kv_total = kv_total
 
@@ -178,8 +176,7 @@ class TimeSeries:
         """Every column, in the documented order."""
         kv = np.divide(self.cols["kv_blocks_used"], self.kv_total, out=np.zeros(len(self)), where=self.kv_total > 0)
         out = {"time_us": self.time_us, "time_s": self.time_us / 1e6, "instance": self.instance}
-        if self.deployment is not None:
-            out["deployment"] = self.deployment
+        out.update(self.labels)
         for c in COLUMNS:
             out[c] = self.cols[c]
             if c == "kv_blocks_used":
@@ -195,7 +192,7 @@ class TimeSeries:
         """A pyarrow Table of ``columns()``."""
         import pyarrow as pa  # deferred: pyarrow
 
-        return pa.table({k: pa.array(v, pa.string() if k == "deployment" else None)
+        return pa.table({k: pa.array(v, pa.string() if k in self.labels else None)
                          for k, v in self.columns().items()})
 
     def write_parquet(self, path) -> None:
