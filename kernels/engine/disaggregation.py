@@ -128,8 +128,7 @@ def pd_leg_done(st, p, leg, t):
         if reqs[r]["output_len"] <= 1:  # nothing left to decode: done without a transfer
             _release_leg(st, r, t)
             reqs[r]["state"] = RequestState.COMPLETED
-            reqs[r]["instance"] = p
-            st.pd_reqs[r]["prefill_instance"] = -1
+            reqs[r]["instance"] = p  # (no decode instance: prefill_instance stays p, no transfer)
             inst[p]["completed"] += 1
             release_follower(st, r)
             return
