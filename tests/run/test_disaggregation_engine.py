@@ -431,3 +431,28 @@ def test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha
     assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 2150
     assert int(req["last_token_us"]) >= int(req["first_token_us"])
     assert int(req["itl_sum_us"]) >= 0
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a both instance's transfer queue is retried only after a "
+                                       "step of that instance; blocks freed there by a prefill leg whose "
+                                       "transfer ended (_release_leg) do not retry it, so a waiting request "
+                                       "is stranded when the instance has no more steps")
+def test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiting_there():
+    """Round-robin, prefix-threshold 50; the prefill pool's queueing delay is 5000 µs, a
+    link of 100 µs per token.  R0 (prompt 10) runs on decode instance 1 undisaggregated;
+    R1 (prompt 100, at 1) goes to the both instance 2 by way of prefill instance 0; R2
+    (prompt 100, at 2) to 1 by way of 2.  R2's leg holds 7 of instance 2's 10 blocks from
+    2 to its transfer's end (2002..12052); R1's prefill ends at 7001 and waits for blocks
+    on instance 2.  R2's leg frees them at 12052: R1's transfer may start then (data
+    22052, end 22102; first token 23112, second 24117).  The engine never retries: R1
+    stays waiting at the end of a run without a horizon."""
+    wl = lengths_workload([0, 1, 2], [10, 100, 100], [2, 2, 2])
+    doc = pools_doc({"decider": "prefix-threshold", "threshold": 50, "transfer": {"bandwidth_gbps": 1.31072}},
+                    both={"instances": 1}, prefill={"instances": 1, "alpha_coeffs": [5000, 0, 0]})
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in range(3)] == [-1, 0, 2]
+    assert [int(st.reqs[r]["instance"]) for r in range(3)] == [1, 2, 1]
+    assert transfer(st, 2) == (2002, 2002, 12002, 12052, 100)
+    assert int(st.pd_reqs[1]["wait_start_us"]) == 7001
+    assert transfer(st, 1) == (7001, 12052, 22052, 22102, 100)
+    assert tokens(st, 1) == (22102, 23112, 24117)
