@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import blis_fast
-from builders import lengths_workload
+from builders import LOADED, LOADED_HORIZON, lengths_workload
 from blis_fast_kernels.kv.cache import kv_conserved
 from blis_fast_kernels.schema import RequestState
 
@@ -329,6 +329,33 @@ def test_first_token_prefill_with_one_output_token_completes_on_the_prefill_side
     assert int(req["first_token_us"]) == int(req["last_token_us"]) == 2000
     assert transfer(st, 0)[1:4] == (-1, -1, -1)
     assert list(st.inst["completed"]) == [1, 0] and int(st.inst[DECODE]["steps"]) == 0
+
+
+# ----------------------------------------------------------------------------- decider never = monolithic
+
+INSTANCE_COUNTERS = ("steps", "busy_us", "prefill_tokens", "decode_tokens", "preemptions", "injected", "completed",
+                     "dropped", "kv_peak_allocated", "batch_peak", "prefix_hit_tokens")
+
+
+@pytest.mark.parametrize("k, routing, horizon", [(1, "round-robin", None), (3, "least-loaded", None),
+                                                 (3, "prefix-affinity", LOADED_HORIZON)])
+def test_decider_never_with_one_prefill_and_k_decode_instances_is_the_k_instance_monolithic_run(k, routing, horizon):
+    """The loaded run (shared prefixes, KV pressure, preemptions, alpha overheads): P 1 +
+    D k with decider never gives every request the results of the monolithic run on k
+    instances -- on the instance one row later (the idle prefill instance is row 0) -- and
+    each decode instance the counters of its monolithic twin."""
+    kw = {**{key: v for key, v in LOADED.items() if key != "num_instances"}, "routing_policy": routing,
+          "horizon": horizon}
+    mono = blis_fast.simulate(num_instances=k, **kw)
+    pd = blis_fast.simulate(prefill_instances=1, decode_instances=k, pd_decider="never", **kw)
+    a, b = mono.request_columns(), pd.request_columns()
+    assert int(mono.state.inst["preemptions"].sum()) > 0
+    a["instance"] = np.where(a["instance"] >= 0, a["instance"] + 1, -1)  # (-1: not routed by the horizon)
+    for col in a:
+        assert np.array_equal(a[col], b[col]), col
+    for f in INSTANCE_COUNTERS:
+        assert np.array_equal(mono.state.inst[f][:k], pd.state.inst[f][1:]), f
+    assert int(pd.state.inst["steps"][0]) == 0 and (pd.full_state.pd_reqs["prefill_instance"] == -1).all()
 
 
 # ----------------------------------------------------------------------------- engine bugs found (xfail strict)
