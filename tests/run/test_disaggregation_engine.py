@@ -73,6 +73,17 @@ def tokens(st, r):
     return int(row["first_scheduled_us"]), int(row["first_token_us"]), int(row["last_token_us"])
 
 
+def pools_doc(pd, both=None, **entry_keys):
+    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
+    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
+    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
+             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
+             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
+    if both is not None:
+        entry["both"] = both
+    return {"deployments": [entry], "simulation": {"check_invariants": True}}
+
+
 # ----------------------------------------------------------------------------- one request, end to end
 
 
@@ -178,6 +189,16 @@ def test_transfers_of_different_prefill_instances_do_not_share_a_link():
     assert transfer(st, 1) == (2000, 2000, 3000, 3050, 100)
 
 
+def test_each_tp_rank_of_the_prefill_pool_sends_its_share_on_its_own_link():
+    """Prefill pool TP 2: 65536 KV bytes per token per rank, 5 µs per token: 100 tokens'
+    data take 500 µs (2000..2500, end 2550)."""
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}},
+                    prefill={"instances": 1, "tp": 2})
+    st = blis_fast.simulate(doc, workload=lengths_workload([0], [100], [2])).full_state
+    assert float(st.pd_models[0]["kv_bytes_per_token"]) == KV_BYTES_PER_TOKEN / 2
+    assert transfer(st, 0) == (2000, 2000, 2500, 2550, 100)
+
+
 # ----------------------------------------------------------------------------- what a transfer charges
 
 
@@ -223,6 +244,23 @@ def test_wait_holds_a_prefilled_request_until_blocks_free():
     assert int(inst["xq_len"]) == 0 and int(inst["completed"]) == 2
 
 
+def test_the_transfer_queue_is_served_in_order():
+    """C (prompt 10: one block, at 6000) is prefilled 7000..8100, after B.  Its block would
+    be free, but B waits at the head of the transfer queue: C waits behind it.  A's last
+    step frees the blocks at 23155 and both start, in order: B's data 23155..24155 (end
+    24205), C's 23155..23255 (end 23305).  Decode: C's last prompt token 23305..24315; then
+    C's second token with B's last prompt token, 1000 + 10 + 5 -> 25330; B's second token
+    26335."""
+    _, st = pd_run([0, 5000, 6000], [100, 100, 10], [20, 2, 2], total_kv_blocks=10)
+    assert tokens(st, 0)[2] == A_DONE
+    assert [int(st.pd_reqs[r]["wait_start_us"]) for r in (1, 2)] == [7000, 8100]
+    assert transfer(st, 1) == (7000, A_DONE, A_DONE + 1000, A_DONE + 1050, 100)
+    assert transfer(st, 2) == (8100, A_DONE, A_DONE + 100, A_DONE + 150, 10)
+    assert tokens(st, 2) == (23305, 24315, 25330)
+    assert tokens(st, 1) == (24315, 25330, 26335)
+    assert int(st.inst[DECODE]["xq_peak"]) == 2 and int(st.inst[DECODE]["pd_waits"]) == 2
+
+
 def test_drop_drops_a_prefilled_request_that_finds_no_room_and_counts_it():
     """With drop, B ends at 7000: dropped at decode, nothing transferred, its leg's blocks
     freed on the prefill instance; A runs as alone."""
@@ -245,12 +283,8 @@ def test_a_request_that_can_never_fit_on_its_decode_instance_is_dropped_unservab
     prefill instance of 20 (YAML pools): dropped unservable at prefill_done, whatever
     on_decode_full says."""
     wl = lengths_workload([0], [200], [2])
-    doc = {"deployments": [{"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
-                            "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
-                            "prefill": {"instances": 1, "total_kv_blocks": 20},
-                            "decode": {"instances": 1, "total_kv_blocks": 12},
-                            "pd": {"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}}],
-           "simulation": {"check_invariants": True}}
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}},
+                    prefill={"instances": 1, "total_kv_blocks": 20}, decode={"instances": 1, "total_kv_blocks": 12})
     st = blis_fast.simulate(doc, workload=wl).full_state
     assert list(st.inst["kv_total"]) == [20, 12]
     assert int(st.reqs[0]["state"]) == RequestState.DROPPED
@@ -408,17 +442,6 @@ def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
     wl = prompts_workload([0], [list(range(8))], [3], bs=8)
     res = blis_fast.simulate(workload=wl, **{**HAND, "block_size_in_tokens": 8, "enable_prefix_caching": False})
     assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
-
-
-def pools_doc(pd, both=None, **entry_keys):
-    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
-    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
-    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
-             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
-             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
-    if both is not None:
-        entry["both"] = both
-    return {"deployments": [entry], "simulation": {"check_invariants": True}}
 
 
 @pytest.mark.xfail(strict=True, reason="engine bug: a request whose prefill leg and decode side are the same "
