@@ -19,6 +19,8 @@ A disaggregated request's path (the engine's):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,7 @@ KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # llama-3.1-8b, bf16, TP 1
 LINK_10US_PER_TOKEN = 13.1072  # GB/s: 131072 bytes / 13107.2 bytes per µs = 10 µs per token, exactly
 BASE_LATENCY_US = 50  # the default 0.05 ms
 PREFILL, DECODE = 0, 1  # instance rows with one prefill and one decode instance
+ROOT = Path(__file__).parents[2]
 
 HAND = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=100, prefill_instances=1,
             decode_instances=1, pd_decider="always", pd_transfer_bandwidth_gbps=LINK_10US_PER_TOKEN,
@@ -390,6 +393,58 @@ def test_decider_never_with_one_prefill_and_k_decode_instances_is_the_k_instance
     for f in INSTANCE_COUNTERS:
         assert np.array_equal(mono.state.inst[f][:k], pd.state.inst[f][1:]), f
     assert int(pd.state.inst["steps"][0]) == 0 and (pd.full_state.pd_reqs["prefill_instance"] == -1).all()
+
+
+# ----------------------------------------------------------------------------- with other models
+
+PD_POOLS = {"prefill": {"instances": 1}, "decode": {"instances": 2},
+            "pd": {"decider": "prefix-threshold", "threshold": 256, "transfer": {"contention": "link"}}}
+
+
+def two_models_run(tmp_path, clients, disaggregated):
+    """configs/examples/two-models.yaml (20 s of its spec) with the deployments of
+    ``disaggregated`` split into 1 prefill + 2 decode instances, only ``clients``' deployments
+    and clients kept: (Result, the kept deployments' indices)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "configs" / "examples" / "two-models.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "configs" / "workloads" / "two-models.yaml").read_text())
+    spec["duration_s"] = 20
+    spec["clients"] = [spec["clients"][k] for k in clients]
+    for k in disaggregated:
+        del doc["deployments"][k]["instances"]
+        doc["deployments"][k].update(PD_POOLS)
+    doc["deployments"] = [doc["deployments"][k] for k in clients]
+    path = tmp_path / f"spec-{'-'.join(map(str, clients))}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    doc["workload"]["spec_filepath"] = str(path)
+    doc["simulation"]["check_invariants"] = True
+    return blis_fast.simulate(doc)
+
+
+@pytest.mark.parametrize("disaggregated", [(0,), (0, 1)])
+def test_each_model_runs_as_its_deployment_alone(tmp_path, disaggregated):
+    """llama (P/D) beside qwen (monolithic, or P/D too): each model's requests get the
+    results of its deployment run alone with its own client (each model has its own
+    routing groups, prefill legs and links)."""
+    both = two_models_run(tmp_path, (0, 1), disaggregated)
+    st, wl = both.full_state, both.workload
+    assert (st.reqs["state"][: len(wl)] == RequestState.COMPLETED).all()
+    cols = both.request_columns()
+    for k, dep in enumerate(both.setup.deployments):
+        mine = wl.model == k
+        split = (st.pd_reqs["prefill_instance"] >= 0) & mine
+        assert split.any() == (k in disaggregated) and (split != mine).any()  # (some requests, not all)
+        alone = two_models_run(tmp_path, (k,), disaggregated)
+        a = alone.request_columns()
+        assert len(alone.workload) == int(mine.sum()) > 0
+        for col in ("arrival_us", "ttft_us", "e2e_us", "completion_us", "generated_tokens", "cached_prompt_tokens"):
+            assert np.array_equal(cols[col][mine], a[col]), (k, col)
+        assert np.array_equal(cols["instance"][mine] - dep.first_instance, a["instance"])
+        if k in disaggregated:  # (a run without P/D pools has a placeholder P/D table)
+            legs = st.pd_reqs["prefill_instance"][mine]
+            assert np.array_equal(np.where(legs >= 0, legs - dep.first_instance, -1),
+                                  alone.full_state.pd_reqs["prefill_instance"])
 
 
 # ----------------------------------------------------------------------------- engine bugs found (xfail strict)
