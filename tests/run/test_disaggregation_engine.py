@@ -561,3 +561,41 @@ def test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiti
     assert int(st.pd_reqs[1]["wait_start_us"]) == 7001
     assert transfer(st, 1) == (7001, 12052, 22052, 22102, 100)
     assert tokens(st, 1) == (22102, 23112, 24117)
+
+
+def traced_pd_run(**settings):
+    """Four requests of prompt 100 on P 1 + D 2 (least-loaded), every one disaggregated,
+    with the decision trace on."""
+    wl = lengths_workload([0, 0, 0, 0], [100] * 4, [2] * 4)
+    return blis_fast.simulate(workload=wl, **{**HAND, "decode_instances": 2, "routing_policy": "least-loaded",
+                                              "trace_level": "decisions", **settings})
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="bug in blis_fast/results/trace_table.py decision_table: the routing log records each "
+                          "prefill leg's routing with the leg's row (r + n), which it indexes into the requests' "
+                          "rows (Result.state.reqs, n rows): IndexError")
+def test_the_decision_trace_of_a_pd_run_has_the_decode_and_prefill_routing_of_each_request():
+    """Every request is routed twice: to its decode instance and (its leg) to a prefill
+    instance; the decision table reads them.  The engine's log has 8 records (legs as rows
+    4..7); decision_table() raises IndexError "index 4 is out of bounds for axis 0 with
+    size 4"."""
+    res = traced_pd_run()
+    assert int(res.full_state.loop[0]["route_records"]) == 8
+    table = res.decision_table()
+    assert table is not None
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="bug in blis_fast/results/regret.py estimated_costs (counterfactual_k > 0): the prefill "
+                          "legs' routing records index the requests' rows out of bounds: IndexError")
+def test_counterfactual_replays_of_a_pd_run_run_or_are_refused():
+    """``counterfactual_k`` with P/D pools either replays decisions or is refused as a
+    ConfigError; simulate() raises IndexError from results/regret.py instead."""
+    from blis_fast.errors import ConfigError
+
+    try:
+        res = traced_pd_run(counterfactual_k=2)
+    except ConfigError:
+        return
+    assert isinstance(res.counterfactuals, list)
