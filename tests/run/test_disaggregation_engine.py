@@ -599,3 +599,32 @@ def test_counterfactual_replays_of_a_pd_run_run_or_are_refused():
     except ConfigError:
         return
     assert isinstance(res.counterfactuals, list)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: pd_route_prefill (kernels/engine/disaggregation.py) routes a "
+                                       "prefill leg with the cohort's first member's parameters and never asks "
+                                       "the other members (on_routing does, for the decode side), so a batch "
+                                       "cohort does not split where its members' prefill choices part: members "
+                                       "get another member's run")
+def test_a_batch_cohort_gives_each_member_its_own_pd_run():
+    """Two weighted-routing candidates (queue depth vs KV utilization) on P 3 + D 1: they
+    always pick the one decode instance but not the same prefill instances.  Evaluated as a
+    cohort, each row must equal the candidate's own run (batch/cohorts.py: "nothing is
+    approximated"); the engine gives the second candidate the first one's metrics."""
+    from blis_fast.batch import Budget
+    from blis_fast.batch.candidates import load_candidate
+    from blis_fast.batch.evaluate import evaluate_prepared
+    from blis_fast.batch.scenarios import Scenario, prepare
+    from blis_fast.config.sim import build_config
+
+    def weighted(scorer):
+        return {"routing": {"type": "weighted", "params": {"scorers": {scorer: 1.0}}}}
+
+    scenario = prepare(Scenario("pd", build_config({}, {"prefill_instances": 3, "decode_instances": 1,
+                                                        "pd_decider": "always", "workload": "chatbot", "rate": 150,
+                                                        "num_requests": 300})), "ttft_p99_ms:min")
+    cands = [load_candidate(weighted("queue-depth"), "qd"), load_candidate(weighted("kv-utilization"), "kv")]
+    alone = [r.to_dict() for r in evaluate_prepared(cands, [scenario], Budget(max_wall_s=None), 1, cohorts=False)]
+    assert alone[0]["metrics"] != alone[1]["metrics"]  # (their own runs differ)
+    together = [r.to_dict() for r in evaluate_prepared(cands, [scenario], Budget(max_wall_s=None), 1, cohorts=True)]
+    assert together == alone
