@@ -16,8 +16,11 @@ Properties, on the final state (at the horizon when one is drawn):
   contention, never earlier with it) -> end (+ the base latency) -> decode admission ->
   tokens; charged tokens as the charge rule says;
 - KV blocks conserved on every instance (``kv_conserved``), all free after a full run;
+- summaries without NaN; E2E = TTFT + the sum of the ITL samples;
 - determinism: a second run gives byte-identical request and P/D tables, and a fresh
-  process gives the same per-request results file.
+  process gives the same per-request results file;
+- event skipping changes nothing: the reference path (every running request visited
+  every step) gives the same requests, transfers and instance counters.
 
 Known engine bugs (each pinned by a strict xfail test in test_disaggregation_engine.py)
 would fail these properties in some examples; ``known_bug`` recognizes them and the
