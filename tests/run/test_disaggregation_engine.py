@@ -19,11 +19,13 @@ A disaggregated request's path (the engine's):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import blis_fast
-from builders import lengths_workload
+from builders import LOADED, LOADED_HORIZON, lengths_workload
 from blis_fast_kernels.kv.cache import kv_conserved
 from blis_fast_kernels.schema import RequestState
 
@@ -31,6 +33,7 @@ KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # llama-3.1-8b, bf16, TP 1
 LINK_10US_PER_TOKEN = 13.1072  # GB/s: 131072 bytes / 13107.2 bytes per µs = 10 µs per token, exactly
 BASE_LATENCY_US = 50  # the default 0.05 ms
 PREFILL, DECODE = 0, 1  # instance rows with one prefill and one decode instance
+ROOT = Path(__file__).parents[2]
 
 HAND = dict(alpha_coeffs=[0, 0, 0], beta_coeffs=[1000, 10, 5], total_kv_blocks=100, prefill_instances=1,
             decode_instances=1, pd_decider="always", pd_transfer_bandwidth_gbps=LINK_10US_PER_TOKEN,
@@ -71,6 +74,17 @@ def tokens(st, r):
     """(first scheduled on its decode instance, first token, last token) of request r."""
     row = st.reqs[r]
     return int(row["first_scheduled_us"]), int(row["first_token_us"]), int(row["last_token_us"])
+
+
+def pools_doc(pd, both=None, **entry_keys):
+    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
+    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
+    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
+             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
+             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
+    if both is not None:
+        entry["both"] = both
+    return {"deployments": [entry], "simulation": {"check_invariants": True}}
 
 
 # ----------------------------------------------------------------------------- one request, end to end
@@ -178,6 +192,16 @@ def test_transfers_of_different_prefill_instances_do_not_share_a_link():
     assert transfer(st, 1) == (2000, 2000, 3000, 3050, 100)
 
 
+def test_each_tp_rank_of_the_prefill_pool_sends_its_share_on_its_own_link():
+    """Prefill pool TP 2: 65536 KV bytes per token per rank, 5 µs per token: 100 tokens'
+    data take 500 µs (2000..2500, end 2550)."""
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}},
+                    prefill={"instances": 1, "tp": 2})
+    st = blis_fast.simulate(doc, workload=lengths_workload([0], [100], [2])).full_state
+    assert float(st.pd_models[0]["kv_bytes_per_token"]) == KV_BYTES_PER_TOKEN / 2
+    assert transfer(st, 0) == (2000, 2000, 2500, 2550, 100)
+
+
 # ----------------------------------------------------------------------------- what a transfer charges
 
 
@@ -223,6 +247,23 @@ def test_wait_holds_a_prefilled_request_until_blocks_free():
     assert int(inst["xq_len"]) == 0 and int(inst["completed"]) == 2
 
 
+def test_the_transfer_queue_is_served_in_order():
+    """C (prompt 10: one block, at 6000) is prefilled 7000..8100, after B.  Its block would
+    be free, but B waits at the head of the transfer queue: C waits behind it.  A's last
+    step frees the blocks at 23155 and both start, in order: B's data 23155..24155 (end
+    24205), C's 23155..23255 (end 23305).  Decode: C's last prompt token 23305..24315; then
+    C's second token with B's last prompt token, 1000 + 10 + 5 -> 25330; B's second token
+    26335."""
+    _, st = pd_run([0, 5000, 6000], [100, 100, 10], [20, 2, 2], total_kv_blocks=10)
+    assert tokens(st, 0)[2] == A_DONE
+    assert [int(st.pd_reqs[r]["wait_start_us"]) for r in (1, 2)] == [7000, 8100]
+    assert transfer(st, 1) == (7000, A_DONE, A_DONE + 1000, A_DONE + 1050, 100)
+    assert transfer(st, 2) == (8100, A_DONE, A_DONE + 100, A_DONE + 150, 10)
+    assert tokens(st, 2) == (23305, 24315, 25330)
+    assert tokens(st, 1) == (24315, 25330, 26335)
+    assert int(st.inst[DECODE]["xq_peak"]) == 2 and int(st.inst[DECODE]["pd_waits"]) == 2
+
+
 def test_drop_drops_a_prefilled_request_that_finds_no_room_and_counts_it():
     """With drop, B ends at 7000: dropped at decode, nothing transferred, its leg's blocks
     freed on the prefill instance; A runs as alone."""
@@ -245,12 +286,8 @@ def test_a_request_that_can_never_fit_on_its_decode_instance_is_dropped_unservab
     prefill instance of 20 (YAML pools): dropped unservable at prefill_done, whatever
     on_decode_full says."""
     wl = lengths_workload([0], [200], [2])
-    doc = {"deployments": [{"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
-                            "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
-                            "prefill": {"instances": 1, "total_kv_blocks": 20},
-                            "decode": {"instances": 1, "total_kv_blocks": 12},
-                            "pd": {"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}}],
-           "simulation": {"check_invariants": True}}
+    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}},
+                    prefill={"instances": 1, "total_kv_blocks": 20}, decode={"instances": 1, "total_kv_blocks": 12})
     st = blis_fast.simulate(doc, workload=wl).full_state
     assert list(st.inst["kv_total"]) == [20, 12]
     assert int(st.reqs[0]["state"]) == RequestState.DROPPED
@@ -331,6 +368,85 @@ def test_first_token_prefill_with_one_output_token_completes_on_the_prefill_side
     assert list(st.inst["completed"]) == [1, 0] and int(st.inst[DECODE]["steps"]) == 0
 
 
+# ----------------------------------------------------------------------------- decider never = monolithic
+
+INSTANCE_COUNTERS = ("steps", "busy_us", "prefill_tokens", "decode_tokens", "preemptions", "injected", "completed",
+                     "dropped", "kv_peak_allocated", "batch_peak", "prefix_hit_tokens")
+
+
+@pytest.mark.parametrize("k, routing, horizon", [(1, "round-robin", None), (3, "least-loaded", None),
+                                                 (3, "prefix-affinity", LOADED_HORIZON)])
+def test_decider_never_with_one_prefill_and_k_decode_instances_is_the_k_instance_monolithic_run(k, routing, horizon):
+    """The loaded run (shared prefixes, KV pressure, preemptions, alpha overheads): P 1 +
+    D k with decider never gives every request the results of the monolithic run on k
+    instances -- on the instance one row later (the idle prefill instance is row 0) -- and
+    each decode instance the counters of its monolithic twin."""
+    kw = {**{key: v for key, v in LOADED.items() if key != "num_instances"}, "routing_policy": routing,
+          "horizon": horizon}
+    mono = blis_fast.simulate(num_instances=k, **kw)
+    pd = blis_fast.simulate(prefill_instances=1, decode_instances=k, pd_decider="never", **kw)
+    a, b = mono.request_columns(), pd.request_columns()
+    assert int(mono.state.inst["preemptions"].sum()) > 0
+    a["instance"] = np.where(a["instance"] >= 0, a["instance"] + 1, -1)  # (-1: not routed by the horizon)
+    for col in a:
+        assert np.array_equal(a[col], b[col]), col
+    for f in INSTANCE_COUNTERS:
+        assert np.array_equal(mono.state.inst[f][:k], pd.state.inst[f][1:]), f
+    assert int(pd.state.inst["steps"][0]) == 0 and (pd.full_state.pd_reqs["prefill_instance"] == -1).all()
+
+
+# ----------------------------------------------------------------------------- with other models
+
+PD_POOLS = {"prefill": {"instances": 1}, "decode": {"instances": 2},
+            "pd": {"decider": "prefix-threshold", "threshold": 256, "transfer": {"contention": "link"}}}
+
+
+def two_models_run(tmp_path, clients, disaggregated):
+    """configs/examples/two-models.yaml (20 s of its spec) with the deployments of
+    ``disaggregated`` split into 1 prefill + 2 decode instances, only ``clients``' deployments
+    and clients kept: (Result, the kept deployments' indices)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "configs" / "examples" / "two-models.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "configs" / "workloads" / "two-models.yaml").read_text())
+    spec["duration_s"] = 20
+    spec["clients"] = [spec["clients"][k] for k in clients]
+    for k in disaggregated:
+        del doc["deployments"][k]["instances"]
+        doc["deployments"][k].update(PD_POOLS)
+    doc["deployments"] = [doc["deployments"][k] for k in clients]
+    path = tmp_path / f"spec-{'-'.join(map(str, clients))}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    doc["workload"]["spec_filepath"] = str(path)
+    doc["simulation"]["check_invariants"] = True
+    return blis_fast.simulate(doc)
+
+
+@pytest.mark.parametrize("disaggregated", [(0,), (0, 1)])
+def test_each_model_runs_as_its_deployment_alone(tmp_path, disaggregated):
+    """llama (P/D) beside qwen (monolithic, or P/D too): each model's requests get the
+    results of its deployment run alone with its own client (each model has its own
+    routing groups, prefill legs and links)."""
+    both = two_models_run(tmp_path, (0, 1), disaggregated)
+    st, wl = both.full_state, both.workload
+    assert (st.reqs["state"][: len(wl)] == RequestState.COMPLETED).all()
+    cols = both.request_columns()
+    for k, dep in enumerate(both.setup.deployments):
+        mine = wl.model == k
+        split = (st.pd_reqs["prefill_instance"] >= 0) & mine
+        assert split.any() == (k in disaggregated) and (split != mine).any()  # (some requests, not all)
+        alone = two_models_run(tmp_path, (k,), disaggregated)
+        a = alone.request_columns()
+        assert len(alone.workload) == int(mine.sum()) > 0
+        for col in ("arrival_us", "ttft_us", "e2e_us", "completion_us", "generated_tokens", "cached_prompt_tokens"):
+            assert np.array_equal(cols[col][mine], a[col]), (k, col)
+        assert np.array_equal(cols["instance"][mine] - dep.first_instance, a["instance"])
+        if k in disaggregated:  # (a run without P/D pools has a placeholder P/D table)
+            legs = st.pd_reqs["prefill_instance"][mine]
+            assert np.array_equal(np.where(legs >= 0, legs - dep.first_instance, -1),
+                                  alone.full_state.pd_reqs["prefill_instance"])
+
+
 # ----------------------------------------------------------------------------- engine bugs found (xfail strict)
 
 
@@ -383,17 +499,6 @@ def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
     assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
 
 
-def pools_doc(pd, both=None, **entry_keys):
-    """A run config with one P/D deployment (the HAND coefficients; one prefill and one
-    decode instance of 10 KV blocks) as a deployments: list, ``entry_keys`` over it."""
-    entry = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100",
-             "latency_model": "blackbox", "alpha_coeffs": [0, 0, 0], "beta_coeffs": [1000, 10, 5],
-             "total_kv_blocks": 10, "prefill": {"instances": 1}, "decode": {"instances": 1}, "pd": pd, **entry_keys}
-    if both is not None:
-        entry["both"] = both
-    return {"deployments": [entry], "simulation": {"check_invariants": True}}
-
-
 @pytest.mark.xfail(strict=True, reason="engine bug: a request whose prefill leg and decode side are the same "
                                        "`both` instance must hold two copies of its prompt there (the leg's, "
                                        "kept until the transfer ends, and the reservation); when they do not "
@@ -431,3 +536,95 @@ def test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha
     assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 2150
     assert int(req["last_token_us"]) >= int(req["first_token_us"])
     assert int(req["itl_sum_us"]) >= 0
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: a both instance's transfer queue is retried only after a "
+                                       "step of that instance; blocks freed there by a prefill leg whose "
+                                       "transfer ended (_release_leg) do not retry it, so a waiting request "
+                                       "is stranded when the instance has no more steps")
+def test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiting_there():
+    """Round-robin, prefix-threshold 50; the prefill pool's queueing delay is 5000 µs, a
+    link of 100 µs per token.  R0 (prompt 10) runs on decode instance 1 undisaggregated;
+    R1 (prompt 100, at 1) goes to the both instance 2 by way of prefill instance 0; R2
+    (prompt 100, at 2) to 1 by way of 2.  R2's leg holds 7 of instance 2's 10 blocks from
+    2 to its transfer's end (2002..12052); R1's prefill ends at 7001 and waits for blocks
+    on instance 2.  R2's leg frees them at 12052: R1's transfer may start then (data
+    22052, end 22102; first token 23112, second 24117).  The engine never retries: R1
+    stays waiting at the end of a run without a horizon."""
+    wl = lengths_workload([0, 1, 2], [10, 100, 100], [2, 2, 2])
+    doc = pools_doc({"decider": "prefix-threshold", "threshold": 50, "transfer": {"bandwidth_gbps": 1.31072}},
+                    both={"instances": 1}, prefill={"instances": 1, "alpha_coeffs": [5000, 0, 0]})
+    st = blis_fast.simulate(doc, workload=wl).full_state
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in range(3)] == [-1, 0, 2]
+    assert [int(st.reqs[r]["instance"]) for r in range(3)] == [1, 2, 1]
+    assert transfer(st, 2) == (2002, 2002, 12002, 12052, 100)
+    assert int(st.pd_reqs[1]["wait_start_us"]) == 7001
+    assert transfer(st, 1) == (7001, 12052, 22052, 22102, 100)
+    assert tokens(st, 1) == (22102, 23112, 24117)
+
+
+def traced_pd_run(**settings):
+    """Four requests of prompt 100 on P 1 + D 2 (least-loaded), every one disaggregated,
+    with the decision trace on."""
+    wl = lengths_workload([0, 0, 0, 0], [100] * 4, [2] * 4)
+    return blis_fast.simulate(workload=wl, **{**HAND, "decode_instances": 2, "routing_policy": "least-loaded",
+                                              "trace_level": "decisions", **settings})
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="bug in blis_fast/results/trace_table.py decision_table: the routing log records each "
+                          "prefill leg's routing with the leg's row (r + n), which it indexes into the requests' "
+                          "rows (Result.state.reqs, n rows): IndexError")
+def test_the_decision_trace_of_a_pd_run_has_the_decode_and_prefill_routing_of_each_request():
+    """Every request is routed twice: to its decode instance and (its leg) to a prefill
+    instance; the decision table reads them.  The engine's log has 8 records (legs as rows
+    4..7); decision_table() raises IndexError "index 4 is out of bounds for axis 0 with
+    size 4"."""
+    res = traced_pd_run()
+    assert int(res.full_state.loop[0]["route_records"]) == 8
+    table = res.decision_table()
+    assert table is not None
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="bug in blis_fast/results/regret.py estimated_costs (counterfactual_k > 0): the prefill "
+                          "legs' routing records index the requests' rows out of bounds: IndexError")
+def test_counterfactual_replays_of_a_pd_run_run_or_are_refused():
+    """``counterfactual_k`` with P/D pools either replays decisions or is refused as a
+    ConfigError; simulate() raises IndexError from results/regret.py instead."""
+    from blis_fast.errors import ConfigError
+
+    try:
+        res = traced_pd_run(counterfactual_k=2)
+    except ConfigError:
+        return
+    assert isinstance(res.counterfactuals, list)
+
+
+@pytest.mark.xfail(strict=True, reason="engine bug: pd_route_prefill (kernels/engine/disaggregation.py) routes a "
+                                       "prefill leg with the cohort's first member's parameters and never asks "
+                                       "the other members (on_routing does, for the decode side), so a batch "
+                                       "cohort does not split where its members' prefill choices part: members "
+                                       "get another member's run")
+def test_a_batch_cohort_gives_each_member_its_own_pd_run():
+    """Two weighted-routing candidates (queue depth vs KV utilization) on P 3 + D 1: they
+    always pick the one decode instance but not the same prefill instances.  Evaluated as a
+    cohort, each row must equal the candidate's own run (batch/cohorts.py: "nothing is
+    approximated"); the engine gives the second candidate the first one's metrics."""
+    from blis_fast.batch import Budget
+    from blis_fast.batch.candidates import load_candidate
+    from blis_fast.batch.evaluate import evaluate_prepared
+    from blis_fast.batch.scenarios import Scenario, prepare
+    from blis_fast.config.sim import build_config
+
+    def weighted(scorer):
+        return {"routing": {"type": "weighted", "params": {"scorers": {scorer: 1.0}}}}
+
+    scenario = prepare(Scenario("pd", build_config({}, {"prefill_instances": 3, "decode_instances": 1,
+                                                        "pd_decider": "always", "workload": "chatbot", "rate": 150,
+                                                        "num_requests": 300})), "ttft_p99_ms:min")
+    cands = [load_candidate(weighted("queue-depth"), "qd"), load_candidate(weighted("kv-utilization"), "kv")]
+    alone = [r.to_dict() for r in evaluate_prepared(cands, [scenario], Budget(max_wall_s=None), 1, cohorts=False)]
+    assert alone[0]["metrics"] != alone[1]["metrics"]  # (their own runs differ)
+    together = [r.to_dict() for r in evaluate_prepared(cands, [scenario], Budget(max_wall_s=None), 1, cohorts=True)]
+    assert together == alone

@@ -16,8 +16,17 @@ Properties, on the final state (at the horizon when one is drawn):
   contention, never earlier with it) -> end (+ the base latency) -> decode admission ->
   tokens; charged tokens as the charge rule says;
 - KV blocks conserved on every instance (``kv_conserved``), all free after a full run;
+- summaries without NaN; E2E = TTFT + the sum of the ITL samples;
 - determinism: a second run gives byte-identical request and P/D tables, and a fresh
-  process gives the same per-request results file.
+  process gives the same per-request results file;
+- event skipping changes nothing: the reference path (every running request visited
+  every step) gives the same requests, transfers and instance counters.
+
+Known engine bugs (each pinned by a strict xfail test in test_disaggregation_engine.py)
+would fail these properties in some examples; ``known_bug`` recognizes them and the
+example is rejected (counted as a hypothesis event), so the properties keep guarding
+everything else.  When a bug is fixed its xfail test passes, which fails it (strict):
+then remove its recognizer here too.
 """
 
 from __future__ import annotations
@@ -30,16 +39,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as hs
 
 import blis_fast
-from builders import LLAMA, prompts_workload, random_prompts
+from builders import LLAMA, assert_no_nan, prompts_workload, random_prompts
 from blis_fast_kernels.kv.cache import kv_conserved
 from blis_fast_kernels.schema import PoolRole, RequestState
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-FAST_EXAMPLES, SLOW_EXAMPLES = 40, 400
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                derandomize=True)
+FAST_EXAMPLES, SLOW_EXAMPLES = 200, 2000
 
 # the states a request row may be left in at the horizon (on its way), and at the end of a full run
 IN_FLIGHT = (RequestState.PENDING, RequestState.ADMITTING, RequestState.ROUTED, RequestState.QUEUED,
@@ -83,48 +93,52 @@ def coefficients(draw):
 def scenarios(draw) -> Scenario:
     rng = np.random.default_rng(draw(hs.integers(0, 2**32 - 1)))
     bs = draw(hs.sampled_from([4, 8, 16]))
-    n = draw(hs.integers(1, 14))
+    n = draw(hs.integers(2, 16))
     prompts = random_prompts(rng, n, bs, n_families=2, vocab=4, max_suffix=70, p_family=0.7)
     outputs = [int(x) for x in rng.choice([0, 1, 1, 2, 3, 5, 9], n)]
     spacing = draw(hs.sampled_from([0, 1, 400, 3000]))
     arrivals = sorted(int(x) * spacing for x in rng.integers(0, 12, n))
     caps = [-(-(len(p) + max(o, 1) - 1) // bs) for p, o in zip(prompts, outputs, strict=True)]
-    small_kv = hs.integers(max(1, max(caps) // 2), max(caps) + 10)  # from too small for some requests up
+    # KV caches from too small for some requests (dropped, or waiting for room) to room for several
+    kv_blocks = hs.one_of(hs.integers(max(1, max(caps) // 2), max(caps) + 4),
+                          hs.integers(max(caps), 3 * max(caps) + 4))
 
     def pool(instances):
         entry = {"instances": instances}
         if draw(hs.booleans()):  # its own KV cache and coefficients
-            entry["total_kv_blocks"] = draw(small_kv)
+            entry["total_kv_blocks"] = draw(kv_blocks)
             entry["alpha_coeffs"], entry["beta_coeffs"] = coefficients(draw)
         return entry
 
-    decider = draw(hs.sampled_from(["always", "prefix-threshold", "never"]))
+    decider = draw(hs.sampled_from(["always", "always", "prefix-threshold", "never"]))
     pd = {"decider": decider}
     if decider == "prefix-threshold":
-        pd["threshold"] = draw(hs.sampled_from([0, 1, bs, 2 * bs + 1, 40, 10**6]))
+        pd["threshold"] = draw(hs.sampled_from([0, 1, bs, 2 * bs + 1, 40]))
     if decider != "never":  # (with never the rest is refused: nothing is disaggregated)
         pd["first_token"] = draw(hs.sampled_from(["decode", "prefill"]))
         pd["on_decode_full"] = draw(hs.sampled_from(["wait", "drop"]))
-        pd["transfer"] = {"bandwidth_gbps": draw(hs.sampled_from([0.05, 1.0, 13.1072, 25.0, 1000.0])),
+        pd["transfer"] = {"bandwidth_gbps": draw(hs.sampled_from([0.5, 1.31072, 13.1072, 25.0, 1000.0])),
                           "base_latency_ms": draw(hs.sampled_from([0.0, 0.05, 1.5])),
                           "charge": draw(hs.sampled_from(["destination-missing", "full-prompt"])),
                           "contention": draw(hs.sampled_from(["none", "link"]))}
     alpha, beta = coefficients(draw)
     entry = {"name": "pd", "model": LLAMA, "hardware": "H100", "latency_model": "blackbox",
-             "alpha_coeffs": alpha, "beta_coeffs": beta, "block_size": bs, "total_kv_blocks": draw(small_kv),
-             "max_num_seqs": draw(hs.integers(1, 4)), "max_num_batched_tokens": draw(hs.integers(1, 96)),
+             "alpha_coeffs": alpha, "beta_coeffs": beta, "block_size": bs, "total_kv_blocks": draw(kv_blocks),
+             "max_num_seqs": draw(hs.integers(1, 4)), "max_num_batched_tokens": draw(hs.sampled_from([1, 7, 32, 96,
+                                                                                                        2048])),
              "long_prefill_token_threshold": draw(hs.sampled_from([0, 0, 1, 7, 32])),
              "enable_prefix_caching": draw(hs.booleans()),
              "prefill": pool(draw(hs.integers(1, 3))), "decode": pool(draw(hs.integers(1, 4))), "pd": pd}
     n_both = draw(hs.sampled_from([0, 0, 1, 2]))
     if n_both:
         entry["both"] = pool(n_both)
-    simulation = {"check_invariants": True}
-    horizon = draw(hs.one_of(hs.none(), hs.none(), hs.integers(0, 30_000)))
-    if horizon is not None:
-        simulation["horizon"] = horizon
+    simulation = {"check_invariants": True, "admission_latency": draw(hs.sampled_from([0, 0, 5, 200])),
+                  "routing_latency": draw(hs.sampled_from([0, 0, 3, 150]))}
+    if draw(hs.sampled_from([False, False, False, True])):  # a quarter of the runs stop at a horizon, mid-way
+        simulation["horizon"] = draw(hs.integers(0, 60_000))
     doc = {"deployments": [entry], "simulation": simulation,
-           "policy": {"routing": draw(hs.sampled_from(["round-robin", "least-loaded"]))}}
+           "policy": {"routing": draw(hs.sampled_from(["round-robin", "least-loaded", "weighted",
+                                                        "prefix-affinity"]))}}
     return Scenario(prompts, outputs, arrivals, bs, doc)
 
 
@@ -225,7 +239,8 @@ def check_timestamps(sc, st):
             assert int(leg["state"]) == RequestState.PENDING
             continue
         assert int(inst[p]["role"]) in (PoolRole.PREFILL, PoolRole.BOTH)
-        assert int(leg["instance"]) == p and int(leg["routed_us"]) == int(req["routed_us"]) >= a
+        hops = sc.doc["simulation"]["admission_latency"] + sc.doc["simulation"]["routing_latency"]
+        assert int(leg["instance"]) == p and int(leg["routed_us"]) == int(req["routed_us"]) == a + hops
         q = math.trunc(inst[p]["alpha0"] + inst[p]["alpha1"] * int(req["prompt_len"]))
         if int(leg["queued_us"]) >= 0:
             assert int(leg["queued_us"]) == int(req["routed_us"]) + q
@@ -271,6 +286,7 @@ def check_timestamps(sc, st):
             assert first > end and first_sched >= end
         if int(req["state"]) == RequestState.COMPLETED:
             assert last >= first >= a
+            assert int(req["itl_sum_us"]) == last - first  # E2E = TTFT + the sum of the ITL samples
 
 
 def check_blocks(sc, st):
@@ -285,13 +301,57 @@ def check_blocks(sc, st):
             assert (inst[f] == 0).all(), (f, inst[f])
 
 
+# ----------------------------------------------------------------------------- known engine bugs
+
+
+def known_bug_before_run(sc: Scenario) -> str | None:
+    """test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs: building the
+    state fails when the workload has exactly one block key and prefix caching is off."""
+    if not sc.doc["deployments"][0]["enable_prefix_caching"] and len(sc.workload().block_keys) == 1:
+        return "known bug: a single block key without prefix caching"
+    return None
+
+
+def known_bug(sc: Scenario, st) -> str | None:
+    """The name of a known engine bug this finished run shows, else None."""
+    reqs, pd, inst = st.reqs, st.pd_reqs, st.inst
+    n = len(pd)
+    started = pd["transfer_start_us"] >= 0
+    if (pd["transfer_start_us"][started] < pd["prefill_done_us"][started]).any():
+        # test_a_waiting_transfer_never_starts_before_its_prefill_is_done
+        return "known bug: a waiting transfer starts before its prefill is done"
+    if ((inst["rx_len"] > 0) & (inst["step_pending"] == 0)).any():
+        # test_a_received_request_is_admitted_when_the_batch_frees
+        return "known bug: a received request stranded without a step"
+    waiting = reqs["state"][:n] == RequestState.TRANSFER_WAIT
+    legs_holding = reqs["instance"][n:][reqs["state"][n:] == RequestState.TRANSFERRING]
+    if sc.horizon is None and np.isin(reqs["instance"][:n][waiting], legs_holding).any():
+        # test_a_request_prefilled_and_decoded_on_one_both_instance_completes (and its
+        # two-instance form: both instances' blocks held by each other's waiting legs)
+        return "known bug: a transfer waits for blocks held by a prefill leg waiting for a transfer"
+    if sc.horizon is None and ((inst["xq_len"] > 0) & (inst["step_pending"] == 0)).any():
+        # test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiting_there
+        return "known bug: a transfer queue not retried after a prefill leg freed blocks"
+    if sc.pd.get("first_token") == "prefill" and (reqs["itl_sum_us"][:n] < 0).any():
+        # test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha2
+        return "known bug: a decode-side token visible before the prefill side's first"
+    return None
+
+
 def check(sc: Scenario):
-    res = sc.run()  # (a failed per-step invariant raises SimulationError)
-    st = res.full_state
+    bug = known_bug_before_run(sc)
+    if bug is None:
+        res = sc.run()  # (a failed per-step invariant raises SimulationError)
+        st = res.full_state
+        bug = known_bug(sc, st)
+    if bug is not None:
+        event(bug)
+        reject()
     check_conservation(sc, st, res)
     check_places(st)
     check_timestamps(sc, st)
     check_blocks(sc, st)
+    assert_no_nan(res.summary())
     return res
 
 
@@ -321,7 +381,39 @@ def test_pd_runs_conserve_requests_and_blocks_and_keep_causality_breadth(sc):
 @settings(max_examples=FAST_EXAMPLES // 4, **SETTINGS)
 @given(scenarios())
 def test_pd_runs_are_deterministic(sc):
+    if known_bug_before_run(sc):
+        reject()
     assert state_bytes(sc.run()) == state_bytes(sc.run())
+
+
+REQUEST_RESULTS = ("state", "instance", "routed_us", "queued_us", "first_scheduled_us", "first_token_us",
+                   "last_token_us", "computed", "generated", "itl_sum_us", "preemptions", "cached_tokens")
+INSTANCE_RESULTS = ("steps", "busy_us", "prefill_tokens", "decode_tokens", "kv_allocated", "kv_peak_allocated",
+                    "prefix_hit_tokens", "preemptions", "pd_prefills", "pd_transfers_in", "pd_drops", "pd_waits",
+                    "xq_peak", "link_peak")
+
+
+def run_state(sc: Scenario, event_skipping: bool):
+    from blis_fast.config.sim import build_config
+    from blis_fast.run import build_state, resolve, run_to_end
+
+    return run_to_end(build_state(resolve(build_config(sc.doc)), sc.workload(), event_skipping=event_skipping))
+
+
+@settings(max_examples=FAST_EXAMPLES // 4, **SETTINGS)
+@given(scenarios())
+def test_pd_runs_skipping_events_equal_the_path_visiting_every_request(sc):
+    """Event skipping (kernels/engine/calendar.py) changes no result of a P/D run: request
+    rows (prefill legs included), transfers and instance counters equal the reference
+    path's, which visits every running request every step."""
+    if known_bug_before_run(sc):
+        reject()
+    a, b = run_state(sc, True), run_state(sc, False)
+    for f in REQUEST_RESULTS:
+        assert np.array_equal(a.reqs[f], b.reqs[f]), f
+    assert a.pd_reqs.tobytes() == b.pd_reqs.tobytes()
+    for f in INSTANCE_RESULTS:
+        assert np.array_equal(a.inst[f], b.inst[f]), f
 
 
 # ----------------------------------------------------------------------------- across processes
