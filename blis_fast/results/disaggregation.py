@@ -66,6 +66,12 @@ def pd_columns(result) -> dict[str, np.ndarray]:
     return out
 
 
+# table types of the per-request P/D fields (``request_fields``; the instances are names)
+PD_REQUEST_FIELD_TYPES = {"disaggregated": "bool", **{f"{k}_s": "float64" for k in ("prefill_done", "transfer_start",
+                                                                                   "transfer_end", "decode_scheduled")},
+                          **{f"{part}_ms": "float64" for part in TTFT_PARTS}}
+
+
 def request_fields(result, sel: np.ndarray, missing=None) -> dict[str, list]:
     """The per-request P/D fields of rows ``sel`` (results JSON records and tables):
     ``disaggregated``, ``prefill_instance``, ``decode_instance``, ``prefill_done_s``,
@@ -165,4 +171,4 @@ def pool_summaries(result) -> dict[str, dict]:
     return out
 
 
-__all__ = ["TTFT_PARTS", "is_disaggregated", "pd_columns", "pool_summaries", "request_fields", "summary"]
+__all__ = ["PD_REQUEST_FIELD_TYPES", "TTFT_PARTS", "is_disaggregated", "pd_columns", "pool_summaries", "request_fields", "summary"]

@@ -23,7 +23,8 @@ from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .deployments import deployment_selection, has_groups, model_selection, request_fields
-from .disaggregation import is_disaggregated, request_fields as pd_request_fields, summary as pd_summary
+from .disaggregation import PD_REQUEST_FIELD_TYPES, is_disaggregated, request_fields as pd_request_fields
+from .disaggregation import summary as pd_summary
 from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
@@ -47,6 +48,7 @@ REQUEST_FIELD_TYPES = {
     "itl_ms": "float64", "e2e_ms": "float64", "scheduling_delay_ms": "float64", "preemptions": "int64",
     "cached_prompt_tokens": "int64", "generated_tokens": "int64", "first_token_s": "float64",
     "completion_s": "float64", "session": "int64", "turn": "int64", "session_id": "int64", "round_index": "int64",
+    **PD_REQUEST_FIELD_TYPES,
 }
 REQUEST_TABLE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation (docs/semantics.md "Prefill/decode disaggregation").
+"""Prefill/decode disaggregation (docs/semantics.md §13).
 
 A request of a disaggregated model is routed to a decode instance first (its model's
 routing group); the decider then says whether its prompt is prefilled elsewhere.  If so,
@@ -6,17 +6,19 @@ its *prefill leg* -- request row r + ``pd_base``, a one-token request with the s
 prompt keys that emits nothing -- is routed to a prefill instance (the model's prefill
 group) and runs there like any request.  When the step that completes the prompt ends:
 
+    (the LegDone event; engine/phases.py ``end_phase`` ends every phase of it)
     reserve the blocks on the decode instance  (none free: wait in its transfer queue, or drop)
       -> transfer: data at the link's bandwidth (shared by the prefill instance's transfers
          under contention), then the base latency
       -> TRANSFER_DONE on the decode instance: the leg's blocks go to the prefill instance's
-         prefix cache; the request joins the decode instance's wait queue with all prompt
-         tokens but the last computed (all of them, and one token emitted, when the prefill
-         side emits the first token)
+         prefix cache; the request waits for a batch slot there (``rx``, admitted before
+         the wait queue) with all prompt tokens but the last computed (all of them, and
+         one token emitted, when the prefill side emits the first token)
 
-The request row holds its blocks on the decode instance from the reservation on (named
-blocks, so block conservation counts them wherever the request is); the leg holds its
-blocks on the prefill instance until the transfer ends.
+The request row holds its blocks on the decode instance from the reservation on, the leg
+its blocks on the prefill instance until the transfer ends: blocks held outside a batch,
+counted per instance (``held_outside``, and ``held_anon`` for the anonymous ones, which
+block conservation adds; kv/cache.py).
 """
 
 import math
@@ -24,13 +26,14 @@ import math
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk, kv_release
+from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk
 from ..latency.steptime import queueing_delay_us
 from ..policies.prefix_index import index_record_request
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
-from ..schema import InstanceEvent, PdDecider, PolicySlot, RequestState, RoutingKind, Status
+from ..schema import InstanceEvent, PdDecider, PhaseEnd, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
-from .events import event_priority, push_event, push_event_with, release_follower
+from .events import event_priority, push_event, push_event_with
+from .phases import end_phase
 from .queueing import ensure_step
 from .trace import log_routing, tracing
 
@@ -103,45 +106,36 @@ def pd_route_prefill(st, r, d, t):
 
 
 @helper
-def pd_hold_leg(st, p, leg):
-    """Prefill leg ``leg`` has its prompt computed on prefill instance p: it leaves the
-    batch but keeps its blocks until its transfer ends (counted as held outside the batch)."""
-    st.reqs[leg]["state"] = RequestState.TRANSFERRING
-    st.inst[p]["pd_prefills"] += 1
-    st.inst[p]["held_outside"] += 1
-    st.inst[p]["held_anon"] += anonymous_held(st, leg)
-
-
-@helper
 def pd_leg_done(st, p, leg, t):
-    """The step that completed prefill leg ``leg`` on prefill instance p ended at t: hand
-    its request to the decode instance (reserve blocks and transfer, or wait, or drop)."""
+    """Hand prefill leg ``leg``'s request to its decode instance at t -- the end of the step
+    that completed the leg's prompt on prefill instance p (``prefill_done_us``), or, when
+    the prefill side emits the first token, that token's output: reserve blocks and
+    transfer, or wait, or drop."""
     reqs = st.reqs
     inst = st.inst
     r = leg - st.settings[0]["pd_base"]
     pm = st.pd_models[reqs[r]["model"]]
-    st.pd_reqs[r]["prefill_done_us"] = t
     if pm["first_token_prefill"] != 0:  # the prefill side streamed the first token
-        reqs[r]["first_token_us"] = reqs[leg]["first_token_us"]
-        reqs[r]["last_token_us"] = reqs[leg]["first_token_us"]
+        token = reqs[leg]["first_token_us"]
+        end_phase(st, p, r, np.int64(PhaseEnd.PREFILL_DONE), token, reqs[leg]["run_start_step"])
+        reqs[r]["last_token_us"] = token
         reqs[r]["generated"] = 1
         if reqs[r]["output_len"] <= 1:  # nothing left to decode: done without a transfer
-            _release_leg(st, r, t)
-            reqs[r]["state"] = RequestState.COMPLETED
+            end_phase(st, p, leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
             reqs[r]["instance"] = p  # (no decode instance: prefill_instance stays p, no transfer)
-            inst[p]["completed"] += 1
-            release_follower(st, r)
+            end_phase(st, p, r, np.int64(PhaseEnd.OUTPUT_DONE), token, np.int64(-1))
+            end_phase(st, p, r, np.int64(PhaseEnd.FOLLOWER_RELEASED), t, np.int64(-1))
             return
     d = reqs[r]["instance"]
     if reqs[r]["block_cap"] > inst[d]["kv_total"]:  # can never fit there: dropped unservable
-        _release_leg(st, r, t)
+        end_phase(st, p, leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
         reqs[r]["state"] = RequestState.DROPPED
         inst[d]["dropped"] += 1
         return
     if inst[d]["xq_len"] == 0 and pd_reserve(st, d, r):
         pd_start_transfer(st, r, d, t)
     elif pm["drop_when_full"] != 0:
-        _release_leg(st, r, t)
+        end_phase(st, p, leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
         reqs[r]["state"] = RequestState.DROPPED_AT_DECODE
         inst[d]["pd_drops"] += 1
     else:  # wait, behind the requests already waiting there
@@ -151,20 +145,6 @@ def pd_leg_done(st, p, leg, t):
         inst[d]["pd_waits"] += 1
         if inst[d]["xq_len"] > inst[d]["xq_peak"]:
             inst[d]["xq_peak"] = inst[d]["xq_len"]
-
-
-@helper
-def _release_leg(st, r, t):
-    """Request r's prefill leg frees its blocks into its prefill instance's cache at t; an
-    idle prefill instance whose queue waited for them steps."""
-    leg = r + st.settings[0]["pd_base"]
-    p = st.reqs[leg]["instance"]
-    st.inst[p]["held_anon"] -= anonymous_held(st, leg)
-    kv_release(st, p, leg)
-    st.reqs[leg]["state"] = RequestState.COMPLETED
-    st.inst[p]["held_outside"] -= 1
-    if st.inst[p]["wq_len"] > 0:
-        ensure_step(st, p, t)
 
 
 @helper
@@ -283,7 +263,8 @@ def on_transfer_done(st, d, r, t):
     prefill side emitted the first token, with the prompt computed and that token
     generated."""
     reqs = st.reqs
-    _release_leg(st, r, t)
+    leg = r + st.settings[0]["pd_base"]
+    end_phase(st, reqs[leg]["instance"], leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
     st.pd_reqs[r]["transfer_end_us"] = t
     st.inst[d]["pd_transfers_in"] += 1
     st.inst[d]["injected"] += 1

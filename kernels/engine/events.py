@@ -9,7 +9,7 @@ before a higher one; within those bands the kind order of ``schema.ClusterEvent`
 import numpy as np
 
 from ..jit import helper
-from ..schema import N_CLUSTER_KINDS, N_INSTANCE_KINDS, ClusterEvent, Status
+from ..schema import N_CLUSTER_KINDS, N_INSTANCE_KINDS, Status
 from ..structs.heap import heap_push
 
 
@@ -51,14 +51,3 @@ def push_event_with(st, t, priority, request, arg2):
     else:
         lp[0]["heap_size"] = size
 
-
-@helper
-def release_follower(st, r):
-    """Closed loop: when request r completes, the request it releases (the next turn or
-    tool call) arrives follow_delay_us after r's last token."""
-    reqs = st.reqs
-    nxt = reqs[r]["next_request"]
-    if nxt >= 0:
-        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
-        reqs[nxt]["arrival_us"] = ta
-        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)

@@ -6,16 +6,24 @@ keeping its blocks at completion, an agent DAG releasing its children).
     OUTPUT_DONE        its last output token is emitted: it completes and frees its KV
     FOLLOWER_RELEASED  after the step that completed it: the closed-loop request it
                        releases (next turn, tool call) is scheduled
+    KV_HANDED_OVER     (P/D) a prefill leg's KV reached the decode side, or its request
+                       ended there: the leg frees its blocks and completes
 
-The engine step (step.py) calls it at those three points, in that order within a step;
-what each does is docs/semantics.md's (§3.4-5, §8).
+The engine step (step.py) calls it at the first three points, in that order within a
+step; what each does is docs/semantics.md's (§3.4-5, §8).  A P/D prefill leg's ends differ
+(§13): at OUTPUT_DONE it keeps its blocks (held outside the batch), at FOLLOWER_RELEASED
+its handover to the decode side is scheduled (a LegDone event), and
+engine/disaggregation.py ends its KV_HANDED_OVER -- and a request's first token and
+completion when the prefill side emits them.
 """
 
+import numpy as np
+
 from ..jit import helper
-from ..kv.cache import is_prefill_leg, kv_release
-from ..schema import InstanceEvent, PhaseEnd, RequestState
-from .disaggregation import pd_hold_leg
-from .events import event_priority, push_event, release_follower
+from ..kv.cache import anonymous_held, is_prefill_leg, kv_release
+from ..schema import ClusterEvent, InstanceEvent, PhaseEnd, RequestState
+from .events import event_priority, push_event
+from .queueing import ensure_step
 
 
 @helper
@@ -28,17 +36,39 @@ def end_phase(st, i, r, phase, now, step_idx):
         reqs[r]["run_start_step"] = step_idx
     elif phase == PhaseEnd.OUTPUT_DONE:
         if is_prefill_leg(st, r):  # its blocks stay held until its transfer ends (engine/disaggregation.py)
-            pd_hold_leg(st, i, r)
+            reqs[r]["state"] = RequestState.TRANSFERRING
+            st.inst[i]["pd_prefills"] += 1
+            st.inst[i]["held_outside"] += 1
+            st.inst[i]["held_anon"] += anonymous_held(st, r)
             return
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED
         st.inst[i]["completed"] += 1
     elif phase == PhaseEnd.FOLLOWER_RELEASED:
         if is_prefill_leg(st, r):  # handed over when the step that completed its prompt ends
+            st.pd_reqs[r - st.settings[0]["pd_base"]]["prefill_done_us"] = now
             when = now
             if st.pd_models[reqs[r]["model"]]["first_token_prefill"] != 0:
                 when = max(now, reqs[r]["first_token_us"])  # ... and the client has its first token
             push_event(st, when, event_priority(InstanceEvent.LEG_DONE, i), r)
         else:
             release_follower(st, r)
+    elif phase == PhaseEnd.KV_HANDED_OVER:  # (a prefill leg on its prefill instance i)
+        st.inst[i]["held_anon"] -= anonymous_held(st, r)
+        kv_release(st, i, r)
+        reqs[r]["state"] = RequestState.COMPLETED
+        st.inst[i]["held_outside"] -= 1
+        if st.inst[i]["wq_len"] > 0:  # its queue may have waited for these blocks
+            ensure_step(st, i, now)
 
+
+@helper
+def release_follower(st, r):
+    """Closed loop: when request r completes, the request it releases (the next turn or
+    tool call) arrives follow_delay_us after r's last token."""
+    reqs = st.reqs
+    nxt = reqs[r]["next_request"]
+    if nxt >= 0:
+        ta = reqs[r]["last_token_us"] + reqs[r]["follow_delay_us"]
+        reqs[nxt]["arrival_us"] = ta
+        push_event(st, ta, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), nxt)

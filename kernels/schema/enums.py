@@ -121,6 +121,8 @@ class _PhaseEnd(NamedTuple):
     PREFILL_DONE: int = 0  # its prompt is computed: the first output token is emitted
     OUTPUT_DONE: int = 1  # its last output token is emitted: it completes and frees its KV blocks
     FOLLOWER_RELEASED: int = 2  # after its step: the closed-loop request it releases is scheduled
+    KV_HANDED_OVER: int = 3  # a P/D prefill leg's KV reached the decode side (or its request ended there):
+    #                          the leg frees its blocks into the prefill instance's cache and completes
 
 
 PhaseEnd = _PhaseEnd()

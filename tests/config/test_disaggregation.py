@@ -159,7 +159,8 @@ def test_the_shorthand_round_trips():
 
 def test_resolved_pools_rows_and_latency():
     setup = resolve(build_config(config(
-        entry(decode={"instances": 6, "hardware": "A100-80"}, both={"instances": 1, "tp": 2}),
+        entry(decode={"instances": 6, "hardware": "A100-80"}, both={"instances": 1, "tp": 2},
+              pd={"on_decode_full": "drop"}),
         {"name": "qwen", "model": QWEN, "instances": 3})))
     pd, mono = setup.deployments
     assert [(p.role, p.instances, p.first_instance) for p in setup.pools] == \
@@ -171,7 +172,7 @@ def test_resolved_pools_rows_and_latency():
     assert not np.array_equal(decode.latency.beta, prefill.latency.beta)  # (its own coefficient set)
     assert both.engine.tp == 2 and both.hardware is pd.hardware
     assert not np.array_equal(both.latency.beta, prefill.latency.beta)
-    assert pd.pd == PDSpec() and mono.pd is None
+    assert pd.pd == PDSpec(on_decode_full="drop") and mono.pd is None
     (only,) = mono.pools
     assert (only.hardware, only.engine, only.latency, only.instances) == \
         (mono.hardware, mono.engine, mono.latency, 3)

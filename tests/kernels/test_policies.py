@@ -170,15 +170,18 @@ def test_choose_instance_matches_naive(policy, seed):
 
 @pytest.mark.parametrize("policy", ROUTING)
 def test_choose_instance_ranks_only_the_requests_models_instances(policy):
-    """Several deployments: an instance of another model is never a candidate -- the
-    decision is the naive one over the active instances of the request's model."""
+    """Several deployments (and P/D pools): an instance of another routing group is never a
+    candidate -- the decision is the naive one over the active instances of the request's
+    group (its served model's, or a prefill leg's: ``route_id``, or a `both` instance's
+    second group ``route_alt``)."""
     rng = np.random.default_rng(7 + ROUTING.index(policy))
     kind = ROUTING_KIND[policy]
     for _ in range(100):
         n_inst = int(rng.integers(1, 7))
         inst = np.zeros(n_inst, INSTANCE_DT)
         inst["active"] = rng.random(n_inst) < 0.85
-        inst["model"] = rng.integers(0, 3, n_inst)
+        inst["route_id"] = rng.integers(0, 3, n_inst)
+        inst["route_alt"] = np.where(rng.random(n_inst) < 0.3, rng.integers(0, 3, n_inst), -1)
         model = int(rng.integers(0, 3))
         snap = np.zeros((n_inst, N_SNAP))
         for f in (SnapField.QUEUE_DEPTH, SnapField.BATCH_SIZE, SnapField.PENDING):
@@ -190,7 +193,7 @@ def test_choose_instance_ranks_only_the_requests_models_instances(policy):
         weights[:4] = rng.choice([0.0, 0.5, 1.0, 2.0], 4)
         rr = int(rng.integers(0, n_inst))
         best, rr_after, scores = E.choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr, model)
-        candidates = (inst["active"] != 0) & (inst["model"] == model)
+        candidates = (inst["active"] != 0) & ((inst["route_id"] == model) | (inst["route_alt"] == model))
         want = naive_route(policy, weights[:4].tolist(), candidates.astype(int).tolist(),
                            [_view(snap, i) for i in range(n_inst)], affinity.tolist(), n_keys, rr)
         assert (int(best), int(rr_after)) == want

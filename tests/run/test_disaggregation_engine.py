@@ -348,15 +348,17 @@ def test_decider_never_runs_every_request_on_the_decode_pool():
 
 def test_first_token_prefill():
     """alpha2 = 7 µs on every token.  The prefill step ends at 2000: the first token is the
-    leg's, visible at 2007 (TTFT 2007).  The decode side reserves the prompt and that token,
-    receives 100 tokens (2000..3050) with the prompt computed, and computes token 2 in a
-    step with one token of work (1010 µs -> 4060 + 7), token 3 in a decode step (5065 + 7)."""
+    leg's, visible at 2007 (TTFT 2007), and the handover follows it.  The decode side
+    reserves the prompt and that token, receives 100 tokens (2007..3057) with the prompt
+    computed, and computes token 2 in a step with one token of work (1010 µs -> 4067 + 7),
+    token 3 in a decode step (5072 + 7)."""
     res, st = pd_run([0], [100], [3], alpha_coeffs=[0, 0, 7], pd_first_token="prefill")
     assert int(leg(st, 0)["first_token_us"]) == 2007
-    assert transfer(st, 0) == (2000, 2000, 3000, 3050, 100)
-    assert tokens(st, 0) == (3050, 2007, 5072)
+    assert int(st.pd_reqs[0]["prefill_done_us"]) == 2000
+    assert transfer(st, 0) == (2000, 2007, 3007, 3057, 100)
+    assert tokens(st, 0) == (3057, 2007, 5079)
     assert int(res.request_columns()["ttft_us"][0]) == 2007
-    assert int(st.reqs[0]["itl_sum_us"]) == 5072 - 2007 and int(st.reqs[0]["generated"]) == 3
+    assert int(st.reqs[0]["itl_sum_us"]) == 5079 - 2007 and int(st.reqs[0]["generated"]) == 3
 
 
 def test_first_token_prefill_with_one_output_token_completes_on_the_prefill_side():
@@ -447,36 +449,30 @@ def test_each_model_runs_as_its_deployment_alone(tmp_path, disaggregated):
                                   alone.full_state.pd_reqs["prefill_instance"])
 
 
-# ----------------------------------------------------------------------------- engine bugs found (xfail strict)
+# ----------------------------------------------------------------------------- engine bugs found (fixed; each pinned)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a transfer that waited for blocks can start before its "
-                                       "prefill is done (pd_retry_waiting runs at a decode step's end that is "
-                                       "earlier than the prefill step's end, both processed at their starts)")
 def test_a_waiting_transfer_never_starts_before_its_prefill_is_done():
     """As FULL on a 1 µs-per-token link, B arriving at 20500: A is transferred 2000..2150
     and completes at 3160 + 19 x 1005 = 22255 (its last step 21250..22255).  B's prefill
-    step 20500..22500 is processed at 20500 and finds A's blocks held: B waits.  A's last
-    step frees them; B's transfer may start at max(22255, 22500) = 22500: data 22600, end
-    22650, first token 23660, second 24665.  The engine starts it at 22255 (its KV arrives
-    at 22405, 95 µs before its prompt is computed) and decodes it from there."""
+    step 20500..22500 is processed at 20500, while A holds the blocks; B is handed over at
+    22500 (the LegDone event), when A's blocks are free: no wait, data 22600, end 22650,
+    first token 23660, second 24665 (once, B waited and the engine started its transfer at
+    22255: its KV arrived at 22405, 95 µs before its prompt was computed)."""
     _, st = pd_run(**{**FULL, "arrivals": [0, 20_500]}, pd_transfer_bandwidth_gbps=131.072)
     assert transfer(st, 0) == (2000, 2000, 2100, 2150, 100)
     assert tokens(st, 0) == (2150, 3160, 22255)
-    assert int(st.pd_reqs[1]["wait_start_us"]) == 22500
+    assert int(st.pd_reqs[1]["wait_start_us"]) == -1  # (A's blocks are free by then: no wait)
     assert transfer(st, 1) == (22500, 22500, 22600, 22650, 100)
     assert tokens(st, 1) == (22650, 23660, 24665)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a received request waiting for a batch slot (rx queue) is "
-                                       "stranded when the batch empties: on_step schedules the next step only "
-                                       "for a non-empty batch or wait queue, not for rx_len > 0")
 def test_a_received_request_is_admitted_when_the_batch_frees():
     """max_num_seqs 1.  A and B (prompt 100, 3 outputs) arrive at 0; A is prefilled 0..2000
     and decoded 3050..6070 (tokens 4060, 5065, 6070); B is prefilled 2000..4000 and
     received at 5050, while A fills the batch.  B is admitted by the step at 6070: tokens
-    7080, 8085, 9090.  The engine schedules no step after A's last (its batch and wait
-    queue are empty) and B stays queued forever, holding 7 blocks."""
+    7080, 8085, 9090 (once, the engine scheduled no step after A's last -- its batch and
+    wait queue were empty -- and B stayed queued forever, holding 7 blocks)."""
     _, st = pd_run([0, 0], [100, 100], [3, 3], all_done=False, max_num_seqs=1)
     assert tokens(st, 0) == (3050, 4060, 6070)
     assert transfer(st, 1) == (4000, 4000, 5000, 5050, 100)
@@ -484,14 +480,10 @@ def test_a_received_request_is_admitted_when_the_batch_frees():
     assert tokens(st, 1) == (6070, 7080, 9090)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="bug in blis_fast/run/disaggregation.py add_prefill_legs: with prefix caching off the "
-                          "key-sharing flags are a 1-element placeholder, taken for real flags when the workload "
-                          "has exactly one block key; build_state then fails its layout check")
 def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
-    """One request of 8 prompt tokens and 3 outputs with blocks of 8: one block key in all.
-    The engine raises AssertionError "State.key_shared: built as uint8(2,), declared
-    uint8(1,)" (a traceback for a valid input) instead of running it."""
+    """One request of 8 prompt tokens and 3 outputs with blocks of 8: one block key in all
+    (once, building its state failed: "State.key_shared: built as uint8(2,), declared
+    uint8(1,)")."""
     from builders import prompts_workload
 
     wl = prompts_workload([0], [list(range(8))], [3], bs=8)
@@ -499,68 +491,65 @@ def test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs():
     assert int(res.state.reqs[0]["state"]) == RequestState.COMPLETED
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a request whose prefill leg and decode side are the same "
-                                       "`both` instance must hold two copies of its prompt there (the leg's, "
-                                       "kept until the transfer ends, and the reservation); when they do not "
-                                       "fit it waits for blocks only its own transfer would free: it never "
-                                       "completes and the run ends without an error")
-def test_a_request_prefilled_and_decoded_on_one_both_instance_completes():
+def test_a_request_whose_prefill_routing_picks_its_decode_instance_runs_there():
     """Round-robin over decode [1, both 2] and prefill [0, both 2]: A goes to 1 by way of
-    0, B to 2 by way of 2.  Without prefix caching B's leg holds 7 of the both instance's
-    10 blocks until B's transfer ends, and B's reservation needs 7 more: the engine leaves
-    B waiting for blocks (TRANSFER_WAIT) at the end of a run without a horizon."""
+    0; B's decode and prefill choices are both the both instance 2, so B runs there
+    undisaggregated (once, its leg and its reservation both needed 7 of that instance's 10
+    blocks and it waited forever for blocks only its own transfer would free)."""
     wl = lengths_workload([0, 0], [100, 100], [2, 2])
-    doc = pools_doc({"decider": "always", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}}, both={"instances": 1},
-                    enable_prefix_caching=False)
+    doc = pools_doc({"decider": "always", "on_decode_full": "drop", "transfer": {"bandwidth_gbps": LINK_10US_PER_TOKEN}},
+                    both={"instances": 1}, enable_prefix_caching=False)
     st = blis_fast.simulate(doc, workload=wl).full_state
-    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in (0, 1)] == [0, 2]
+    assert [int(st.pd_reqs[r]["prefill_instance"]) for r in (0, 1)] == [0, -1]
     assert [int(st.reqs[r]["instance"]) for r in (0, 1)] == [1, 2]
-    assert int(st.reqs[0]["state"]) == RequestState.COMPLETED
-    assert int(st.reqs[1]["state"]) == RequestState.COMPLETED, int(st.reqs[1]["state"])
+    assert [int(st.reqs[r]["state"]) for r in (0, 1)] == [RequestState.COMPLETED] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: with first_token prefill the first token is visible at the "
-                                       "prefill step's end + the prefill pool's alpha2, but the transfer starts "
-                                       "at the step's end, so with a larger alpha2 on the prefill pool the "
-                                       "decode side's second token is visible before the first (negative ITL)")
+def test_a_both_pool_needs_drop_when_the_decode_side_is_full():
+    """Two both instances could each hold prefill legs' blocks while their transfers wait
+    for the other's blocks: with a both pool, on_decode_full wait (the default) is refused."""
+    from blis_fast.errors import ConfigError
+
+    doc = pools_doc({"decider": "always"}, both={"instances": 1})
+    with pytest.raises(ConfigError) as err:
+        blis_fast.simulate(doc, workload=lengths_workload([0], [100], [2]))
+    assert err.value.field == "deployments[0].pd.on_decode_full"
+
+
 def test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha2():
     """The prefill pool's alpha2 is 2000 µs, the decode pool's 0; a 1 µs-per-token link.
     Prompt 100, 2 outputs: the prefill step ends at 2000, the first token is visible at
-    4000; the transfer runs 2000..2150 and the decode step computing token 2 ends at 3160.
-    Token 2 may not be visible before token 1 (the engine shows it at 3160: ITL -840)."""
+    4000; the handover follows it: the transfer runs 4000..4150 and the decode step
+    computing token 2 ends at 5160 (once, the transfer started at 2000 and token 2 showed
+    at 3160, before token 1: ITL -840)."""
     wl = lengths_workload([0], [100], [2])
     doc = pools_doc({"decider": "always", "first_token": "prefill", "transfer": {"bandwidth_gbps": 131.072}},
                     prefill={"instances": 1, "alpha_coeffs": [0, 0, 2000]})
     st = blis_fast.simulate(doc, workload=wl).full_state
     req = st.reqs[0]
-    assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 2150
-    assert int(req["last_token_us"]) >= int(req["first_token_us"])
+    assert int(req["first_token_us"]) == 4000 and int(st.pd_reqs[0]["transfer_end_us"]) == 4150
+    assert int(req["last_token_us"]) == 5160
     assert int(req["itl_sum_us"]) >= 0
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a both instance's transfer queue is retried only after a "
-                                       "step of that instance; blocks freed there by a prefill leg whose "
-                                       "transfer ended (_release_leg) do not retry it, so a waiting request "
-                                       "is stranded when the instance has no more steps")
-def test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiting_there():
+def test_a_transfer_to_a_full_both_instance_is_dropped():
     """Round-robin, prefix-threshold 50; the prefill pool's queueing delay is 5000 µs, a
     link of 100 µs per token.  R0 (prompt 10) runs on decode instance 1 undisaggregated;
     R1 (prompt 100, at 1) goes to the both instance 2 by way of prefill instance 0; R2
     (prompt 100, at 2) to 1 by way of 2.  R2's leg holds 7 of instance 2's 10 blocks from
-    2 to its transfer's end (2002..12052); R1's prefill ends at 7001 and waits for blocks
-    on instance 2.  R2's leg frees them at 12052: R1's transfer may start then (data
-    22052, end 22102; first token 23112, second 24117).  The engine never retries: R1
-    stays waiting at the end of a run without a horizon."""
+    2 to its transfer's end (2002..12052); R1's prefill ends at 7001 and finds no room on
+    instance 2: with a both pool on_decode_full is drop, so R1 is dropped at decode (once,
+    under wait, it was stranded: blocks a leg freed did not retry the waiting transfers)."""
     wl = lengths_workload([0, 1, 2], [10, 100, 100], [2, 2, 2])
-    doc = pools_doc({"decider": "prefix-threshold", "threshold": 50, "transfer": {"bandwidth_gbps": 1.31072}},
+    doc = pools_doc({"decider": "prefix-threshold", "threshold": 50, "on_decode_full": "drop",
+                     "transfer": {"bandwidth_gbps": 1.31072}},
                     both={"instances": 1}, prefill={"instances": 1, "alpha_coeffs": [5000, 0, 0]})
     st = blis_fast.simulate(doc, workload=wl).full_state
     assert [int(st.pd_reqs[r]["prefill_instance"]) for r in range(3)] == [-1, 0, 2]
     assert [int(st.reqs[r]["instance"]) for r in range(3)] == [1, 2, 1]
     assert transfer(st, 2) == (2002, 2002, 12002, 12052, 100)
-    assert int(st.pd_reqs[1]["wait_start_us"]) == 7001
-    assert transfer(st, 1) == (7001, 12052, 22052, 22102, 100)
-    assert tokens(st, 1) == (22102, 23112, 24117)
+    assert int(st.reqs[1]["state"]) == RequestState.DROPPED_AT_DECODE
+    assert int(st.inst[2]["pd_drops"]) == 1
 
 
 def traced_pd_run(**settings):
@@ -571,27 +560,21 @@ def traced_pd_run(**settings):
                                               "trace_level": "decisions", **settings})
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="bug in blis_fast/results/trace_table.py decision_table: the routing log records each "
-                          "prefill leg's routing with the leg's row (r + n), which it indexes into the requests' "
-                          "rows (Result.state.reqs, n rows): IndexError")
 def test_the_decision_trace_of_a_pd_run_has_the_decode_and_prefill_routing_of_each_request():
     """Every request is routed twice: to its decode instance and (its leg) to a prefill
-    instance; the decision table reads them.  The engine's log has 8 records (legs as rows
-    4..7); decision_table() raises IndexError "index 4 is out of bounds for axis 0 with
-    size 4"."""
+    instance; the engine's log has 8 records (legs as rows 4..7), the decision table 4
+    routing and 4 prefill_routing records, named by their requests."""
     res = traced_pd_run()
     assert int(res.full_state.loop[0]["route_records"]) == 8
     table = res.decision_table()
-    assert table is not None
+    records = table["record"].to_pylist()
+    assert records.count("routing") == 4 and records.count("prefill_routing") == 4
+    assert sorted(r for r, k in zip(table["request"].to_pylist(), records) if k == "prefill_routing") == [0, 1, 2, 3]
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="bug in blis_fast/results/regret.py estimated_costs (counterfactual_k > 0): the prefill "
-                          "legs' routing records index the requests' rows out of bounds: IndexError")
 def test_counterfactual_replays_of_a_pd_run_run_or_are_refused():
     """``counterfactual_k`` with P/D pools either replays decisions or is refused as a
-    ConfigError; simulate() raises IndexError from results/regret.py instead."""
+    ConfigError (once, simulate() raised IndexError from results/regret.py)."""
     from blis_fast.errors import ConfigError
 
     try:
@@ -601,16 +584,12 @@ def test_counterfactual_replays_of_a_pd_run_run_or_are_refused():
     assert isinstance(res.counterfactuals, list)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: pd_route_prefill (kernels/engine/disaggregation.py) routes a "
-                                       "prefill leg with the cohort's first member's parameters and never asks "
-                                       "the other members (on_routing does, for the decode side), so a batch "
-                                       "cohort does not split where its members' prefill choices part: members "
-                                       "get another member's run")
 def test_a_batch_cohort_gives_each_member_its_own_pd_run():
     """Two weighted-routing candidates (queue depth vs KV utilization) on P 3 + D 1: they
     always pick the one decode instance but not the same prefill instances.  Evaluated as a
     cohort, each row must equal the candidate's own run (batch/cohorts.py: "nothing is
-    approximated"); the engine gives the second candidate the first one's metrics."""
+    approximated"; a P/D scenario runs every candidate alone: once, the second candidate got
+    the first one's metrics)."""
     from blis_fast.batch import Budget
     from blis_fast.batch.candidates import load_candidate
     from blis_fast.batch.evaluate import evaluate_prepared

@@ -22,11 +22,8 @@ Properties, on the final state (at the horizon when one is drawn):
 - event skipping changes nothing: the reference path (every running request visited
   every step) gives the same requests, transfers and instance counters.
 
-Known engine bugs (each pinned by a strict xfail test in test_disaggregation_engine.py)
-would fail these properties in some examples; ``known_bug`` recognizes them and the
-example is rejected (counted as a hypothesis event), so the properties keep guarding
-everything else.  When a bug is fixed its xfail test passes, which fails it (strict):
-then remove its recognizer here too.
+The engine bugs these tests found are fixed; each is pinned by an exact test in
+test_disaggregation_engine.py, and ``check_fixed_bugs`` asserts that none shows again.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, reject, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import blis_fast
@@ -132,6 +129,8 @@ def scenarios(draw) -> Scenario:
     n_both = draw(hs.sampled_from([0, 0, 1, 2]))
     if n_both:
         entry["both"] = pool(n_both)
+        if decider != "never":  # (a both pool needs drop: with wait two both instances could wait for each other)
+            pd["on_decode_full"] = "drop"
     simulation = {"check_invariants": True, "admission_latency": draw(hs.sampled_from([0, 0, 5, 200])),
                   "routing_latency": draw(hs.sampled_from([0, 0, 3, 150]))}
     if draw(hs.sampled_from([False, False, False, True])):  # a quarter of the runs stop at a horizon, mid-way
@@ -225,12 +224,12 @@ def check_timestamps(sc, st):
         p = int(row["prefill_instance"])
         times = {f: int(row[f]) for f in ("prefill_done_us", "wait_start_us", "transfer_start_us",
                                           "transfer_data_us", "transfer_end_us")}
-        if p < 0 and times["prefill_done_us"] >= 0:
+        if (p >= 0 and sc.pd.get("first_token") == "prefill" and int(req["output_len"]) == 1
+                and times["prefill_done_us"] >= 0):
             # one output token, emitted by the prefill side: it completed there, with no
             # transfer (the engine then names the prefill instance as its instance)
-            assert sc.pd["first_token"] == "prefill" and int(req["output_len"]) == 1
             assert int(req["state"]) == RequestState.COMPLETED == int(leg["state"])
-            assert int(req["instance"]) == int(leg["instance"])
+            assert int(req["instance"]) == int(leg["instance"]) == p
             assert int(req["first_token_us"]) == int(leg["first_token_us"]) == int(req["last_token_us"])
             assert [v for f, v in times.items() if f != "prefill_done_us"] == [-1] * 4
             continue
@@ -252,10 +251,12 @@ def check_timestamps(sc, st):
         assert int(leg["first_scheduled_us"]) >= int(leg["queued_us"]) >= 0
         assert done == int(leg["first_token_us"]) - a2 > int(leg["first_scheduled_us"])
         start, data, end = times["transfer_start_us"], times["transfer_data_us"], times["transfer_end_us"]
+        # the handover: the step's end, or the first token's output when the prefill side emits it
+        handover = max(done, int(leg["first_token_us"])) if sc.pd.get("first_token") == "prefill" else done
         if times["wait_start_us"] >= 0:
-            assert times["wait_start_us"] == done and (start == -1 or start >= done)
+            assert times["wait_start_us"] == handover and (start == -1 or start >= handover)
         elif start >= 0:
-            assert start == done
+            assert start == handover
         if start < 0:
             assert data == end == -1
             continue
@@ -304,49 +305,23 @@ def check_blocks(sc, st):
 # ----------------------------------------------------------------------------- known engine bugs
 
 
-def known_bug_before_run(sc: Scenario) -> str | None:
-    """test_a_workload_with_a_single_block_key_and_no_prefix_caching_runs: building the
-    state fails when the workload has exactly one block key and prefix caching is off."""
-    if not sc.doc["deployments"][0]["enable_prefix_caching"] and len(sc.workload().block_keys) == 1:
-        return "known bug: a single block key without prefix caching"
-    return None
-
-
-def known_bug(sc: Scenario, st) -> str | None:
-    """The name of a known engine bug this finished run shows, else None."""
+def check_fixed_bugs(sc: Scenario, st) -> None:
+    """What the engine bugs these tests found (each pinned by an exact test in
+    test_disaggregation_engine.py) looked like: none may show again."""
     reqs, pd, inst = st.reqs, st.pd_reqs, st.inst
     n = len(pd)
     started = pd["transfer_start_us"] >= 0
-    if (pd["transfer_start_us"][started] < pd["prefill_done_us"][started]).any():
-        # test_a_waiting_transfer_never_starts_before_its_prefill_is_done
-        return "known bug: a waiting transfer starts before its prefill is done"
-    if ((inst["rx_len"] > 0) & (inst["step_pending"] == 0)).any():
-        # test_a_received_request_is_admitted_when_the_batch_frees
-        return "known bug: a received request stranded without a step"
-    waiting = reqs["state"][:n] == RequestState.TRANSFER_WAIT
-    legs_holding = reqs["instance"][n:][reqs["state"][n:] == RequestState.TRANSFERRING]
-    if sc.horizon is None and np.isin(reqs["instance"][:n][waiting], legs_holding).any():
-        # test_a_request_prefilled_and_decoded_on_one_both_instance_completes (and its
-        # two-instance form: both instances' blocks held by each other's waiting legs)
-        return "known bug: a transfer waits for blocks held by a prefill leg waiting for a transfer"
-    if sc.horizon is None and ((inst["xq_len"] > 0) & (inst["step_pending"] == 0)).any():
-        # test_blocks_a_prefill_leg_frees_on_a_both_instance_start_the_transfers_waiting_there
-        return "known bug: a transfer queue not retried after a prefill leg freed blocks"
-    if sc.pd.get("first_token") == "prefill" and (reqs["itl_sum_us"][:n] < 0).any():
-        # test_first_token_prefill_tokens_stay_in_order_with_a_slow_prefill_side_alpha2
-        return "known bug: a decode-side token visible before the prefill side's first"
-    return None
+    assert (pd["transfer_start_us"][started] >= pd["prefill_done_us"][started]).all(), "a transfer before its prefill"
+    assert not ((inst["rx_len"] > 0) & (inst["step_pending"] == 0)).any(), "a received request stranded without a step"
+    if sc.horizon is None:
+        assert not (inst["xq_len"] > 0).any(), "a transfer left waiting at the end"
+    assert (reqs["itl_sum_us"][:n] >= 0).all(), "a token visible before the one before it"
 
 
 def check(sc: Scenario):
-    bug = known_bug_before_run(sc)
-    if bug is None:
-        res = sc.run()  # (a failed per-step invariant raises SimulationError)
-        st = res.full_state
-        bug = known_bug(sc, st)
-    if bug is not None:
-        event(bug)
-        reject()
+    res = sc.run()  # (a failed per-step invariant raises SimulationError)
+    st = res.full_state
+    check_fixed_bugs(sc, st)
     check_conservation(sc, st, res)
     check_places(st)
     check_timestamps(sc, st)
@@ -381,8 +356,6 @@ def test_pd_runs_conserve_requests_and_blocks_and_keep_causality_breadth(sc):
 @settings(max_examples=FAST_EXAMPLES // 4, **SETTINGS)
 @given(scenarios())
 def test_pd_runs_are_deterministic(sc):
-    if known_bug_before_run(sc):
-        reject()
     assert state_bytes(sc.run()) == state_bytes(sc.run())
 
 
@@ -406,8 +379,6 @@ def test_pd_runs_skipping_events_equal_the_path_visiting_every_request(sc):
     """Event skipping (kernels/engine/calendar.py) changes no result of a P/D run: request
     rows (prefill legs included), transfers and instance counters equal the reference
     path's, which visits every running request every step."""
-    if known_bug_before_run(sc):
-        reject()
     a, b = run_state(sc, True), run_state(sc, False)
     for f in REQUEST_RESULTS:
         assert np.array_equal(a.reqs[f], b.reqs[f]), f
@@ -419,12 +390,11 @@ def test_pd_runs_skipping_events_equal_the_path_visiting_every_request(sc):
 # ----------------------------------------------------------------------------- across processes
 
 # a fixed P/D run with every mechanism at work: shared prefixes (cache hits on both sides),
-# link contention, waiting for blocks, a both pool and a horizon-free end
+# link contention, waiting for blocks and a horizon-free end
 FIXED = {
     "deployments": [{"name": "pd", "model": LLAMA, "hardware": "H100", "latency_model": "blackbox",
                      "alpha_coeffs": [40, 0.5, 10], "beta_coeffs": [700, 2.5, 5], "total_kv_blocks": 60,
                      "max_num_seqs": 4, "prefill": {"instances": 2}, "decode": {"instances": 3},
-                     "both": {"instances": 1},
                      "pd": {"decider": "prefix-threshold", "threshold": 32,
                             "transfer": {"bandwidth_gbps": 1.0, "contention": "link"}}}],
     "workload": {"type": "chatbot", "rate": 40, "num_requests": 120, "prefix_tokens": 64},
