@@ -225,9 +225,9 @@ def check_timestamps(sc, st):
         times = {f: int(row[f]) for f in ("prefill_done_us", "wait_start_us", "transfer_start_us",
                                           "transfer_data_us", "transfer_end_us")}
         if (p >= 0 and sc.pd.get("first_token") == "prefill" and int(req["output_len"]) == 1
-                and times["prefill_done_us"] >= 0):
-            # one output token, emitted by the prefill side: it completed there, with no
-            # transfer (the engine then names the prefill instance as its instance)
+                and int(leg["state"]) == RequestState.COMPLETED):
+            # one output token, emitted by the prefill side: at its handover it completed there,
+            # with no transfer (the engine then names the prefill instance as its instance)
             assert int(req["state"]) == RequestState.COMPLETED == int(leg["state"])
             assert int(req["instance"]) == int(leg["instance"]) == p
             assert int(req["first_token_us"]) == int(leg["first_token_us"]) == int(req["last_token_us"])
