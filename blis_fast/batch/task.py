@@ -15,6 +15,7 @@ from blis_fast.batch.scenarios import PreparedScenario
 from blis_fast.config import memory
 from blis_fast.errors import ConfigError, SimulationError
 from blis_fast.results.evaluation import EvaluationResult, policy_id
+from blis_fast.run.disaggregation import routing_group_rows
 from blis_fast.run.session import RunSession
 from blis_fast.run.tables import StateArrays
 
@@ -101,8 +102,10 @@ def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: floa
     """The row of an evaluation that could not run: score 0, every objective 0."""
     pid = ""
     if task.compiled is not None:
-        routing = task.compiled.routing_rows(ps.setup.served_models) if task.compiled.per_model else (None, None)
-        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity, *routing)
+        c = task.compiled
+        routing = routing_group_rows(c, ps.setup) if c.per_model or c.prefill_routing is not None else (None, None)
+        pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity, *routing,
+                        task.policy.pd_decider, task.policy.pd_threshold)
     ev = EvaluationResult.failed(status, " ".join(str(message).split()), policy_id=pid,
                                  workload_id=ps.workload_id, seed=ps.seed,
                                  wall_time_s=None if t0 is None else time.perf_counter() - t0)

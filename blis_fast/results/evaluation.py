@@ -94,15 +94,19 @@ def _digest(parts) -> str:
 
 
 def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
-              routing_kind: np.ndarray | None = None, routing_param: np.ndarray | None = None) -> str:
+              routing_kind: np.ndarray | None = None, routing_param: np.ndarray | None = None,
+              pd_decider: str | None = None, pd_threshold: int | None = None) -> str:
     """Hash of a compiled policy candidate (module docstring).  ``routing_kind`` and
-    ``routing_param``: the routing row of each served model (``State.routing_kind``,
-    ``routing_param``); hashed only when some model's row is not the ROUTING slot's, so a
-    policy without routing per model keeps its id."""
+    ``routing_param``: the routing row of each routing group (``State.routing_kind``,
+    ``routing_param``: served models, P/D prefill legs); hashed only when some row is not
+    the ROUTING slot's, so a policy without routing per model keeps its id.  The P/D
+    decider settings (``PolicyConfig.pd_decider``, ``pd_threshold``) are hashed when set."""
     parts = [np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)]
     if routing_kind is not None and (np.any(routing_kind != kinds[PolicySlot.ROUTING])
                                      or np.any(routing_param != params[PolicySlot.ROUTING])):
         parts += [np.asarray(routing_kind, np.int64), np.asarray(routing_param, np.float64)]
+    if pd_decider is not None or pd_threshold is not None:
+        parts += ["pd", pd_decider, pd_threshold]
     return _digest(parts)
 
 
@@ -144,7 +148,7 @@ def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResu
         objectives=normalized,
         metrics=metrics,
         policy_id=policy_id(st.policy_kind, st.policy_param, cfg.policy.prefix_index_capacity, st.routing_kind,
-                            st.routing_param),
+                            st.routing_param, cfg.policy.pd_decider, cfg.policy.pd_threshold),
         workload_id=workload_id(result.workload),
         seed=result.seed,
         simulated_duration_s=float(metrics["simulated_duration_s"]),
