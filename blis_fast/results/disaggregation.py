@@ -102,8 +102,9 @@ def _stats(prefix: str, values_us: np.ndarray, out: dict) -> None:
 
 def summary(result) -> dict:
     """The ``disaggregation`` summary group: how many requests were disaggregated, their
-    transfers (time, wait for blocks, bytes, queue and link peaks), drops at the decode
-    side, the mean TTFT parts, and each pool's use."""
+    transfers (time, wait for blocks, bytes, the transfer queue's mean and peak depth, the
+    mean transfers in flight, the link peak), drops at the decode side, the mean TTFT
+    parts, and each pool's use."""
     st = result.full_state
     n = int(st.settings[0]["pd_base"])
     c = pd_columns(result)
@@ -129,6 +130,12 @@ def summary(result) -> dict:
     }
     _stats("transfer", (pd["transfer_end_us"] - pd["transfer_start_us"])[ended], out)
     _stats("transfer_wait", (pd["transfer_start_us"] - pd["prefill_done_us"])[started], out)
+    # time averages by Little's law: Σ of the spans / the run's span
+    clock = max(int(st.loop[0]["clock_us"]), 1)
+    waited_until = np.where(pd["transfer_start_us"] >= 0, pd["transfer_start_us"], clock)
+    out["transfer_queue_mean"] = float(np.where(waited, waited_until - pd["wait_start_us"], 0).sum() / clock)
+    moving_until = np.where(ended, pd["transfer_end_us"], clock)
+    out["transfers_in_flight_mean"] = float(np.where(started, moving_until - pd["transfer_start_us"], 0).sum() / clock)
     for part in TTFT_PARTS:
         v = c[f"{part}_us"]
         v = v[v >= 0]
@@ -147,8 +154,9 @@ def _bytes_transferred(result, charged: np.ndarray, model: np.ndarray) -> int:
 
 
 def pool_summaries(result) -> dict[str, dict]:
-    """{"<deployment>/<role>": its instances, busy fraction, tokens, prefill legs, transfers
-    received and KV peak} for every pool of the disaggregated deployments."""
+    """{"<deployment>/<role>": its instances, busy fraction, tokens (and per second of the
+    run), prefill legs, transfers received and KV peak} for every pool of the
+    disaggregated deployments."""
     st = result.full_state
     inst = st.inst
     clock = max(int(st.loop[0]["clock_us"]), 1)
@@ -164,6 +172,8 @@ def pool_summaries(result) -> dict[str, dict]:
                 "busy_fraction": float(rows["busy_us"].sum() / (clock * len(rows))),
                 "prefill_tokens": int(rows["prefill_tokens"].sum()),
                 "decode_tokens": int(rows["decode_tokens"].sum()),
+                "prefill_tokens_per_s": float(rows["prefill_tokens"].sum() / (clock / 1e6)),
+                "decode_tokens_per_s": float(rows["decode_tokens"].sum() / (clock / 1e6)),
                 "prefill_legs": int(rows["pd_prefills"].sum()),
                 "transfers_received": int(rows["pd_transfers_in"].sum()),
                 "kv_peak_utilization": float(rows["kv_peak_allocated"].sum() / kv) if kv else 0.0,

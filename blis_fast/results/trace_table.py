@@ -155,6 +155,9 @@ def decision_table(result):
         at = list(cols).index("instance") + 1
         names = pa.array(deployment_names_of(result.setup, where[order]), pa.string())
         cols = dict([*items[:at], ("deployment", names), *items[at:]])
+    if result.disaggregation is not None:  # the decider's answer on each request's own routing record
+        dis = result.full_state.pd_reqs["prefill_instance"][rte["request"]] >= 0
+        cols["disaggregated"] = col({1: dis}, bool)
     if full:
         cols.update(_scheduling_columns(result, col, sch, blk, vic))
     tab = result.outcomes
