@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from blis_fast_kernels.schema import RequestState
+from blis_fast_kernels.schema import PoolRole, RequestState
 
 from blis_fast.config.disaggregation import any_disaggregated
 
@@ -133,7 +133,9 @@ def summary(result) -> dict:
     # time averages by Little's law: Σ of the spans / the run's span
     clock = max(int(st.loop[0]["clock_us"]), 1)
     waited_until = np.where(pd["transfer_start_us"] >= 0, pd["transfer_start_us"], clock)
-    out["transfer_queue_mean"] = float(np.where(waited, waited_until - pd["wait_start_us"], 0).sum() / clock)
+    # (per decode instance, as the peak: the deepest one queue was)
+    n_decode = max(int(np.isin(inst["role"], (PoolRole.DECODE, PoolRole.BOTH)).sum()), 1)
+    out["transfer_queue_mean"] = float(np.where(waited, waited_until - pd["wait_start_us"], 0).sum() / clock / n_decode)
     moving_until = np.where(ended, pd["transfer_end_us"], clock)
     out["transfers_in_flight_mean"] = float(np.where(started, moving_until - pd["transfer_start_us"], 0).sum() / clock)
     for part in TTFT_PARTS:
