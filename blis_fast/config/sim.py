@@ -263,8 +263,9 @@ class SimConfig:
         ``deployment``, the pools' sum, is left out), and a deployment entry's pool keys
         only when it has pools: a run without P/D has the same keys as before them."""
         out = _to_dict(self)
-        if self.policy.routing_per_model is None:  # (set only by YAML, a bundle or the API: left out unset)
-            del out["policy"]["routing_per_model"]
+        for key in ("routing_per_model", "prefill_routing", "pd_decider", "pd_threshold"):
+            if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
+                del out["policy"][key]
         if self.pd.pools:
             del out["deployment"]
         elif not self.pd.given():
