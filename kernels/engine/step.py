@@ -19,8 +19,8 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import (anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk, kv_free_blocks,
-                        kv_grow, kv_release, register_deferred_keys, take_anonymous)
+from ..kv.cache import (anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
+                        kv_free_blocks, kv_grow, kv_release, register_deferred_keys, take_anonymous)
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -141,72 +141,93 @@ def registers_over_free_block(st, i, r, c, n):
 
 
 @helper
-def admit_received(st, i, r, target):
-    """Admit waiting request r whose prompt KV arrived by transfer (it holds its blocks):
-    (tokens to compute -- the rest of ``target`` --, tokens already in KV), or (-1, 0) if
-    that needs a block that is not free."""
-    c = st.reqs[r]["computed"]
-    n = target - c
-    if not kv_grow(st, i, r, n):
-        return np.int64(-1), np.int64(0)
-    return n, c
+def join_batch(st, i, r, n, cached, m):
+    """Request r enters instance i's batch (admission order) as explicit entry m, computing
+    n tokens this step with ``cached`` already in KV."""
+    inst = st.inst
+    k = inst[i]["batch_len"]
+    st.batch[i, k] = r
+    st.batch_seq[i, k] = inst[i]["admit_counter"]
+    inst[i]["batch_len"] = k + 1
+    st.reqs[r]["admit_seq"] = inst[i]["admit_counter"]
+    inst[i]["admit_counter"] += 1
+    st.explicit[m] = r
+    st.work[m] = n
+    st.context[m] = cached
+    st.reqs[r]["state"] = RequestState.RUNNING
+
+
+@helper
+def admit_received(st, i, now, budget, m):
+    """P/D: admit the requests whose prompt KV arrived by transfer (``rx``,
+    engine/disaggregation.py), in order, while the batch has room and budget is left:
+    they hold their blocks, so each needs at most its next token's (present when it was
+    reserved).  Returns (budget left, tokens to compute, entries, admissions)."""
+    inst = st.inst
+    reqs = st.reqs
+    full = tracing_schedulers(st)
+    n_tokens = np.int64(0)
+    admitted = 0
+    while inst[i]["rx_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
+        r = inst[i]["rx_head"]
+        target = reqs[r]["prompt_len"] + reqs[r]["generated"]
+        reqs[r]["prefill_target"] = target
+        c = reqs[r]["computed"]
+        n = target - c
+        free = kv_free_blocks(inst, i)
+        if not kv_grow(st, i, r, n):
+            break
+        if full:
+            log_scheduled(st, i, now, r, admitted, budget, free, n, c)
+        admitted += 1
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], i)
+        inst[i]["held_outside"] -= 1
+        inst[i]["held_anon"] -= anonymous_held(st, r)
+        join_batch(st, i, r, n, c, m)
+        m += 1
+        if reqs[r]["first_scheduled_us"] < 0:
+            reqs[r]["first_scheduled_us"] = now
+        budget -= n
+        n_tokens += n
+    return budget, n_tokens, m, admitted
 
 
 @helper
 def admit_waiting(st, i, now, budget, cap, m):
     """Pass B (§3.2): admit from the head of instance i's wait queue (strict head-of-line)
     while the batch has room and budget is left; each admission is appended to the batch
-    and as explicit entry m, m+1, ...  Requests whose KV arrived by transfer (``rx``,
-    engine/disaggregation.py) come first.  Returns (budget left, prefill tokens, entries)."""
+    and as explicit entry m, m+1, ...  Requests whose KV arrived by transfer (P/D) come
+    first (``admit_received``).  Returns (budget left, prefill tokens, entries)."""
     inst = st.inst
     reqs = st.reqs
     n_prefill = np.int64(0)
     full = tracing_schedulers(st)
     admitted = 0
+    if inst[i]["rx_len"] > 0:
+        budget, n_prefill, m, admitted = admit_received(st, i, now, budget, m)
     free = np.int64(0)
     reason = BlockReason.NONE
-    while ((inst[i]["wq_len"] > 0 or inst[i]["rx_len"] > 0) and inst[i]["batch_len"] < inst[i]["max_num_seqs"]
-           and budget > 0):
-        received = inst[i]["rx_len"] > 0
-        r = inst[i]["rx_head"] if received else inst[i]["wq_head"]
+    while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
+        r = inst[i]["wq_head"]
         target = reqs[r]["prompt_len"] + reqs[r]["generated"]
         reqs[r]["prefill_target"] = target
         if full:
             free = kv_free_blocks(inst, i)
-        if received:
-            n, cached = admit_received(st, i, r, target)
-        else:
-            n, cached = kv_admit(st, i, r, budget, cap)
+        n, cached = kv_admit(st, i, r, budget, cap)
         if n < 0:
             reason = BlockReason.KV_BLOCKS
             break  # head-of-line: no skipping
         if full:
             log_scheduled(st, i, now, r, admitted, budget, free, n, cached)
             admitted += 1
-        if received:
-            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], i)
-            inst[i]["held_outside"] -= 1
-            inst[i]["held_anon"] -= anonymous_held(st, r)
-        else:
-            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
-        k = inst[i]["batch_len"]
-        st.batch[i, k] = r
-        st.batch_seq[i, k] = inst[i]["admit_counter"]
-        inst[i]["batch_len"] = k + 1
-        reqs[r]["admit_seq"] = inst[i]["admit_counter"]
-        inst[i]["admit_counter"] += 1
-        st.explicit[m] = r
-        st.work[m] = n
-        st.context[m] = cached
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
+        join_batch(st, i, r, n, cached, m)
         m += 1
-        reqs[r]["state"] = RequestState.RUNNING
         if reqs[r]["first_scheduled_us"] < 0:
             reqs[r]["first_scheduled_us"] = now
-            if not received:
-                reqs[r]["cached_tokens"] = cached
-        if not received:  # (a received request's lookup is counted at its reservation)
-            inst[i]["prefix_query_tokens"] += target
-            inst[i]["prefix_hit_tokens"] += cached
+            reqs[r]["cached_tokens"] = cached
+        inst[i]["prefix_query_tokens"] += target
+        inst[i]["prefix_hit_tokens"] += cached
         budget -= n
         n_prefill += n
     if full:
