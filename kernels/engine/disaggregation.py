@@ -43,6 +43,18 @@ _VERSION_MASK = np.int64(0x7FFFFFFF)  # a LINK event carries its link's version 
 
 
 @helper
+def on_pd_event(st, kind, i, r, t, arg2):
+    """The P/D instance events (schema.InstanceEvent TRANSFER_DONE, LINK, LEG_DONE) of
+    instance i: one call site in the loop's dispatch keeps its hot path as it was."""
+    if kind == InstanceEvent.TRANSFER_DONE:
+        on_transfer_done(st, i, r, t)
+    elif kind == InstanceEvent.LINK:
+        on_link(st, i, t, arg2)
+    else:
+        pd_leg_done(st, i, r, t)
+
+
+@helper
 def pd_decide(st, r, d, model):
     """True if request r (routed to decode instance d) is prefilled on a prefill instance:
     never, always, or when its prompt tokens beyond the leading blocks cached on d reach

@@ -19,7 +19,7 @@ from ..byref import by_ref
 from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
 from .events import event_kind_instance
-from .disaggregation import on_link, on_transfer_done, pd_leg_done
+from .disaggregation import on_pd_event
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
 from .trace import log_room
@@ -128,12 +128,8 @@ def event_loop(st):
             on_queued(st, ev_inst, r, t)
         elif kind == InstanceEvent.STEP:
             on_step(st, ev_inst, t)
-        elif kind == InstanceEvent.TRANSFER_DONE:
-            on_transfer_done(st, ev_inst, r, t)
-        elif kind == InstanceEvent.LINK:
-            on_link(st, ev_inst, t, arg2)
-        elif kind == InstanceEvent.LEG_DONE:
-            pd_leg_done(st, ev_inst, r, t)
+        elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
+            on_pd_event(st, kind, ev_inst, r, t, arg2)
         else:
             unknown_event(st, kind, ev_inst, r)
         if lp[0]["status"] != Status.OK:
