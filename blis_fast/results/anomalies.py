@@ -32,12 +32,15 @@ def priority_inversions(reqs: np.ndarray, e2e_us: np.ndarray, done: np.ndarray, 
     return int(count_inversions(e2e.astype(np.float64), group_start.astype(np.int64), value_order(e2e), 2.0))
 
 
-def hol_blocking_instances(inst: np.ndarray) -> int:
+def hol_blocking_instances(inst: np.ndarray, roles: np.ndarray | None = None) -> int:
     """With >= 2 instances: instances whose mean wait-queue length per step exceeds twice
     the mean over instances -- over the instances of its pool for a P/D deployment's (a
-    prefill instance's queue holds every request it serves; a decode instance's few)."""
-    used = inst[(inst["active"] != 0) | (inst["injected"] > 0)]
-    group = np.where(used["role"] == PoolRole.MONO, -1, used["pool"])
+    prefill instance's queue holds every request it serves; a decode instance's few).
+    ``roles``: each instance's PoolRole (``State.pd_inst``; default all monolithic)."""
+    used_rows = (inst["active"] != 0) | (inst["injected"] > 0)
+    used = inst[used_rows]
+    mono = np.ones(len(used), bool) if roles is None else roles[used_rows] == PoolRole.MONO
+    group = np.where(mono, -1, used["pool"])
     return sum(_hol_count(used[group == g]) for g in np.unique(group).tolist())
 
 

@@ -108,7 +108,7 @@ def summary(result) -> dict:
     st = result.full_state
     n = int(st.settings[0]["pd_base"])
     c = pd_columns(result)
-    reqs, inst, pd = st.reqs[:n], st.inst, st.pd_reqs[:n]
+    reqs, pdi, pd = st.reqs[:n], st.pd_inst, st.pd_reqs[:n]
     pd_model = st.pd_models["enabled"][reqs["model"]] != 0
     routed = pd_model & (reqs["routed_us"] >= 0)
     dis = c["disaggregated"]
@@ -124,8 +124,8 @@ def summary(result) -> dict:
         "transfers_waiting": int((reqs["state"] == RequestState.TRANSFER_WAIT).sum()),
         "transfers_waited": int(waited.sum()),
         "dropped_at_decode": int((reqs["state"] == RequestState.DROPPED_AT_DECODE).sum()),
-        "transfer_queue_peak": int(inst["xq_peak"].max()) if len(inst) else 0,
-        "link_transfers_peak": int(inst["link_peak"].max()) if len(inst) else 0,
+        "transfer_queue_peak": int(pdi["xq_peak"].max()) if len(pdi) else 0,
+        "link_transfers_peak": int(pdi["link_peak"].max()) if len(pdi) else 0,
         "bytes_transferred": _bytes_transferred(result, c["charged_tokens"], reqs["model"]),
     }
     _stats("transfer", (pd["transfer_end_us"] - pd["transfer_start_us"])[ended], out)
@@ -134,7 +134,7 @@ def summary(result) -> dict:
     clock = max(int(st.loop[0]["clock_us"]), 1)
     waited_until = np.where(pd["transfer_start_us"] >= 0, pd["transfer_start_us"], clock)
     # (per decode instance, as the peak: the deepest one queue was)
-    n_decode = max(int(np.isin(inst["role"], (PoolRole.DECODE, PoolRole.BOTH)).sum()), 1)
+    n_decode = max(int(np.isin(pdi["role"], (PoolRole.DECODE, PoolRole.BOTH)).sum()), 1)
     out["transfer_queue_mean"] = float(np.where(waited, waited_until - pd["wait_start_us"], 0).sum() / clock / n_decode)
     moving_until = np.where(ended, pd["transfer_end_us"], clock)
     out["transfers_in_flight_mean"] = float(np.where(started, moving_until - pd["transfer_start_us"], 0).sum() / clock)
@@ -168,6 +168,7 @@ def pool_summaries(result) -> dict[str, dict]:
             continue
         for p in d.pools:
             rows = inst[p.first_instance:p.first_instance + p.instances]
+            pd_rows = st.pd_inst[p.first_instance:p.first_instance + p.instances]
             kv = rows["kv_total"].sum()
             out[f"{d.name}/{p.role}"] = {
                 "role": p.role, "hardware": p.hardware.name, "tp": p.engine.tp, "num_instances": p.instances,
@@ -176,8 +177,8 @@ def pool_summaries(result) -> dict[str, dict]:
                 "decode_tokens": int(rows["decode_tokens"].sum()),
                 "prefill_tokens_per_s": float(rows["prefill_tokens"].sum() / (clock / 1e6)),
                 "decode_tokens_per_s": float(rows["decode_tokens"].sum() / (clock / 1e6)),
-                "prefill_legs": int(rows["pd_prefills"].sum()),
-                "transfers_received": int(rows["pd_transfers_in"].sum()),
+                "prefill_legs": int(pd_rows["pd_prefills"].sum()),
+                "transfers_received": int(pd_rows["pd_transfers_in"].sum()),
                 "kv_peak_utilization": float(rows["kv_peak_allocated"].sum() / kv) if kv else 0.0,
             }
     return out

@@ -398,7 +398,7 @@ class Result:
         return {
             "priority_inversions": priority_inversions(self.reqs, lat["e2e_us"], lat["done"],
                                                        self.setup.config.policy.priority),
-            "hol_blocking_instances": hol_blocking_instances(self.state.inst),
+            "hol_blocking_instances": hol_blocking_instances(self.state.inst, self.state.pd_inst["role"]),
             "rejected_requests": self._arrived_rejected()[1],
         }
 

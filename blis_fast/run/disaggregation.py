@@ -119,6 +119,16 @@ def add_prefill_legs(reqs: np.ndarray, n_blocks: int, pd_models: np.ndarray, blo
     return np.concatenate([reqs, legs]), n_blocks + int(slots.sum())
 
 
+def pd_instance_rows(roles, rows) -> np.ndarray:
+    """PD_INST_DT rows of the instance table: each pool's ``rows`` instances with its role,
+    every queue and link empty."""
+    out = np.zeros(sum(rows), S.PD_INST_DT)
+    out["role"] = np.repeat(np.asarray(roles, np.int32), rows)
+    for f in ("xq_head", "xq_tail", "rx_head", "rx_tail", "link_head", "link_tail"):
+        out[f] = -1
+    return out
+
+
 def pd_request_rows(n: int) -> np.ndarray:
     """PD_REQ_DT rows of n requests: nothing disaggregated yet."""
     rows = np.zeros(max(n, 1), S.PD_REQ_DT)

@@ -19,8 +19,8 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
 from blis_fast.config.disaggregation import any_disaggregated
-from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, check_pd_policy, pd_model_rows,
-                                          pd_request_rows, prefill_groups, routing_group_rows)
+from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, check_pd_policy, pd_instance_rows,
+                                          pd_model_rows, pd_request_rows, prefill_groups, routing_group_rows)
 from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -220,7 +220,6 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
         dep["active"][:active] = 1
         dep["pool"] = k
         dep["model"] = fl.models[k]
-        dep["role"] = fl.roles[k]
         dep["route_id"] = fl.route_ids[k]
         dep["route_alt"] = fl.route_alts[k]
         dep["max_num_seqs"] = engine.max_num_seqs
@@ -239,8 +238,7 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
     inst["id_pool"] = -1
     inst["ht_offset"] = np.arange(fl.n_inst, dtype=np.int64) * ht_rows
     inst["ht_mask"] = ht_rows - 1
-    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step", "xq_head", "xq_tail", "rx_head",
-              "rx_tail", "link_head", "link_tail"):
+    for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
         inst[f] = -1
     return inst
 
@@ -622,6 +620,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         # otherwise each field is first read at the first routing decision
         "snap_refreshed": np.full(S.N_SNAP, 0 if compat else -1, np.int64),
         "pi_memo": router_memo(n_inst),
+        "pd_inst": pd_instance_rows(fl.roles, fl.rows),
         "pd_models": pd_models,
         "pd_reqs": pd_request_rows(n if pd else 0),
     }

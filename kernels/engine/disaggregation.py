@@ -144,19 +144,19 @@ def pd_leg_done(st, p, leg, t):
         reqs[r]["state"] = RequestState.DROPPED
         inst[d]["dropped"] += 1
         return
-    if inst[d]["xq_len"] == 0 and pd_reserve(st, d, r):
+    if st.pd_inst[d]["xq_len"] == 0 and pd_reserve(st, d, r):
         pd_start_transfer(st, r, d, t)
     elif pm["drop_when_full"] != 0:
         end_phase(st, p, leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
         reqs[r]["state"] = RequestState.DROPPED_AT_DECODE
-        inst[d]["pd_drops"] += 1
+        st.pd_inst[d]["pd_drops"] += 1
     else:  # wait, behind the requests already waiting there
         reqs[r]["state"] = RequestState.TRANSFER_WAIT
         st.pd_reqs[r]["wait_start_us"] = t
-        dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["xq_head"], inst["xq_tail"], inst["xq_len"], d, r)
-        inst[d]["pd_waits"] += 1
-        if inst[d]["xq_len"] > inst[d]["xq_peak"]:
-            inst[d]["xq_peak"] = inst[d]["xq_len"]
+        dl_push_back(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["xq_head"], st.pd_inst["xq_tail"], st.pd_inst["xq_len"], d, r)
+        st.pd_inst[d]["pd_waits"] += 1
+        if st.pd_inst[d]["xq_len"] > st.pd_inst[d]["xq_peak"]:
+            st.pd_inst[d]["xq_peak"] = st.pd_inst[d]["xq_len"]
 
 
 @helper
@@ -178,8 +178,8 @@ def pd_reserve(st, d, r):
         charged = prompt - cached  # only the blocks the decode instance does not hold (cached < prompt)
     st.pd_reqs[r]["charged_tokens"] = charged
     reqs[r]["cached_tokens"] = cached
-    st.inst[d]["held_outside"] += 1  # until it is admitted to the batch
-    st.inst[d]["held_anon"] += anonymous_held(st, r)
+    st.pd_inst[d]["held_outside"] += 1  # until it is admitted to the batch
+    st.pd_inst[d]["held_anon"] += anonymous_held(st, r)
     st.inst[d]["prefix_query_tokens"] += prompt
     st.inst[d]["prefix_hit_tokens"] += cached
     return True
@@ -203,9 +203,9 @@ def pd_start_transfer(st, r, d, t):
     inst = st.inst
     link_advance(st, p, t)
     pd[r]["work_left_us"] = work
-    dl_push_back(pd["link_prev"], pd["link_next"], inst["link_head"], inst["link_tail"], inst["link_len"], p, r)
-    if inst[p]["link_len"] > inst[p]["link_peak"]:
-        inst[p]["link_peak"] = inst[p]["link_len"]
+    dl_push_back(pd["link_prev"], pd["link_next"], st.pd_inst["link_head"], st.pd_inst["link_tail"], st.pd_inst["link_len"], p, r)
+    if st.pd_inst[p]["link_len"] > st.pd_inst[p]["link_peak"]:
+        st.pd_inst[p]["link_peak"] = st.pd_inst[p]["link_len"]
     link_reschedule(st, p, t)
 
 
@@ -215,14 +215,14 @@ def link_advance(st, p, t):
     k transfers progressed at 1/k of the bandwidth since the last update (processor
     sharing)."""
     inst = st.inst
-    k = inst[p]["link_len"]
+    k = st.pd_inst[p]["link_len"]
     if k > 0:
-        share = np.float64(t - inst[p]["link_last_us"]) / np.float64(k)
-        x = inst[p]["link_head"]
+        share = np.float64(t - st.pd_inst[p]["link_last_us"]) / np.float64(k)
+        x = st.pd_inst[p]["link_head"]
         while x >= 0:
             st.pd_reqs[x]["work_left_us"] -= share
             x = st.pd_reqs[x]["link_next"]
-    inst[p]["link_last_us"] = t
+    st.pd_inst[p]["link_last_us"] = t
 
 
 @helper
@@ -231,18 +231,18 @@ def link_reschedule(st, p, t):
     left finishes at the current share (rounded up to the µs); earlier LINK events of p
     become stale."""
     inst = st.inst
-    inst[p]["link_version"] += 1
-    k = inst[p]["link_len"]
+    st.pd_inst[p]["link_version"] += 1
+    k = st.pd_inst[p]["link_len"]
     if k == 0:
         return
     least = np.inf
-    x = inst[p]["link_head"]
+    x = st.pd_inst[p]["link_head"]
     while x >= 0:
         least = min(least, st.pd_reqs[x]["work_left_us"])
         x = st.pd_reqs[x]["link_next"]
     due = t + np.int64(math.ceil(max(0.0, least * np.float64(k) - _DONE_EPS_US)))
     push_event_with(st, due, event_priority(InstanceEvent.LINK, p), np.int64(-1),
-                    inst[p]["link_version"] & _VERSION_MASK)
+                    st.pd_inst[p]["link_version"] & _VERSION_MASK)
 
 
 @helper
@@ -251,14 +251,14 @@ def on_link(st, p, t, version):
     link (their base latency follows); the others' share grows."""
     inst = st.inst
     pd = st.pd_reqs
-    if version != (inst[p]["link_version"] & _VERSION_MASK):
+    if version != (st.pd_inst[p]["link_version"] & _VERSION_MASK):
         return  # superseded by a later reschedule
     link_advance(st, p, t)
-    x = inst[p]["link_head"]
+    x = st.pd_inst[p]["link_head"]
     while x >= 0:
         nxt = pd[x]["link_next"]
         if pd[x]["work_left_us"] <= _DONE_EPS_US:
-            dl_remove(pd["link_prev"], pd["link_next"], inst["link_head"], inst["link_tail"], inst["link_len"], p, x)
+            dl_remove(pd["link_prev"], pd["link_next"], st.pd_inst["link_head"], st.pd_inst["link_tail"], st.pd_inst["link_len"], p, x)
             pd[x]["transfer_data_us"] = t
             base = np.int64(math.ceil(st.pd_models[st.reqs[x]["model"]]["base_latency_us"]))
             push_event(st, t + base, event_priority(InstanceEvent.TRANSFER_DONE, st.reqs[x]["instance"]), x)
@@ -278,7 +278,7 @@ def on_transfer_done(st, d, r, t):
     leg = r + st.settings[0]["pd_base"]
     end_phase(st, reqs[leg]["instance"], leg, np.int64(PhaseEnd.KV_HANDED_OVER), t, np.int64(-1))
     st.pd_reqs[r]["transfer_end_us"] = t
-    st.inst[d]["pd_transfers_in"] += 1
+    st.pd_inst[d]["pd_transfers_in"] += 1
     st.inst[d]["injected"] += 1
     if reqs[r]["generated"] > 0:
         reqs[r]["computed"] = reqs[r]["prompt_len"]
@@ -288,7 +288,7 @@ def on_transfer_done(st, d, r, t):
     reqs[r]["state"] = RequestState.QUEUED
     reqs[r]["queued_us"] = t
     inst = st.inst
-    dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], d, r)
+    dl_push_back(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["rx_head"], st.pd_inst["rx_tail"], st.pd_inst["rx_len"], d, r)
     ensure_step(st, d, t)
 
 
@@ -318,9 +318,9 @@ def pd_retry_waiting(st, d, t):
     in order, while their blocks can be reserved."""
     reqs = st.reqs
     inst = st.inst
-    while inst[d]["xq_len"] > 0:
-        r = inst[d]["xq_head"]
+    while st.pd_inst[d]["xq_len"] > 0:
+        r = st.pd_inst[d]["xq_head"]
         if not pd_reserve(st, d, r):
             return
-        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["xq_head"], inst["xq_tail"], inst["xq_len"], d)
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["xq_head"], st.pd_inst["xq_tail"], st.pd_inst["xq_len"], d)
         pd_start_transfer(st, r, d, t)

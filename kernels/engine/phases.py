@@ -37,9 +37,9 @@ def end_phase(st, i, r, phase, now, step_idx):
     elif phase == PhaseEnd.OUTPUT_DONE:
         if is_prefill_leg(st, r):  # its blocks stay held until its transfer ends (engine/disaggregation.py)
             reqs[r]["state"] = RequestState.TRANSFERRING
-            st.inst[i]["pd_prefills"] += 1
-            st.inst[i]["held_outside"] += 1
-            st.inst[i]["held_anon"] += anonymous_held(st, r)
+            st.pd_inst[i]["pd_prefills"] += 1
+            st.pd_inst[i]["held_outside"] += 1
+            st.pd_inst[i]["held_anon"] += anonymous_held(st, r)
             return
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED
@@ -54,10 +54,10 @@ def end_phase(st, i, r, phase, now, step_idx):
         else:
             release_follower(st, r)
     elif phase == PhaseEnd.KV_HANDED_OVER:  # (a prefill leg on its prefill instance i)
-        st.inst[i]["held_anon"] -= anonymous_held(st, r)
+        st.pd_inst[i]["held_anon"] -= anonymous_held(st, r)
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED
-        st.inst[i]["held_outside"] -= 1
+        st.pd_inst[i]["held_outside"] -= 1
         if st.inst[i]["wq_len"] > 0:  # its queue may have waited for these blocks
             ensure_step(st, i, now)
 

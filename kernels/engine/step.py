@@ -168,8 +168,8 @@ def admit_received(st, i, now, budget, m):
     full = tracing_schedulers(st)
     n_tokens = np.int64(0)
     admitted = 0
-    while inst[i]["rx_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
-        r = inst[i]["rx_head"]
+    while st.pd_inst[i]["rx_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
+        r = st.pd_inst[i]["rx_head"]
         target = reqs[r]["prompt_len"] + reqs[r]["generated"]
         reqs[r]["prefill_target"] = target
         c = reqs[r]["computed"]
@@ -180,9 +180,9 @@ def admit_received(st, i, now, budget, m):
         if full:
             log_scheduled(st, i, now, r, admitted, budget, free, n, c)
         admitted += 1
-        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["rx_head"], inst["rx_tail"], inst["rx_len"], i)
-        inst[i]["held_outside"] -= 1
-        inst[i]["held_anon"] -= anonymous_held(st, r)
+        dl_pop_front(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["rx_head"], st.pd_inst["rx_tail"], st.pd_inst["rx_len"], i)
+        st.pd_inst[i]["held_outside"] -= 1
+        st.pd_inst[i]["held_anon"] -= anonymous_held(st, r)
         join_batch(st, i, r, n, c, m)
         m += 1
         if reqs[r]["first_scheduled_us"] < 0:
@@ -203,7 +203,7 @@ def admit_waiting(st, i, now, budget, cap, m):
     n_prefill = np.int64(0)
     full = tracing_schedulers(st)
     admitted = 0
-    if inst[i]["rx_len"] > 0:
+    if st.pd_inst[i]["rx_len"] > 0:
         budget, n_prefill, m, admitted = admit_received(st, i, now, budget, m)
     free = np.int64(0)
     reason = BlockReason.NONE
@@ -556,10 +556,10 @@ def on_step(st, i, t):
         n_prefill, n_decode, decode_ctx, m = form_batch_all(st, i, t)
         lp[0]["steps_visiting_all"] += 1
     if inst[i]["batch_len"] == 0:
-        if inst[i]["held_outside"] > 0:
+        if st.pd_inst[i]["held_outside"] > 0:
             # P/D: blocks held here outside a batch free or arrive later (the queue waits for them,
             # engine/disaggregation.py); arrived requests a preemption kept out are admitted now
-            if inst[i]["rx_len"] > 0:
+            if st.pd_inst[i]["rx_len"] > 0:
                 ensure_step(st, i, t)
         elif inst[i]["wq_len"] > 0:
             lp[0]["status"] = Status.STALL
@@ -582,7 +582,7 @@ def on_step(st, i, t):
     end = t + dt
     for d in range(n_done):
         end_phase(st, i, st.done[d], np.int64(PhaseEnd.FOLLOWER_RELEASED), end, step_idx)
-    if inst[i]["xq_len"] > 0:  # prefilled requests wait here for blocks this step may have freed
+    if st.pd_inst[i]["xq_len"] > 0:  # prefilled requests wait here for blocks this step may have freed
         pd_retry_waiting(st, i, end)
     inst[i]["busy_until_us"] = end
     inst[i]["last_step_end_us"] = end
@@ -596,6 +596,6 @@ def on_step(st, i, t):
             lp[0]["status"] = Status.INVARIANT_BATCH
             lp[0]["error_instance"] = i
             return
-    if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0 or inst[i]["rx_len"] > 0:
+    if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0 or st.pd_inst[i]["rx_len"] > 0:
         push_event(st, end, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1

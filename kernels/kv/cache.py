@@ -497,7 +497,7 @@ def kv_conserved(st, i):
     inst = st.inst
     reqs = st.reqs
     bs = np.int64(st.inst[i]["block_size"])
-    anon = inst[i]["held_anon"]  # (P/D: anonymous blocks held outside the batch)
+    anon = st.pd_inst[i]["held_anon"]  # (P/D: anonymous blocks held outside the batch)
     for k in range(inst[i]["batch_len"]):
         r = st.batch[i, k]
         held = reqs[r]["blocks_held"]

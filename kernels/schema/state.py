@@ -24,7 +24,8 @@ import numpy as np
 
 from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PD_MODEL_DT, PD_REQ_DT,
+from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PD_INST_DT, PD_MODEL_DT,
+                     PD_REQ_DT,
                      PREEMPT_DT, REQUEST_DT,
                      ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
 
@@ -212,6 +213,8 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("tmp_k1", _F64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
     Field("tmp_k2", _I64, ("n_sort",), SCRATCH, "request table", "merge-sort buffer"),
     # --- prefill/decode disaggregation (engine/disaggregation.py)
+    Field("pd_inst", PD_INST_DT, ("n_inst",), GIVEN, "instance tables",
+          "each instance's disaggregation state (its role, transfer and received queues, link)"),
     Field("pd_models", PD_MODEL_DT, ("n_models",), GIVEN, "run", "each served model's disaggregation settings"),
     Field("pd_reqs", PD_REQ_DT, ("n_pd_requests",), GIVEN, "request table",
           "each request's prefill leg and KV transfer (P/D runs)"),

@@ -119,6 +119,8 @@ INSTANCE_DT = np.dtype(
         ("routed_pending", np.int64),  # routed here, queueing overhead not yet elapsed
         # --- step clock ---
         ("step_pending", np.int32),  # 1 = a Step event is in the heap
+        ("route_alt", np.int32),  # a second routing group (a `both` pool's prefill group), -1 = none;
+        #                           int32 in the padding before busy_until_us
         ("busy_until_us", np.int64),  # end of the last step started
         ("prev_step", np.int64),  # global index of its previous step, -1 = none
         ("last_step_end_us", np.int64),  # end of the last step executed (duration metric)
@@ -141,8 +143,14 @@ INSTANCE_DT = np.dtype(
         ("injected", np.int64),  # requests routed here
         ("completed", np.int64),
         ("dropped", np.int64),  # dropped_unservable
-        # --- prefill/decode disaggregation (engine/disaggregation.py; at the end: read only by P/D runs)
-        ("route_alt", np.int32),  # a second routing group (a `both` pool's prefill group), -1 = none
+    ],
+    align=True,
+)
+
+# Per instance, its prefill/decode disaggregation state (State.pd_inst): a side table, so
+# that the instance table's rows -- read at every event -- stay as small as they were.
+PD_INST_DT = np.dtype(
+    [
         ("role", np.int32),  # PoolRole
         ("xq_head", np.int64),  # decode side: prefilled requests waiting for free KV blocks (dlist
         ("xq_tail", np.int64),  #   through REQUEST_DT queue_prev/queue_next), in order
@@ -401,4 +409,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_MODEL_DT", "PD_REQ_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

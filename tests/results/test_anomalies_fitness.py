@@ -21,7 +21,7 @@ from blis_fast.results.fitness import fitness
 from builders import lengths_workload, sim_base
 from naive.anomalies import brute_force_hol, brute_force_inversions
 from naive.sort import quadratic_inversion_pairs
-from blis_fast_kernels.schema import INSTANCE_DT, REQUEST_DT, RequestState
+from blis_fast_kernels.schema import PoolRole, INSTANCE_DT, REQUEST_DT, RequestState
 
 
 def random_workload(seed, n=50, distinct_arrivals=True, n_classes=2):
@@ -164,6 +164,13 @@ def test_hol_blocking_function_directly():
     inst["sum_wq_len"] = [0, 0, 0, 0]
     assert hol_blocking_instances(inst) == 0
     assert hol_blocking_instances(inst[:1]) == 0
+    # P/D pools compare among themselves: a busy prefill pool (0) next to idle decode ones
+    inst["sum_wq_len"] = [100, 10, 0, 0]
+    inst["pool"] = [0, 1, 1, 1]
+    roles = np.array([PoolRole.PREFILL, PoolRole.DECODE, PoolRole.DECODE, PoolRole.DECODE], np.int32)
+    assert hol_blocking_instances(inst, roles) == 1  # (decode instance 1: mean 1 > 2 x 1/3)
+    inst["sum_wq_len"] = [100, 10, 10, 10]
+    assert hol_blocking_instances(inst, roles) == 0
 
 
 # ============================================================================ fitness

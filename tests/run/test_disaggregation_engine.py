@@ -117,8 +117,8 @@ def test_one_request_through_prefill_transfer_and_decode():
     assert int(cols["scheduling_delay_us"][0]) == 4350 - 1000  # (its admission on the decode side)
     assert int(cols["instance"][0]) == DECODE
     inst = st.inst
-    assert list(inst["pd_prefills"]) == [1, 0] and list(inst["pd_transfers_in"]) == [0, 1]
-    assert list(inst["completed"]) == [0, 1] and list(inst["held_outside"]) == [0, 0]
+    assert list(st.pd_inst["pd_prefills"]) == [1, 0] and list(st.pd_inst["pd_transfers_in"]) == [0, 1]
+    assert list(inst["completed"]) == [0, 1] and list(st.pd_inst["held_outside"]) == [0, 0]
     # prefill side: one step of 100 prompt tokens; decode side: 1 prompt token + 2 decode steps
     assert list(inst["steps"]) == [1, 3] and list(inst["busy_us"]) == [2000, 1010 + 2 * 1005]
     assert list(inst["prefill_tokens"]) == [100, 1]
@@ -154,7 +154,7 @@ def test_two_transfers_starting_together_share_the_link():
     st = two_transfers("link", [0, 0], [300, 100])
     assert transfer(st, 0) == (5000, 5000, 9000, 9050, 300)
     assert transfer(st, 1) == (5000, 5000, 7000, 7050, 100)
-    assert int(st.inst[PREFILL]["link_peak"]) == 2 and int(st.inst[PREFILL]["link_len"]) == 0
+    assert int(st.pd_inst[PREFILL]["link_peak"]) == 2 and int(st.pd_inst[PREFILL]["link_len"]) == 0
     st = two_transfers("none", [0, 0], [300, 100])
     assert transfer(st, 0) == (5000, 5000, 8000, 8050, 300)
     assert transfer(st, 1) == (5000, 5000, 6000, 6050, 100)
@@ -243,8 +243,9 @@ def test_wait_holds_a_prefilled_request_until_blocks_free():
     assert tokens(st, 1) == (A_DONE + 1050, A_DONE + 1050 + 1010, A_DONE + 1050 + 1010 + 1005)
     assert int(st.reqs[1]["state"]) == RequestState.COMPLETED
     inst = st.inst[DECODE]
-    assert int(inst["pd_waits"]) == 1 and int(inst["xq_peak"]) == 1 and int(inst["pd_drops"]) == 0
-    assert int(inst["xq_len"]) == 0 and int(inst["completed"]) == 2
+    pdi = st.pd_inst[DECODE]
+    assert int(pdi["pd_waits"]) == 1 and int(pdi["xq_peak"]) == 1 and int(pdi["pd_drops"]) == 0
+    assert int(pdi["xq_len"]) == 0 and int(inst["completed"]) == 2
 
 
 def test_the_transfer_queue_is_served_in_order():
@@ -261,7 +262,7 @@ def test_the_transfer_queue_is_served_in_order():
     assert transfer(st, 2) == (8100, A_DONE, A_DONE + 100, A_DONE + 150, 10)
     assert tokens(st, 2) == (23305, 24315, 25330)
     assert tokens(st, 1) == (24315, 25330, 26335)
-    assert int(st.inst[DECODE]["xq_peak"]) == 2 and int(st.inst[DECODE]["pd_waits"]) == 2
+    assert int(st.pd_inst[DECODE]["xq_peak"]) == 2 and int(st.pd_inst[DECODE]["pd_waits"]) == 2
 
 
 def test_drop_drops_a_prefilled_request_that_finds_no_room_and_counts_it():
@@ -275,9 +276,9 @@ def test_drop_drops_a_prefilled_request_that_finds_no_room_and_counts_it():
     assert int(st.reqs[1]["generated"]) == 0 and int(st.reqs[1]["first_token_us"]) == -1
     assert int(leg(st, 1)["state"]) == RequestState.COMPLETED
     inst = st.inst
-    assert int(inst[DECODE]["pd_drops"]) == 1 and int(inst[DECODE]["pd_waits"]) == 0
-    assert int(inst[DECODE]["completed"]) == 1 and int(inst[DECODE]["pd_transfers_in"]) == 1
-    assert int(inst[PREFILL]["pd_prefills"]) == 2
+    assert int(st.pd_inst[DECODE]["pd_drops"]) == 1 and int(st.pd_inst[DECODE]["pd_waits"]) == 0
+    assert int(inst[DECODE]["completed"]) == 1 and int(st.pd_inst[DECODE]["pd_transfers_in"]) == 1
+    assert int(st.pd_inst[PREFILL]["pd_prefills"]) == 2
     assert int(res.cluster["completed_requests"]) == 1
 
 
@@ -549,7 +550,7 @@ def test_a_transfer_to_a_full_both_instance_is_dropped():
     assert [int(st.reqs[r]["instance"]) for r in range(3)] == [1, 2, 1]
     assert transfer(st, 2) == (2002, 2002, 12002, 12052, 100)
     assert int(st.reqs[1]["state"]) == RequestState.DROPPED_AT_DECODE
-    assert int(st.inst[2]["pd_drops"]) == 1
+    assert int(st.pd_inst[2]["pd_drops"]) == 1
 
 
 def traced_pd_run(**settings):
