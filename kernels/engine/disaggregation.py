@@ -27,14 +27,13 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk
-from ..latency.steptime import queueing_delay_us
 from ..policies.prefix_index import index_record_request
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import InstanceEvent, PdDecider, PhaseEnd, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
 from .events import event_priority, push_event, push_event_with
 from .phases import end_phase
-from .queueing import ensure_step
+from .queueing import ensure_step, send_to_instance
 from .trace import log_routing, tracing
 
 # work below this (µs at full bandwidth) counts as done: the rounding of a shared link's arithmetic
@@ -108,12 +107,7 @@ def pd_route_prefill(st, r, d, t):
     reqs[r]["routed_us"] = t
     reqs[r]["state"] = RequestState.REMOTE_PREFILL
     st.pd_reqs[r]["prefill_instance"] = p
-    reqs[leg]["instance"] = p
-    reqs[leg]["routed_us"] = t
-    reqs[leg]["state"] = RequestState.ROUTED
-    inst[p]["routed_pending"] += 1
-    q = queueing_delay_us(inst[p]["alpha0"], inst[p]["alpha1"], reqs[leg]["prompt_len"])
-    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, p), leg)
+    send_to_instance(st, p, leg, t)
     return True
 
 
@@ -200,7 +194,6 @@ def pd_start_transfer(st, r, d, t):
         push_event(st, end, event_priority(InstanceEvent.TRANSFER_DONE, d), r)
         return
     p = pd[r]["prefill_instance"]
-    inst = st.inst
     link_advance(st, p, t)
     pd[r]["work_left_us"] = work
     dl_push_back(pd["link_prev"], pd["link_next"], st.pd_inst["link_head"], st.pd_inst["link_tail"], st.pd_inst["link_len"], p, r)
@@ -214,7 +207,6 @@ def link_advance(st, p, t):
     """Bring the remaining work of prefill instance p's transfers up to time t: each of its
     k transfers progressed at 1/k of the bandwidth since the last update (processor
     sharing)."""
-    inst = st.inst
     k = st.pd_inst[p]["link_len"]
     if k > 0:
         share = np.float64(t - st.pd_inst[p]["link_last_us"]) / np.float64(k)
@@ -230,7 +222,6 @@ def link_reschedule(st, p, t):
     """Schedule prefill instance p's next LINK event: when its transfer with the least work
     left finishes at the current share (rounded up to the µs); earlier LINK events of p
     become stale."""
-    inst = st.inst
     st.pd_inst[p]["link_version"] += 1
     k = st.pd_inst[p]["link_len"]
     if k == 0:
@@ -249,7 +240,6 @@ def link_reschedule(st, p, t):
 def on_link(st, p, t, version):
     """LINK event of prefill instance p: the transfers whose data is through leave the
     link (their base latency follows); the others' share grows."""
-    inst = st.inst
     pd = st.pd_reqs
     if version != (st.pd_inst[p]["link_version"] & _VERSION_MASK):
         return  # superseded by a later reschedule
@@ -287,7 +277,6 @@ def on_transfer_done(st, d, r, t):
     pd_register_received(st, d, r)
     reqs[r]["state"] = RequestState.QUEUED
     reqs[r]["queued_us"] = t
-    inst = st.inst
     dl_push_back(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["rx_head"], st.pd_inst["rx_tail"], st.pd_inst["rx_len"], d, r)
     ensure_step(st, d, t)
 
@@ -317,7 +306,6 @@ def pd_retry_waiting(st, d, t):
     """After a step of decode instance d freed blocks: start the transfers waiting there,
     in order, while their blocks can be reserved."""
     reqs = st.reqs
-    inst = st.inst
     while st.pd_inst[d]["xq_len"] > 0:
         r = st.pd_inst[d]["xq_head"]
         if not pd_reserve(st, d, r):

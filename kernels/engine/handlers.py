@@ -11,14 +11,13 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import is_prefill_leg
-from ..latency.steptime import queueing_delay_us
 from ..policies.admission import admit
 from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
-from ..schema import ClusterEvent, InstanceEvent, PolicySlot, RequestState, RoutingKind, Status
+from ..schema import ClusterEvent, PolicySlot, RequestState, RoutingKind, Status
 from .disaggregation import pd_decide, pd_route_prefill
 from .events import event_priority, push_event
-from .queueing import join_wait_queue
+from .queueing import join_wait_queue, send_to_instance
 from .trace import log_admission, log_routing, tracing
 
 
@@ -101,12 +100,7 @@ def on_routing(st, r, t):
     if (s[0]["pd_base"] > 0 and st.pd_models[model]["enabled"] != 0 and pd_decide(st, r, target, model)
             and pd_route_prefill(st, r, target, t)):
         return  # decode first, then its prefill leg (engine/disaggregation.py)
-    reqs[r]["instance"] = target
-    reqs[r]["routed_us"] = t
-    reqs[r]["state"] = RequestState.ROUTED
-    inst[target]["routed_pending"] += 1
-    q = queueing_delay_us(inst[target]["alpha0"], inst[target]["alpha1"], reqs[r]["prompt_len"])
-    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, target), r)
+    send_to_instance(st, target, r, t)
 
 
 @helper

@@ -1,13 +1,29 @@
-"""Joining an instance's wait queue: the one way a request enters it from outside the
-instance (after its queueing overhead, or after its KV arrived by transfer).
+"""Sending a request to an instance and joining its wait queue: the one way a request
+enters an instance from outside (after the routing decision and the instance's queueing
+overhead).
 """
 
 import numpy as np
 
 from ..jit import helper
+from ..latency.steptime import queueing_delay_us
 from ..schema import InstanceEvent, RequestState
 from ..structs.dlist import dl_push_back
 from .events import event_priority, push_event
+
+
+@helper
+def send_to_instance(st, i, r, t):
+    """Request row r, routed to instance i at time t: its Queued event follows after the
+    instance's queueing overhead trunc(α0 + α1·L)."""
+    reqs = st.reqs
+    inst = st.inst
+    reqs[r]["instance"] = i
+    reqs[r]["routed_us"] = t
+    reqs[r]["state"] = RequestState.ROUTED
+    inst[i]["routed_pending"] += 1
+    q = queueing_delay_us(inst[i]["alpha0"], inst[i]["alpha1"], reqs[r]["prompt_len"])
+    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, i), r)
 
 
 @helper
