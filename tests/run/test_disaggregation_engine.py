@@ -444,7 +444,7 @@ def test_each_model_runs_as_its_deployment_alone(tmp_path, disaggregated):
         for col in ("arrival_us", "ttft_us", "e2e_us", "completion_us", "generated_tokens", "cached_prompt_tokens"):
             assert np.array_equal(cols[col][mine], a[col]), (k, col)
         assert np.array_equal(cols["instance"][mine] - dep.first_instance, a["instance"])
-        if k in disaggregated:  # (a run without P/D pools has a placeholder P/D table)
+        if k in disaggregated:  # (a run without P/D pools has a one-row, unused P/D table)
             legs = st.pd_reqs["prefill_instance"][mine]
             assert np.array_equal(np.where(legs >= 0, legs - dep.first_instance, -1),
                                   alone.full_state.pd_reqs["prefill_instance"])
