@@ -33,6 +33,9 @@ POOL_ROLES = ("prefill", "decode", "both")  # in the order of their instance row
 
 MAX_THRESHOLD = 10**9  # tokens (the decider's threshold)
 MAX_BANDWIDTH_GBPS = 1e6  # GB/s (1e9 bytes/s) per link
+# ... and at least 1 kB/s: a transfer's time (bytes / bandwidth) then stays a number of µs the
+# simulated clock holds (1e-300 GB/s would make it overflow int64)
+MIN_BANDWIDTH_GBPS = 1e-6
 MAX_BASE_LATENCY_MS = 1e6  # ms
 
 # the keys of a pool entry besides the engine settings (the flags' YAML names, as a deployment entry takes)
@@ -73,7 +76,7 @@ class TransferSpec:
     """The KV transfer from a prefill instance to a decode instance: it takes
     ``base_latency_ms + charged tokens x KV bytes per token / bandwidth``."""
 
-    bandwidth_gbps: float = _opt(25.0, _BANDWIDTH_HELP, lo=0, lo_open=True, hi=MAX_BANDWIDTH_GBPS, unit="GB/s")
+    bandwidth_gbps: float = _opt(25.0, _BANDWIDTH_HELP, lo=MIN_BANDWIDTH_GBPS, hi=MAX_BANDWIDTH_GBPS, unit="GB/s")
     base_latency_ms: float = _opt(0.05, _LATENCY_HELP, lo=0, hi=MAX_BASE_LATENCY_MS, unit="ms")
     charge: str = _opt("destination-missing", _CHARGE_HELP, choices=TRANSFER_CHARGES)
     contention: str = _opt("none", _CONTENTION_HELP, choices=TRANSFER_CONTENTIONS)
@@ -179,7 +182,7 @@ class PDConfig:
     threshold: int | None = _opt(None, _THRESHOLD_HELP + " (default 16)", lo=0, hi=MAX_THRESHOLD, unit="tokens")
     first_token: str | None = _opt(None, _FIRST_TOKEN_HELP + " (default decode)", choices=FIRST_TOKEN_SIDES)
     on_decode_full: str | None = _opt(None, _ON_FULL_HELP + " (default wait)", choices=ON_DECODE_FULL)
-    transfer_bandwidth_gbps: float | None = _opt(None, _BANDWIDTH_HELP + " (default 25)", lo=0, lo_open=True,
+    transfer_bandwidth_gbps: float | None = _opt(None, _BANDWIDTH_HELP + " (default 25)", lo=MIN_BANDWIDTH_GBPS,
                                                  hi=MAX_BANDWIDTH_GBPS, unit="GB/s")
     transfer_base_latency_ms: float | None = _opt(None, _LATENCY_HELP + " (default 0.05)", lo=0,
                                                   hi=MAX_BASE_LATENCY_MS, unit="ms")
