@@ -48,6 +48,7 @@ class ResolvedPool:
     latency: LatencyModel
     instances: int
     first_instance: int
+    kv_tiers: object = None  # ResolvedKvTiers (blis_fast/config/kv_tiers.py), None = no tiers
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +70,7 @@ class ResolvedDeployment:
     first_instance: int
     pools: tuple[ResolvedPool, ...] = ()
     pd: PDSpec | None = None
+    kv_tiers: object = None  # ResolvedKvTiers, None = no tiers (a P/D deployment's are its pools')
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,17 +19,14 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
 from blis_fast.config.disaggregation import any_disaggregated
+from blis_fast.run.sizing import next_pow2
+from blis_fast.run.tiers import tier_layout, tier_request_rows, tier_rows, tier_sizes
 from blis_fast.run.disaggregation import (ROLE_CODES, add_prefill_legs, check_pd_policy, pd_instance_rows,
                                           pd_model_rows, pd_request_rows, prefill_groups, routing_group_rows)
 from blis_fast.policy import compile_policies
 
 INT64_MAX = np.iinfo(np.int64).max
 MIN_LOG_ROWS = 1024
-
-
-def next_pow2(x: int) -> int:
-    """The smallest power of two >= max(x, 2)."""
-    return 1 << max(int(x) - 1, 1).bit_length()
 
 
 class StateArrays:
@@ -162,6 +159,7 @@ class Fleet:
     roles: tuple = (S.PoolRole.MONO,)  # per pool: PoolRole
     route_ids: tuple = (0,)  # per pool: its instances' routing group (run/disaggregation.py)
     route_alts: tuple = (-1,)  # per pool: a second routing group (a `both` pool's prefill group), -1 = none
+    tiers: tuple = (None,)  # per pool: its KV tiers beyond the GPU (ResolvedKvTiers), None = none
 
     @property
     def n_inst(self) -> int:
@@ -204,9 +202,11 @@ def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
                      tuple(p.instances for _, p in pools), tuple(p.instances for _, p in pools),
                      tuple(m for m, _ in pools), tuple(ROLE_CODES[p.role] for _, p in pools),
                      tuple(groups[m] if p.role == "prefill" else m for m, p in pools),
-                     tuple(groups[m] if p.role == "both" else -1 for m, p in pools))
+                     tuple(groups[m] if p.role == "both" else -1 for m, p in pools),
+                     tuple(p.kv_tiers for _, p in pools))
     _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
-    return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,))
+    tiers = deployments[0].kv_tiers if deployments else None
+    return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,), tiers=(tiers,))
 
 
 def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
@@ -369,6 +369,8 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
     fl = fleet(cfg, latency, deployments)
     n_inst = fl.n_inst
     n_pd = n if any_disaggregated(deployments) else 0  # requests with a prefill-leg row each
+    tiers = tier_layout(fl, n_shared)
+    n_loads = S.N_TIERS * (n + n_pd) if tiers.enabled else 0  # load transfers: one per request row and tier
     if caching is None:
         caching = bool(eng.enable_prefix_caching) and n_keys > 0
     # an instance's prefix table holds shared keys only, at most one per block: sizing by the
@@ -382,7 +384,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_flags": n_keys if caching or uses_prefix_index else 1, "n_kv_slots": n_keys if caching else 1,
         "n_blocks": n_blocks, "n_inst": n_inst, "inst_words": inst_words, "max_num_seqs": fl.max_num_seqs,
         "calendar_size": CALENDAR_SIZE, "block_size": fl.max_block_size, "kv_blocks": fl.kv_blocks,
-        "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n + n_pd, n_inst, n_pd),
+        "kv_table_rows": n_inst * ht_rows, "heap_rows": event_capacity(n + n_pd, n_inst, n_pd, n_loads),
         "step_rows": max(MIN_LOG_ROWS, 2 * n), "irr_rows": MIN_LOG_ROWS,
         # each request is decided once; the preemption and scheduling logs grow as needed (run.runner.grow_logs)
         "decision_rows": max(n + n_pd, 1) if decisions else 1, "preempt_rows": MIN_LOG_ROWS if decisions else 1,
@@ -392,6 +394,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "pi_table_rows": 2, "pi_ring": 1, "gmap_rows": 2,  # same types, minimal sizes when the index is off
         "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1, "n_routes": fl.n_routes,
         "n_pd_requests": max(n_pd, 1),
+        **tier_sizes(tiers, n + n_pd, n_blocks),
     }
     if uses_prefix_index:
         # keys only one request carries never match: the index keeps just their LRU place, so
@@ -623,5 +626,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "pd_inst": pd_instance_rows(fl.roles, fl.rows),
         "pd_models": pd_models,
         "pd_reqs": pd_request_rows(n if pd else 0),
+        **dict(zip(("kv_tier_inst", "tiers"), tier_rows(fl, tier_layout(fl, n_shared)))),
+        "tier_reqs": tier_request_rows(sizes["n_tier_requests"]),
     }
     return allocate_state(sizes, given, arrays)

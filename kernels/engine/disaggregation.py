@@ -163,7 +163,7 @@ def pd_reserve(st, d, r):
     prompt = reqs[r]["prompt_len"]
     target = prompt + reqs[r]["generated"]
     reqs[r]["prefill_target"] = target
-    n, cached = kv_admit(st, d, r, target, np.int64(0))
+    n, cached = kv_admit(st, d, r, target, np.int64(0), False)
     if n < 0:
         return False
     kv_forget_chunk(st, d, r, cached, n)  # not cached content until the transfer is done

@@ -20,6 +20,7 @@ from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
 from .events import event_kind_instance
 from .disaggregation import on_pd_event
+from .tiers import on_tier_event
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
 from .trace import log_room
@@ -130,6 +131,8 @@ def event_loop(st):
             on_step(st, ev_inst, t)
         elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
             on_pd_event(st, kind, ev_inst, r, t, arg2)
+        elif kind == InstanceEvent.TIER_LINK or kind == InstanceEvent.LOAD_DONE:  # KV tiers (engine/tiers.py)
+            on_tier_event(st, kind, ev_inst, r, t, arg2)
         else:
             unknown_event(st, kind, ev_inst, r)
         if lp[0]["status"] != Status.OK:

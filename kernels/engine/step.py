@@ -16,11 +16,14 @@ on top of ``context[e]`` KV tokens -- and the rest of the batch implicitly:
   event_skipping = 0`` takes this path every step; both give identical results.
 """
 
+import math
+
 import numpy as np
 
 from ..jit import helper
-from ..kv.cache import (anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
+from ..kv.cache import (LOADING, anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
                         kv_free_blocks, kv_grow, kv_release, register_deferred_keys, take_anonymous)
+from ..kv.tiers import next_write_us
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -34,6 +37,7 @@ from .events import event_priority, push_event
 from .disaggregation import pd_retry_waiting
 from .phases import end_phase
 from .queueing import ensure_step
+from .tiers import start_loads, tier_catch_up
 from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
 
@@ -158,11 +162,13 @@ def join_batch(st, i, r, n, cached, m):
 
 
 @helper
-def admit_received(st, i, now, budget, m):
-    """P/D: admit the requests whose prompt KV arrived by transfer (``rx``,
-    engine/disaggregation.py), in order, while the batch has room and budget is left:
-    they hold their blocks, so each needs at most its next token's (present when it was
-    reserved).  Returns (budget left, tokens to compute, entries, admissions)."""
+def admit_received(st, i, now, budget, cap, m):
+    """Admit the requests whose KV arrived -- by a P/D transfer (engine/disaggregation.py)
+    or a load from a KV tier (engine/tiers.py) -- (``rx``), in order, while the batch has
+    room and budget is left: they hold their prefix blocks; each computes the rest of its
+    prompt as a chunk (capped as an admission's: ``cap``, ``budget``) -- a transferred one
+    at most its next token, whose room was there when it was reserved.  Returns (budget
+    left, tokens to compute, entries, admissions)."""
     inst = st.inst
     reqs = st.reqs
     full = tracing_schedulers(st)
@@ -174,15 +180,24 @@ def admit_received(st, i, now, budget, m):
         reqs[r]["prefill_target"] = target
         c = reqs[r]["computed"]
         n = target - c
+        if cap > 0 and n > cap:
+            n = cap
+        if n > budget:
+            n = budget
         free = kv_free_blocks(inst, i)
+        anon = anonymous_held(st, r)  # (held outside the batch until now; the chunk's new ones are the batch's)
         if not kv_grow(st, i, r, n):
-            break
+            # no room for the whole chunk: the room it holds (a transfer reserved its next token's,
+            # a load one block beyond its prefix) -- it always has some
+            n = min(n, reqs[r]["blocks_held"] * np.int64(inst[i]["block_size"]) - c)
+            if n <= 0 or not kv_grow(st, i, r, n):
+                break
         if full:
             log_scheduled(st, i, now, r, admitted, budget, free, n, c)
         admitted += 1
         dl_pop_front(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["rx_head"], st.pd_inst["rx_tail"], st.pd_inst["rx_len"], i)
         st.pd_inst[i]["held_outside"] -= 1
-        st.pd_inst[i]["held_anon"] -= anonymous_held(st, r)
+        st.pd_inst[i]["held_anon"] -= anon
         join_batch(st, i, r, n, c, m)
         m += 1
         if reqs[r]["first_scheduled_us"] < 0:
@@ -204,7 +219,7 @@ def admit_waiting(st, i, now, budget, cap, m):
     full = tracing_schedulers(st)
     admitted = 0
     if st.pd_inst[i]["rx_len"] > 0:
-        budget, n_prefill, m, admitted = admit_received(st, i, now, budget, m)
+        budget, n_prefill, m, admitted = admit_received(st, i, now, budget, cap, m)
     free = np.int64(0)
     reason = BlockReason.NONE
     while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
@@ -213,7 +228,18 @@ def admit_waiting(st, i, now, budget, cap, m):
         reqs[r]["prefill_target"] = target
         if full:
             free = kv_free_blocks(inst, i)
-        n, cached = kv_admit(st, i, r, budget, cap)
+        n, cached = kv_admit(st, i, r, budget, cap, True)
+        if n == LOADING:  # its prefix blocks are taken; it waits for them out of the queue (engine/tiers.py)
+            dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
+            reqs[r]["state"] = RequestState.LOADING
+            if reqs[r]["first_scheduled_us"] < 0:
+                reqs[r]["cached_tokens"] = cached
+            inst[i]["prefix_query_tokens"] += target
+            inst[i]["prefix_hit_tokens"] += cached
+            st.pd_inst[i]["held_outside"] += 1  # (until it is admitted from rx)
+            st.pd_inst[i]["held_anon"] += anonymous_held(st, r)
+            start_loads(st, i, r, now)
+            continue
         if n < 0:
             reason = BlockReason.KV_BLOCKS
             break  # head-of-line: no skipping
@@ -539,6 +565,9 @@ def on_step(st, i, t):
     inst = st.inst
     lp = st.loop
     inst[i]["step_pending"] = 0
+    tiered = st.kv_tier_inst[i]["n_tiers"] > 0
+    if tiered:
+        tier_catch_up(st, i, t)
     wq_at_start = inst[i]["wq_len"]
     prio_params = st.policy_param[PolicySlot.PRIORITY]
     if st.policy_kind[PolicySlot.PRIORITY] != PriorityKind.CONSTANT:
@@ -561,6 +590,10 @@ def on_step(st, i, t):
             # engine/disaggregation.py); arrived requests a preemption kept out are admitted now
             if st.pd_inst[i]["rx_len"] > 0:
                 ensure_step(st, i, t)
+        elif tiered and inst[i]["wq_len"] > 0 and next_write_us(st, i) >= 0:
+            # KV tiers: GPU blocks pinned by stores free when those land
+            push_event(st, max(t, next_write_us(st, i)), event_priority(InstanceEvent.STEP, i), np.int64(-1))
+            inst[i]["step_pending"] = 1
         elif inst[i]["wq_len"] > 0:
             lp[0]["status"] = Status.STALL
             lp[0]["error_instance"] = i
@@ -568,6 +601,9 @@ def on_step(st, i, t):
     n_decode += inst[i]["ride_count"]  # riders: one decode token each
     decode_ctx += inst[i]["ride_ctx"]
     dt = step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m)
+    if tiered and st.kv_tier_inst[i]["step_load_us"] > 0:  # load: step -- this step's admissions' loads
+        dt += np.int64(math.ceil(st.kv_tier_inst[i]["step_load_us"]))
+        st.kv_tier_inst[i]["step_load_us"] = 0.0
     step_idx = log_step(st, i, dt)
     inst[i]["steps"] = s + 1
     inst[i]["busy_us"] += dt

@@ -51,10 +51,13 @@ the victim's filled anonymous blocks first (``register_deferred_keys``).
 import numpy as np
 
 from ..jit import helper, kernel
-from ..schema import ALL_NAMED, KV_MEMO_BLOCKS, N_KV_MEMO, KvMemo
+
+LOADING = -2  # kv_admit's answer for a request whose blocks must first load from a tier
+from ..schema import ALL_NAMED, KV_MEMO_BLOCKS, N_KV_MEMO, N_TIERS, KvMemo
 from ..structs.dlist import dl_push_back, dl_remove
 from ..structs.prefetch import prefetch
 from ..structs.hashtable import table_delete_at, table_find, table_probe
+from .tiers import count_tier_hits, load_time_us, tier_find, tier_pin, tier_store, tier_touch
 
 # ----------------------------------------------------------------------------- prefix table
 
@@ -218,11 +221,12 @@ def _take_head(st, i):
     if q >= 0:  # evicting a cached block: forget its key
         key_forget(st, i, q, b)
         blocks[b]["key_index"] = -1
+        st.kv_tier_inst[i]["gpu_evictions"] += 1
     return b
 
 
 @helper
-def _take_block(st, i):
+def take_block(st, i):
     """Take the next free block as a named block (an id for an anonymous one)."""
     b = _take_head(st, i)
     if b < 0:
@@ -258,6 +262,20 @@ def _note_peak(inst, i):
 
 
 @helper
+def _take_room(st, i, r, held, named_upto, need):
+    """Request r (holding ``held`` blocks) takes ``need`` more (free, checked): named at
+    positions < ``named_upto``, anonymous beyond."""
+    start = st.reqs[r]["block_start"]
+    named = min(need, max(np.int64(0), named_upto - held))
+    for k in range(named):
+        st.req_blocks[start + held + k] = take_block(st, i)
+    if need > named:
+        take_anonymous(st, i, need - named)
+    st.reqs[r]["blocks_held"] = held + need
+    _note_peak(st.inst, i)
+
+
+@helper
 def kv_grow(st, i, r, n):
     """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
 
@@ -276,14 +294,7 @@ def kv_grow(st, i, r, n):
     if need > 0:
         if need > kv_free_blocks(st.inst, i):
             return False
-        start = reqs[r]["block_start"]
-        named = min(need, max(np.int64(0), named_upto - held))
-        for k in range(named):
-            st.req_blocks[start + held + k] = _take_block(st, i)
-        if need > named:
-            take_anonymous(st, i, need - named)
-        reqs[r]["blocks_held"] = held + need
-        _note_peak(st.inst, i)
+        _take_room(st, i, r, held, named_upto, need)
     if st.settings[0]["prefix_caching"] != 0:
         # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
         # and blocks are named
@@ -298,6 +309,8 @@ def kv_grow(st, i, r, n):
             b = np.int64(st.req_blocks[reqs[r]["block_start"] + j])
             if key_register(st, i, q, b):
                 block_key[b] = q
+                if st.kv_tier_inst[i]["n_tiers"] > 0:
+                    tier_store(st, i, r, j, q, b)
             # else another block already caches this content: leave this one unkeyed
     return True
 
@@ -341,7 +354,7 @@ def _memo_keep(st, i, kstart, start, hits):
 
 
 @helper
-def kv_admit(st, i, r, budget, cap):
+def kv_admit(st, i, r, budget, cap, with_tiers):
     """Admit waiting request r: attach its cached prefix blocks and allocate its first chunk.
 
     The chunk is the rest of ``prefill_target`` after the cache hits (at most
@@ -349,6 +362,9 @@ def kv_admit(st, i, r, budget, cap):
     capped by ``cap`` (long-prefill threshold, 0 = none) and ``budget``.  All-or-nothing:
     returns (n tokens to compute, cached tokens), or (-1, 0) if the blocks are not free.
     (Only named positions can hit: an anonymous position's key is its own and deferred.)
+    ``with_tiers``: the prefix chain continues into the instance's KV tiers (kv/tiers.py);
+    blocks found there make it (LOADING, cached tokens) -- their blocks held, the loads
+    still to start -- unless the tiers load at the admitting step (load: step).
     """
     reqs = st.reqs
     inst = st.inst
@@ -375,6 +391,11 @@ def kv_admit(st, i, r, budget, cap):
                 hits_free += 1
             hits += 1
         _memo_keep(st, i, kstart, start, hits)
+        if with_tiers and hits < max_hits and st.kv_tier_inst[i]["n_tiers"] > 0:
+            lead = hits
+            hits, more_free, found0, found1 = tier_lookup(st, i, r, kstart, start, hits, max_hits)
+            if found0 + found1 > 0:
+                return _admit_tier_hits(st, i, r, budget, cap, lead, hits, hits_free + more_free, found0, found1)
     cached = hits * bs
     n = target - cached
     if cap > 0 and n > cap:
@@ -395,6 +416,125 @@ def kv_admit(st, i, r, budget, cap):
     if not kv_grow(st, i, r, n):  # cannot happen: availability was checked above
         return np.int64(-1), np.int64(0)
     _note_peak(inst, i)
+    return n, cached
+
+
+@helper
+def tier_lookup(st, i, r, kstart, start, hits, max_hits):
+    """Continue request r's prefix chain on instance i past its GPU hits: key by key, the
+    GPU first, then tier 0, tier 1; stop at the first key found nowhere.  A GPU hit's block
+    goes to ``req_blocks`` as kv_admit's loop puts it; a tier hit's entry + 1 to
+    ``tier_src`` (its block is allocated by the caller).  Returns (hits, GPU hits among the
+    new ones that are free, tier-0 hits, tier-1 hits)."""
+    n_tiers = st.kv_tier_inst[i]["n_tiers"]
+    block_ref = st.blocks["ref_count"]
+    hits_free = np.int64(0)
+    found0 = np.int64(0)
+    found1 = np.int64(0)
+    while hits < max_hits:
+        q = kstart + hits
+        b = key_lookup(st, i, q)
+        if b >= 0:
+            st.req_blocks[start + hits] = b
+            st.tier_src[start + hits] = 0
+            if block_ref[b] == 0:
+                hits_free += 1
+            hits += 1
+            continue
+        if st.key_shared[q] == 0:
+            break
+        s = np.int64(-1)
+        k = 0
+        while k < n_tiers:
+            s = tier_find(st, i * N_TIERS + k, st.keys[q])
+            if s >= 0:
+                break
+            k += 1
+        if s < 0:
+            break
+        st.req_blocks[start + hits] = -1
+        st.tier_src[start + hits] = s + 1
+        if k == 0:
+            found0 += 1
+        else:
+            found1 += 1
+        hits += 1
+    return hits, hits_free, found0, found1
+
+
+
+
+@helper
+def attach_tier_hits(st, i, r, start, hits, first, register):
+    """Give each tier hit among positions [first, hits) of request r a new GPU block
+    (its key registered now if ``register``: load: step, else when the load is done); the
+    entries are pinned (async loads) -- or not (``register``: the load is immediate)."""
+    block_key = st.blocks["key_index"]
+    for j in range(first, hits):
+        s = st.tier_src[start + j] - 1
+        if s < 0:
+            continue
+        b = take_block(st, i)
+        st.req_blocks[start + j] = b
+        q = st.reqs[r]["key_start"] + j
+        if register:
+            st.tier_src[start + j] = 0
+            tier_touch(st, st.tier_slots[s]["tier"], s)
+            if key_register(st, i, q, b):
+                block_key[b] = q
+        else:
+            tier_pin(st, s)
+
+
+
+
+@helper
+def _admit_tier_hits(st, i, r, budget, cap, lead, hits, hits_free, found0, found1):
+    """kv_admit of request r whose prefix chain found blocks in a tier (positions [lead,
+    hits) may hold them, ``tier_src``): all-or-nothing, as kv_admit.  Async loads: only the
+    prefix blocks are taken now (the tier hits' new blocks unkeyed, their entries pinned)
+    and (LOADING, cached tokens) is returned; load: step also takes the first chunk, keys the
+    loaded blocks at once and owes the load time to this step."""
+    reqs = st.reqs
+    inst = st.inst
+    bs = np.int64(inst[i]["block_size"])
+    start = reqs[r]["block_start"]
+    found = found0 + found1
+    step_mode = st.kv_tier_inst[i]["load_step"] != 0
+    cached = hits * bs
+    n = reqs[r]["prefill_target"] - cached  # load: step -- the first chunk
+    if cap > 0 and n > cap:
+        n = cap
+    if n > budget:
+        n = budget
+    # async loads take one block beyond the prefix now (the next token's): once loaded, the
+    # request can always compute at least that much (engine/step.py admit_received), so
+    # requests holding loaded blocks cannot hold the whole cache waiting for room
+    chunk = (cached + n + bs - 1) // bs - hits if step_mode else np.int64(1)
+    if chunk + found > kv_free_blocks(inst, i) - hits_free:
+        for j in range(lead, hits):
+            st.tier_src[start + j] = 0
+        return np.int64(-1), np.int64(0)
+    block_ref = st.blocks["ref_count"]
+    for k in range(hits):  # the GPU hits first: taking the tier hits' blocks must not evict them
+        if st.tier_src[start + k] != 0:
+            continue
+        b = np.int64(st.req_blocks[start + k])
+        if block_ref[b] == 0:
+            _unlink_free(st, i, b)
+            inst[i]["kv_allocated"] += 1
+        block_ref[b] += 1
+    attach_tier_hits(st, i, r, start, hits, lead, step_mode)
+    reqs[r]["blocks_held"] = hits
+    count_tier_hits(st, i, r, found0, found1)
+    _note_peak(inst, i)
+    if not step_mode:
+        _take_room(st, i, r, hits, reqs[r]["named_upto"], chunk)
+        st.tier_reqs[r]["load_cached"] = cached
+        return np.int64(LOADING), cached
+    st.kv_tier_inst[i]["step_load_us"] += load_time_us(st, i, found0, found1)
+    reqs[r]["computed"] = cached
+    kv_grow(st, i, r, n)  # (room checked above)
     return n, cached
 
 
@@ -485,6 +625,23 @@ def kv_release(st, i, r):
                 _retire_id(st, i, b)
                 _append_free(st, i, 1)
     reqs[r]["blocks_held"] = 0
+
+
+@helper
+def release_block(st, i, b):
+    """Drop one reference to named block b (a store's pin, kv/tiers.py); a block nobody
+    holds any more is freed as kv_release frees it."""
+    blocks = st.blocks
+    blocks[b]["ref_count"] -= 1
+    if blocks[b]["ref_count"] == 0:
+        st.inst[i]["kv_allocated"] -= 1
+        if blocks[b]["key_index"] >= 0 or st.settings[0]["event_skipping"] == 0:
+            blocks[b]["gap_after"] = 0
+            dl_push_back(blocks["lru_prev"], blocks["lru_next"], st.inst["free_head"], st.inst["free_tail"],
+                         st.inst["free_len"], i, b)
+        else:
+            _retire_id(st, i, b)
+            _append_free(st, i, 1)
 
 
 @kernel

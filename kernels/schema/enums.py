@@ -24,12 +24,14 @@ class _RequestState(NamedTuple):
     TRANSFERRING: int = 10  # its KV is on the way to its decode instance (which holds the blocks);
     #                          a prefill leg in this state holds its blocks on the prefill instance
     DROPPED_AT_DECODE: int = 11  # prefilled, but its decode instance had no room (on_decode_full: drop)
+    # KV cache tiers (kv/tiers.py)
+    LOADING: int = 12  # admitted with blocks found in a CPU/disk tier: waiting for them to load
 
 
 RequestState = _RequestState()
 REQUEST_STATE_NAMES = (
     "pending", "admitting", "routed", "queued", "running", "completed", "rejected", "dropped_unservable",
-    "remote_prefill", "transfer_wait", "transferring", "dropped_at_decode",
+    "remote_prefill", "transfer_wait", "transferring", "dropped_at_decode", "loading",
 )
 
 
@@ -57,6 +59,8 @@ class _InstanceEvent(NamedTuple):
     """Instance-level event kinds; at equal time (and instance) the lower code runs first,
     so Queued runs before Step.  Spaced as ClusterEvent's."""
 
+    TIER_LINK: int = 2  # a tier read link's next load finishes its data (kv/tiers.py)
+    LOAD_DONE: int = 3  # a request's load from a tier is done (its latency included): it may be admitted
     QUEUED: int = 4
     TRANSFER_DONE: int = 5  # (decode instance) a request's KV has arrived: it joins the wait queue
     LINK: int = 6  # (prefill instance) its transfer link's next transfer finishes its data (contention: link)
@@ -74,7 +78,9 @@ InstanceEvent = _InstanceEvent()
 #   cluster      0  ARRIVAL              1-3: after an arrival (e.g. a session/DAG release)
 #                4  ADMISSION            5-7: after admission (e.g. an autoscaler tick)
 #                8  ROUTING              9-15: after routing (e.g. a pool-level decision)
-#   instance   0-3  --                   before Queued (e.g. an instance coming up / draining)
+#   instance   0-1  --                   before Queued (e.g. an instance coming up / draining)
+#                2  TIER_LINK            (KV tiers: loads; a loaded request is admitted before the step)
+#                3  LOAD_DONE
 #                4  QUEUED
 #                5  TRANSFER_DONE        the request joins the queue before the step that admits it
 #                6  LINK
@@ -84,6 +90,7 @@ InstanceEvent = _InstanceEvent()
 # A new kind also needs its handler in the loop's dispatch (engine/loop.py), which stops
 # with Status.UNKNOWN_EVENT on any code it does not know.
 N_CLUSTER_KINDS = 16
+N_TIERS = 2  # KV tiers beyond the GPU an instance may have (cpu, disk): rows per instance of State.tiers
 N_INSTANCE_KINDS = 16
 
 
@@ -443,7 +450,7 @@ ScanStatus = _ScanStatus()
 
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
-    "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
+    "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_TIERS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
     "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",

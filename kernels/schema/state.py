@@ -22,10 +22,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, LOOP_DT, PD_INST_DT, PD_MODEL_DT,
-                     PD_REQ_DT,
+from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LOOP_DT, PD_INST_DT,
+                     PD_MODEL_DT, PD_REQ_DT, TIER_DT, TIER_JOB_DT, TIER_REQ_DT, TIER_SLOT_DT, TIER_WRITE_DT,
                      PREEMPT_DT, REQUEST_DT,
                      ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
 
@@ -74,11 +74,16 @@ SIZE_NAMES = {
     "n_models": "served models of the run (INSTANCE_DT.model, REQUEST_DT.model)",
     "n_routes": "routing groups: one per served model, plus one per disaggregated model (its prefill pools)",
     "n_pd_requests": "requests of a P/D run (SETTINGS_DT.pd_base), else 1",
+    "n_tier_requests": "request rows of a run with KV tiers, else 1",
+    "n_tier_blocks": "n_blocks in a run with KV tiers, else 1",
+    "tier_slot_rows": "entries of every instance's tiers (each at most its distinct shared key values), at least 1",
+    "tier_table_rows": "hash rows of every instance's tiers (a power of two per tier), at least 2",
+    "tier_write_rows": "queued-write rows of every instance's tiers, at least 1",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
     "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
-    "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
+    "N_TIERS": N_TIERS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
 }
 
 
@@ -218,6 +223,19 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("pd_models", PD_MODEL_DT, ("n_models",), GIVEN, "run", "each served model's disaggregation settings"),
     Field("pd_reqs", PD_REQ_DT, ("n_pd_requests",), GIVEN, "request table",
           "each request's prefill leg and KV transfer (P/D runs)"),
+    # --- KV cache tiers beyond the GPU (kv/tiers.py)
+    Field("kv_tier_inst", KV_TIER_INST_DT, ("n_inst",), GIVEN, "instance tables",
+          "each instance's tier settings and GPU-side tier counters (n_tiers 0: none)"),
+    Field("tiers", TIER_DT, ("n_inst * N_TIERS",), GIVEN, "KV tiers", "tier k of instance i: row i * N_TIERS + k"),
+    Field("tier_slots", TIER_SLOT_DT, ("tier_slot_rows",), ZEROS, "KV tiers", "the tiers' entries"),
+    Field("tier_table", _I64, ("tier_table_rows", "2"), ZEROS, "KV tiers",
+          "block key value -> entry + 1, one slice of rows per tier"),
+    Field("tier_writes", TIER_WRITE_DT, ("tier_write_rows",), ZEROS, "KV tiers", "the tiers' queued writes (rings)"),
+    Field("tier_reqs", TIER_REQ_DT, ("n_tier_requests",), GIVEN, "request table", "each request's loads"),
+    Field("tier_jobs", TIER_JOB_DT, ("N_TIERS * n_tier_requests",), ZEROS, "KV tiers",
+          "load transfers: request r's from tier k is row r * N_TIERS + k"),
+    Field("tier_src", _I32, ("n_tier_blocks",), ZEROS, "KV tiers",
+          "per request-block slot: the tier entry + 1 it is being loaded from, 0 = none"),
 )
 FIELDS_BY_NAME = {f.name: f for f in STATE_FIELDS}
 
@@ -262,7 +280,7 @@ def log_room(growth: Growth, max_num_seqs: int) -> int:
     return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs}))
 
 
-def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0) -> int:
+def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0) -> int:
     """The most events the heap can hold at once, from the event sources
     (engine/handlers.py, engine/step.py, engine/disaggregation.py); a new event source
     adds its term here:
@@ -274,11 +292,15 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0) -> int:
       * instances: at most one Step each (``step_pending``);
       * transfer links (``n_transfers``: the requests that may be transferred): a link's
         LINK events -- the current one and those a later reschedule made stale, which are
-        due earlier -- number at most its transfers in flight + 1."""
+        due earlier -- number at most its transfers in flight + 1;
+      * KV tier read links (``n_loads``: the load transfers that may be in flight, one per
+        request and tier): a LOAD_DONE per load whose data is through, and each link's TIER_LINK
+        events (at most its loads in flight + 1)."""
     per_request = n_requests
     per_instance = n_inst
     per_link = n_transfers + n_inst if n_transfers else 0
-    return per_request + per_instance + per_link
+    per_tier_link = 2 * n_loads + n_inst * N_TIERS if n_loads else 0
+    return per_request + per_instance + per_link + per_tier_link
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -213,6 +213,111 @@ PD_REQ_DT = np.dtype(
     align=True,
 )
 
+# KV cache tiers beyond the GPU (kv/tiers.py, docs/semantics.md §14).  Per instance: its
+# tier settings and GPU-side counters (an instance without tiers: n_tiers 0).
+KV_TIER_INST_DT = np.dtype(
+    [
+        ("n_tiers", np.int32),  # tiers beyond the GPU: rows i * N_TIERS + k, k < n_tiers, of State.tiers
+        ("store_all", np.int32),  # 1 = store every keyed block (store: all), 0 = prompt blocks only
+        ("load_step", np.int32),  # 1 = load: step (the load time is added to the admitting step)
+        ("block_bytes", np.float64),  # bytes of one KV block per TP rank (each rank on its own links)
+        ("step_load_us", np.float64),  # load: step -- load time owed by the step being formed
+        ("gpu_evictions", np.int64),  # keyed GPU blocks evicted (their key forgotten) -- the thrashing rate's base
+        ("loading", np.int64),  # requests loading here now
+        ("load_requests", np.int64),  # requests that loaded from a tier here
+    ],
+    align=True,
+)
+
+# One tier of one instance (State.tiers row i * N_TIERS + k): its entries (slots of
+# State.tier_slots, keyed by block key value through rows of State.tier_table), their LRU
+# list (entries being loaded are out of it: pinned), its writer (a FIFO of block writes:
+# stores from the GPU into tier 0, demotions from tier k - 1) and its read link (the
+# loads out of it, sharing the bandwidth by processor sharing).
+TIER_DT = np.dtype(
+    [
+        ("capacity", np.int64),  # blocks
+        ("slot_offset", np.int64),  # slots [slot_offset, slot_offset + slot_rows) of tier_slots
+        ("slot_rows", np.int64),  # min(capacity, distinct shared key values): a key is in a tier once
+        ("ht_offset", np.int64),  # rows [ht_offset, ht_offset + ht_mask] of tier_table
+        ("ht_mask", np.int64),
+        ("used", np.int64),  # entries held
+        ("virgin_next", np.int64),  # never-used slots are [virgin_next, slot_offset + slot_rows)
+        ("free_slot", np.int64),  # stack of freed slots (through lru_next), -1 = empty
+        ("lru_head", np.int64),  # unpinned entries, least recently stored or loaded first (dlist)
+        ("lru_tail", np.int64),
+        ("lru_len", np.int64),
+        ("read_bytes_per_us", np.float64),
+        ("write_bytes_per_us", np.float64),
+        ("latency_us", np.int64),  # added to every load out of this tier (after its data)
+        ("write_free_us", np.float64),  # when the writer has written everything queued so far
+        ("wr_offset", np.int64),  # its queue: a ring of rows [wr_offset, wr_offset + wr_cap) of tier_writes
+        ("wr_cap", np.int64),
+        ("wr_head", np.int64),  # (a position in the ring)
+        ("wr_len", np.int64),
+        ("link_head", np.int64),  # the loads on its read link (dlist through tier_jobs)
+        ("link_tail", np.int64),
+        ("link_len", np.int64),
+        ("link_peak", np.int64),
+        ("link_last_us", np.int64),
+        ("link_version", np.int64),  # the link's current TIER_LINK event (older ones are stale)
+        ("hit_blocks", np.int64),  # blocks found here by admissions (and loaded)
+        ("loads", np.int64),  # load transfers out of it
+        ("stored", np.int64),  # blocks written in (stores or demotions that landed)
+        ("write_drops", np.int64),  # writes not made: queue full, or every entry pinned
+        ("evictions", np.int64),  # entries evicted (demoted to the next tier if there is one)
+        ("peak_used", np.int64),
+    ],
+    align=True,
+)
+
+TIER_SLOT_DT = np.dtype(
+    [
+        ("key", np.int64),  # the block key value it holds
+        ("lru_prev", np.int64),
+        ("lru_next", np.int64),
+        ("pins", np.int64),  # loads reading it now (a pinned entry cannot be evicted)
+        ("tier", np.int64),  # its State.tiers row
+    ],
+    align=True,
+)
+
+TIER_WRITE_DT = np.dtype(
+    [
+        ("done_us", np.int64),  # when the write has landed
+        ("key", np.int64),  # block key value
+        ("block", np.int64),  # a store: the GPU block it copies (pinned until then); a demotion: -1
+        ("key_index", np.int64),  # a store: the key number the block held when it was issued
+    ],
+    align=True,
+)
+
+# Per request (State.tier_reqs): its loads.
+TIER_REQ_DT = np.dtype(
+    [
+        ("hit_blocks_0", np.int64),  # blocks found in tier 0 / tier 1 at its (last) admission
+        ("hit_blocks_1", np.int64),
+        ("loaded_blocks_0", np.int64),  # blocks loaded from tier 0 / tier 1 over the run
+        ("loaded_blocks_1", np.int64),
+        ("loads_left", np.int64),  # load transfers of its current load not done yet
+        ("load_start_us", np.int64),  # its last load's start and end (-1 = never loaded)
+        ("load_end_us", np.int64),
+        ("load_wait_us", np.int64),  # summed over its loads
+        ("load_cached", np.int64),  # tokens its current load makes computed (GPU hits and loaded blocks)
+    ],
+    align=True,
+)
+
+# A load transfer on a tier's read link: job r * N_TIERS + k is request r's load from tier k.
+TIER_JOB_DT = np.dtype(
+    [
+        ("work_left_us", np.float64),  # µs of its data left at the link's full bandwidth
+        ("link_prev", np.int64),
+        ("link_next", np.int64),
+    ],
+    align=True,
+)
+
 KV_BLOCK_DT = np.dtype(
     [
         ("key_index", np.int32),  # position in the keys array of the block key it caches, -1 = none
@@ -409,4 +514,4 @@ LOOP_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
