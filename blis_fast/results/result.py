@@ -25,6 +25,9 @@ from .anomalies import hol_blocking_instances, priority_inversions
 from .deployments import deployment_selection, has_groups, model_selection, request_fields
 from .disaggregation import PD_REQUEST_FIELD_TYPES, is_disaggregated, request_fields as pd_request_fields
 from .disaggregation import summary as pd_summary
+from .kv_tiers import TIER_REQUEST_FIELD_TYPES, has_tiers, hit_fields
+from .kv_tiers import request_fields as tier_request_fields
+from .kv_tiers import summary as tier_summary
 from .fitness import fitness
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
@@ -39,7 +42,8 @@ from .trace_table import decision_table
 from .slo import has_targets, slo_report
 
 ROUTED_STATES = (RequestState.ROUTED, RequestState.QUEUED, RequestState.RUNNING, RequestState.COMPLETED,
-                 RequestState.REMOTE_PREFILL, RequestState.TRANSFER_WAIT, RequestState.TRANSFERRING)
+                 RequestState.REMOTE_PREFILL, RequestState.TRANSFER_WAIT, RequestState.TRANSFERRING,
+                 RequestState.LOADING)
 
 # table types of the per-request fields (any other: string); units are in the names, but
 # for BLIS's ``arrived_at`` (seconds)
@@ -48,7 +52,7 @@ REQUEST_FIELD_TYPES = {
     "itl_ms": "float64", "e2e_ms": "float64", "scheduling_delay_ms": "float64", "preemptions": "int64",
     "cached_prompt_tokens": "int64", "generated_tokens": "int64", "first_token_s": "float64",
     "completion_s": "float64", "session": "int64", "turn": "int64", "session_id": "int64", "round_index": "int64",
-    **PD_REQUEST_FIELD_TYPES,
+    **PD_REQUEST_FIELD_TYPES, **TIER_REQUEST_FIELD_TYPES,
 }
 REQUEST_TABLE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 
@@ -338,8 +342,15 @@ class Result:
         out["num_instances"] = int(st.inst["active"].sum())
         out["engine_steps"] = int(stats["steps"])
         out["events"] = int(stats["events"])
+        if has_tiers(self.setup):  # (a run without tiers keeps its fields)
+            out.update(hit_fields(self))
         out.update(self.anomalies())
         return out
+
+    @cached_property
+    def kv_tiers(self) -> dict | None:
+        """The ``kv_tiers`` summary group of a run with KV tiers (results.kv_tiers), else None."""
+        return tier_summary(self) if has_tiers(self.setup) else None
 
     # ------------------------------------------------------------------ evaluation
     @cached_property
@@ -428,6 +439,8 @@ class Result:
         out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
         if is_disaggregated(self.setup):
             out["disaggregation"] = self.disaggregation
+        if has_tiers(self.setup):
+            out["kv_tiers"] = self.kv_tiers
         out["run"] = self.run_info()
         if self.fitness is not None:
             out["fitness"] = self.fitness
@@ -546,6 +559,8 @@ class Result:
             cols.update(request_fields(self, sel))
         if is_disaggregated(self.setup):  # (a monolithic run's records keep their fields)
             cols.update(pd_request_fields(self, sel, missing))
+        if has_tiers(self.setup):  # (as a run without tiers)
+            cols.update(tier_request_fields(self, sel, missing))
         if ids is not None:
             cols["source_id"] = [ids[i] for i in rows]
         for key, values in labels.items():

@@ -21,18 +21,21 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 | preemptions | count, cumulative | preemptions |
 | rejections | requests, cumulative | rejected by admission (cluster only; 0 per instance) |
 | dropped | requests, cumulative | dropped as unservable |
+| kv_cpu_blocks, kv_disk_blocks | blocks | entries held in the CPU / disk KV tier (cluster: summed); only in a run with KV tiers |
+| loading | requests | loading blocks from a KV tier before they can run (RequestState.LOADING); only in a run with KV tiers |
 """
 
 from __future__ import annotations
 
 import numpy as np
-from blis_fast_kernels.schema import RequestState
+from blis_fast_kernels.schema import N_TIERS, RequestState
 from blis_fast.config import memory
 
 from blis_fast.errors import ConfigError
 
 COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
            "preemptions", "rejections", "dropped")
+TIER_COLUMNS = ("kv_cpu_blocks", "kv_disk_blocks", "loading")  # (runs with KV tiers only)
 ROW_BYTES = 8 * (len(COLUMNS) + 4)
 CHUNK = 1024  # samples charged to the memory budget at a time
 # A run's time series: at most MAX_SAMPLES sample times and MAX_SAMPLE_ROWS rows (sample times x
@@ -58,8 +61,14 @@ class TimeSeriesRecorder:
     """``on_sample`` callback of ``run.runner.run_to_end``: records one sample of every
     instance row in use and of the cluster."""
 
-    def __init__(self, n_inst: int, every_us: int):
+    def __init__(self, n_inst: int, every_us: int, tier_names: list[list[str]] | None = None):
         self.n_inst = n_inst
+        # KV tiers (``tier_names``: each instance's, results.kv_tiers): the tier columns too
+        self.columns = COLUMNS + TIER_COLUMNS if tier_names is not None else COLUMNS
+        self.tier_rows = None
+        if tier_names is not None:  # per tier column: each instance's State.tiers row (-1: it has none)
+            self.tier_rows = [np.array([i * N_TIERS + t.index(name) if name in t else -1
+                                        for i, t in enumerate(tier_names)], np.int64) for name in ("cpu", "disk")]
         self.every_us = int(every_us)  # the sample interval
         self.times: list[int] = []  # the first sample time of each distinct sample
         self.repeats: list[int] = []  # how many sample times (every interval) each one covers
@@ -73,12 +82,12 @@ class TimeSeriesRecorder:
         self.count += repeats
         chunks = -(-self.count // CHUNK) - charged
         if chunks:
-            memory.charge(chunks * CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(COLUMNS) * 8),
+            memory.charge(chunks * CHUNK * (self.n_inst + 1) * (ROW_BYTES + len(self.columns) * 8),
                           f"the time series ({self.count - repeats} samples so far)",
                           "raise simulation.sample_interval_ms (--sample-interval-ms)")
         inst = state.inst
         lp = state.loop[0]
-        a = np.empty((len(inst) + 1, len(COLUMNS)), np.int64)
+        a = np.empty((len(inst) + 1, len(self.columns)), np.int64)
         a[:-1, 0] = inst["wq_len"]
         a[:-1, 1] = inst["batch_len"]
         a[:-1, 2] = inst["routed_pending"]
@@ -89,6 +98,11 @@ class TimeSeriesRecorder:
         a[:-1, 7] = inst["preemptions"]
         a[:-1, 8] = 0
         a[:-1, 9] = inst["dropped"]
+        if self.tier_rows is not None:
+            used = state.tiers["used"]
+            for j, rows in enumerate(self.tier_rows):
+                a[:-1, 10 + j] = np.where(rows >= 0, used[np.maximum(rows, 0)], 0)
+            a[:-1, 12] = state.kv_tier_inst["loading"]
         a[-1] = a[:-1].sum(axis=0)
         a[-1, 5] = lp["injected"]
         a[-1, 8] = lp["rejected"]
@@ -114,7 +128,7 @@ class TimeSeriesRecorder:
         n = len(times)
         k = len(used) + 1
         if n == 0:
-            data = np.zeros((0, len(COLUMNS)), np.int64)
+            data = np.zeros((0, len(self.columns)), np.int64)
         else:
             pick = np.concatenate([used, [self.rows[0].shape[0] - 1]])
             stacked = np.repeat(np.stack(self.rows)[:, pick, :], self.repeats, axis=0)
@@ -127,7 +141,7 @@ class TimeSeriesRecorder:
                 stacked[:, :, COLUMNS.index("running")] += computing
                 stacked[:, :, COLUMNS.index("in_system")] += unseen
                 stacked[:, :, COLUMNS.index("completions")] -= unseen
-            data = stacked.reshape(n * k, len(COLUMNS))
+            data = stacked.reshape(n * k, len(self.columns))
         times = np.repeat(times, k)
         instance = np.tile(np.concatenate([used, [-1]]).astype(np.int64), n)
         total = np.zeros(k, np.int64)
@@ -135,7 +149,7 @@ class TimeSeriesRecorder:
             total[:-1] = self.kv_total[used]
             total[-1] = self.kv_total[used].sum()
         tiled = {name: np.tile(np.array([*values, None], dtype=object), n) for name, values in (labels or {}).items()}
-        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(COLUMNS)}, np.tile(total, n), tiled)
+        return TimeSeries(times, instance, {c: data[:, j] for j, c in enumerate(self.columns)}, np.tile(total, n), tiled)
 
 
 def _in_last_step(state, used: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +191,7 @@ class TimeSeries:
         kv = np.divide(self.cols["kv_blocks_used"], self.kv_total, out=np.zeros(len(self)), where=self.kv_total > 0)
         out = {"time_us": self.time_us, "time_s": self.time_us / 1e6, "instance": self.instance}
         out.update(self.labels)
-        for c in COLUMNS:
+        for c in self.cols:
             out[c] = self.cols[c]
             if c == "kv_blocks_used":
                 out["kv_utilization"] = kv

@@ -170,7 +170,10 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
-            recorder = TimeSeriesRecorder(len(session.state.inst), interval_us)
+            from blis_fast.results.kv_tiers import has_tiers, tier_names
+
+            recorder = TimeSeriesRecorder(len(session.state.inst), interval_us,
+                                          tier_names(setup) if has_tiers(setup) else None)
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)

@@ -1,0 +1,152 @@
+"""Results of a run with KV cache tiers (docs/kv-tiers.md; kernels/kv/tiers.py): where the
+prefix hits were found, what was stored, loaded and evicted per tier, how long requests
+waited for their loads, and how hard the GPU cache thrashed.
+
+Definitions (per run, over every instance with tiers):
+
+- ``prefix_hit_tokens_gpu`` / ``_cpu`` / ``_disk``: prompt tokens an admission did not
+  compute because their blocks were found on the GPU, or loaded from the CPU or disk tier
+  (each admission counts, a readmission after a preemption too); ``prefix_query_tokens``
+  the prompt tokens admissions looked up; the ``prefix_hit_rate_*`` are their ratios.
+- per tier: ``stored_blocks`` the blocks written into it (stores from the GPU into the first
+  tier, demotions from the one above into the second), ``loads`` the load transfers out of
+  it (one per request and tier), ``loaded_blocks``, ``evictions`` (entries dropped for room;
+  an entry evicted from the first tier is demoted to the second when there is one),
+  ``write_drops`` (writes not made: the writer's queue full, or every entry pinned by a
+  load), ``peak_used_blocks``; bytes are blocks x the block's bytes per TP rank.
+- ``load_wait_mean_ms`` / ``_p99_ms``: per load, from the admission that found the blocks
+  to the end of the last of its transfers (latency included); ``load: step`` loads wait
+  for nothing (their time is in the admitting step).
+- ``thrashing_rate``: blocks loaded back from a tier / keyed GPU blocks evicted -- of the
+  cached blocks the GPU cache had to evict, the fraction it later brought back.  Near 0 the
+  tiers hold content nobody asks for again; near 1 the working set does not fit on the GPU
+  and lives off the tiers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast_kernels.schema import N_TIERS
+
+from .metrics import percentile_us
+
+TIER_NAMES = ("cpu", "disk")
+
+
+def has_tiers(setup) -> bool:
+    """True if any pool of the run has KV tiers."""
+    return any(p.kv_tiers is not None for d in setup.deployments for p in d.pools)
+
+
+def tier_names(setup) -> list[list[str]]:
+    """Each instance row's tier names, in order."""
+    out = []
+    for d in setup.deployments:
+        for p in d.pools:
+            names = [t.name for t in p.kv_tiers.tiers] if p.kv_tiers is not None else []
+            out.extend([names] * p.instances)
+    return out
+
+
+def tier_columns(result) -> dict[str, np.ndarray]:
+    """Per request row of ``result.state``: tokens loaded from each named tier over the run
+    and the summed load wait (µs; -1 = it never loaded)."""
+    st = result.full_state
+    n = len(result.state.reqs)
+    tr = st.tier_reqs[:n]
+    names = tier_names(result.setup)
+    inst = result.state.reqs["instance"]
+    bs = np.where(inst >= 0, st.inst["block_size"][np.maximum(inst, 0)], 0).astype(np.int64)
+    out = {f"loaded_tokens_{name}": np.zeros(n, np.int64) for name in TIER_NAMES}
+    for k in range(N_TIERS):
+        blocks = tr[f"loaded_blocks_{k}"].astype(np.int64)
+        for i, tiers in enumerate(names):
+            if k < len(tiers):
+                rows = inst == i
+                out[f"loaded_tokens_{tiers[k]}"][rows] += blocks[rows] * bs[rows]
+    out["load_wait_us"] = np.where(tr["load_start_us"] >= 0, tr["load_wait_us"], -1)
+    return out
+
+
+TIER_REQUEST_FIELD_TYPES = {"loaded_tokens_cpu": "int64", "loaded_tokens_disk": "int64", "load_wait_ms": "float64"}
+
+
+def request_fields(result, sel: np.ndarray, missing=None) -> dict[str, list]:
+    """The per-request tier fields of rows ``sel``: ``loaded_tokens_cpu``,
+    ``loaded_tokens_disk`` and ``load_wait_ms`` (``missing`` for a request that never loaded)."""
+    c = tier_columns(result)
+    wait = c["load_wait_us"][sel]
+    return {"loaded_tokens_cpu": c["loaded_tokens_cpu"][sel].tolist(),
+            "loaded_tokens_disk": c["loaded_tokens_disk"][sel].tolist(),
+            "load_wait_ms": [x if ok else missing for x, ok in zip((wait / 1000.0).tolist(), (wait >= 0).tolist())]}
+
+
+def hit_tokens(result) -> dict[str, int]:
+    """{"gpu", "cpu", "disk": prompt tokens found there by admissions} and "query"."""
+    st = result.full_state
+    inst = st.inst
+    bs = inst["block_size"].astype(np.int64)
+    found = {name: 0 for name in TIER_NAMES}
+    for i, tiers in enumerate(tier_names(result.setup)):
+        for k, name in enumerate(tiers):
+            found[name] += int(st.tiers[i * N_TIERS + k]["hit_blocks"]) * int(bs[i])
+    total = int(inst["prefix_hit_tokens"].sum())
+    return {"gpu": total - found["cpu"] - found["disk"], **found, "query": int(inst["prefix_query_tokens"].sum())}
+
+
+def hit_fields(result) -> dict:
+    """The cluster summary's tier split of the prefix hits (runs with tiers only)."""
+    h = hit_tokens(result)
+    q = h["query"]
+    out = {f"prefix_hit_tokens_{name}": h[name] for name in ("gpu", *TIER_NAMES)}
+    out.update({f"prefix_hit_rate_{name}": h[name] / q if q else 0.0 for name in ("gpu", *TIER_NAMES)})
+    return out
+
+
+def summary(result) -> dict:
+    """The ``kv_tiers`` summary group (module docstring: definitions)."""
+    st = result.full_state
+    names = tier_names(result.setup)
+    bytes_per_block = st.kv_tier_inst["block_bytes"]
+    out = {"prefix_query_tokens": hit_tokens(result)["query"], **hit_fields(result)}
+    tiers = {}
+    for name in TIER_NAMES:
+        rows = [(i, k) for i, t in enumerate(names) for k, n in enumerate(t) if n == name]
+        if not rows:
+            continue
+        r = np.array([i * N_TIERS + k for i, k in rows], np.int64)
+        bb = bytes_per_block[[i for i, _ in rows]]
+        t = st.tiers[r]
+        tiers[name] = {
+            "instances": len(rows),
+            "capacity_blocks": int(t["capacity"].sum()),
+            "peak_used_blocks": int(t["peak_used"].max()),
+            "used_blocks_at_end": int(t["used"].sum()),
+            "stored_blocks": int(t["stored"].sum()),
+            "stored_bytes": float((t["stored"] * bb).sum()),
+            "loads": int(t["loads"].sum()),
+            "loaded_blocks": int(t["hit_blocks"].sum()),  # (every block found in a tier is loaded)
+            "loaded_bytes": float((t["hit_blocks"] * bb).sum()),
+            "evictions": int(t["evictions"].sum()),
+            "write_drops": int(t["write_drops"].sum()),
+            "load_link_peak": int(t["link_peak"].max()),
+        }
+    out["tiers"] = tiers
+    n = len(result.state.reqs)
+    tr = st.tier_reqs[:n]
+    loaded = tr["load_start_us"] >= 0
+    waits = tr["load_wait_us"][loaded].astype(np.int64)
+    out["load_requests"] = int(loaded.sum())
+    out["load_wait_mean_ms"] = float(waits.mean()) / 1000.0 if waits.size else 0.0
+    out["load_wait_p99_ms"] = percentile_us(waits, 99) / 1000.0 if waits.size else 0.0
+    evicted = int(st.kv_tier_inst["gpu_evictions"].sum())
+    brought_back = int(sum(int(st.tiers[i * N_TIERS + k]["hit_blocks"]) for i, t in enumerate(names)
+                           for k in range(len(t))))
+    out["gpu_evictions"] = evicted
+    out["thrashing_rate"] = brought_back / evicted if evicted else 0.0
+    return out
+
+
+__all__ = ["TIER_NAMES", "TIER_REQUEST_FIELD_TYPES", "has_tiers", "hit_fields", "hit_tokens", "request_fields",
+           "summary", "tier_columns", "tier_names"]
