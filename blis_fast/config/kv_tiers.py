@@ -1,5 +1,6 @@
 """KV cache tiers: memory beyond the GPU (host CPU memory, local disk) that full, keyed KV
-blocks are copied to and loaded back from (docs/architecture.md "KV cache tiers"; issue 23).
+blocks are copied to and loaded back from (docs/architecture.md "KV cache tiers:
+configuration", docs/limits.md; issue 23).
 
 - ``TierSpec``: one tier of a deployment or pool -- its name (``cpu`` or ``disk``), its
   size (``blocks`` or ``bytes``), its link's read and write bandwidth and its latency.
