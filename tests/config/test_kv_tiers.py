@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from blis_fast.batch.scenarios import prepare, scenario_from_dict
 from blis_fast.config.deployments import DeploymentSpec
@@ -331,3 +333,37 @@ def test_the_api_objects_check_their_types():
         TierSpec("cpu", blocks="5")  # (the API takes typed values)
     assert exc.value.field == "blocks"
     assert KvTiersSpec([TierSpec("cpu", blocks=1)]).tiers == (TierSpec("cpu", blocks=1),)
+
+
+# hostile values in every place of a tier list: a ConfigError or a valid config, never anything else
+TIER_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
+              st.sampled_from(["cpu", "disk", "1e12", "1e400", 0, 1, 1e15, 5e-324, "all", "step", "x" * 300])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["name", "blocks", "bytes", "read_gbps", "write_gbps", "latency_us", "bogus"]), inner,
+        max_size=4),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.dictionaries(st.sampled_from(["kv_tiers", "kv_store", "kv_load"]), TIER_VALUES, max_size=3),
+       st.booleans())
+def test_fuzz_tier_entries(keys, in_pool):
+    keys = {"prefill": {"instances": 1, **keys}, "decode": {"instances": 1}} if in_pool else keys
+    try:
+        cfg = build_config(deployments(entry(**keys)))
+    except ConfigError as exc:
+        assert exc.field.startswith("deployments[0].") and "\n" not in exc.message
+        return
+    dep = resolved_tiers_or_error(cfg)
+    assert dep is None or all(t.blocks >= 1 for p in dep.pools if p.kv_tiers for t in p.kv_tiers.tiers)
+
+
+def resolved_tiers_or_error(cfg):
+    try:
+        return resolved_tiers(cfg)
+    except ConfigError as exc:
+        assert exc.field.startswith("deployments[0].") and "smaller than one KV block" in exc.message
+        return None
