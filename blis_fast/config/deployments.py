@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from blis_fast.config.disaggregation import POOL_ROLES, PDSpec, PoolSpec, check_coefficients, check_pools
 from blis_fast.config.engine import EngineConfig
-from blis_fast.config.kv_tiers import KV_ENTRY_KEYS, KvTiersSpec, check_prefix_caching
+from blis_fast.config.kv_tiers import KV_ENTRY_KEYS, KvTiersSpec, check_deployment_tiers
 from blis_fast.config.latency import AUTO, LATENCY_MODELS, MAX_COEFF
 from blis_fast.config.validate import MAX_INSTANCES, check_fields, show
 from blis_fast.config.validate import setting as _opt
@@ -66,7 +66,7 @@ class DeploymentSpec:
             raise ConfigError("engine", f"must be an EngineConfig, got {show(self.engine)}")
         check_coefficients(self)
         check_pools(self.prefill, self.decode, self.both, self.pd, self.engine)
-        self._check_kv_tiers()
+        check_deployment_tiers(self.kv_tiers, self.pools, self.engine)
         if self.disaggregated:
             total = sum(pool.instances for _, pool in self.pools)
             if self.instances not in (1, total):  # (1: the default; total: a copy, dataclasses.replace)
@@ -79,22 +79,6 @@ class DeploymentSpec:
             object.__setattr__(self, "instances", total)
             if self.pd is None:
                 object.__setattr__(self, "pd", PDSpec())
-
-    def _check_kv_tiers(self) -> None:
-        """Tiers are KvTiersSpecs and need prefix caching on every engine that uses them (a
-        pool uses its own tiers when it gives them, else the deployment's)."""
-        if not isinstance(self.kv_tiers, KvTiersSpec) and self.kv_tiers is not None:
-            raise ConfigError("kv_tiers", f"must be a KvTiersSpec or None, got {show(self.kv_tiers)}")
-        if not self.disaggregated:
-            check_prefix_caching(self.kv_tiers, self.engine.enable_prefix_caching, "kv_tiers")
-            return
-        for role, pool in self.pools:
-            if not isinstance(pool.kv_tiers, KvTiersSpec) and pool.kv_tiers is not None:
-                raise ConfigError(f"{role}.kv_tiers", f"must be a KvTiersSpec or None, got {show(pool.kv_tiers)}")
-            own = pool.kv_tiers is not None
-            engine = pool.engine or self.engine
-            check_prefix_caching(pool.kv_tiers if own else self.kv_tiers, engine.enable_prefix_caching,
-                                 f"{role}.kv_tiers" if own else "kv_tiers", "" if own else f" in the {role} pool")
 
     @property
     def disaggregated(self) -> bool:

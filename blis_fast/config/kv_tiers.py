@@ -192,6 +192,21 @@ def check_prefix_caching(tiers: KvTiersSpec | None, enable_prefix_caching: bool,
                                       "tiers off")
 
 
+def check_deployment_tiers(kv_tiers: KvTiersSpec | None, pools, engine) -> None:
+    """The tier rules of one deployment (fields named relative to it: ``decode.kv_tiers``):
+    its ``kv_tiers`` and each pool's (``pools``: (role, PoolSpec) pairs, () for one pool)
+    are KvTiersSpecs or None, and the tiers an engine uses need its prefix caching (a pool
+    uses its own tiers when it gives them, else the deployment's)."""
+    _check_type(kv_tiers, "kv_tiers", KvTiersSpec, optional=True)
+    if not pools:
+        check_prefix_caching(kv_tiers, engine.enable_prefix_caching, "kv_tiers")
+    for role, pool in pools:
+        _check_type(pool.kv_tiers, f"{role}.kv_tiers", KvTiersSpec, optional=True)
+        own = pool.kv_tiers is not None
+        check_prefix_caching(pool.kv_tiers if own else kv_tiers, (pool.engine or engine).enable_prefix_caching,
+                             f"{role}.kv_tiers" if own else "kv_tiers", "" if own else f" in the {role} pool")
+
+
 @dataclass(frozen=True)
 class KvTiersConfig:
     """The single-deployment shorthand of KV tiers: the run config's ``kv_tiers`` section
@@ -354,5 +369,5 @@ def resolve_kv_tiers(spec: KvTiersSpec | None, kv_bytes_per_token: int, block_si
 
 __all__ = ["TIER_NAMES", "STORE_CHOICES", "LOAD_CHOICES", "MAX_TIER_BLOCKS", "MAX_TIER_BYTES", "MAX_TIER_LATENCY_US",
            "TIER_DEFAULTS", "KV_ENTRY_KEYS", "KV_SHORTHAND_ENTRY_KEYS", "TierSpec", "KvTiersSpec", "KvTiersConfig",
-           "ResolvedTier", "ResolvedKvTiers", "block_bytes", "check_prefix_caching", "entry_field",
-           "resolve_kv_tiers", "shorthand_field"]
+           "ResolvedTier", "ResolvedKvTiers", "block_bytes", "check_deployment_tiers", "check_prefix_caching",
+           "entry_field", "resolve_kv_tiers", "shorthand_field"]

@@ -274,9 +274,9 @@ class SimConfig:
         if not given:
             return
         if self.deployments is not None:
+            key = KV_SHORTHAND_ENTRY_KEYS[given[0]]
             raise ConfigError(f"kv_tiers.{given[0]}", f"is a per-deployment setting: with a deployments: list, set it "
-                                                      f"in each entry (deployments[i].{KV_SHORTHAND_ENTRY_KEYS[given[0]]}"
-                                                      ") instead")
+                                                      f"in each entry (deployments[i].{key}) instead")
         check_prefix_caching(self.kv_tiers.spec(), self.engine.enable_prefix_caching, self.kv_tiers.first_size(),
                              " (--disable-prefix-caching)")
 

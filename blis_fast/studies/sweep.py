@@ -10,8 +10,9 @@ configurations are the only difference.
 ``NAME`` is a flat setting (``rate``, ``num_instances``, ``max_num_seqs``,
 ``token_bucket_capacity``, ``routing_policy`` ...: every name of ``FLAG_PATHS``), the same
 setting's run-config path (``kv_tiers.cpu_blocks`` is ``kv_cpu_blocks``, ``workload.rate``
-is ``rate``: the axis takes the flat name), or one entry of a weight setting, ``routing_scorers.queue-depth``, ``scheduler_weights.priority``,
-``slo_class_weights.1`` (the rest of the setting stays as configured).  ``VALUES`` is a
+is ``rate``: the axis takes the flat name), or one entry of a weight setting,
+``routing_scorers.queue-depth``, ``scheduler_weights.priority``, ``slo_class_weights.1``
+(the rest of the setting stays as configured).  ``VALUES`` is a
 range ``start:stop:step`` (stop included) or a comma-separated list (numbers or names).
 Every point's configuration is built and validated before anything runs.
 """

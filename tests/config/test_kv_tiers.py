@@ -170,7 +170,8 @@ def test_with_overrides_and_a_sweep_axis_reach_the_shorthand():
     assert built.value.args[0] == [0, 1000, 4000]
     with pytest.raises(ConfigError) as exc:
         run_study([(None, base)], ["kv_tiers.cpu_blocks=-1"], on_configs=stop)
-    assert exc.value.field == "--set kv_cpu_blocks=-1" and "kv_tiers.cpu_blocks: must be an integer" in exc.value.message
+    assert exc.value.field == "--set kv_cpu_blocks=-1"
+    assert "kv_tiers.cpu_blocks: must be an integer" in exc.value.message
 
 
 def test_a_batch_scenario_takes_kv_tiers():
