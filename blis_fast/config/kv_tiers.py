@@ -237,6 +237,8 @@ class KvTiersConfig:
     load: str | None = _opt(None, _LOAD_HELP + " (default async)", choices=LOAD_CHOICES)
 
     def __post_init__(self) -> None:
+        if not self.given():
+            return  # (the default, in every config without tiers: nothing to check)
         check_fields(self, "kv_tiers")
         for tier in TIER_NAMES:
             if self._tier_given(tier):

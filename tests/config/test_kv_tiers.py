@@ -134,6 +134,14 @@ def test_pools_take_the_deployments_tiers_or_their_own():
     assert both.kv_tiers == ResolvedKvTiers((ResolvedTier("disk", 9, 7.0, 3.0, 100.0),), False, True, LLAMA_BLOCK)
 
 
+def test_the_pd_shorthand_pools_take_the_shorthand_tiers():
+    cfg = build_config({}, {"prefill_instances": "1", "decode_instances": "2", "kv_disk_blocks": "300"})
+    dep = resolved_tiers(cfg)
+    want = ResolvedKvTiers((ResolvedTier("disk", 300, 7.0, 3.0, 100.0),), False, False, LLAMA_BLOCK)
+    assert [p.role for p in dep.pools] == ["prefill", "decode"]
+    assert all(p.kv_tiers == want for p in dep.pools) and dep.kv_tiers == want
+
+
 def test_round_trip_through_to_dict():
     cfg = build_config(deployments(entry(kv_tiers=[{"name": "cpu", "blocks": 100}, {"name": "disk", "bytes": 1e12}],
                                          kv_load="step", prefill={"instances": 1, "kv_tiers": []},
