@@ -12,6 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from blis_fast.adapters.core import FitnessSet
 from blis_fast.batch.scenarios import prepare, scenario_from_dict
 from blis_fast.config.deployments import DeploymentSpec
 from blis_fast.config.kv_tiers import (
@@ -189,6 +190,10 @@ def test_a_batch_scenario_takes_kv_tiers():
     with pytest.raises(ConfigError) as exc:
         scenario_from_dict({"name": "bad", "config": {"kv_tiers": {"cpu_read_gbps": 5}}}, "scenarios[0]")
     assert exc.value.field == "scenarios[0].config.kv_tiers.cpu_read_gbps"
+    fitness = FitnessSet([{"name": "listed", "config": {"num_requests": 5, "deployments": [
+        entry(kv_tiers=[{"name": "disk", "blocks": 32}], kv_load="step")]}}], workers=1)
+    tiers = fitness.scenario("listed").setup.deployments[0].kv_tiers
+    assert tiers.tiers[0].blocks == 32 and tiers.load_step
 
 
 def test_a_run_with_tiers_echoes_them():
