@@ -7,6 +7,8 @@ own tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -116,6 +118,15 @@ def test_the_yaml_list_and_the_flags_resolve_alike():
     section = build_config(yaml.safe_load("kv_tiers: {cpu_bytes: 1.0e10, cpu_read_gbps: 12.5, disk_blocks: 5000,\n"
                                           "  disk_latency_us: 250, store: all}"))
     assert resolved_tiers(section).kv_tiers == resolved_tiers(flags).kv_tiers
+
+
+def test_the_documented_example_resolves():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "limits.md").read_text(encoding="utf-8")
+    section = text[text.index("## KV cache tiers: configuration"):]
+    example = section[section.index("```yaml\n") + len("```yaml\n"):section.index("```\n\n")]
+    tiers = resolved_tiers(build_config(yaml.safe_load(example))).kv_tiers
+    # the disk tier's 1e12 bytes (read as text by YAML) in 2097152-byte blocks: 476837
+    assert [(t.name, t.blocks) for t in tiers.tiers] == [("cpu", 20000), ("disk", 476837)]
 
 
 def test_pools_take_the_deployments_tiers_or_their_own():
