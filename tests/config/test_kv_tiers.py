@@ -45,7 +45,7 @@ def deployments(*entries) -> dict:
     return {"deployments": list(entries or [entry()])}
 
 
-def resolved_tiers(cfg):
+def resolved_deployment(cfg):
     (dep,) = resolve(cfg).deployments
     return dep
 
@@ -56,7 +56,7 @@ def resolved_tiers(cfg):
 def test_no_tiers_by_default():
     cfg = build_config({})
     assert cfg.kv_tiers == KvTiersConfig() and cfg.deployment_list()[0].kv_tiers is None
-    dep = resolved_tiers(cfg)
+    dep = resolved_deployment(cfg)
     assert dep.kv_tiers is None and dep.pools[0].kv_tiers is None
     data = cfg.to_dict()
     assert "kv_tiers" not in data  # (the results JSON's config echo: the same keys as before tiers)
@@ -86,7 +86,7 @@ def test_block_bytes_is_per_tp_rank_rounded_up():
 def test_the_flags_resolve_to_blocks():
     cfg = build_config({}, {"kv_cpu_bytes": "1e10", "kv_cpu_read_gbps": "12.5", "kv_disk_blocks": "5000",
                             "kv_disk_latency_us": "250", "kv_store": "all", "kv_load": "step"})
-    dep = resolved_tiers(cfg)
+    dep = resolved_deployment(cfg)
     # 1e10 bytes // 2097152 bytes per block = 4768 whole blocks
     want = ResolvedKvTiers((ResolvedTier("cpu", 4768, 12.5, 25.0, 10.0), ResolvedTier("disk", 5000, 7.0, 3.0, 250.0)),
                            store_all=True, load_step=True, block_bytes=LLAMA_BLOCK)
@@ -95,17 +95,17 @@ def test_the_flags_resolve_to_blocks():
 
 def test_block_size_and_tp_change_the_block_bytes():
     cfg = build_config({}, {"kv_cpu_bytes": "1e10", "tp": "2", "block_size_in_tokens": "32"})
-    tiers = resolved_tiers(cfg).kv_tiers
+    tiers = resolved_deployment(cfg).kv_tiers
     # 131072 x 32 / 2 = 2097152 bytes per block again; 1e10 // 2097152 = 4768
     assert tiers.block_bytes == 131072 * 32 // 2 and tiers.tiers[0].blocks == 4768
-    tiers = resolved_tiers(build_config({}, {"kv_cpu_bytes": "1e10", "tp": "4"})).kv_tiers
+    tiers = resolved_deployment(build_config({}, {"kv_cpu_bytes": "1e10", "tp": "4"})).kv_tiers
     assert tiers.block_bytes == 524288 and tiers.tiers[0].blocks == 19073  # (1e10 // 524288)
 
 
 def test_a_tier_of_size_zero_is_off():
-    tiers = resolved_tiers(build_config({}, {"kv_cpu_blocks": "0", "kv_disk_blocks": "7"})).kv_tiers
+    tiers = resolved_deployment(build_config({}, {"kv_cpu_blocks": "0", "kv_disk_blocks": "7"})).kv_tiers
     assert [t.name for t in tiers.tiers] == ["disk"]
-    assert resolved_tiers(build_config({}, {"kv_cpu_blocks": "0", "kv_store": "all"})).kv_tiers is None
+    assert resolved_deployment(build_config({}, {"kv_cpu_blocks": "0", "kv_store": "all"})).kv_tiers is None
 
 
 def test_the_yaml_list_and_the_flags_resolve_alike():
@@ -114,17 +114,17 @@ def test_the_yaml_list_and_the_flags_resolve_alike():
                                             kv_store="all")))
     flags = build_config({}, {"kv_cpu_bytes": "1e10", "kv_cpu_read_gbps": "12.5", "kv_disk_blocks": "5000",
                               "kv_disk_latency_us": "250", "kv_store": "all"})
-    assert resolved_tiers(listed).kv_tiers == resolved_tiers(flags).kv_tiers is not None
+    assert resolved_deployment(listed).kv_tiers == resolved_deployment(flags).kv_tiers is not None
     section = build_config(yaml.safe_load("kv_tiers: {cpu_bytes: 1.0e10, cpu_read_gbps: 12.5, disk_blocks: 5000,\n"
                                           "  disk_latency_us: 250, store: all}"))
-    assert resolved_tiers(section).kv_tiers == resolved_tiers(flags).kv_tiers
+    assert resolved_deployment(section).kv_tiers == resolved_deployment(flags).kv_tiers
 
 
 def test_the_documented_example_resolves():
     text = (Path(__file__).resolve().parents[2] / "docs" / "limits.md").read_text(encoding="utf-8")
     section = text[text.index("## KV cache tiers: configuration"):]
     example = section[section.index("```yaml\n") + len("```yaml\n"):section.index("```\n\n")]
-    tiers = resolved_tiers(build_config(yaml.safe_load(example))).kv_tiers
+    tiers = resolved_deployment(build_config(yaml.safe_load(example))).kv_tiers
     # the disk tier's 1e12 bytes (read as text by YAML) in 2097152-byte blocks: 476837
     assert [(t.name, t.blocks) for t in tiers.tiers] == [("cpu", 20000), ("disk", 476837)]
 
@@ -136,7 +136,7 @@ def test_pools_take_the_deployments_tiers_or_their_own():
                                          both={"instances": 1, "kv_tiers": [{"name": "disk", "blocks": 9}],
                                                "kv_load": "step"},
                                          pd={"on_decode_full": "drop"})))
-    dep = resolved_tiers(cfg)
+    dep = resolved_deployment(cfg)
     prefill, decode, both = dep.pools
     assert dep.kv_tiers.tiers == (ResolvedTier("cpu", 4768, 25.0, 25.0, 10.0),)
     assert prefill.kv_tiers is None  # (its own setting: no tier)
@@ -148,7 +148,7 @@ def test_pools_take_the_deployments_tiers_or_their_own():
 
 def test_the_pd_shorthand_pools_take_the_shorthand_tiers():
     cfg = build_config({}, {"prefill_instances": "1", "decode_instances": "2", "kv_disk_blocks": "300"})
-    dep = resolved_tiers(cfg)
+    dep = resolved_deployment(cfg)
     want = ResolvedKvTiers((ResolvedTier("disk", 300, 7.0, 3.0, 100.0),), False, False, LLAMA_BLOCK)
     assert [p.role for p in dep.pools] == ["prefill", "decode"]
     assert all(p.kv_tiers == want for p in dep.pools) and dep.kv_tiers == want
@@ -273,7 +273,7 @@ def test_a_bytes_size_under_one_block_is_refused():
         simulate(kv_disk_bytes=LLAMA_BLOCK - 1)
     assert exc.value.field == "kv_tiers.disk_bytes (--kv-disk-bytes)" and words in exc.value.message
     # exactly one block is enough
-    assert resolved_tiers(build_config({}, {"kv_cpu_bytes": LLAMA_BLOCK})).kv_tiers.tiers[0].blocks == 1
+    assert resolved_deployment(build_config({}, {"kv_cpu_bytes": LLAMA_BLOCK})).kv_tiers.tiers[0].blocks == 1
 
 
 # (a deployments: entry's keys, the field named, words of the message)
@@ -382,13 +382,13 @@ def test_fuzz_tier_entries(keys, in_pool):
     except ConfigError as exc:
         assert exc.field.startswith("deployments[0].") and "\n" not in exc.message
         return
-    dep = resolved_tiers_or_error(cfg)
+    dep = resolved_deployment_or_none(cfg)
     assert dep is None or all(t.blocks >= 1 for p in dep.pools if p.kv_tiers for t in p.kv_tiers.tiers)
 
 
-def resolved_tiers_or_error(cfg):
+def resolved_deployment_or_none(cfg):
     try:
-        return resolved_tiers(cfg)
+        return resolved_deployment(cfg)
     except ConfigError as exc:
         assert exc.field.startswith("deployments[0].") and "smaller than one KV block" in exc.message
         return None
