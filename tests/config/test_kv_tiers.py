@@ -309,7 +309,7 @@ BAD_ENTRIES = [
 @pytest.mark.parametrize("keys,field,words", BAD_ENTRIES, ids=[c[1] + " " + c[2] for c in BAD_ENTRIES])
 def test_bad_entries_give_one_line(keys, field, words, tmp_path):
     with pytest.raises(ConfigError) as exc:
-        build_config(deployments(entry(**keys)))
+        simulate(deployments=[entry(**keys)])
     assert exc.value.field == field and words in exc.value.message
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(deployments(entry(**keys))))
