@@ -14,6 +14,7 @@ from blis_fast.cli import feedback
 
 from blis_fast.config.disaggregation import PDConfig
 from blis_fast.config.engine import EngineConfig
+from blis_fast.config.kv_tiers import KvTiersConfig
 from blis_fast.config.policy import PolicyConfig
 from blis_fast.config.sim import FLAG_PATHS, DeploymentConfig, SimConfig, SimulationConfig, WorkloadConfig
 from blis_fast.config.validate import show
@@ -53,13 +54,13 @@ class GroupedHelpCommand(TyperCommand):
                 formatter.write_dl(groups[panel])
 
 
-MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
-    "Model & hardware", "Engine & cluster", "Workload", "Policies", "Simulation", "Output", "Options")
-PANELS = [OTHER, MODEL, ENGINE, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
+MODEL, ENGINE, KV_TIERS, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
+    "Model & hardware", "Engine & cluster", "KV tiers", "Workload", "Policies", "Simulation", "Output", "Options")
+PANELS = [OTHER, MODEL, ENGINE, KV_TIERS, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
 _MODEL_SETTINGS = {"model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs", "tp", "pp",
                    "dp"}
-_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "pd": ENGINE, "workload": WORKLOAD, "policy": POLICIES,
-                   "simulation": SIMULATION}
+_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "pd": ENGINE, "kv_tiers": KV_TIERS, "workload": WORKLOAD,
+                   "policy": POLICIES, "simulation": SIMULATION}
 
 
 def panel_of(flag: str) -> str:
@@ -94,7 +95,7 @@ def _app_options(
 ) -> None:
     """blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters."""
 
-_SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig,
+_SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "kv_tiers": KvTiersConfig,
                     "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from blis_fast.config.disaggregation import POOL_ROLES, PDSpec, PoolSpec, check_coefficients, check_pools
 from blis_fast.config.engine import EngineConfig
+from blis_fast.config.kv_tiers import KV_ENTRY_KEYS, KvTiersSpec, check_deployment_tiers
 from blis_fast.config.latency import AUTO, LATENCY_MODELS, MAX_COEFF
 from blis_fast.config.validate import MAX_INSTANCES, check_fields, show
 from blis_fast.config.validate import setting as _opt
@@ -25,10 +26,10 @@ LATENCY_CHOICES = LATENCY_MODELS + (AUTO,)
 # the keys of one entry besides the engine settings (which use the flags' YAML names,
 # blis_fast.config.sim.DEPLOYMENT_ENGINE_KEYS)
 ENTRY_KEYS = ("name", "model", "served_model_name", "hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
-              "vllm_version", "instances", "engine", "prefill", "decode", "both", "pd")
+              "vllm_version", "instances", "engine", "prefill", "decode", "both", "pd", *KV_ENTRY_KEYS)
 # top-level settings a deployments: list replaces (each belongs in every entry instead)
 PER_DEPLOYMENT_SETTINGS = ("model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs")
-PER_DEPLOYMENT_SECTIONS = ("engine", "deployment", "pd")
+PER_DEPLOYMENT_SECTIONS = ("engine", "deployment", "pd", "kv_tiers")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class DeploymentSpec:
                                                                   "(with prefill and decode)"})
     pd: PDSpec | None = field(default=None, metadata={"help": "the P/D decider and KV transfer (default PDSpec() "
                                                               "with pools)"})
+    # KV cache tiers beyond the GPU (blis_fast.config.kv_tiers): None = none; a pool's own replaces it
+    kv_tiers: KvTiersSpec | None = field(default=None, metadata={"help": "KV cache tiers beyond the GPU (the entry's "
+                                                                         "kv_tiers, kv_store and kv_load)"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")
@@ -62,6 +66,7 @@ class DeploymentSpec:
             raise ConfigError("engine", f"must be an EngineConfig, got {show(self.engine)}")
         check_coefficients(self)
         check_pools(self.prefill, self.decode, self.both, self.pd, self.engine)
+        check_deployment_tiers(self.kv_tiers, self.pools, self.engine)
         if self.disaggregated:
             total = sum(pool.instances for _, pool in self.pools)
             if self.instances not in (1, total):  # (1: the default; total: a copy, dataclasses.replace)

@@ -17,12 +17,16 @@ come from the shared checkers (``blis_fast.config.validate.check_fields``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.latency import AUTO, LATENCY_MODELS, MAX_COEFF
 from blis_fast.config.validate import MAX_INSTANCES, Limits, check_fields, show
 from blis_fast.config.validate import setting as _opt
 from blis_fast.errors import ConfigError
+
+if TYPE_CHECKING:  # (config.kv_tiers imports this module's bandwidth limits; DeploymentSpec checks the type)
+    from blis_fast.config.kv_tiers import KvTiersSpec
 
 PD_DECIDERS = ("never", "always", "prefix-threshold")
 TRANSFER_CHARGES = ("destination-missing", "full-prompt")
@@ -117,6 +121,9 @@ class PoolSpec:
     engine: EngineConfig | None = field(default=None, metadata={
         "help": "the whole engine of this pool: the deployment's engine with the pool's engine keys over it "
                 "(None: the deployment's)"})
+    kv_tiers: KvTiersSpec | None = field(default=None, metadata={
+        "help": "the KV cache tiers of this pool, replacing the deployment's whole tier setting (None: the "
+                "deployment's)"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")

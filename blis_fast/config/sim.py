@@ -30,6 +30,16 @@ from blis_fast.config.disaggregation import (
     TransferSpec,
     unused_with_decider,
 )
+from blis_fast.config.kv_tiers import (
+    KV_ENTRY_KEYS,
+    KV_SHORTHAND_ENTRY_KEYS,
+    TIER_NAMES,
+    KvTiersConfig,
+    KvTiersSpec,
+    TierSpec,
+    check_prefix_caching,
+    entry_field,
+)
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import PolicyConfig, check_routing_models, parse_weights
@@ -194,6 +204,7 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     pd: PDConfig = field(default_factory=PDConfig)
+    kv_tiers: KvTiersConfig = field(default_factory=KvTiersConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -224,6 +235,7 @@ class SimConfig:
             object.__setattr__(self, "engine", first.engine)
             object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
         self._check_pd_shorthand()
+        self._check_kv_tiers_shorthand()
         if self.policy.routing_per_model:
             check_routing_models(self.policy, served_models(self.deployment_list()))
 
@@ -255,13 +267,27 @@ class SimConfig:
                                                           f"({total}) with P/D pools: leave it out")
         object.__setattr__(self, "deployment", DeploymentConfig(num_instances=total))
 
+    def _check_kv_tiers_shorthand(self) -> None:
+        """The ``kv_tiers`` section (KV tiers of the one top-level deployment): only without
+        a deployments: list, and with prefix caching (a tier finds blocks by their keys)."""
+        given = self.kv_tiers.given()
+        if not given:
+            return
+        if self.deployments is not None:
+            key = KV_SHORTHAND_ENTRY_KEYS[given[0]]
+            raise ConfigError(f"kv_tiers.{given[0]}", f"is a per-deployment setting: with a deployments: list, set it "
+                                                      f"in each entry (deployments[i].{key}) instead")
+        check_prefix_caching(self.kv_tiers.spec(), self.engine.enable_prefix_caching, self.kv_tiers.first_size(),
+                             " (--disable-prefix-caching)")
+
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
         deployments list, the top-level settings that mirror its first entry are left out
         (read back, they would be refused next to the list), and so is an unset
         ``policy.routing_per_model``.  The ``pd`` section appears only when set (then
         ``deployment``, the pools' sum, is left out), and a deployment entry's pool keys
-        only when it has pools: a run without P/D has the same keys as before them."""
+        only when it has pools: a run without P/D has the same keys as before them.  So
+        do the ``kv_tiers`` section and an entry's ``kv_tiers`` keys: only when set."""
         out = _to_dict(self)
         for key in ("routing_per_model", "prefill_routing", "pd_decider", "pd_threshold"):
             if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
@@ -270,6 +296,8 @@ class SimConfig:
             del out["deployment"]
         elif not self.pd.given():
             del out["pd"]
+        if not self.kv_tiers.given():
+            del out["kv_tiers"]
         if self.deployments is None:
             del out["deployments"]
         else:
@@ -290,7 +318,8 @@ class SimConfig:
         return (DeploymentSpec(name=self.model, model=self.model, hardware=self.hardware,
                                vllm_version=self.vllm_version, latency_model=self.latency_model,
                                alpha_coeffs=self.alpha_coeffs, beta_coeffs=self.beta_coeffs,
-                               instances=self.deployment.num_instances, engine=self.engine, **pools),)
+                               instances=self.deployment.num_instances, engine=self.engine,
+                               kv_tiers=self.kv_tiers.spec(), **pools),)
 
 
 def deployment_dict(dep: DeploymentSpec) -> dict:
@@ -301,10 +330,15 @@ def deployment_dict(dep: DeploymentSpec) -> dict:
     for role in ("prefill", "decode", "both", "pd"):
         if out[role] is None:
             del out[role]
+    del out["kv_tiers"]  # (written as the entry's kv_tiers, kv_store and kv_load keys)
+    if dep.kv_tiers is not None:
+        out.update(dep.kv_tiers.entry())
     if dep.disaggregated:
         del out["instances"]
         for role, pool in dep.pools:
-            entry = {k: v for k, v in out[role].items() if v is not None}
+            entry = {k: v for k, v in out[role].items() if v is not None and k != "kv_tiers"}
+            if pool.kv_tiers is not None:
+                entry.update(pool.kv_tiers.entry())
             if pool.engine is not None:
                 engine = {f.name: getattr(pool.engine, f.name) for f in fields(EngineConfig)
                           if getattr(pool.engine, f.name) != getattr(dep.engine, f.name)}
@@ -362,6 +396,10 @@ FLAG_PATHS: dict[str, str] = {
     "pd_transfer_contention": "pd.transfer_contention",
     "pd_first_token": "pd.first_token",
     "pd_on_decode_full": "pd.on_decode_full",
+    **{f"kv_{tier}_{name}": f"kv_tiers.{tier}_{name}" for tier in TIER_NAMES
+       for name in ("blocks", "bytes", "read_gbps", "write_gbps", "latency_us")},
+    "kv_store": "kv_tiers.store",
+    "kv_load": "kv_tiers.load",
     "total_kv_blocks": "engine.total_kv_blocks",
     "block_size_in_tokens": "engine.block_size",
     "max_num_running_reqs": "engine.max_num_seqs",
@@ -402,12 +440,24 @@ FLAG_PATHS: dict[str, str] = {
 _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():
     _PATH_FLAG.setdefault(_path, _flag)
-_SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "workload": WorkloadConfig,
-             "simulation": SimulationConfig, "policy": PolicyConfig}
+_SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "kv_tiers": KvTiersConfig,
+             "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
+# what a section that is not a mapping may have been meant as
+_SECTION_HINTS = {"kv_tiers": " (cpu_blocks, cpu_bytes, ..., store, load; the list form of kv_tiers belongs in a "
+                              "deployments: entry)"}
+# a section's field -> the key of a deployments: entry that sets the same thing (for messages)
+_SECTION_ENTRY_KEYS = {"pd": PD_ENTRY_KEYS, "kv_tiers": KV_SHORTHAND_ENTRY_KEYS,
+                       "deployment": {"num_instances": "instances"}}
 
 
 def _section_classes() -> dict:
     return _SECTIONS
+
+
+def flat_name(path: str) -> str | None:
+    """The flat setting name of a config path (``kv_tiers.cpu_blocks`` -> ``kv_cpu_blocks``),
+    None if it has none."""
+    return _PATH_FLAG.get(path)
 
 
 def flag_for(path: str) -> str:
@@ -446,7 +496,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
         if key in _SECTIONS and not (key in FLAG_PATHS and not isinstance(value, dict)):
             # (``workload: chatbot`` is the flat BLIS flag; ``workload: {...}`` the section)
             if not isinstance(value, dict):
-                raise ConfigError(key, f"must be a mapping, got {show(value)}")
+                raise ConfigError(key, f"must be a mapping, got {show(value)}{_SECTION_HINTS.get(key, '')}")
             names = {f.name for f in fields(_SECTIONS[key])}
             for sub, v in value.items():
                 if sub not in names:
@@ -551,8 +601,9 @@ def _parse_deployment(entry: Any, path: str) -> DeploymentSpec:
         pools["pd"] = _parse_pd(entry["pd"], f"{path}.pd")
     kwargs = {f.name: _coerce(entry[f.name], f, f"{path}.{f.name}")
               for f in fields(DeploymentSpec) if f.name in entry and f.name in _ENTRY_SETTINGS}
+    kv_tiers = _parse_kv_tiers(entry, path)
     try:
-        return DeploymentSpec(**kwargs, engine=engine, **pools)
+        return DeploymentSpec(**kwargs, engine=engine, kv_tiers=kv_tiers, **pools)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", exc.message) from None
 
@@ -594,8 +645,8 @@ def _parse_pool(value: Any, path: str, engine: EngineConfig) -> PoolSpec:
     """One pool of a deployments: entry (``prefill: {instances: 2, hardware: A100}``): its
     engine is the deployment's with the pool's engine keys over it; a block size other
     than the deployment's is refused naming the pool's key."""
-    entry = as_mapping(value, path, set(POOL_KEYS) | set(DEPLOYMENT_ENGINE_KEYS),
-                       what="a mapping of pool settings (instances, hardware, tp, ...)")
+    entry = as_mapping(value, path, set(POOL_KEYS) | set(DEPLOYMENT_ENGINE_KEYS) | set(KV_ENTRY_KEYS),
+                       what="a mapping of pool settings (instances, hardware, tp, kv_tiers, ...)")
     if "instances" not in entry:
         raise ConfigError(f"{path}.instances", "is required (the pool's instance count, >= 1)")
     pool_engine = _parse_engine(entry, path, engine)
@@ -607,8 +658,9 @@ def _parse_pool(value: Any, path: str, engine: EngineConfig) -> PoolSpec:
                                            "the pools)")
     kwargs = _parse_settings(PoolSpec, {k: v for k, v in entry.items() if k in POOL_KEYS and k != "engine"}, path)
     has_engine = "engine" in entry or any(k in DEPLOYMENT_ENGINE_KEYS for k in entry)
+    kv_tiers = _parse_kv_tiers(entry, path)
     try:
-        return PoolSpec(**kwargs, engine=pool_engine if has_engine else None)
+        return PoolSpec(**kwargs, engine=pool_engine if has_engine else None, kv_tiers=kv_tiers)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", exc.message) from None
 
@@ -632,6 +684,39 @@ def _parse_pd(value: Any, path: str) -> PDSpec:
     return spec
 
 
+_TIER_KEYS = tuple(f.name for f in fields(TierSpec))
+
+
+def _parse_kv_tiers(entry: dict, path: str) -> KvTiersSpec | None:
+    """The KV tiers of a deployments: entry or pool entry: its ``kv_tiers`` list (of
+    mappings with name, blocks or bytes, read_gbps, write_gbps, latency_us), ``kv_store``
+    and ``kv_load``; None when it gives none of them.  Errors name the key as written
+    (``deployments[0].kv_tiers[1].bytes``, ``deployments[0].decode.kv_store``)."""
+    given = {key: entry[key] for key in KV_ENTRY_KEYS if entry.get(key) is not None}
+    if not given:
+        return None
+    what = "a list of tiers ({name: cpu or disk, blocks or bytes, read_gbps, write_gbps, latency_us})"
+    items = as_list(given.get("kv_tiers", []), f"{path}.kv_tiers", max_len=len(TIER_NAMES), what=what)
+    tiers = []
+    for i, item in enumerate(items):
+        where = f"{path}.kv_tiers[{i}]"
+        item = as_mapping(item, where, _TIER_KEYS, what=f"a mapping of tier settings ({', '.join(_TIER_KEYS)})")
+        if "name" not in item:
+            raise ConfigError(f"{where}.name", f"is required ({' or '.join(TIER_NAMES)})")
+        kwargs = _parse_settings(TierSpec, item, where)
+        try:
+            tiers.append(TierSpec(**kwargs))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc.field}", exc.message) from None
+    by_name = {f.name: f for f in fields(KvTiersSpec)}
+    modes = {name: _coerce(given[f"kv_{name}"], by_name[name], f"{path}.kv_{name}")
+             for name in ("store", "load") if f"kv_{name}" in given}
+    try:
+        return KvTiersSpec(tuple(tiers), **modes)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}.{entry_field(exc.field)}", exc.message) from None
+
+
 def _parse_settings(cls, entry: dict, path: str) -> dict:
     """The keyword arguments of settings dataclass ``cls`` from a mapping of its fields
     (keys already checked), each converted and range-checked (``_coerce``), errors
@@ -649,7 +734,7 @@ def _refuse_single_deployment_settings(nested: dict, layer: dict, where) -> None
             continue
         section, _, name = path.rpartition(".")
         if path in PER_DEPLOYMENT_SETTINGS or section in PER_DEPLOYMENT_SECTIONS:
-            key = PD_ENTRY_KEYS[name] if section == "pd" else {"num_instances": "instances"}.get(name, name)
+            key = _SECTION_ENTRY_KEYS.get(section, {}).get(name, name)
             raise ConfigError(where(path), f"is a per-deployment setting: with a deployments: list, set it in each "
                                            f"entry (deployments[i].{key}) instead")
 

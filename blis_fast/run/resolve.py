@@ -21,6 +21,7 @@ from blis_fast.config import (
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.disaggregation import PDSpec, PoolSpec
+from blis_fast.config.kv_tiers import ResolvedKvTiers, resolve_kv_tiers, shorthand_field
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
 from blis_fast.errors import ConfigError
@@ -40,7 +41,9 @@ MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must 
 class ResolvedPool:
     """One pool of a resolved deployment: its GPU, engine, latency model (with its KV
     blocks) and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``.
-    ``role`` is "mono" for a deployment of one pool, else "prefill", "decode" or "both"."""
+    ``role`` is "mono" for a deployment of one pool, else "prefill", "decode" or "both".
+    ``kv_tiers``: its KV cache tiers in blocks of its block bytes (the pool's own tier
+    setting, else the deployment's; None when no tier holds anything)."""
 
     role: str
     hardware: HardwareConfig
@@ -48,7 +51,7 @@ class ResolvedPool:
     latency: LatencyModel
     instances: int
     first_instance: int
-    kv_tiers: object = None  # ResolvedKvTiers (blis_fast/config/kv_tiers.py), None = no tiers
+    kv_tiers: ResolvedKvTiers | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +61,8 @@ class ResolvedDeployment:
     of the run's instance table (deployments in list order).  ``pools``: one "mono" pool
     with the same values, or a disaggregated deployment's prefill, decode (and both)
     pools, their rows consecutive from ``first_instance``; ``pd`` its P/D settings (None
-    for one pool)."""
+    for one pool); ``kv_tiers`` its own KV tier setting resolved at its engine's TP
+    (each pool's, which a pool may replace, is the pool's ``kv_tiers``)."""
 
     name: str
     served_model_name: str
@@ -70,7 +74,7 @@ class ResolvedDeployment:
     first_instance: int
     pools: tuple[ResolvedPool, ...] = ()
     pd: PDSpec | None = None
-    kv_tiers: object = None  # ResolvedKvTiers, None = no tiers (a P/D deployment's are its pools')
+    kv_tiers: ResolvedKvTiers | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +155,11 @@ def resolve(config: SimConfig) -> Setup:
             resolved.append(_resolve_deployment(dep, first_instance))
         except ConfigError as exc:
             if config.deployments is None:
-                raise
+                path = shorthand_field(exc.field, dep.kv_tiers) if dep.kv_tiers is not None else None
+                if path is None:
+                    raise
+                # (the kv_tiers section's key, and its flag: the value may come from either)
+                raise ConfigError(f"{path} ({flag_for(path)})", exc.message) from None
             raise ConfigError(_entry_field(i, exc.field), exc.message) from None
         first_instance += dep.instances
     first = resolved[0]
@@ -167,18 +175,34 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
         latency_model=dep.latency_model, alpha_coeffs=dep.alpha_coeffs,
         beta_coeffs=dep.beta_coeffs, vllm_version=dep.vllm_version,
     )
+    kv_tiers = resolve_kv_tiers(dep.kv_tiers, model.kv_bytes_per_token, dep.engine.block_size, dep.engine.tp)
     if not dep.disaggregated:
-        pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance),)
+        pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance, kv_tiers),)
     else:
         pools, first = [], first_instance
         for role, pool in dep.pools:
             try:
-                pools.append(_resolve_pool(role, pool, dep, model, hardware, latency, first))
+                resolved = _resolve_pool(role, pool, dep, model, hardware, latency, first)
             except ConfigError as exc:  # (named as the pool's key: decode.tp, decode.hardware)
                 raise ConfigError(f"{role}.{_entry_key(exc.field)}", exc.message) from None
+            pools.append(replace(resolved, kv_tiers=_resolve_pool_tiers(role, pool, dep, model, resolved.engine)))
             first += pool.instances
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
-                              first_instance, tuple(pools), dep.pd)
+                              first_instance, tuple(pools), dep.pd, kv_tiers)
+
+
+def _resolve_pool_tiers(role: str, pool: PoolSpec, dep: DeploymentSpec, model: ModelConfig,
+                        engine: EngineConfig) -> ResolvedKvTiers | None:
+    """A pool's KV tiers (its own setting, else the deployment's) in blocks of the pool's
+    block bytes (its TP); an error names the pool's key when the setting is its own."""
+    own = pool.kv_tiers is not None
+    try:
+        return resolve_kv_tiers(pool.kv_tiers if own else dep.kv_tiers, model.kv_bytes_per_token, engine.block_size,
+                                engine.tp)
+    except ConfigError as exc:
+        if own:
+            raise ConfigError(f"{role}.{exc.field}", exc.message) from None
+        raise ConfigError(exc.field, f"{exc.message} (in the {role} pool, at its TP {engine.tp})") from None
 
 
 def _resolve_pool(role: str, pool: PoolSpec, dep: DeploymentSpec, model: ModelConfig, dep_hardware: HardwareConfig,

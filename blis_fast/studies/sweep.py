@@ -8,9 +8,11 @@ configuration sees the same grid, the same workload settings and the same seeds,
 configurations are the only difference.
 
 ``NAME`` is a flat setting (``rate``, ``num_instances``, ``max_num_seqs``,
-``token_bucket_capacity``, ``routing_policy`` ...: every name of ``FLAG_PATHS``) or one
-entry of a weight setting, ``routing_scorers.queue-depth``, ``scheduler_weights.priority``,
-``slo_class_weights.1`` (the rest of the setting stays as configured).  ``VALUES`` is a
+``token_bucket_capacity``, ``routing_policy`` ...: every name of ``FLAG_PATHS``), the same
+setting's run-config path (``kv_tiers.cpu_blocks`` is ``kv_cpu_blocks``, ``workload.rate``
+is ``rate``: the axis takes the flat name), or one entry of a weight setting,
+``routing_scorers.queue-depth``, ``scheduler_weights.priority``, ``slo_class_weights.1``
+(the rest of the setting stays as configured).  ``VALUES`` is a
 range ``start:stop:step`` (stop included) or a comma-separated list (numbers or names).
 Every point's configuration is built and validated before anything runs.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 from decimal import Decimal, Overflow, localcontext
 from typing import Callable, Sequence, get_type_hints
 
-from blis_fast.config.sim import FLAG_PATHS, SimConfig
+from blis_fast.config.sim import FLAG_PATHS, SimConfig, flat_name
 from blis_fast.config.validate import FLOAT_TINY, as_list, as_str, parse_decimal, show, show_text
 from blis_fast.errors import ConfigError
 from blis_fast.results.adequacy import worst_verdict
@@ -46,7 +48,7 @@ MAX_NOTED = 4  # inadequate points named in the warning line
 
 @dataclass(frozen=True)
 class Axis:
-    """One swept setting: its name as given and its values in order."""
+    """One swept setting: its name as given (a config path as its flat name) and its values in order."""
 
     name: str
     values: tuple
@@ -129,6 +131,7 @@ def parse_axis(spec, field: str = "--set") -> Axis:
             raise ConfigError(field, f"expected NAME=start:stop:step or NAME=v1,v2,..., got {show(text)}")
         name = name.strip()
         values = parse_values(values_text, f"{field} {show_text(name)}")
+    name = flat_name(name) or name  # (a run-config path: kv_tiers.cpu_blocks -> kv_cpu_blocks)
     head, dot, key = name.partition(".")
     head = head.replace("-", "_")
     if head not in FLAG_PATHS or (dot and not key):

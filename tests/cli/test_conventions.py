@@ -33,7 +33,8 @@ def test_run_help_is_grouped_with_defaults(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = run_cli(capsys, "run", "--help")
     assert code == 0
-    panels = ["Model & hardware:", "Engine & cluster:", "Workload:", "Policies:", "Simulation:", "Output:"]
+    panels = ["Model & hardware:", "Engine & cluster:", "KV tiers:", "Workload:", "Policies:", "Simulation:",
+              "Output:"]
     positions = [out.index(p) for p in panels]
     assert positions == sorted(positions)
     engine = out[out.index("Engine & cluster:"):out.index("Workload:")]

@@ -48,6 +48,11 @@ SAMPLES.update({name: (value, PD_POOLS) for name, value in (
     ("pd_decider", "always"), ("pd_threshold", "8"), ("pd_transfer_bandwidth_gbps", "1.5"),
     ("pd_transfer_base_latency_ms", "0"), ("pd_transfer_charge", "full-prompt"), ("pd_transfer_contention", "link"),
     ("pd_first_token", "prefill"), ("pd_on_decode_full", "drop"))})
+CPU_TIER = {"kv_cpu_blocks": "1000"}  # (a tier's link and the modes need a tier size)
+SAMPLES.update({"kv_cpu_blocks": ("1000", {}), "kv_cpu_bytes": ("1e11", {}), "kv_disk_blocks": ("5000", {}),
+                "kv_disk_bytes": ("1e12", {}), "kv_store": ("all", CPU_TIER), "kv_load": ("step", CPU_TIER)})
+SAMPLES.update({f"kv_{tier}_{name}": (value, {f"kv_{tier}_blocks": "1000"}) for tier in ("cpu", "disk")
+                for name, value in (("read_gbps", "12.5"), ("write_gbps", "2"), ("latency_us", "50"))})
 # settings that accept only their default today: a different value is refused naming the flag
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8", "min_instances": "2", "max_instances": "2"}
 

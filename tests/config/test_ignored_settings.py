@@ -165,6 +165,9 @@ UNCHANGED_BY_DESIGN = {"check_invariants": "verifies KV conservation and batch l
 # prefill/decode pools (the pd section): they replace num_instances (BASE here), and without both pool sizes
 # every one of them is refused (tests/config/test_disaggregation.py); their effect on a run is the P/D engine's
 PD_SETTINGS = {name for name, path in FLAG_PATHS.items() if path.startswith("pd.")}
+# KV cache tiers (the kv_tiers section): a link or mode setting without a tier size is refused
+# (tests/config/test_kv_tiers.py); their effect on a run is the tiers engine's
+KV_TIER_SETTINGS = {name for name, path in FLAG_PATHS.items() if path.startswith("kv_tiers.")}
 # refused whatever the workload (tests/config/test_effective.py): not modelled yet
 REFUSED_EVERYWHERE = {"pp", "dp", "min_instances", "max_instances", "simulation_seed"}
 # the workloads with one SLO class: class weights shift every priority alike (refused once it is built)
@@ -193,7 +196,8 @@ def unique_settings() -> list[str]:
 
 
 def test_every_setting_is_in_the_table():
-    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS
+    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS \
+        | KV_TIER_SETTINGS
     assert {FLAG_PATHS[name] for name in REMEDY} - {"policy.slo_class_weights"} == set(UNUSED_BY_SOURCE) - {
         "workload.type", "workload.traces_filepath"}
 

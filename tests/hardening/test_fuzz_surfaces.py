@@ -79,7 +79,8 @@ def test_fuzz_flags_more(pairs):
 # ============================================================================ run-config YAML
 
 CONFIG_KEYS = st.one_of(st.sampled_from(sorted(FLAG_PATHS)), st.sampled_from(["engine", "deployment", "workload",
-                                                                               "simulation", "policy", "bogus"]))
+                                                                               "simulation", "policy", "kv_tiers",
+                                                                               "bogus"]))
 
 
 def check_config(tmp_path, data):
