@@ -17,8 +17,9 @@ Definitions (per run, over every instance with tiers):
 - ``load_wait_mean_ms`` / ``_p99_ms``: per load, from the admission that found the blocks
   to the end of the last of its transfers (latency included); ``load: step`` loads wait
   for nothing (their time is in the admitting step).
-- ``thrashing_rate``: blocks loaded back from a tier / keyed GPU blocks evicted -- of the
-  cached blocks the GPU cache had to evict, the fraction it later brought back.  Near 0 the
+- ``thrashing_rate``: blocks loaded back from a tier / GPU blocks evicted holding shared
+  content (``gpu_evictions``: content another request may ask for) -- of the cached blocks
+  the GPU cache had to evict, the fraction it later brought back.  Near 0 the
   tiers hold content nobody asks for again; near 1 the working set does not fit on the GPU
   and lives off the tiers.
 """

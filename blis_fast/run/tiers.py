@@ -92,7 +92,7 @@ def tier_rows(fl, layout: TierLayout) -> tuple[np.ndarray, np.ndarray]:
     rows["ht_mask"] = np.maximum(layout.ht_rows.reshape(-1) - 1, 0)
     rows["wr_offset"] = _offsets(layout.wr_cap)
     rows["wr_cap"] = layout.wr_cap.reshape(-1)
-    for f in ("free_slot", "lru_head", "lru_tail", "link_head", "link_tail"):
+    for f in ("lru_head", "lru_tail", "link_head", "link_tail"):
         rows[f] = -1
     for i, tiers in enumerate(pool_tiers(fl)):
         if tiers is None:

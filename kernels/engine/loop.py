@@ -20,7 +20,9 @@ from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
 from .events import event_kind_instance
 from .disaggregation import on_pd_event
-from .tiers import on_tier_event
+from .tiers import on_tier_event, tier_catch_up
+
+_END_OF_TIME = np.int64(1) << 62
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
 from .trace import log_room
@@ -64,6 +66,7 @@ def event_loop(st):
     h_time = st.heap["time_us"]
     h_prio = st.heap["priority"]
     lp[0]["status"] = Status.OK
+    drained = False  # every event done
     while True:
         size = lp[0]["heap_size"]
         if size > lp[0]["heap_peak"]:
@@ -87,6 +90,7 @@ def event_loop(st):
             t = h_time[0]
             kind, ev_inst = event_kind_instance(h_prio[0])
         else:
+            drained = True
             break
         if t > horizon:
             break
@@ -142,3 +146,5 @@ def event_loop(st):
             break
     for i in range(st.inst.shape[0]):
         sync_riders(st, i)
+        if drained and st.kv_tier_inst[i]["n_tiers"] > 0:
+            tier_catch_up(st, i, _END_OF_TIME)  # KV tiers: the writes still queued land (nothing else happens)

@@ -23,7 +23,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import (LOADING, anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
                         kv_free_blocks, kv_grow, kv_release, register_deferred_keys, take_anonymous)
-from ..kv.tiers import next_write_us
+from ..kv.tiers import next_write_us, tiers_conserved
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -624,7 +624,7 @@ def on_step(st, i, t):
     inst[i]["last_step_end_us"] = end
     inst[i]["last_dt_us"] = dt
     if st.settings[0]["check_invariants"] != 0:
-        if not kv_conserved(st, i):
+        if not kv_conserved(st, i) or (tiered and not tiers_conserved(st, i)):
             lp[0]["status"] = Status.INVARIANT_KV
             lp[0]["error_instance"] = i
             return

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from ..jit import helper
+from ..jit import helper, kernel
 from ..schema import N_TIERS
 from ..structs.dlist import dl_push_back, dl_remove
 from ..structs.hashtable import table_delete_at, table_find, table_probe
@@ -128,13 +128,12 @@ def tier_insert(st, i, k, key, t_us):
     if s >= 0:  # (a second copy of the same content)
         tier_touch(st, row, s)
         return
-    if tiers[row]["used"] < tiers[row]["capacity"]:
-        s = tiers[row]["free_slot"]
-        if s >= 0:
-            tiers[row]["free_slot"] = st.tier_slots[s]["lru_next"]
-        else:
-            s = tiers[row]["virgin_next"]
-            tiers[row]["virgin_next"] = s + 1
+    # an entry leaves a tier only to make room for another, which takes its slot: the slots
+    # in use are [slot_offset, virgin_next), as many as the distinct shared keys at most
+    room = tiers[row]["virgin_next"] < tiers[row]["slot_offset"] + tiers[row]["slot_rows"]
+    if tiers[row]["used"] < tiers[row]["capacity"] and room:
+        s = tiers[row]["virgin_next"]
+        tiers[row]["virgin_next"] = s + 1
     elif tiers[row]["lru_len"] > 0:
         s = _evict(st, i, k, t_us)
     else:
@@ -241,3 +240,40 @@ def count_tier_hits(st, i, r, found0, found1):
     st.tiers[i * N_TIERS]["hit_blocks"] += found0
     if found1 > 0:
         st.tiers[i * N_TIERS + 1]["hit_blocks"] += found1
+
+
+@kernel
+def tiers_conserved(st, i):
+    """Entry conservation in every tier of instance i: the entries its hash rows name are
+    ``used`` (at most its capacity), each a slot of its own holding that key once; the
+    unpinned ones are its LRU list, the others pinned; the slots in use are the first
+    ``used`` of its own."""
+    slots = st.tier_slots
+    for k in range(st.kv_tier_inst[i]["n_tiers"]):
+        row = i * N_TIERS + k
+        t = st.tiers[row]
+        lo = t["slot_offset"]
+        hi = lo + t["slot_rows"]
+        entries = 0
+        pinned = 0
+        for h in range(t["ht_offset"], t["ht_offset"] + t["ht_mask"] + 1):
+            if st.tier_table[h, 1] == 0:
+                continue
+            s = st.tier_table[h, 1] - 1
+            if s < lo or s >= hi or slots[s]["key"] != st.tier_table[h, 0] or slots[s]["tier"] != row:
+                return False
+            entries += 1
+            if slots[s]["pins"] > 0:
+                pinned += 1
+        if entries != t["used"] or t["used"] > t["capacity"]:
+            return False
+        listed = 0
+        s = t["lru_head"]
+        while s >= 0 and listed <= t["slot_rows"]:
+            if slots[s]["pins"] != 0:
+                return False
+            listed += 1
+            s = slots[s]["lru_next"]
+        if listed != t["lru_len"] or listed + pinned != t["used"] or t["virgin_next"] - lo != t["used"]:
+            return False
+    return True

@@ -222,7 +222,7 @@ KV_TIER_INST_DT = np.dtype(
         ("load_step", np.int32),  # 1 = load: step (the load time is added to the admitting step)
         ("block_bytes", np.float64),  # bytes of one KV block per TP rank (each rank on its own links)
         ("step_load_us", np.float64),  # load: step -- load time owed by the step being formed
-        ("gpu_evictions", np.int64),  # keyed GPU blocks evicted (their key forgotten) -- the thrashing rate's base
+        ("gpu_evictions", np.int64),  # GPU blocks evicted holding a shared key -- the thrashing rate's base
         ("loading", np.int64),  # requests loading here now
         ("load_requests", np.int64),  # requests that loaded from a tier here
     ],
@@ -243,7 +243,6 @@ TIER_DT = np.dtype(
         ("ht_mask", np.int64),
         ("used", np.int64),  # entries held
         ("virgin_next", np.int64),  # never-used slots are [virgin_next, slot_offset + slot_rows)
-        ("free_slot", np.int64),  # stack of freed slots (through lru_next), -1 = empty
         ("lru_head", np.int64),  # unpinned entries, least recently stored or loaded first (dlist)
         ("lru_tail", np.int64),
         ("lru_len", np.int64),
