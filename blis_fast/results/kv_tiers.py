@@ -149,5 +149,19 @@ def summary(result) -> dict:
     return out
 
 
-__all__ = ["TIER_NAMES", "TIER_REQUEST_FIELD_TYPES", "has_tiers", "hit_fields", "hit_tokens", "request_fields",
+LOAD_BOUND_SHARE = 0.5  # a run is load-bound when loads take at least this share of the loading requests' TTFT
+
+
+def load_share(result) -> tuple[float, int]:
+    """(the loading requests' summed load wait / their summed TTFT, how many they are):
+    how much of the TTFT of the requests that loaded from a tier went to loading (``load:
+    step`` loads wait for nothing: 0)."""
+    c = tier_columns(result)
+    ttft = result.latencies["ttft_us"]
+    loaded = (c["load_wait_us"] >= 0) & result.latencies["has_first"]
+    total = int(ttft[loaded].sum())
+    return (int(c["load_wait_us"][loaded].sum()) / total if total > 0 else 0.0), int(loaded.sum())
+
+
+__all__ = ["LOAD_BOUND_SHARE", "load_share", "TIER_NAMES", "TIER_REQUEST_FIELD_TYPES", "has_tiers", "hit_fields", "hit_tokens", "request_fields",
            "summary", "tier_columns", "tier_names"]

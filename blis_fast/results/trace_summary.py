@@ -18,6 +18,7 @@ from blis_fast.results.diagnosis import diagnose
 from blis_fast.results.scorecard import group_masks, group_metrics, instance_metrics
 from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 from blis_fast.results.slo import has_targets
+from blis_fast.results.kv_tiers import LOAD_BOUND_SHARE, TIER_NAMES, load_share
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 
@@ -88,6 +89,28 @@ def _disaggregation_lines(result) -> list[str]:
     return ["", text]
 
 
+def _tier_lines(result) -> list[str]:
+    """A run with KV tiers: where the prefix hits were found, the loads and their wait, the
+    thrashing rate, and whether loading bounds the TTFT of the requests that loaded
+    (**load-bound**: results.kv_tiers.LOAD_BOUND_SHARE)."""
+    g = result.kv_tiers
+    if g is None:
+        return []
+    share, n = load_share(result)
+    found = ", ".join(f"{name} {_fmt(g[f'prefix_hit_rate_{name}'])}" for name in ("gpu", *TIER_NAMES)
+                      if name == "gpu" or name in g["tiers"])
+    text = (f"KV tiers: prefix hits by where they were found (of the prompt tokens looked up): {found}; "
+            f"{g['load_requests']} requests loaded from a tier, waiting {_fmt(g['load_wait_mean_ms'])} ms mean "
+            f"(p99 {_fmt(g['load_wait_p99_ms'])} ms); thrashing rate {_fmt(g['thrashing_rate'])}.")
+    if n:
+        if share >= LOAD_BOUND_SHARE:
+            text += (f" The run is **load-bound**: loading takes {_fmt(share)} of the TTFT of the {n} requests that "
+                     f"loaded -- a faster tier link (read_gbps) or a larger GPU cache would pay.")
+        else:
+            text += f" Loading takes {_fmt(share)} of the TTFT of the {n} requests that loaded (not load-bound)."
+    return ["", text]
+
+
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
@@ -117,7 +140,7 @@ def summary_text(result, objectives=None) -> str:
                   f"step occupancy {_fmt(m['utilization_min'])}-{_fmt(m['utilization_max'])} (the time a step "
                   f"runs), token budget {_fmt(m['token_budget_occupancy'])} and batch slots "
                   f"{_fmt(m['batch_slot_occupancy'])} occupied per step."]
-    lines += _group_lines(result) + _instance_lines(result) + _disaggregation_lines(result)
+    lines += _group_lines(result) + _instance_lines(result) + _disaggregation_lines(result) + _tier_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]
     lines.append(f"Misses: {diag.misses} of {diag.arrived} arrived requests ({diag.miss_definition}).")

@@ -1,7 +1,8 @@
 """The decision trace as one table (``--trace-out FILE.parquet``): a row per admission,
 routing decision and preemption -- and with ``trace_level full`` per scheduling record
 (``scheduled``: a waiting request entered a batch; ``blocked``: a wait-queue head stayed
-waiting, one row per episode) -- in time order (admission, routing, preemption, scheduled,
+waiting, one row per episode; ``load``: a waiting request found blocks in a KV tier and
+left the queue to load them) -- in time order (admission, routing, preemption, scheduled,
 blocked at equal times, then decision order), filled with the request's outcome.  Columns
 that do not apply to a record are null; the scheduling columns (second table) exist only
 at ``full``, so a ``decisions`` trace is the same file with or without them.
@@ -46,14 +47,15 @@ record look at the first SCHED_SCAN_DEPTH = 16 waiting requests only):
 | priority | policy units | scheduled, blocked, preemption | the request's priority at that step (higher = more urgent; 0 under constant) |
 | sched_key | policy units | scheduled, blocked | the sort scheduler's key (lower = earlier; null under fcfs) |
 | wait_us | µs | scheduled, blocked | time since the request first entered a wait queue |
-| tokens | tokens | scheduled, blocked | scheduled: its first chunk; blocked: the prefill it needs (prompt + generated) |
-| hit_tokens | tokens | scheduled | prompt tokens found in the prefix cache at this admission |
+| tokens | tokens | scheduled, blocked, load | scheduled: its first chunk; blocked: the prefill it needs (prompt + generated); load: the tokens it loads from the tiers |
+| hit_tokens | tokens | scheduled, load | prompt tokens found in the prefix cache at this admission (load: on the GPU and in the tiers) |
 | budget_left | tokens | scheduled, blocked | the step's token budget left before it |
 | free_blocks | blocks | scheduled, blocked | the instance's free KV blocks before it |
 | readmission | bool | scheduled | it had been preempted before |
 | higher_priority_behind | requests | scheduled, blocked | of the first 16 left waiting behind it, those of strictly higher priority (priority inversion) |
 | block_reason | text | blocked | batch-full, token-budget, kv-blocks, preemption (no admissions in a step with a preemption) |
 | blocked_steps, blocked_until_us | steps, µs | blocked | the episode: consecutive steps of the instance with this head blocked for this reason, and the start of its last step |
+| load_done_us | µs | load | when its load was done (a run with KV tiers only) |
 | fits_behind | requests | blocked | kv-blocks: of the first 16 behind the head, those whose first chunk would fit the free blocks without any cache hit (head-of-line blocking) |
 | batch_size, for_priority, lower_priority_running | requests, policy units, requests | preemption | the batch before the preemption; the priority of the request it was preempted for; running requests of strictly lower priority than the victim |
 """
@@ -68,8 +70,9 @@ from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, 
 from blis_fast.results.regret import estimated_regret
 
 from .deployments import deployment_names_of, has_groups
+from .kv_tiers import has_tiers
 
-RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing")
+RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing", "load")
 
 
 def decision_table(result):
@@ -88,19 +91,20 @@ def decision_table(result):
     sch = sched[sched["kind"] == SchedRecord.SCHEDULED]
     blk = sched[sched["kind"] == SchedRecord.BLOCKED]
     vic = sched[sched["kind"] == SchedRecord.VICTIM]  # one per preemption row, in the same order
-    n_a, n_r, n_p, n_s, n_b, n_x = len(adm), len(rte), len(pre), len(sch), len(blk), len(prt)
-    n = n_a + n_r + n_p + n_s + n_b + n_x
-    kind = np.repeat(np.arange(6), [n_a, n_r, n_p, n_s, n_b, n_x])
+    lod = sched[sched["kind"] == SchedRecord.LOAD]  # KV tiers: a request left the queue to load blocks
+    n_a, n_r, n_p, n_s, n_b, n_x, n_l = len(adm), len(rte), len(pre), len(sch), len(blk), len(prt), len(lod)
+    n = n_a + n_r + n_p + n_s + n_b + n_x + n_l
+    kind = np.repeat(np.arange(7), [n_a, n_r, n_p, n_s, n_b, n_x, n_l])
     time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"], sch["time_us"],
-                              blk["time_us"], prt["time_us"]]).astype(np.int64)
+                              blk["time_us"], prt["time_us"], lod["time_us"]]).astype(np.int64)
     request = np.concatenate([adm["request"], rte["request"], pre["victim"], sch["request"],
-                              blk["request"], prt["request"]]).astype(np.int64)
+                              blk["request"], prt["request"], lod["request"]]).astype(np.int64)
     seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p), np.arange(n_s), np.arange(n_b),
-                          np.arange(n_x)])
+                          np.arange(n_x), np.arange(n_l)])
     order = np.lexsort((seq, kind, time_us))
 
     starts = {0: 0, 1: n_a, 2: n_a + n_r, 3: n_a + n_r + n_p, 4: n_a + n_r + n_p + n_s,
-              5: n_a + n_r + n_p + n_s + n_b}
+              5: n_a + n_r + n_p + n_s + n_b, 6: n_a + n_r + n_p + n_s + n_b + n_x}
 
     def col(values_by_kind: dict, dtype, valid_by_kind: dict | None = None):
         """One column: the values of the record kinds that have it (where valid), null elsewhere."""
@@ -125,7 +129,8 @@ def decision_table(result):
         "cost_tokens": col({0: adm["cost"]}, np.int64),
         "bucket_tokens": col({0: adm["bucket_tokens"]}, np.float64),
         "reason": _admission_reasons(result.setup.config.policy.admission, adm, n, order, n_a),
-        "instance": col({1: rte["chosen_instance"], 2: pre["instance"], 5: prt["chosen_instance"]}, np.int64),
+        "instance": col({1: rte["chosen_instance"], 2: pre["instance"], 5: prt["chosen_instance"], 6: lod["instance"]},
+                        np.int64),
         "candidates": col({1: rte["candidates"], 5: prt["candidates"]}, np.int64),
         "prompt_blocks": col({1: rte["prompt_blocks"], 5: prt["prompt_blocks"]}, np.int64),
         "forced": col({1: rte["forced"] != 0, 5: prt["forced"] != 0}, bool),
@@ -149,7 +154,7 @@ def decision_table(result):
     if has_groups(result.setup):  # (a single-deployment trace keeps its columns)
         where = np.full(n, -1, np.int64)  # each record's instance, -1 for admissions
         for k, v in {1: rte["chosen_instance"], 2: pre["instance"], 3: sch["instance"], 4: blk["instance"],
-                     5: prt["chosen_instance"]}.items():
+                     5: prt["chosen_instance"], 6: lod["instance"]}.items():
             where[starts[k]: starts[k] + len(v)] = v
         items = list(cols.items())
         at = list(cols).index("instance") + 1
@@ -159,7 +164,7 @@ def decision_table(result):
         dis = result.full_state.pd_reqs["prefill_instance"][rte["request"]] >= 0
         cols["disaggregated"] = col({1: dis}, bool)
     if full:
-        cols.update(_scheduling_columns(result, col, sch, blk, vic))
+        cols.update(_scheduling_columns(result, col, sch, blk, vic, lod))
     tab = result.outcomes
     r = request[order]
     ttft, e2e = tab["ttft_us"][r], tab["e2e_us"][r]
@@ -180,30 +185,32 @@ def scheduling_records(result) -> np.ndarray:
     return st.sched_log[: int(st.loop[0]["sched_records"])]
 
 
-def _scheduling_columns(result, col, sch, blk, vic) -> dict:
+def _scheduling_columns(result, col, sch, blk, vic, lod) -> dict:
     """The columns a ``full`` trace adds (module docstring), through ``col``."""
     import pyarrow as pa  # deferred: pyarrow
 
     sorting = int(result.state.policy_kind[PolicySlot.SCHEDULER]) == SchedulerKind.SORT
-    both = {3: sch, 4: blk}
+    both = {3: sch, 4: blk, 6: lod}  # (the fields a waiting request's records share)
 
     def waiting(field, dtype):
         return col({k: v[field] for k, v in both.items()}, dtype)
 
     n_s, n_b = len(sch), len(blk)
     reasons = col({4: blk["reason"]}, np.int64)
-    return {
-        "position": col({2: vic["position"], 3: sch["position"], 4: blk["position"]}, np.int64),
+    out = {
+        "position": col({2: vic["position"], 3: sch["position"], 4: blk["position"], 6: lod["position"]},
+                        np.int64),
         "queue_len": waiting("queue_len", np.int64),
-        "priority": col({2: vic["priority"], 3: sch["priority"], 4: blk["priority"]}, np.float64),
-        "sched_key": col({3: sch["sched_key"], 4: blk["sched_key"]}, np.float64,
-                         {3: np.full(n_s, sorting), 4: np.full(n_b, sorting)}),
+        "priority": col({2: vic["priority"], 3: sch["priority"], 4: blk["priority"], 6: lod["priority"]},
+                        np.float64),
+        "sched_key": col({3: sch["sched_key"], 4: blk["sched_key"], 6: lod["sched_key"]}, np.float64,
+                         {3: np.full(n_s, sorting), 4: np.full(n_b, sorting), 6: np.full(len(lod), sorting)}),
         "wait_us": waiting("wait_us", np.int64),
         "tokens": waiting("tokens", np.int64),
-        "hit_tokens": col({3: sch["cached_tokens"]}, np.int64),
+        "hit_tokens": col({3: sch["cached_tokens"], 6: lod["cached_tokens"]}, np.int64),
         "budget_left": waiting("budget_left", np.int64),
         "free_blocks": waiting("free_blocks", np.int64),
-        "readmission": col({3: sch["readmission"] != 0}, bool),
+        "readmission": col({3: sch["readmission"] != 0, 6: lod["readmission"] != 0}, bool),
         "higher_priority_behind": waiting("higher_behind", np.int64),
         "block_reason": pa.array([None if r is None else BLOCK_REASON_NAMES[r] for r in reasons.to_pylist()],
                                  pa.string()),
@@ -215,6 +222,9 @@ def _scheduling_columns(result, col, sch, blk, vic) -> dict:
         "for_priority": col({2: vic["for_priority"]}, np.float64),
         "lower_priority_running": col({2: vic["higher_behind"]}, np.int64),
     }
+    if has_tiers(result.setup):  # (a trace without tiers keeps its columns)
+        out["load_done_us"] = col({6: lod["last_time_us"]}, np.int64)
+    return out
 
 
 def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, n_a: int):

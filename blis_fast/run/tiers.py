@@ -114,4 +114,5 @@ def tier_request_rows(n: int) -> np.ndarray:
     rows = np.zeros(max(n, 1), S.TIER_REQ_DT)
     rows["load_start_us"] = -1
     rows["load_end_us"] = -1
+    rows["load_record"] = -1
     return rows

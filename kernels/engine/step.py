@@ -23,7 +23,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import (LOADING, anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
                         kv_free_blocks, kv_grow, kv_release, register_deferred_keys, take_anonymous)
-from ..kv.tiers import next_write_us, tiers_conserved
+from ..kv.tiers import next_write_us, tier_hit_tokens, tiers_conserved
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -38,7 +38,7 @@ from .disaggregation import pd_retry_waiting
 from .phases import end_phase
 from .queueing import ensure_step
 from .tiers import start_loads, tier_catch_up
-from .trace import (log_blocked_head, log_irregular_token, log_preemption, log_scheduled, log_step, log_victim, tracing,
+from .trace import (log_blocked_head, log_irregular_token, log_load, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
 
 
@@ -222,7 +222,10 @@ def admit_waiting(st, i, now, budget, cap, m):
         budget, n_prefill, m, admitted = admit_received(st, i, now, budget, cap, m)
     free = np.int64(0)
     reason = BlockReason.NONE
+    loads = 0  # (KV tiers: requests that started loading in this step, at most max_num_seqs)
     while inst[i]["wq_len"] > 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"] and budget > 0:
+        if loads >= inst[i]["max_num_seqs"]:
+            break
         r = inst[i]["wq_head"]
         target = reqs[r]["prompt_len"] + reqs[r]["generated"]
         reqs[r]["prefill_target"] = target
@@ -230,6 +233,10 @@ def admit_waiting(st, i, now, budget, cap, m):
             free = kv_free_blocks(inst, i)
         n, cached = kv_admit(st, i, r, budget, cap, True)
         if n == LOADING:  # its prefix blocks are taken; it waits for them out of the queue (engine/tiers.py)
+            if full:
+                log_load(st, i, now, r, admitted, budget, free, tier_hit_tokens(st, i, r), cached)
+                admitted += 1
+            loads += 1
             dl_pop_front(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i)
             reqs[r]["state"] = RequestState.LOADING
             if reqs[r]["first_scheduled_us"] < 0:

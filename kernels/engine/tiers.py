@@ -15,6 +15,7 @@ from ..schema import N_TIERS, InstanceEvent, RequestState
 from ..structs.dlist import dl_push_back, dl_remove
 from .events import event_priority, push_event_with
 from .queueing import ensure_step
+from .trace import tracing_schedulers
 
 _DONE_EPS_US = 1e-6  # work below this (µs at full bandwidth) counts as done (a shared link's rounding)
 _VERSION_MASK = np.int64(0x7FFFFFFF)  # a TIER_LINK event carries its link's version in the int32 payload
@@ -182,6 +183,9 @@ def on_load_done(st, i, r, t):
     reqs[r]["computed"] = tr[r]["load_cached"]
     tr[r]["load_end_us"] = t
     tr[r]["load_wait_us"] += t - tr[r]["load_start_us"]
+    if tracing_schedulers(st) and tr[r]["load_record"] >= 0:
+        st.sched_log[tr[r]["load_record"]]["last_time_us"] = t
+        tr[r]["load_record"] = -1
     st.kv_tier_inst[i]["loading"] -= 1
     reqs[r]["state"] = RequestState.QUEUED
     dl_push_back(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["rx_head"], st.pd_inst["rx_tail"],

@@ -34,13 +34,15 @@ def tracing_schedulers(st):
 def log_room(st, i):
     """True if the logs can take one more step of instance i (one step row, one irregular
     row per batch slot; when tracing, one preemption row per batch slot and -- FULL -- at
-    most max_num_seqs + 1 scheduling rows: admissions or victims, and one blocked head)."""
+    most max_num_seqs + 1 scheduling rows: admissions or victims, and one blocked head --
+    and max_num_seqs loads on an instance with KV tiers)."""
     lp = st.loop
     seqs = st.inst[i]["max_num_seqs"]
+    loads = seqs if st.kv_tier_inst[i]["n_tiers"] > 0 else 0  # (KV tiers: a step starts at most seqs loads)
     return (lp[0]["steps"] + 1 <= st.step_log.shape[0]
             and lp[0]["irregular_records"] + seqs <= st.irr_log.shape[0]
             and (not tracing(st) or lp[0]["preempt_records"] + seqs <= st.preempt_log.shape[0])
-            and (not tracing_schedulers(st) or lp[0]["sched_records"] + seqs + 1 <= st.sched_log.shape[0]))
+            and (not tracing_schedulers(st) or lp[0]["sched_records"] + seqs + 1 + loads <= st.sched_log.shape[0]))
 
 
 @helper
@@ -234,6 +236,21 @@ def log_scheduled(st, i, t, r, position, budget, free_blocks, n, cached):
     st.sched_log[k]["tokens"] = n
     st.sched_log[k]["cached_tokens"] = cached
     st.sched_log[k]["readmission"] = 1 if st.reqs[r]["preemptions"] > 0 else 0
+
+
+@helper
+def log_load(st, i, t, r, position, budget, free_blocks, loaded, cached):
+    """Record that waiting request r (the wait queue's head, about to leave it) found
+    ``loaded`` prompt tokens in instance i's KV tiers in the step starting at t and waits
+    for them to load (``cached``: with those found on the GPU); ``budget`` and
+    ``free_blocks`` are what was left before it.  The load's end is filled in when it is
+    done (``last_time_us``, engine/tiers.py)."""
+    k = _sched_row(st, SchedRecord.LOAD, i, t, r)
+    _waiting_fields(st, k, i, t, r, position, budget, free_blocks)
+    st.sched_log[k]["tokens"] = loaded
+    st.sched_log[k]["cached_tokens"] = cached
+    st.sched_log[k]["readmission"] = 1 if st.reqs[r]["preemptions"] > 0 else 0
+    st.tier_reqs[r]["load_record"] = k
 
 
 @helper

@@ -231,6 +231,12 @@ def load_time_us(st, i, found0, found1):
 
 
 @helper
+def tier_hit_tokens(st, i, r):
+    """Prompt tokens request r's last admission on instance i found in its tiers."""
+    return (st.tier_reqs[r]["hit_blocks_0"] + st.tier_reqs[r]["hit_blocks_1"]) * np.int64(st.inst[i]["block_size"])
+
+
+@helper
 def count_tier_hits(st, i, r, found0, found1):
     tr = st.tier_reqs
     tr[r]["hit_blocks_0"] = found0

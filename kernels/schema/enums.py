@@ -177,6 +177,7 @@ class _SchedRecord(NamedTuple):
     BLOCKED: int = 1  # the wait queue's head stayed waiting at the end of batch formation (an episode:
     #                   consecutive steps of its instance with the same head and the same reason)
     VICTIM: int = 2  # the context of a preemption (same order as the preemption log)
+    LOAD: int = 3  # a waiting request found blocks in a KV tier and left the queue to load them (kv/tiers.py)
 
 
 SchedRecord = _SchedRecord()

@@ -168,7 +168,7 @@ STATE_FIELDS: tuple[Field, ...] = (
                  "set a simulation.horizon or trace fewer decisions")),
     # admissions or victims of one step, and one blocked head
     Field("sched_log", SCHED_DT, ("sched_rows",), ZEROS, "scheduling trace", "scheduling records (TraceLevel.FULL)",
-          Growth("sched_records", _PER_STEP_SLOTS + " + 1", TraceLevel.FULL,
+          Growth("sched_records", "2 * " + _PER_STEP_SLOTS + " + 1", TraceLevel.FULL,  # (+ loads: KV tiers)
                  "the scheduling trace ({used} records, growing to {rows})",
                  "set a simulation.horizon or trace less (simulation.trace_level decisions)")),
     Field("sched_open", _I64, ("sched_open_rows",), MINUS_ONE, "scheduling trace",

@@ -303,6 +303,7 @@ TIER_REQ_DT = np.dtype(
         ("load_end_us", np.int64),
         ("load_wait_us", np.int64),  # summed over its loads
         ("load_cached", np.int64),  # tokens its current load makes computed (GPU hits and loaded blocks)
+        ("load_record", np.int64),  # its current load's scheduling record (TraceLevel.FULL), -1 = none
     ],
     align=True,
 )
@@ -428,7 +429,8 @@ SCHED_SCAN_DEPTH = 16
 SCHED_DT = np.dtype(
     [
         ("time_us", np.int64),  # start of the step (BLOCKED: of the episode's first step)
-        ("last_time_us", np.int64),  # BLOCKED: start of the episode's last step (else = time_us)
+        ("last_time_us", np.int64),  # BLOCKED: start of the episode's last step; LOAD: when the load was done
+        #                              (else = time_us)
         ("instance", np.int64),
         ("kind", np.int64),  # SchedRecord
         ("request", np.int64),  # the admitted request / the blocked head / the victim
@@ -438,8 +440,9 @@ SCHED_DT = np.dtype(
         ("priority", np.float64),  # the request's priority at that step (priority policy; higher = more urgent)
         ("sched_key", np.float64),  # SCHEDULED / BLOCKED: the sort scheduler's key (lower = earlier; 0 under fcfs)
         ("wait_us", np.int64),  # SCHEDULED / BLOCKED: time since it first entered a wait queue
-        ("tokens", np.int64),  # SCHEDULED: tokens of its first chunk; BLOCKED: prefill tokens it needs
-        ("cached_tokens", np.int64),  # SCHEDULED: prompt tokens found in the prefix cache
+        ("tokens", np.int64),  # SCHEDULED: tokens of its first chunk; BLOCKED: prefill tokens it needs;
+        #                        LOAD: tokens it loads from the tiers
+        ("cached_tokens", np.int64),  # SCHEDULED, LOAD: prompt tokens found in the prefix cache (LOAD: GPU and tiers)
         ("budget_left", np.int64),  # SCHEDULED / BLOCKED: step token budget left before it
         ("free_blocks", np.int64),  # SCHEDULED / BLOCKED: free KV blocks of the instance before it
         ("reason", np.int64),  # BLOCKED: BlockReason
