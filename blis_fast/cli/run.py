@@ -77,6 +77,11 @@ def run(
     warning = result.adequacy.warning()  # too short or saturated: one line on stderr (--quiet drops it)
     if warning:
         feedback.logger.warning(warning)
+    from blis_fast.results.kv_tiers import unread_warning  # deferred: blis_fast_kernels
+
+    unread = unread_warning(result)  # KV tiers never read: their link settings changed nothing
+    if unread:
+        feedback.logger.warning(unread)
 
 
 def _write_outputs(result, report, *, results_path, per_request_out, table_format, evaluation_out,

@@ -33,6 +33,8 @@ import warnings
 from dataclasses import fields, replace
 from typing import Callable
 
+import numpy as np
+
 from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
 from blis_fast.errors import ConfigError
 
@@ -201,6 +203,32 @@ def check_class_weights(cfg, workload) -> None:
     raise ConfigError("slo_class_weights", "has no effect: every request of this workload is in one SLO class, so "
                                            "the weights shift every priority alike; SLO classes come from a "
                                            "workload spec's slo_classes (or a rich trace written from one)")
+
+
+def check_store_mode(cfg, setup, workload) -> None:
+    """Refuse ``kv_store: all`` on a workload none of whose generated blocks another request
+    sends again (no follow-up turn re-sends an answer): the mode stores exactly those blocks
+    beyond what prompt-only stores, so it would change nothing.  Checked once the workload
+    is built (its content is known then)."""
+    stores_all = [i for i, d in enumerate(setup.deployments)
+                  if any(p.kv_tiers is not None and p.kv_tiers.store_all for p in d.pools)]
+    if not stores_all:
+        return
+    keys, offsets = workload.block_keys, workload.key_offsets
+    counts = np.diff(offsets)
+    bs = workload.request_block_sizes()
+    prompt = np.minimum(np.asarray(workload.prompt_len, np.int64) // bs, counts)  # each request's prompt keys
+    # key positions of the blocks holding a generated token: [offset + prompt keys, next offset) of each request
+    marks = np.zeros(len(keys) + 1, np.int64)
+    np.add.at(marks, offsets[:-1] + prompt, 1)
+    np.add.at(marks, offsets[1:], -1)
+    generated = np.cumsum(marks[:-1]) > 0
+    if generated.any() and np.isin(keys[generated], keys[~generated]).any():
+        return
+    field = "kv_store" if cfg.deployments is None else f"deployments[{stores_all[0]}].kv_store"
+    raise ConfigError(field, "has no effect: store all also stores the blocks holding generated tokens, and no "
+                             "request of this workload sends another's answer again (no multi-turn session); leave "
+                             "it at prompt-only, or use a workload spec with sessions")
 
 
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):

@@ -149,6 +149,20 @@ def summary(result) -> dict:
     return out
 
 
+def unread_warning(result) -> str | None:
+    """One line when the run has KV tiers but never found a block in one: then nothing was
+    loaded, and their links and load mode mattered at most through the GPU blocks their
+    stores held (the content the GPU cache evicted was never asked for again) -- said, not
+    silent.  None otherwise."""
+    if not has_tiers(result.setup) or int(result.full_state.tiers["hit_blocks"].sum()) > 0:
+        return None
+    stored = int(result.full_state.tiers["stored"].sum())
+    return (f"blis-fast: warning: the KV tiers were never read ({stored} blocks stored, none found again): no request asked "
+            f"for content the GPU cache had evicted, so nothing was loaded and the tiers' links and load mode "
+            f"changed nothing but how long stores held GPU blocks; a workload whose reused prefixes outgrow the GPU cache (multi-turn sessions, many prefix "
+            f"groups) or a smaller --total-kv-blocks exercises them")
+
+
 LOAD_BOUND_SHARE = 0.5  # a run is load-bound when loads take at least this share of the loading requests' TTFT
 
 
@@ -163,5 +177,5 @@ def load_share(result) -> tuple[float, int]:
     return (int(c["load_wait_us"][loaded].sum()) / total if total > 0 else 0.0), int(loaded.sum())
 
 
-__all__ = ["LOAD_BOUND_SHARE", "load_share", "TIER_NAMES", "TIER_REQUEST_FIELD_TYPES", "has_tiers", "hit_fields", "hit_tokens", "request_fields",
+__all__ = ["LOAD_BOUND_SHARE", "load_share", "unread_warning", "TIER_NAMES", "TIER_REQUEST_FIELD_TYPES", "has_tiers", "hit_fields", "hit_tokens", "request_fields",
            "summary", "tier_columns", "tier_names"]

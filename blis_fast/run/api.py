@@ -143,6 +143,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
             effective.check_class_weights(cfg, wl)
         else:
             wl = workload
+        effective.check_store_mode(cfg, setup, wl)
         check_run_selectors(cfg, wl, selectors)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")

@@ -88,6 +88,12 @@ PREFIXES = {"distribution": dict(prefix_tokens=128), "preset": dict(prefix_token
 QUEUE = dict(max_num_seqs=1)  # requests wait: the queue order matters
 PRESSURE = dict(total_kv_blocks=60, max_num_seqs=64)  # KV pressure: preemptions
 
+def tiered(source: str, **settings) -> dict:
+    """Companion settings of a KV tier setting: a GPU cache too small for the workload's
+    prefixes (they are evicted and found again in a tier)."""
+    return dict(total_kv_blocks=40, **PREFIXES.get(source, {}), **settings)
+
+
 def generated(source: str, **settings) -> dict:
     """Companion settings of a generated distribution (the other sources refuse them)."""
     return settings if SOURCE_KIND[source] == "distribution" else {}
@@ -158,6 +164,19 @@ EFFECTS = {
     "fitness_weights": ("throughput:1", {}),
     "objectives": ("ttft_p99_ms:min:1", {}),
     "slo_class_weights": ("0,100", dict(priority_policy="slo-based", scheduler="priority-fcfs", **QUEUE)),
+    # KV cache tiers: a GPU cache too small for the prefixes, so that blocks are evicted and loaded back
+    "kv_cpu_blocks": (1000, lambda source: tiered(source)),
+    "kv_cpu_bytes": (2 * 10**10, lambda source: tiered(source)),
+    "kv_cpu_read_gbps": (0.01, lambda source: tiered(source, kv_cpu_blocks=1000)),
+    "kv_cpu_write_gbps": (0.001, lambda source: tiered(source, kv_cpu_blocks=1000)),
+    "kv_cpu_latency_us": (200_000, lambda source: tiered(source, kv_cpu_blocks=1000)),
+    "kv_disk_blocks": (1000, lambda source: tiered(source, kv_cpu_blocks=1)),
+    "kv_disk_bytes": (2 * 10**10, lambda source: tiered(source, kv_cpu_blocks=1)),
+    "kv_disk_read_gbps": (0.01, lambda source: tiered(source, kv_cpu_blocks=1, kv_disk_blocks=1000)),
+    "kv_disk_write_gbps": (0.001, lambda source: tiered(source, kv_cpu_blocks=1, kv_disk_blocks=1000)),
+    "kv_disk_latency_us": (200_000, lambda source: tiered(source, kv_cpu_blocks=1, kv_disk_blocks=1000)),
+    "kv_store": ("all", lambda source: tiered(source, kv_cpu_blocks=1000)),
+    "kv_load": ("step", lambda source: tiered(source, kv_cpu_blocks=1000)),
 }
 SELECTORS = ("workload", "workload_traces_filepath", "workload_spec")
 # verification only: by design it never changes a result (tests/run check what it verifies)
@@ -165,9 +184,13 @@ UNCHANGED_BY_DESIGN = {"check_invariants": "verifies KV conservation and batch l
 # prefill/decode pools (the pd section): they replace num_instances (BASE here), and without both pool sizes
 # every one of them is refused (tests/config/test_disaggregation.py); their effect on a run is the P/D engine's
 PD_SETTINGS = {name for name, path in FLAG_PATHS.items() if path.startswith("pd.")}
-# KV cache tiers (the kv_tiers section): a link or mode setting without a tier size is refused
-# (tests/config/test_kv_tiers.py); their effect on a run is the tiers engine's
-KV_TIER_SETTINGS = {name for name, path in FLAG_PATHS.items() if path.startswith("kv_tiers.")}
+# KV tiers: store all also stores generated blocks, which only a follow-up turn re-sends -- none of these
+# sources has sessions (refused once the workload is built, as SINGLE_CLASS); the tiers' links (bandwidths,
+# latency) and load mode matter only when a block is found in a tier (or a store pins a GPU block someone
+# needs): where none is, the run says so in one warning line (results.kv_tiers.unread_warning)
+NO_SESSIONS = {("kv_store", s) for s in SOURCES}
+TIER_LINKS = {f"kv_{tier}_{name}" for tier in ("cpu", "disk") for name in ("read_gbps", "write_gbps", "latency_us")}
+TIER_READ_SIDE = TIER_LINKS | {"kv_load"}
 # refused whatever the workload (tests/config/test_effective.py): not modelled yet
 REFUSED_EVERYWHERE = {"pp", "dp", "min_instances", "max_instances", "simulation_seed"}
 # the workloads with one SLO class: class weights shift every priority alike (refused once it is built)
@@ -196,8 +219,7 @@ def unique_settings() -> list[str]:
 
 
 def test_every_setting_is_in_the_table():
-    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS \
-        | KV_TIER_SETTINGS
+    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS
     assert {FLAG_PATHS[name] for name in REMEDY} - {"policy.slo_class_weights"} == set(UNUSED_BY_SOURCE) - {
         "workload.type", "workload.traces_filepath"}
 
@@ -243,7 +265,7 @@ def check_cell(setting: str, source: str, files) -> str:
     kind, base_out = outcome(base)
     assert kind == "ok", f"{source} + {companions}: {base_out}"
     kind, out = outcome({**base, setting: value})
-    if expected_refusal(setting, source) or (setting, source) in SINGLE_CLASS:
+    if expected_refusal(setting, source) or (setting, source) in SINGLE_CLASS | NO_SESSIONS:
         assert kind == "error" and out.field == setting, f"{setting} with {source} was not refused: {out}"
         remedy = REMEDY.get(setting, {}).get(SOURCE_KIND[source])
         assert remedy is None or remedy in out.message, out.message
@@ -253,6 +275,11 @@ def check_cell(setting: str, source: str, files) -> str:
         assert setting in named or FLAG_PATHS[setting].rpartition(".")[2] in named, out
         assert "has no effect" not in str(out), f"{setting} refused with {source}: {out}"
         return "limit"
+    if out == base_out and setting in TIER_READ_SIDE:
+        from blis_fast.results.kv_tiers import unread_warning
+
+        assert unread_warning(blis_fast.simulate(**{**base, setting: value})), f"{setting} with {source}: no warning"
+        return "flagged"
     assert out != base_out, f"{setting}={value!r} changed nothing with {source} (companions {companions})"
     return "changed"
 

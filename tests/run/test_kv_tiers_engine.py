@@ -228,3 +228,34 @@ def test_a_run_without_tiers_has_no_tier_rows_in_use():
     full = _.full_state
     assert (full.kv_tier_inst["n_tiers"] == 0).all() and len(full.tier_reqs) == 1
     assert len(full.tiers) == N_TIERS * len(full.inst)
+
+
+# ----------------------------------------------------------------------------- trace and summary
+
+
+def test_the_full_trace_records_each_load():
+    """At trace level full, request 2's load is a ``load`` record: when it left the queue,
+    the tokens it loads, those found in all (GPU and tiers) and when the load was done."""
+    res, _ = tier_run(evicted_prefix_workload(), total_kv_blocks=6, kv_cpu_blocks=100, trace_level="full")
+    rows = [r for r in res.decision_table().to_pylist() if r["record"] == "load"]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["request"], row["time_us"], row["instance"], row["tokens"], row["hit_tokens"],
+            row["load_done_us"]) == (2, 5000, 0, 64, 64, 5450)
+
+
+def test_a_trace_without_tiers_has_no_load_column():
+    res = blis_fast.simulate(workload=evicted_prefix_workload(), total_kv_blocks=6, trace_level="full",
+                             **{k: v for k, v in HAND.items() if not k.startswith("kv_")})
+    assert "load_done_us" not in res.decision_table().column_names
+
+
+@pytest.mark.parametrize("read_gbps, bound", [(GBPS_100US_PER_BLOCK, False), (GBPS_100US_PER_BLOCK / 1000, True)])
+def test_the_trace_summary_names_a_load_bound_run(read_gbps, bound):
+    """Request 2 waits 450 µs for its load of a 1610 µs TTFT at 100 µs per block (0.28: not
+    load-bound); at 1000 times less bandwidth, 400 ms of ~401 ms."""
+    res, _ = tier_run(evicted_prefix_workload(), total_kv_blocks=6, kv_cpu_blocks=100, kv_cpu_read_gbps=read_gbps)
+    text = res.summary_text()
+    assert "KV tiers: prefix hits by where they were found" in text
+    assert ("**load-bound**" in text) == bound
+    assert ("(not load-bound)" in text) == (not bound)
