@@ -14,9 +14,11 @@ Definitions (per run, over every instance with tiers):
   an entry evicted from the first tier is demoted to the second when there is one),
   ``write_drops`` (writes not made: the writer's queue full, or every entry pinned by a
   load), ``peak_used_blocks``; bytes are blocks x the block's bytes per TP rank.
-- ``load_wait_mean_ms`` / ``_p99_ms``: per load, from the admission that found the blocks
-  to the end of the last of its transfers (latency included); ``load: step`` loads wait
-  for nothing (their time is in the admitting step).
+- ``load_requests``: requests that loaded from a tier (in a P/D run, by their prefill leg
+  too); ``load_wait_mean_ms`` / ``_p99_ms``: per such request, its time waiting for loads --
+  from the admission that found the blocks to the end of the last of its transfers
+  (latency included), summed over its loads; ``load: step`` loads wait for nothing (their
+  time is in the admitting step).
 - ``thrashing_rate``: blocks loaded back from a tier / GPU blocks evicted holding shared
   content (``gpu_evictions``: content another request may ask for) -- of the cached blocks
   the GPU cache had to evict, the fraction it later brought back.  Near 0 the
@@ -52,21 +54,34 @@ def tier_names(setup) -> list[list[str]]:
 
 def tier_columns(result) -> dict[str, np.ndarray]:
     """Per request row of ``result.state``: tokens loaded from each named tier over the run
-    and the summed load wait (µs; -1 = it never loaded)."""
+    and the summed load wait (µs; -1 = it never loaded).  In a P/D run a request's prefill
+    leg (its row + ``pd_base``) loads on the prefill instance: its loads count as the
+    request's."""
     st = result.full_state
     n = len(result.state.reqs)
-    tr = st.tier_reqs[:n]
+    tr = st.tier_reqs
     names = tier_names(result.setup)
-    inst = result.state.reqs["instance"]
+    rows_all = min(len(tr), len(st.reqs))
+    inst = st.reqs["instance"][:rows_all]
     bs = np.where(inst >= 0, st.inst["block_size"][np.maximum(inst, 0)], 0).astype(np.int64)
-    out = {f"loaded_tokens_{name}": np.zeros(n, np.int64) for name in TIER_NAMES}
+    loaded = {f"loaded_tokens_{name}": np.zeros(rows_all, np.int64) for name in TIER_NAMES}
     for k in range(N_TIERS):
-        blocks = tr[f"loaded_blocks_{k}"].astype(np.int64)
+        blocks = tr[f"loaded_blocks_{k}"][:rows_all].astype(np.int64)
         for i, tiers in enumerate(names):
             if k < len(tiers):
-                rows = inst == i
-                out[f"loaded_tokens_{tiers[k]}"][rows] += blocks[rows] * bs[rows]
-    out["load_wait_us"] = np.where(tr["load_start_us"] >= 0, tr["load_wait_us"], -1)
+                on = inst == i
+                loaded[f"loaded_tokens_{tiers[k]}"][on] += blocks[on] * bs[on]
+    started = tr["load_start_us"][:rows_all] >= 0
+    wait = np.where(started, tr["load_wait_us"][:rows_all], 0).astype(np.int64)
+    out = {key: v[:n].copy() for key, v in loaded.items()}
+    waited, loads = wait[:n].copy(), started[:n].copy()
+    base = int(st.settings[0]["pd_base"])
+    if base > 0 and rows_all >= 2 * n:  # fold each prefill leg's loads onto its request
+        for key, v in loaded.items():
+            out[key] += v[base:base + n]
+        waited += wait[base:base + n]
+        loads |= started[base:base + n]
+    out["load_wait_us"] = np.where(loads, waited, -1)
     return out
 
 
@@ -134,11 +149,9 @@ def summary(result) -> dict:
             "load_link_peak": int(t["link_peak"].max()),
         }
     out["tiers"] = tiers
-    n = len(result.state.reqs)
-    tr = st.tier_reqs[:n]
-    loaded = tr["load_start_us"] >= 0
-    waits = tr["load_wait_us"][loaded].astype(np.int64)
-    out["load_requests"] = int(loaded.sum())
+    wait = tier_columns(result)["load_wait_us"]
+    waits = wait[wait >= 0]
+    out["load_requests"] = int(waits.size)
     out["load_wait_mean_ms"] = float(waits.mean()) / 1000.0 if waits.size else 0.0
     out["load_wait_p99_ms"] = percentile_us(waits, 99) / 1000.0 if waits.size else 0.0
     evicted = int(st.kv_tier_inst["gpu_evictions"].sum())

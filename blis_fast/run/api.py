@@ -171,7 +171,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         if interval_us:
             from blis_fast.results.timeseries import TimeSeriesRecorder  # deferred: blis_fast_kernels.native
 
-            from blis_fast.results.kv_tiers import has_tiers, tier_names
+            from blis_fast.results.kv_tiers import has_tiers, tier_names  # deferred: blis_fast_kernels
 
             recorder = TimeSeriesRecorder(len(session.state.inst), interval_us,
                                           tier_names(setup) if has_tiers(setup) else None)

@@ -34,6 +34,7 @@ from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
 from .events import event_priority, push_event, push_event_with
 from .phases import end_phase
 from .queueing import ensure_step, send_to_instance
+from .tiers import wake_for_writes
 from .trace import log_routing, tracing
 
 # work below this (µs at full bandwidth) counts as done: the rounding of a shared link's arithmetic
@@ -149,6 +150,8 @@ def pd_leg_done(st, p, leg, t):
         st.pd_reqs[r]["wait_start_us"] = t
         dl_push_back(reqs["queue_prev"], reqs["queue_next"], st.pd_inst["xq_head"], st.pd_inst["xq_tail"], st.pd_inst["xq_len"], d, r)
         st.pd_inst[d]["pd_waits"] += 1
+        if st.kv_tier_inst[d]["n_tiers"] > 0 and st.inst[d]["batch_len"] == 0:
+            wake_for_writes(st, d, t)  # (an idle instance: its stores' pinned blocks free when they land)
         if st.pd_inst[d]["xq_len"] > st.pd_inst[d]["xq_peak"]:
             st.pd_inst[d]["xq_peak"] = st.pd_inst[d]["xq_len"]
 

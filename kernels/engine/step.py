@@ -23,7 +23,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import (LOADING, anonymous_held, key_deferred, key_lookup, kv_admit, kv_conserved, kv_forget_chunk,
                         kv_free_blocks, kv_grow, kv_release, register_deferred_keys, take_anonymous)
-from ..kv.tiers import next_write_us, tier_hit_tokens, tiers_conserved
+from ..kv.tiers import tier_hit_tokens, tiers_conserved
 from ..latency.steptime import (blackbox_step_us, output_token_delay_us, roofline_decode_sums, roofline_entry,
                                 roofline_step_us)
 from ..policies.priority import update_wait_queue_priorities
@@ -37,7 +37,7 @@ from .events import event_priority, push_event
 from .disaggregation import pd_retry_waiting
 from .phases import end_phase
 from .queueing import ensure_step
-from .tiers import start_loads, tier_catch_up
+from .tiers import start_loads, tier_catch_up, wake_for_writes
 from .trace import (log_blocked_head, log_irregular_token, log_load, log_preemption, log_scheduled, log_step, log_victim, tracing,
                     tracing_schedulers)
 
@@ -575,6 +575,8 @@ def on_step(st, i, t):
     tiered = st.kv_tier_inst[i]["n_tiers"] > 0
     if tiered:
         tier_catch_up(st, i, t)
+        if st.pd_inst[i]["xq_len"] > 0:  # stores that landed may have freed the blocks they wait for
+            pd_retry_waiting(st, i, t)
     wq_at_start = inst[i]["wq_len"]
     prio_params = st.policy_param[PolicySlot.PRIORITY]
     if st.policy_kind[PolicySlot.PRIORITY] != PriorityKind.CONSTANT:
@@ -592,16 +594,14 @@ def on_step(st, i, t):
         n_prefill, n_decode, decode_ctx, m = form_batch_all(st, i, t)
         lp[0]["steps_visiting_all"] += 1
     if inst[i]["batch_len"] == 0:
+        if tiered and inst[i]["wq_len"] + st.pd_inst[i]["xq_len"] > 0:
+            wake_for_writes(st, i, t)  # KV tiers: GPU blocks pinned by stores free when those land
         if st.pd_inst[i]["held_outside"] > 0:
             # P/D: blocks held here outside a batch free or arrive later (the queue waits for them,
             # engine/disaggregation.py); arrived requests a preemption kept out are admitted now
             if st.pd_inst[i]["rx_len"] > 0:
                 ensure_step(st, i, t)
-        elif tiered and inst[i]["wq_len"] > 0 and next_write_us(st, i) >= 0:
-            # KV tiers: GPU blocks pinned by stores free when those land
-            push_event(st, max(t, next_write_us(st, i)), event_priority(InstanceEvent.STEP, i), np.int64(-1))
-            inst[i]["step_pending"] = 1
-        elif inst[i]["wq_len"] > 0:
+        elif inst[i]["wq_len"] > 0 and inst[i]["step_pending"] == 0:
             lp[0]["status"] = Status.STALL
             lp[0]["error_instance"] = i
         return  # an empty batch never steps
@@ -642,3 +642,5 @@ def on_step(st, i, t):
     if inst[i]["batch_len"] > 0 or inst[i]["wq_len"] > 0 or st.pd_inst[i]["rx_len"] > 0:
         push_event(st, end, event_priority(InstanceEvent.STEP, i), np.int64(-1))
         inst[i]["step_pending"] = 1
+    elif tiered and st.pd_inst[i]["xq_len"] > 0:
+        wake_for_writes(st, i, end)  # P/D transfers wait here for blocks that stores still pin

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import key_register, release_block
-from ..kv.tiers import tier_insert, tier_unpin
+from ..kv.tiers import next_write_us, tier_insert, tier_unpin
 from ..schema import N_TIERS, InstanceEvent, RequestState
 from ..structs.dlist import dl_push_back, dl_remove
 from .events import event_priority, push_event_with
@@ -65,6 +65,16 @@ def tier_catch_up(st, i, t):
         else:
             tier_insert(st, i, best, key, best_us)
 
+
+
+@helper
+def wake_for_writes(st, i, t):
+    """Instance i has work waiting for KV blocks (its wait queue, P/D transfers) and will
+    not step on its own: give it a Step when its next queued write lands -- a store's GPU
+    block is pinned until then, and writes land when the instance looks (tier_catch_up)."""
+    due = next_write_us(st, i)
+    if due >= 0:
+        ensure_step(st, i, max(t, due))
 
 
 # ----------------------------------------------------------------------------- loads

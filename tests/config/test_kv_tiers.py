@@ -208,9 +208,9 @@ def test_a_batch_scenario_takes_kv_tiers():
 
 
 def test_a_run_with_tiers_echoes_them():
-    summary = simulate(num_requests=5, kv_cpu_blocks=64, kv_store="all").summary()
+    summary = simulate(num_requests=5, kv_cpu_blocks=64, kv_load="step").summary()
     assert summary["run"]["config"]["kv_tiers"]["cpu_blocks"] == 64
-    assert summary["run"]["config"]["kv_tiers"]["store"] == "all"
+    assert summary["run"]["config"]["kv_tiers"]["load"] == "step"
 
 
 def test_run_help_has_a_kv_tiers_group():

@@ -259,3 +259,20 @@ def test_the_trace_summary_names_a_load_bound_run(read_gbps, bound):
     assert "KV tiers: prefix hits by where they were found" in text
     assert ("**load-bound**" in text) == bound
     assert ("(not load-bound)" in text) == (not bound)
+
+
+def test_a_prefill_pool_loads_through_the_prefill_legs():
+    """P/D with tiers: every request is prefilled on the prefill instance (row 0) by its
+    prefill leg; request 2's leg finds P in that instance's CPU tier (request 1's leg
+    evicted it from its GPU) and loads it there; the results count the load as request 2's."""
+    res = blis_fast.simulate(workload=evicted_prefix_workload(), total_kv_blocks=6, kv_cpu_blocks=100,
+                             prefill_instances=1, decode_instances=1, pd_decider="always",
+                             **{k: v for k, v in HAND.items() if k != "num_instances"})
+    st = res.full_state
+    base = int(st.settings[0]["pd_base"])
+    assert int(st.reqs[2 + base]["instance"]) == 0 and int(st.tier_reqs[2 + base]["hit_blocks_0"]) == 4
+    assert int(st.tier_reqs[2 + base]["load_end_us"]) == int(st.tier_reqs[2 + base]["load_start_us"]) + 450
+    rec = res.requests_table().to_pylist()[2]
+    assert rec["loaded_tokens_cpu"] == 64 and rec["load_wait_ms"] == pytest.approx(0.45)
+    assert res.summary()["kv_tiers"]["load_requests"] == 1
+    assert all(kv_conserved(st, i) and tiers_conserved(st, i) for i in range(len(st.inst)))

@@ -5,7 +5,9 @@
   tier, every GPU block free at the end;
 - the event-skipping engine and the path visiting every request every step give byte-
   identical results with tiers (stores, demotions, loads and pins included);
-- a run repeated gives the same bytes (determinism).
+- a run repeated gives the same bytes (determinism);
+- every request ends (completed or dropped): no instance idles with work waiting for blocks
+  a store holds (P/D pools with tiers included).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from blis_fast_kernels.schema import RequestState
 from test_event_skipping import random_workload
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -58,13 +61,21 @@ def run(wl, overrides, skipping: bool = True):
     return json.dumps(res.results_document(), sort_keys=True), json.dumps(res.summary()["kv_tiers"]), state
 
 
-def check(seed, sessions, bs, tier_settings, engine_settings):
+PD = dict(prefill_instances=1, decode_instances=1, pd_decider="always")  # (both pools take the tiers)
+
+
+def check(seed, sessions, bs, tier_settings, engine_settings, pd=False):
     wl = random_workload(seed, bs, sessions)
     overrides = {**engine_settings, **tier_settings, "block_size_in_tokens": bs}
+    if pd:
+        overrides = {**{k: v for k, v in overrides.items() if k != "num_instances"}, **PD}
     if overrides["kv_disk_blocks"] == 0:  # (no disk tier: its link settings would be refused)
         overrides = {k: v for k, v in overrides.items() if not k.startswith("kv_disk")}
     doc, group, state = run(wl, overrides)
     # every GPU block free once every request has finished; a key once per tier
+    # (a pending one: the follower of a dropped request, never released)
+    finished = (RequestState.PENDING, RequestState.COMPLETED, RequestState.DROPPED, RequestState.DROPPED_AT_DECODE)
+    assert np.isin(state.reqs["state"][:len(wl)], finished).all()
     assert (state.inst["kv_allocated"] == 0).all() and (state.blocks["ref_count"] == 0).all()
     for row in range(len(state.tiers)):
         t = state.tiers[row]
@@ -76,13 +87,14 @@ def check(seed, sessions, bs, tier_settings, engine_settings):
 
 
 @settings(max_examples=25, **SETTINGS)
-@given(st.integers(0, 2**31), st.booleans(), st.sampled_from([4, 16]), tiers, engine)
-def test_tiers_conserve_blocks_and_event_skipping_is_exact(seed, sessions, bs, tier_settings, engine_settings):
-    check(seed, sessions, bs, tier_settings, engine_settings)
+@given(st.integers(0, 2**31), st.booleans(), st.sampled_from([4, 16]), tiers, engine, st.booleans())
+def test_tiers_conserve_blocks_and_event_skipping_is_exact(seed, sessions, bs, tier_settings, engine_settings, pd):
+    check(seed, sessions, bs, tier_settings, engine_settings, pd)
 
 
 @pytest.mark.slow
 @settings(max_examples=250, **SETTINGS)
-@given(st.integers(0, 2**31), st.booleans(), st.sampled_from([4, 16]), tiers, engine)
-def test_tiers_conserve_blocks_and_event_skipping_is_exact_many(seed, sessions, bs, tier_settings, engine_settings):
-    check(seed, sessions, bs, tier_settings, engine_settings)
+@given(st.integers(0, 2**31), st.booleans(), st.sampled_from([4, 16]), tiers, engine, st.booleans())
+def test_tiers_conserve_blocks_and_event_skipping_is_exact_many(seed, sessions, bs, tier_settings, engine_settings,
+                                                                 pd):
+    check(seed, sessions, bs, tier_settings, engine_settings, pd)
