@@ -221,8 +221,8 @@ def _take_head(st, i):
     if q >= 0:  # evicting a cached block: forget its key
         key_forget(st, i, q, b)
         blocks[b]["key_index"] = -1
-        if st.key_shared[q] != 0:  # (content another request may ask for; with or without event skipping)
-            st.kv_tier_inst[i]["gpu_evictions"] += 1
+        if st.kv_tier_inst[i]["n_tiers"] > 0 and st.key_shared[q] != 0:
+            st.kv_tier_inst[i]["gpu_evictions"] += 1  # (KV tiers: evicted content another request may ask for)
     return b
 
 
