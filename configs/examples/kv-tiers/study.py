@@ -106,13 +106,15 @@ def figure(study: dict, path: Path, seeds: int) -> None:
             ("ttft_mean_ms", "TTFT mean", "TTFT (ms)"), ("ttft_p99_ms", "TTFT p99", "TTFT (ms)"),
             ("load_wait_mean_ms", "Load wait per load, mean", "wait (ms)"))):
         first = 1 if col.startswith("load_wait") else 0  # (no tier, no load: nothing to draw at 0)
+        drawn = [study[(b, g)][col].mean for b in CPU_BLOCKS[first:] for g in READ_GBPS]
         for k, g in enumerate(READ_GBPS):
             points = [study[(b, g)][col] for b in CPU_BLOCKS[first:]]
             ax.plot(x[first:], [p.mean for p in points], marker="o", color=colors(k), label=f"read {g:g} GB/s")
             if seeds > 1:  # (the band's lower edge kept above 0 for the log axis)
                 ax.fill_between(x[first:], [max(p.low, p.mean / 10) for p in points], [p.high for p in points],
                                 color=colors(k), alpha=0.15, lw=0)
-        ax.set_yscale("log")
+        if min(drawn) > 0:  # (latencies spanning decades; a tiny run may have no load to draw)
+            ax.set_yscale("log")
         ax.set_title(title)
         ax.set_ylabel(ylabel)
     for ax in axes.flat:
