@@ -14,6 +14,7 @@ import pytest
 import blis_fast
 from blis_fast.workload.spec import load_spec
 from builders import ROOT, run_cli
+from tests.hardening.hardening_helpers import assert_clean_error
 
 TIERS = ROOT / "configs" / "examples" / "kv-tiers"
 CONFIGS = ("cluster", "cluster-cpu", "cluster-cpu-disk")
@@ -117,3 +118,20 @@ def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path):
         for a, value in zip(command, command[1:]):
             if a in ("--out", "--plot"):
                 assert (tmp_path / f"{k}-{value}").is_file(), value
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seeds", "0"], "--seeds: must be an integer in [1, 1000]"),
+    (["--seeds", "1e9"], "--seeds"),
+    (["--seeds", "600"], "simulations, more than the 10000"),
+    (["--jobs", "-1"], "--jobs"),
+    (["--num-requests", "0"], "--num-requests"),
+    (["--plot", "figure.pdf"], "--plot: must end in .png or .svg"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_the_study_script_refuses_bad_input_in_one_line(capsys, args, needle):
+    """Before anything runs: one line, exit code 2."""
+    with pytest.raises(SystemExit) as exc:
+        study_script().main(args)
+    out = capsys.readouterr()
+    assert_clean_error(exc.value.code, out.out, out.err, [needle])

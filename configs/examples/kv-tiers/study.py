@@ -15,13 +15,15 @@ runs once per seed and stands for every bandwidth.  Run from the repository root
 from __future__ import annotations
 
 import argparse
-import itertools
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import blis_fast
+from blis_fast.config.validate import MAX_REQUESTS, as_int
+from blis_fast.errors import ConfigError
 from blis_fast.studies.plots import check_plot_path, save
-from blis_fast.studies.runs import seed_stats
+from blis_fast.studies.runs import check_jobs, check_seeds, check_simulations, seed_stats
 from blis_fast.studies.tables import interval_text
 
 HERE = Path(__file__).parent
@@ -128,18 +130,34 @@ def figure(study: dict, path: Path, seeds: int) -> None:
     save(fig, path)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as the project's one line (``error: ...``, exit code 2)."""
+
+    def error(self, message):
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per point, from 42 on (default 3)")
-    parser.add_argument("--num-requests", type=int, default=None, help="keep the first N requests of the spec")
-    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (default 2)")
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="3", help="seeds per point, from 42 on (default 3)")
+    parser.add_argument("--num-requests", default=None, help="keep the first N requests of the spec")
+    parser.add_argument("--jobs", default="2", help="runs side by side (default 2)")
     parser.add_argument("--plot", default=None, help="draw the figure into this .png or .svg file")
     args = parser.parse_args(argv)
-    plot = check_plot_path(args.plot) if args.plot else None  # (before anything runs)
-    study = run_study(args.seeds, args.num_requests, args.jobs)
+    try:  # every setting checked before anything runs
+        seeds, jobs = check_seeds(args.seeds), check_jobs(args.jobs)
+        check_simulations(seeds * (1 + (len(CPU_BLOCKS) - 1) * len(READ_GBPS)), "--seeds", f"{seeds} seeds per point")
+        num_requests = (None if args.num_requests is None
+                        else as_int(args.num_requests, "--num-requests", 1, MAX_REQUESTS))
+        plot = check_plot_path(args.plot) if args.plot else None
+        study = run_study(seeds, num_requests, jobs)
+    except ConfigError as exc:
+        print(f"error: {exc.field}: {exc.message}", file=sys.stderr)
+        sys.exit(2)
     print(table(study))
     if plot is not None:
-        figure(study, plot, args.seeds)
+        figure(study, plot, seeds)
 
 
 if __name__ == "__main__":
