@@ -82,7 +82,7 @@ SCENARIOS: dict[str, dict] = {
                    "total_kv_blocks": 4000, "routing_policy": "weighted", "kv_cpu_blocks": 20_000},
 }
 # scenarios run only when named (--scenarios): each run of the long-chat pair simulates
-# 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 16-35 s of
+# 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
 # kernel on the development machine), minutes of a default `blis-fast bench`
 NOT_DEFAULT = {"100k-chat", "100k-tiers"}
 # scenarios whose rate is given (or set by their workload spec), not derived from the calibration
