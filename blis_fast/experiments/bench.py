@@ -45,8 +45,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from blis_fast.config.validate import as_int, as_list, as_str
 from blis_fast.errors import BlisFastError, ConfigError
-from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, SATURATION_RPS_PER_INSTANCE,
-                                           SCENARIOS, SEED, TARGET_LOAD, scenario_overrides, text_table)
+from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST, FIXED_RATE, NOT_DEFAULT,
+                                           SATURATION_RPS_PER_INSTANCE, SCENARIOS, SEED, TARGET_LOAD, scenario_overrides,
+                                           text_table)
 from blis_fast.version import __version__
 from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
 from blis_fast_kernels.schema import RequestState
@@ -137,6 +138,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
     """Warm kernel timings and sanity metrics of one scenario (see the module docstring)."""
     from blis_fast.config.sim import build_config  # deferred: yaml
     from blis_fast.run import RunSession, build_workload, resolve  # deferred: yaml
+    from blis_fast.studies.sweep import offered_rate  # deferred: yaml
 
     repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     overrides = scenario_overrides(name)
@@ -170,7 +172,7 @@ def bench_scenario(name: str, repeats: int = 3) -> dict:
         "name": name,
         "num_requests": n,
         "num_instances": sum(d.instances for d in setup.deployments),
-        "rate": float(overrides["rate"]),
+        "rate": float(overrides["rate"]) if "rate" in overrides else offered_rate(cfg),
         "overrides": overrides,
         "repeats": repeats,
         "kernel_times_s": times,
@@ -279,12 +281,13 @@ def bench_startup(cached_repeats: int = 3) -> dict:
 
 def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: bool = True,
               progress=None) -> dict:
-    """Benchmark the named scenarios (default: all) and optionally start-up; JSON-ready dict.
+    """Benchmark the named scenarios (default: all but ``NOT_DEFAULT`` and batch-100k) and
+    optionally start-up; JSON-ready dict.
     ``progress(phase, done, total, unit)`` (as ``blis_fast.run.api.run_config`` takes it) is
     told each step as it starts."""
     repeats = as_int(repeats, "--repeats", 1, MAX_REPEATS)
     if scenarios is None:
-        names = list(SCENARIOS) + ["batch-10k"]
+        names = [n for n in SCENARIOS if n not in NOT_DEFAULT] + ["batch-10k"]
     else:
         names = [as_str(s, "--scenarios", max_len=64).strip()
                  for s in as_list(scenarios, "--scenarios", max_len=len(SCENARIOS) + len(BATCH_SCENARIOS) + 8)]

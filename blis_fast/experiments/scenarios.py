@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
+from blis_fast.paths import configs_dir
 
 SEED = 42
 
@@ -32,6 +33,12 @@ BASE = {"workload": "chatbot", "prefix_tokens": 256, "seed": SEED}
 SATURATION_RPS_PER_INSTANCE = 85.86
 TARGET_LOAD = 0.8
 CALIBRATION_BURST = 10_000
+
+# The KV tiers scenarios' workload: a spec (its own clients, lengths and sessions) instead
+# of BASE's preset, its load set by rate_scale (no "rate": the bench reports the spec's
+# offered rate, every turn counted).
+LONG_CHAT = {"workload_spec": str(configs_dir() / "examples" / "kv-tiers" / "long-chat.yaml")}
+SPEC_REPLACES = ("workload", "prefix_tokens")  # (BASE keys a workload spec replaces)
 
 # name -> overrides on top of BASE (flat setting names as on the CLI).  Add a key (e.g. a
 # routing policy) to one row to benchmark it; rate = round(TARGET_LOAD x
@@ -63,11 +70,26 @@ SCENARIOS: dict[str, dict] = {
     # ~130 ms; at 400 req/s their queues grow: ~1.5 s)
     "100k-pd": {"num_requests": 100_000, "prefill_instances": 2, "decode_instances": 6, "rate": 300.0,
                 "pd_decider": "always", "pd_transfer_contention": "link"},
+    # KV cache tiers (docs/kv-tiers.md): the study's long multi-turn chat (sessions of ~8
+    # turns re-sending their history, prompts 4,700 tokens on average) scaled to 100K
+    # requests on 16 instances, each with the study's small GPU KV cache (4,000 blocks), so
+    # that the conversations outgrow the GPUs; weighted routing keeps a session's turns
+    # where its history is.  100k-chat has no tier; 100k-tiers adds cluster-cpu.yaml's CPU
+    # tier (20,000 blocks per instance, 25 GB/s): ~25K requests load from it.
+    "100k-chat": {**LONG_CHAT, "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0,
+                  "total_kv_blocks": 4000, "routing_policy": "weighted"},
+    "100k-tiers": {**LONG_CHAT, "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0,
+                   "total_kv_blocks": 4000, "routing_policy": "weighted", "kv_cpu_blocks": 20_000},
 }
-# scenarios whose rate is given, not derived from the calibration
-FIXED_RATE = {"100k-ref", "100k-pd"}
+# scenarios run only when named (--scenarios): each run of the long-chat pair simulates
+# 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
+# kernel on the development machine), minutes of a default `blis-fast bench`
+NOT_DEFAULT = {"100k-chat", "100k-tiers"}
+# scenarios whose rate is given (or set by their workload spec), not derived from the calibration
+FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k"}
+BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
+             "100k-tiers": "100k-chat"}
 
 
 def scenario_overrides(name: str) -> dict:
@@ -75,7 +97,9 @@ def scenario_overrides(name: str) -> dict:
     if name not in SCENARIOS:
         raise ConfigError("--scenarios", f"unknown scenario {show(name)}; known: {', '.join(SCENARIOS)}, batch-10k, "
                                          "batch-100k")
-    return {**BASE, **SCENARIOS[name]}
+    row = SCENARIOS[name]
+    base = {k: v for k, v in BASE.items() if not ("workload_spec" in row and k in SPEC_REPLACES)}
+    return {**base, **row}
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> list[str]:

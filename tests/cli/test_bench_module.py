@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 from blis_fast import ConfigError
+from blis_fast.experiments import bench
 from blis_fast.experiments.bench import (
+    BASELINES,
     FIXED_RATE,
+    NOT_DEFAULT,
     SANITY_METRICS,
     SATURATION_RPS_PER_INSTANCE,
     SCENARIOS,
@@ -91,6 +94,49 @@ def test_reference_scenario_is_the_go_reference_shape():
     assert spec.prefix_tokens == 0 and spec.rate == 480 and spec.num_requests == 100_000
     assert bench_cfg.deployment.num_instances == 16
     assert bench_cfg.simulation.workload_seed == cli_cfg.simulation.workload_seed
+
+
+def test_kv_tier_scenarios_are_twins_on_the_study_spec():
+    """100k-tiers is 100k-chat plus a CPU tier larger than the GPU cache (a smaller one
+    would find nothing: docs/kv-tiers.md), both on the KV tiers study's spec, which replaces
+    BASE's preset; the bench reports 100k-tiers against 100k-chat."""
+    from blis_fast.config.sim import build_config
+
+    chat, tiers = scenario_overrides("100k-chat"), scenario_overrides("100k-tiers")
+    assert {k: v for k, v in tiers.items() if k != "kv_cpu_blocks"} == chat
+    assert tiers["kv_cpu_blocks"] > chat["total_kv_blocks"]
+    assert chat["workload_spec"].endswith("kv-tiers/long-chat.yaml")
+    assert "workload" not in chat and "prefix_tokens" not in chat
+    assert BASELINES["100k-tiers"] == "100k-chat"
+    for overrides in (chat, tiers):
+        cfg = build_config({}, overrides)
+        assert cfg.workload.num_requests == 100_000 and cfg.deployment.num_instances == 16
+
+
+def test_spec_scenarios_report_the_specs_offered_rate(monkeypatch):
+    """A scenario on a workload spec (no "rate") runs, reports the spec's offered rate (every
+    turn counted, x rate_scale) and its ratio to its twin: a small copy of the KV tier pair."""
+    small = {"num_requests": 300, "num_instances": 4, "rate_scale": 1.0, "total_kv_blocks": 2000}
+    monkeypatch.setitem(SCENARIOS, "small-chat", {**SCENARIOS["100k-chat"], **small})
+    monkeypatch.setitem(SCENARIOS, "small-tiers", {**SCENARIOS["100k-tiers"], **small})
+    monkeypatch.setitem(BASELINES, "small-tiers", "small-chat")
+    report = run_bench(scenarios=["small-chat", "small-tiers"], repeats=1, startup=False)
+    chat, tiers = report["scenarios"]
+    assert chat["rate"] == tiers["rate"] == pytest.approx(2 * 8)  # 2 conversations/s x 8 turns (their mean)
+    assert chat["metrics"]["completed_requests"] == tiers["metrics"]["completed_requests"] == 300
+    assert tiers["relative_to"] == {"scenario": "small-chat",
+                                    "ratio": round(tiers["kernel_best_s"] / chat["kernel_best_s"], 3)}
+    assert tiers["metrics"]["prefix_cache_hit_rate"] > chat["metrics"]["prefix_cache_hit_rate"]
+
+
+def test_default_run_leaves_out_the_long_chat_pair(monkeypatch):
+    """`blis-fast bench` without --scenarios runs every scenario but NOT_DEFAULT's (minutes)."""
+    monkeypatch.setattr(bench, "bench_scenario", lambda name, repeats: {"name": name, "kernel_best_s": 1.0})
+    monkeypatch.setattr(bench, "bench_batch", lambda name, *args: {"name": name})
+    report = run_bench(repeats=1, startup=False)
+    assert NOT_DEFAULT == {"100k-chat", "100k-tiers"}
+    assert [r["name"] for r in report["scenarios"]] == [n for n in SCENARIOS if n not in NOT_DEFAULT]
+    assert [r["name"] for r in report["batch"]] == ["batch-10k"]
 
 
 def test_unknown_scenario_is_a_config_error():
