@@ -34,15 +34,14 @@ def tracing_schedulers(st):
 def log_room(st, i):
     """True if the logs can take one more step of instance i (one step row, one irregular
     row per batch slot; when tracing, one preemption row per batch slot and -- FULL -- at
-    most max_num_seqs + 1 scheduling rows: admissions or victims, and one blocked head --
-    and max_num_seqs loads on an instance with KV tiers)."""
+    most 2 max_num_seqs + 1 scheduling rows: admissions or victims, one blocked head, and
+    with KV tiers up to max_num_seqs loads)."""
     lp = st.loop
     seqs = st.inst[i]["max_num_seqs"]
-    loads = seqs if st.kv_tier_inst[i]["n_tiers"] > 0 else 0  # (KV tiers: a step starts at most seqs loads)
     return (lp[0]["steps"] + 1 <= st.step_log.shape[0]
             and lp[0]["irregular_records"] + seqs <= st.irr_log.shape[0]
             and (not tracing(st) or lp[0]["preempt_records"] + seqs <= st.preempt_log.shape[0])
-            and (not tracing_schedulers(st) or lp[0]["sched_records"] + seqs + 1 + loads <= st.sched_log.shape[0]))
+            and (not tracing_schedulers(st) or lp[0]["sched_records"] + 2 * seqs + 1 <= st.sched_log.shape[0]))
 
 
 @helper

@@ -269,7 +269,7 @@ def kv_grow(st, i, r, n):
 
 @entry
 def kv_admit(st, i, r, budget, cap):
-    return _kv.kv_admit(st, i, r, budget, cap)
+    return _kv.kv_admit(st, i, r, budget, cap, True)
 
 
 @entry
