@@ -263,20 +263,6 @@ def _note_peak(inst, i):
 
 
 @helper
-def _take_room(st, i, r, held, named_upto, need):
-    """Request r (holding ``held`` blocks) takes ``need`` more (free, checked): named at
-    positions < ``named_upto``, anonymous beyond."""
-    start = st.reqs[r]["block_start"]
-    named = min(need, max(np.int64(0), named_upto - held))
-    for k in range(named):
-        st.req_blocks[start + held + k] = take_block(st, i)
-    if need > named:
-        take_anonymous(st, i, need - named)
-    st.reqs[r]["blocks_held"] = held + need
-    _note_peak(st.inst, i)
-
-
-@helper
 def kv_grow(st, i, r, n):
     """Give request r KV room for ``n`` more tokens beyond ``computed``; all-or-nothing.
 
@@ -295,7 +281,14 @@ def kv_grow(st, i, r, n):
     if need > 0:
         if need > kv_free_blocks(st.inst, i):
             return False
-        _take_room(st, i, r, held, named_upto, need)
+        start = reqs[r]["block_start"]
+        named = min(need, max(np.int64(0), named_upto - held))
+        for k in range(named):
+            st.req_blocks[start + held + k] = take_block(st, i)
+        if need > named:
+            take_anonymous(st, i, need - named)
+        reqs[r]["blocks_held"] = held + need
+        _note_peak(st.inst, i)
     if st.settings[0]["prefix_caching"] != 0:
         # blocks completed by these tokens: [c // bs, (c + n) // bs), as far as keys exist
         # and blocks are named
@@ -530,7 +523,8 @@ def _admit_tier_hits(st, i, r, budget, cap, lead, hits, hits_free, found0, found
     count_tier_hits(st, i, r, found0, found1)
     _note_peak(inst, i)
     if not step_mode:
-        _take_room(st, i, r, hits, reqs[r]["named_upto"], chunk)
+        reqs[r]["computed"] = cached  # (its next token fills no block: kv_grow only takes the block)
+        kv_grow(st, i, r, np.int64(1))
         st.tier_reqs[r]["load_cached"] = cached
         return np.int64(LOADING), cached
     st.kv_tier_inst[i]["step_load_us"] += load_time_us(st, i, found0, found1)
