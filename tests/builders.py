@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import io
 import math
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -341,3 +343,16 @@ def seeds(n: int, fast: int = 2) -> list:
     """``range(n)`` as test parameters with all but the first ``fast`` marked slow: the fast
     suite keeps a representative of each randomized comparison, the full suite (CI) its breadth."""
     return [seed if seed < fast else pytest.param(seed, marks=pytest.mark.slow) for seed in range(n)]
+
+
+def doc_commands(page: str) -> list[list[str]]:
+    """The commands of a docs page's bash blocks (``page``: a path under docs/), as argument
+    lists: continuation lines joined, comments dropped."""
+    text = (Path(__file__).parents[1] / "docs" / page).read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                out.append(shlex.split(line))
+    return out

@@ -6,14 +6,12 @@ TTFT, a slow one raises it -- and every command of the page runs, made small."""
 from __future__ import annotations
 
 import importlib.util
-import re
-import shlex
 
 import pytest
 
 import blis_fast
 from blis_fast.workload.spec import load_spec
-from builders import ROOT, run_cli
+from builders import ROOT, doc_commands, run_cli
 from tests.hardening.hardening_helpers import assert_clean_error
 
 TIERS = ROOT / "configs" / "examples" / "kv-tiers"
@@ -71,15 +69,7 @@ def test_shipped_files_load_and_run():
 
 
 def page_commands() -> list[list[str]]:
-    """The commands of docs/kv-tiers.md's bash blocks, as argument lists."""
-    text = (ROOT / "docs" / "kv-tiers.md").read_text(encoding="utf-8")
-    out = []
-    for block in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M):
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            line = re.sub(r"\s+#.*$", "", line).strip()
-            if line and not line.startswith("#"):
-                out.append(shlex.split(line))
-    return out
+    return doc_commands("kv-tiers.md")
 
 
 def study_script():

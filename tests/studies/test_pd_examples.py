@@ -5,15 +5,13 @@ the transfer time the bandwidth gives, request by request."""
 
 from __future__ import annotations
 
-import re
-import shlex
 
 import numpy as np
 import pytest
 
 import blis_fast
 from blis_fast.workload.spec import load_spec
-from builders import ROOT, run_cli
+from builders import ROOT, doc_commands, run_cli
 
 PD = ROOT / "configs" / "examples" / "pd"
 CONFIGS = ("monolithic", "2p6d", "4p4d")
@@ -94,15 +92,7 @@ def test_cli_compare_on_the_shipped_files(capsys):
 
 
 def page_commands() -> list[list[str]]:
-    """The ``blis-fast`` commands of docs/disaggregation.md's bash blocks, as argument lists."""
-    text = (ROOT / "docs" / "disaggregation.md").read_text(encoding="utf-8")
-    out = []
-    for block in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M):
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            line = re.sub(r"\s+#.*$", "", line).strip()
-            if line and not line.startswith("#"):
-                out.append(shlex.split(line))
-    return out
+    return doc_commands("disaggregation.md")
 
 
 def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path):
