@@ -269,6 +269,8 @@ def metric_value(result, name: str) -> float:
         if base in group and base not in scorecard.SUMMARY_OWNED:  # (no cluster summary needed)
             return float(result.request_metrics[base])
         table = result.evaluation_metrics
+        if base not in table and base in scorecard.TIER_METRICS:  # a run without KV tiers: all hits on the GPU
+            return float(scorecard.untiered_metric(result, base))
         if base not in table:
             raise ConfigError("objectives.metric", f"unknown metric {show(base)}; known: {', '.join(overall)}")
         return float(table[base])

@@ -60,6 +60,22 @@ INSTANCE_METRICS = ("utilization", "kv_utilization_mean", "kv_utilization_peak",
                     "queue_depth_peak", "prefix_cache_hit_rate", "preemptions", "injected_requests",
                     "completed_requests", "batch_size_mean", *HEADROOM_METRICS)
 # Whole-run only.
+# KV cache tiers (results.kv_tiers): whole-run metrics of a run with tiers; a run without them has
+# every hit on the GPU and nothing loaded (``untiered_metric``: asked for, not in its tables, so
+# its outputs stay as they were)
+TIER_METRICS = ("prefix_hit_tokens_gpu", "prefix_hit_tokens_cpu", "prefix_hit_tokens_disk", "prefix_hit_rate_gpu",
+                "prefix_hit_rate_cpu", "prefix_hit_rate_disk", "load_requests", "load_wait_mean_ms",
+                "load_wait_p99_ms", "thrashing_rate")
+def untiered_metric(result, name: str) -> float:
+    """KV tier metric ``name`` of a run without tiers: the GPU's share is every hit, the
+    tiers' and the loads' are 0."""
+    if name == "prefix_hit_tokens_gpu":
+        return float(result.state.inst["prefix_hit_tokens"].sum())
+    if name == "prefix_hit_rate_gpu":
+        return float(result.cluster["prefix_cache_hit_rate"])
+    return 0.0
+
+
 CLUSTER_METRICS = ("jain_fairness", "jain_fairness_throughput", "utilization_min", "utilization_max",
                    "utilization_imbalance", "simulated_duration_s")
 
@@ -224,6 +240,9 @@ def overall_metrics(result) -> dict[str, float]:
     out["jain_fairness"] = jain_index(goodput)
     out["jain_fairness_throughput"] = jain_index(thr)
     out["simulated_duration_s"] = duration_s(result)
+    tiers = result.kv_tiers
+    if tiers is not None:  # (the hit split is in the cluster summary already)
+        out.update({k: tiers[k] for k in ("load_requests", "load_wait_mean_ms", "load_wait_p99_ms", "thrashing_rate")})
     return out
 
 
@@ -264,5 +283,5 @@ def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                "batch_size_peak", "busy_fraction", *HEADROOM_METRICS, "arrived_requests", "rejected_requests",
                "still_in_flight",
                "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
-    overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS]))
+    overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS, *TIER_METRICS]))
     return overall, GROUP_METRICS, INSTANCE_METRICS

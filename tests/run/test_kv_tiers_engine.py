@@ -276,3 +276,24 @@ def test_a_prefill_pool_loads_through_the_prefill_legs():
     assert rec["loaded_tokens_cpu"] == 64 and rec["load_wait_ms"] == pytest.approx(0.45)
     assert res.summary()["kv_tiers"]["load_requests"] == 1
     assert all(kv_conserved(st, i) and tiers_conserved(st, i) for i in range(len(st.inst)))
+
+
+# ----------------------------------------------------------------------------- metrics for studies and objectives
+
+
+def test_tier_metrics_are_study_and_objective_metrics():
+    """The hit split, the loads and the thrashing rate can be named by objectives and study
+    metrics; a run without tiers has every hit on the GPU and nothing loaded."""
+    from blis_fast.results.objectives import metric_value
+
+    res, _ = tier_run(evicted_prefix_workload(), total_kv_blocks=6, kv_cpu_blocks=100)
+    assert metric_value(res, "prefix_hit_rate_cpu") == res.summary()["cluster"]["prefix_hit_rate_cpu"] > 0
+    assert metric_value(res, "load_wait_mean_ms") == pytest.approx(0.45)
+    assert metric_value(res, "thrashing_rate") == 1.0
+    ev = res.evaluate("thrashing_rate:min:1,ttft_p99_ms:min:1")
+    assert ev.metrics["thrashing_rate"] == 1.0
+    plain = blis_fast.simulate(workload=evicted_prefix_workload(), total_kv_blocks=6,
+                               **{k: v for k, v in HAND.items() if not k.startswith("kv_")})
+    assert metric_value(plain, "prefix_hit_rate_cpu") == 0.0 and metric_value(plain, "load_requests") == 0.0
+    assert metric_value(plain, "prefix_hit_rate_gpu") == plain.summary()["cluster"]["prefix_cache_hit_rate"]
+    assert "prefix_hit_rate_cpu" not in plain.evaluation_metrics  # (a run without tiers keeps its tables)

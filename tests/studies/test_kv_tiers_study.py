@@ -86,7 +86,8 @@ def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path):
     draws its figure and prints its table: a row per point, 0 blocks once."""
     pytest.importorskip("matplotlib")
     commands = page_commands()
-    assert [c[:2] for c in commands] == [["blis-fast", "run"], ["python", "configs/examples/kv-tiers/study.py"],
+    assert [c[:2] for c in commands] == [["blis-fast", "run"], ["blis-fast", "sweep"],
+                                         ["python", "configs/examples/kv-tiers/study.py"],
                                          ["blis-fast", "compare"], ["blis-fast", "sweep"]]
     monkeypatch.chdir(ROOT)  # the page's paths are relative to the repository
     for k, command in enumerate(commands):
