@@ -31,14 +31,13 @@ from ..policies.prefix_index import index_record_request
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import InstanceEvent, PdDecider, PhaseEnd, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
+from ..structs.sharing import DONE_EPS_US, ps_advance, ps_next_due
 from .events import event_priority, push_event, push_event_with
 from .phases import end_phase
 from .queueing import ensure_step, send_to_instance
 from .tiers import wake_for_writes
 from .trace import log_routing, tracing
 
-# work below this (µs at full bandwidth) counts as done: the rounding of a shared link's arithmetic
-_DONE_EPS_US = 1e-6
 _VERSION_MASK = np.int64(0x7FFFFFFF)  # a LINK event carries its link's version in the int32 payload
 
 
@@ -209,15 +208,11 @@ def pd_start_transfer(st, r, d, t):
 def link_advance(st, p, t):
     """Bring the remaining work of prefill instance p's transfers up to time t: each of its
     k transfers progressed at 1/k of the bandwidth since the last update (processor
-    sharing)."""
-    k = st.pd_inst[p]["link_len"]
-    if k > 0:
-        share = np.float64(t - st.pd_inst[p]["link_last_us"]) / np.float64(k)
-        x = st.pd_inst[p]["link_head"]
-        while x >= 0:
-            st.pd_reqs[x]["work_left_us"] -= share
-            x = st.pd_reqs[x]["link_next"]
-    st.pd_inst[p]["link_last_us"] = t
+    sharing, structs/sharing.py)."""
+    pd = st.pd_inst
+    ps_advance(st.pd_reqs["work_left_us"], st.pd_reqs["link_next"], pd[p]["link_head"], pd[p]["link_len"],
+               t - pd[p]["link_last_us"])
+    pd[p]["link_last_us"] = t
 
 
 @helper
@@ -229,12 +224,7 @@ def link_reschedule(st, p, t):
     k = st.pd_inst[p]["link_len"]
     if k == 0:
         return
-    least = np.inf
-    x = st.pd_inst[p]["link_head"]
-    while x >= 0:
-        least = min(least, st.pd_reqs[x]["work_left_us"])
-        x = st.pd_reqs[x]["link_next"]
-    due = t + np.int64(math.ceil(max(0.0, least * np.float64(k) - _DONE_EPS_US)))
+    due = ps_next_due(st.pd_reqs["work_left_us"], st.pd_reqs["link_next"], st.pd_inst[p]["link_head"], k, t)
     push_event_with(st, due, event_priority(InstanceEvent.LINK, p), np.int64(-1),
                     st.pd_inst[p]["link_version"] & _VERSION_MASK)
 
@@ -250,7 +240,7 @@ def on_link(st, p, t, version):
     x = st.pd_inst[p]["link_head"]
     while x >= 0:
         nxt = pd[x]["link_next"]
-        if pd[x]["work_left_us"] <= _DONE_EPS_US:
+        if pd[x]["work_left_us"] <= DONE_EPS_US:
             dl_remove(pd["link_prev"], pd["link_next"], st.pd_inst["link_head"], st.pd_inst["link_tail"], st.pd_inst["link_len"], p, x)
             pd[x]["transfer_data_us"] = t
             base = np.int64(math.ceil(st.pd_models[st.reqs[x]["model"]]["base_latency_us"]))

@@ -1,10 +1,8 @@
 """KV cache tiers in the event loop (docs/semantics.md §14; the tiers themselves:
 kv/tiers.py): queued writes land (``tier_catch_up``), loads move over each tier's read
-link by processor sharing (TIER_LINK events, the same arithmetic as P/D's transfer link,
-engine/disaggregation.py), and a request whose loads are done joins the instance's
+link by processor sharing (TIER_LINK events; structs/sharing.py, as P/D's transfer link),
+and a request whose loads are done joins the instance's
 received queue (LOAD_DONE)."""
-
-import math
 
 import numpy as np
 
@@ -13,11 +11,11 @@ from ..kv.cache import key_register, release_block
 from ..kv.tiers import next_write_us, tier_insert, tier_unpin
 from ..schema import N_TIERS, InstanceEvent, RequestState
 from ..structs.dlist import dl_push_back, dl_remove
+from ..structs.sharing import DONE_EPS_US, ps_advance, ps_next_due
 from .events import event_priority, push_event_with
 from .queueing import ensure_step
 from .trace import tracing_schedulers
 
-_DONE_EPS_US = 1e-6  # work below this (µs at full bandwidth) counts as done (a shared link's rounding)
 _VERSION_MASK = np.int64(0x7FFFFFFF)  # a TIER_LINK event carries its link's version in the int32 payload
 
 
@@ -113,13 +111,8 @@ def link_advance(st, row, t):
     """Bring the remaining work of tier ``row``'s loads up to t: each of its k loads
     progressed at 1/k of the bandwidth since the last update (processor sharing)."""
     tiers = st.tiers
-    k = tiers[row]["link_len"]
-    if k > 0:
-        share = np.float64(t - tiers[row]["link_last_us"]) / np.float64(k)
-        x = tiers[row]["link_head"]
-        while x >= 0:
-            st.tier_jobs[x]["work_left_us"] -= share
-            x = st.tier_jobs[x]["link_next"]
+    ps_advance(st.tier_jobs["work_left_us"], st.tier_jobs["link_next"], tiers[row]["link_head"], tiers[row]["link_len"],
+               t - tiers[row]["link_last_us"])
     tiers[row]["link_last_us"] = t
 
 
@@ -134,12 +127,7 @@ def link_reschedule(st, i, k, t):
     n = tiers[row]["link_len"]
     if n == 0:
         return
-    least = np.inf
-    x = tiers[row]["link_head"]
-    while x >= 0:
-        least = min(least, st.tier_jobs[x]["work_left_us"])
-        x = st.tier_jobs[x]["link_next"]
-    due = t + np.int64(math.ceil(max(0.0, least * np.float64(n) - _DONE_EPS_US)))
+    due = ps_next_due(st.tier_jobs["work_left_us"], st.tier_jobs["link_next"], tiers[row]["link_head"], n, t)
     push_event_with(st, due, event_priority(InstanceEvent.TIER_LINK, i), np.int64(k),
                     tiers[row]["link_version"] & _VERSION_MASK)
 
@@ -157,7 +145,7 @@ def on_tier_link(st, i, k, t, version):
     x = tiers[row]["link_head"]
     while x >= 0:
         nxt = jobs[x]["link_next"]
-        if jobs[x]["work_left_us"] <= _DONE_EPS_US:
+        if jobs[x]["work_left_us"] <= DONE_EPS_US:
             dl_remove(jobs["link_prev"], jobs["link_next"], tiers["link_head"], tiers["link_tail"], tiers["link_len"],
                       row, x)
             push_event_with(st, t + tiers[row]["latency_us"], event_priority(InstanceEvent.LOAD_DONE, i),
