@@ -25,7 +25,7 @@ from blis_fast.config.validate import (
     parse_decimal,
     show,
 )
-from blis_fast.config.yamlfile import MAX_DEPTH, load_yaml_text
+from blis_fast.config.yamlfile import MAX_DEPTH, MAX_NODES, load_yaml_text
 from blis_fast.errors import ConfigError
 from hardening_helpers import ALIAS_BOMB
 
@@ -190,6 +190,27 @@ def test_loader_refuses(text, needle):
     tracemalloc.stop()
     assert "\n" not in str(ei.value) and len(str(ei.value)) < 400
     assert time.process_time() - t0 < 2.0 and peak < 50 * 2**20  # CPU work, not wall time
+
+
+def test_loader_refuses_one_value_too_many_quickly():
+    """A flat list one value past MAX_NODES is refused by the first pass, in a fraction of
+    the time loading it would take."""
+    text = "x:\n" + "- 1\n" * MAX_NODES
+    t0 = time.process_time()
+    with pytest.raises(ConfigError, match=f"more than {MAX_NODES} values"):
+        load_yaml_text(text, "f.yaml")
+    assert time.process_time() - t0 < 5.0  # CPU work, not wall time
+
+
+@pytest.mark.slow
+def test_loader_loads_the_largest_file_it_accepts_within_the_hardening_bounds():
+    """The worst file the limits let through -- MAX_NODES values, the most Python objects
+    per byte -- loads in well under 10 s of CPU (libyaml's parser; the pure-Python one took
+    about a minute for 2,000,000 values) and well under 1 GB."""
+    text = "x:\n" + "- 1\n" * (MAX_NODES - 5)
+    t0 = time.process_time()
+    assert len(load_yaml_text(text, "f.yaml")["x"]) == MAX_NODES - 5
+    assert time.process_time() - t0 < 10.0
 
 
 def test_loader_keeps_merge_keys_and_small_aliases():
