@@ -123,8 +123,8 @@ class WarmupSpec:
         if self.requests is not None and self.seconds is not None:
             raise ConfigError("seconds", "is given with requests: the warm-up lasts requests or seconds, not both")
         if self.factor > 1 and self.requests is None and self.seconds is None:
-            raise ConfigError("requests", f"is required with factor {fmt_num(self.factor)}: the warm-up lasts "
-                                          "requests or seconds (give one)")
+            raise ConfigError("factor", f"is {fmt_num(self.factor)} but the warm-up has no length: give requests or "
+                                        "seconds (one of them)")
         if self.factor == 1:
             for name in ("requests", "seconds", "curve"):
                 if getattr(self, name) != getattr(WarmupSpec, name, None):
