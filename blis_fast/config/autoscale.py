@@ -190,15 +190,8 @@ class AutoscaleSpec:
                 initial if self.max_instances is None else self.max_instances)
 
     def check_bounds(self, initial: int, prefix: str = "") -> None:
-        """The initial count lies within the bounds (ConfigError naming ``<prefix>min_instances``
-        or ``max_instances``)."""
-        lo, hi = self.bounds(initial)
-        if lo > hi:
-            raise ConfigError(f"{prefix}min_instances", f"must be <= max_instances ({hi}), got {lo}")
-        if initial < lo:
-            raise ConfigError(f"{prefix}min_instances", f"must be <= the initial instance count ({initial}), got {lo}")
-        if initial > hi:
-            raise ConfigError(f"{prefix}max_instances", f"must be >= the initial instance count ({initial}), got {hi}")
+        """The initial count lies within the bounds (``check_bounds``)."""
+        check_bounds(self.min_instances, self.max_instances, initial, prefix)
 
     def entry(self) -> dict:
         """The keys of a deployments: entry (or pool entry) giving this spec:
@@ -216,6 +209,19 @@ class AutoscaleSpec:
         if section:
             out["autoscale"] = section
         return out
+
+
+def check_bounds(min_instances: int | None, max_instances: int | None, initial: int, prefix: str = "") -> None:
+    """Bounds in order and the initial count within them (a bound not given is the initial
+    count); ConfigError naming ``<prefix>min_instances`` or ``<prefix>max_instances``."""
+    if min_instances is not None and max_instances is not None and min_instances > max_instances:
+        raise ConfigError(f"{prefix}min_instances", f"must be <= max_instances ({max_instances}), got {min_instances}")
+    if min_instances is not None and min_instances > initial:
+        raise ConfigError(f"{prefix}min_instances", f"must be <= the initial instance count ({initial}), got "
+                                                    f"{min_instances}")
+    if max_instances is not None and max_instances < initial:
+        raise ConfigError(f"{prefix}max_instances", f"must be >= the initial instance count ({initial}), got "
+                                                    f"{max_instances}")
 
 
 # the keys of a deployments: entry (or pool entry) that give its AutoscaleSpec
@@ -460,6 +466,6 @@ def refuse_autoscaler_until_kernel(autoscaler_kind: int, setup) -> None:
 __all__ = ["AUTOSCALE_ENTRY_KEYS", "AUTOSCALE_SECTION_KEYS", "AUTOSCALE_SHORTHAND_ENTRY_KEYS", "AutoscaleConfig",
            "AutoscaleSpec", "DEFAULT_COST_PER_GPU_HOUR", "DELAY_DEFAULTS", "Delay", "MAX_AUTOSCALE_S",
            "MAX_COST_PER_GPU_HOUR", "MAX_WARMUP_FACTOR", "MAX_WARMUP_REQUESTS", "MIN_INTERVAL_S", "ResolvedAutoscale",
-           "WARMUP_KEYS", "WarmupSpec", "autoscaled_pools", "check_pool_autoscale", "default_cost_per_gpu_hour",
+           "WARMUP_KEYS", "WarmupSpec", "autoscaled_pools", "check_bounds", "check_pool_autoscale", "default_cost_per_gpu_hour",
            "instance_rows", "parse_autoscale_entry", "parse_delay", "parse_warmup", "refuse_autoscaler_until_kernel",
            "resolve_autoscale"]

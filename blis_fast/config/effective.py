@@ -307,8 +307,8 @@ def check_autoscale_settings(cfg, layer: dict[str, int], where: Callable[[str], 
                  for prefix, spec, _ in pools]
     if cfg.policy.autoscaler == "none":
         if names:
-            raise ConfigError(names[0], f"has no effect without an autoscaler: the pool keeps its instances for the "
-                                        f"whole run; add {_AUTOSCALERS_TEXT}, or leave it out")
+            raise ConfigError(names[0], f"has no effect with no autoscaler (policy.autoscaler none): the pool keeps "
+                                        f"its instances for the whole run; add {_AUTOSCALERS_TEXT}, or leave it out")
         return
     if not any(lo < hi for lo, hi in (spec.bounds(initial) for _, spec, initial in pools)):
         how = ("--min-instances / --max-instances (deployment.min_instances, max_instances)" if cfg.deployments is None

@@ -17,6 +17,7 @@ from blis_fast.config.autoscale import (
     AUTOSCALE_ENTRY_KEYS,
     AUTOSCALE_SHORTHAND_ENTRY_KEYS,
     AutoscaleConfig,
+    check_bounds,
     parse_autoscale_entry,
 )
 from blis_fast.config.deployments import (
@@ -860,12 +861,7 @@ def validate(cfg: SimConfig) -> None:
                                  pool.engine or dep.engine, f"deployments[{i}].{role}.beta_coeffs")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
-    lo, hi = d.bounds()
-    if lo > hi:
-        raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")
-    if not lo <= d.num_instances <= hi:
-        raise ConfigError("deployment.num_instances",
-                          f"must be in [min_instances, max_instances] = [{lo}, {hi}], got {d.num_instances}")
+    check_bounds(d.min_instances, d.max_instances, d.num_instances, "deployment.")
 
 
 def _check_full_step(beta: list[float] | None, engine: EngineConfig, where: str) -> None:
