@@ -458,7 +458,8 @@ def resolve_autoscale(spec: AutoscaleSpec | None, initial: int, gpu: str, tp: in
 def refuse_autoscaler_until_kernel(autoscaler_kind: int, setup) -> None:
     """Refuse a run with an autoscaler: the event loop does not run one yet (issue 24's
     kernel part).  The one check to remove when it does (called by
-    blis_fast.run.tables.build_state, which every run passes)."""
+    blis_fast.run.tables.build_state, which every run passes, and first by
+    blis_fast.run.api.run_config before it builds the workload)."""
     if autoscaler_kind != S.AutoscaleKind.NONE or any(p.autoscale is not None for p in setup.pools):
         raise ConfigError("autoscaler", "the autoscaler runs in the event loop from issue 24's kernel part; not yet")
 

@@ -8,6 +8,8 @@ run with an autoscaler is refused ("not yet")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import yaml
@@ -350,6 +352,26 @@ def test_a_bad_bundle_section_names_its_path(section, path, words):
     with pytest.raises(ConfigError) as exc:
         bundle_to_settings({"autoscale": section})
     assert exc.value.field == path and words in exc.value.message, exc.value
+
+
+def test_the_limits_page_example_resolves():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "limits.md").read_text(encoding="utf-8")
+    section = text[text.index("## Autoscaling: configuration"):]
+    block = section[section.index("```yaml\n") + len("```yaml\n"):section.index("```\n", section.index("```yaml"))]
+    got = pool_autoscale(build_config(yaml.safe_load(block)))
+    assert (got.min_instances, got.max_instances, got.initial, got.provisioning_std_us) == (1, 6, 2, 30_000_000)
+    assert (got.warmup_factor, got.warmup_requests, got.max_change, got.drain_timeout_us) == (2.0, 50, 2, 60_000_000)
+
+
+def test_a_workload_is_not_built_for_a_run_that_is_refused(monkeypatch):
+    import blis_fast.run.api as api
+
+    def fail(cfg):
+        raise AssertionError("the workload was built")
+
+    monkeypatch.setattr(api, "build_workload", fail)
+    with pytest.raises(ConfigError, match="not yet"):
+        simulate(num_requests=5, autoscaler="threshold", max_instances=3)
 
 
 def test_a_bundle_without_a_pool_to_scale_is_refused_naming_the_bundle():
