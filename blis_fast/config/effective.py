@@ -39,6 +39,7 @@ import numpy as np
 
 from blis_fast.config.autoscale import autoscaled_pools
 from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
+from blis_fast.config.policy import AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS
 from blis_fast.errors import ConfigError
 
 logger = logging.getLogger("blis_fast.config")
@@ -311,7 +312,27 @@ def check_autoscale_settings(cfg, layer: dict[str, int], where: Callable[[str], 
                                         f"its instances for the whole run; add {_AUTOSCALERS_TEXT}, or leave it out")
         return
     if not any(lo < hi for lo, hi in (spec.bounds(initial) for _, spec, initial in pools)):
-        how = ("--min-instances / --max-instances (deployment.min_instances, max_instances)" if cfg.deployments is None
-               else "deployments[i].min_instances / max_instances (or a pool's)")
+        if cfg.deployments is None and not cfg.pd.pools:
+            how = "--min-instances / --max-instances (deployment.min_instances, max_instances)"
+        else:  # (the pd section's pools scale only from a deployments: entry)
+            how = "deployments[i].min_instances / max_instances, or a pool's (deployments[i].decode.max_instances)"
         raise ConfigError(where("policy.autoscaler"), f"has no pool to scale: every pool's bounds equal its instance "
                                                       f"count; give {how} around it")
+
+
+def drop_switched_autoscaler_parameters(nested: dict, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """An autoscaler parameter (``policy.autoscale_up``, ...) set at an earlier layer than
+    the autoscaler that does not read it -- a flag, a bundle or a study point switching the
+    autoscaler of a file -- is dropped from ``nested`` (build_config's settings by path)
+    with a notice, as a switched policy's parameters are (module docstring); given at the
+    autoscaler's layer or a later one, it stays and PolicyConfig refuses it."""
+    chosen = nested.get("policy.autoscaler")
+    if not isinstance(chosen, str) or chosen not in AUTOSCALER_PARAMETERS:
+        return  # (none switched, or a bad value: the policy section names it)
+    for name in AUTOSCALE_FIELDS:
+        path = f"policy.{name}"
+        if nested.get(path) is None or name in AUTOSCALER_PARAMETERS[chosen]:
+            continue
+        if layer.get("policy.autoscaler", SETTLED) > layer.get(path, SETTLED):
+            logger.info("%s (from %s) has no effect with autoscaler %s", path, where(path), chosen)
+            del nested[path]

@@ -607,6 +607,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
                 return o + path[len(p):]
         return path
 
+    effective.drop_switched_autoscaler_parameters(nested, layer, where)
     deps = None
     if deployments is not None:
         deps = parse_deployments(deployments, deployments_where)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from blis_fast.adapters.core import SECTIONS, bundle_of_components
+from blis_fast.adapters.core import SECTIONS, FitnessSet, bundle_of_components
 from blis_fast.config.autoscale import (
     AutoscaleSpec,
     Delay,
@@ -23,7 +23,7 @@ from blis_fast.config.autoscale import (
     instance_rows,
 )
 from blis_fast.config.policy import PolicyConfig, bundle_to_settings
-from blis_fast.config.sim import build_config
+from blis_fast.config.sim import build_config, with_overrides
 from blis_fast.config.validate import MAX_INSTANCES
 from blis_fast.errors import ConfigError
 from blis_fast.policy import compile_policies
@@ -230,6 +230,28 @@ def test_the_adapters_search_the_autoscale_section():
     assert settings["autoscaler"] == "target" and settings["autoscale_target"] == 3
     assert settings["autoscale_up"] is None  # (the section replaces the whole autoscaler)
     assert PolicyConfig(**settings).autoscaler == "target"
+
+
+def test_a_later_layer_switching_the_autoscaler_drops_the_files_parameters():
+    data = {"policy": {"autoscaler": "threshold", "autoscale_up": 0.9}, "max_instances": 3}
+    flag = build_config(data, {"autoscaler": "target"})
+    assert (flag.policy.autoscaler, flag.policy.autoscale_up) == ("target", None)
+    bundle = build_config(data, policy_settings=bundle_to_settings({"autoscale": "saturation"}))
+    assert (bundle.policy.autoscaler, bundle.policy.autoscale_up) == ("saturation", None)
+    study_point = with_overrides(build_config(data), autoscaler="oscillator")  # (a study's --set autoscaler=...)
+    assert (study_point.policy.autoscaler, study_point.policy.autoscale_up) == ("oscillator", None)
+    with pytest.raises(ConfigError) as same_layer:
+        build_config({**data, "policy": {"autoscaler": "target", "autoscale_up": 0.9}})
+    assert same_layer.value.field == "policy.autoscale_up"
+
+
+def test_an_autoscale_candidate_is_a_clean_failed_row_not_a_crash():
+    scenario = [{"name": "small", "seed": 1, "config": {"num_requests": 20, "rate": 10}}]
+    fs = FitnessSet(scenario, objectives="ttft_p99_ms:min", workers=1)
+    (row,) = fs.run({"autoscale": "policy: target"})
+    assert row.status != "ok" and "not yet" in row.message
+    (plain,) = fs.run({"routing": "type: least-loaded"})
+    assert plain.status == "ok"
 
 
 # ----------------------------------------------------------------------------- refusals
