@@ -95,16 +95,12 @@ def parse_delay(value: Any, where: str) -> Delay:
     the text ``mean:120,std:30``, or a Delay; the mean is required with a std."""
     if isinstance(value, Delay):
         return value
-    if isinstance(value, str) and ":" in value or isinstance(value, dict):
+    if isinstance(value, dict) or (isinstance(value, str) and ":" in value):
         parts = parse_weights(as_mapping(value, where, ("mean", "std")) if isinstance(value, dict) else value, where)
-        as_mapping(parts, where, ("mean", "std"))
+        as_mapping(parts, where, ("mean", "std"))  # (the text form's names)
         if "mean" not in parts:
             raise ConfigError(f"{where}.mean", "is required (a std needs its mean: mean:M,std:S)")
-        try:
-            return Delay(**{k: as_float(v, f"{where}.{k}", 0, MAX_AUTOSCALE_S, unit="s") for k, v in parts.items()})
-        except ConfigError as exc:
-            raise ConfigError(exc.field if exc.field.startswith(where) else f"{where}.{exc.field}", exc.message) \
-                from None
+        return Delay(**{k: as_float(v, f"{where}.{k}", 0, MAX_AUTOSCALE_S, unit="s") for k, v in parts.items()})
     return Delay(as_float(value, where, 0, MAX_AUTOSCALE_S, unit="s"))
 
 
