@@ -185,6 +185,21 @@ class AutoscaleSpec:
         return (initial if self.min_instances is None else self.min_instances,
                 initial if self.max_instances is None else self.max_instances)
 
+    def neutral(self, initial: int) -> bool:
+        """True when the spec changes nothing by itself: bounds (given or not) equal to the
+        initial count and every other setting at its default."""
+        return self.bounds(initial) == (initial, initial) and not set(self.entry()) - {"min_instances",
+                                                                                       "max_instances"}
+
+    def first_effective_key(self, initial: int) -> str:
+        """The first key of an entry that makes this spec do something (a bound other than
+        ``initial``, else ``autoscale.<key>``), for messages; ``autoscale`` when none does."""
+        for name in ("min_instances", "max_instances"):
+            if getattr(self, name) not in (None, initial):
+                return name
+        section = self.entry().get("autoscale", {})
+        return f"autoscale.{next(iter(section))}" if section else "autoscale"
+
     def check_bounds(self, initial: int, prefix: str = "") -> None:
         """The initial count lies within the bounds (``check_bounds``)."""
         check_bounds(self.min_instances, self.max_instances, initial, prefix)

@@ -303,9 +303,8 @@ def check_autoscale_settings(cfg, layer: dict[str, int], where: Callable[[str], 
         given += [f"autoscale.{name}" for name in cfg.autoscale.given()]
         names = [where(path) for path in given]
     else:
-        names = [prefix + ("min_instances" if spec.min_instances is not None else
-                           "max_instances" if spec.max_instances is not None else "autoscale")
-                 for prefix, spec, _ in pools]
+        names = [prefix + spec.first_effective_key(initial)
+                 for prefix, spec, initial in pools if not spec.neutral(initial)]  # (equal bounds: as the flags)
     if cfg.policy.autoscaler == "none":
         if names:
             raise ConfigError(names[0], f"has no effect with no autoscaler (policy.autoscaler none): the pool keeps "

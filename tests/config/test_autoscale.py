@@ -114,6 +114,11 @@ def test_without_an_autoscaler_nothing_changes():
 def test_bounds_equal_to_the_instance_count_stay_neutral():
     cfg = build_config({}, {"num_instances": "3", "min_instances": "3", "max_instances": "3"})
     assert cfg.deployment_list()[0].autoscale is None
+    listed = build_config({"deployments": [entry(instances=3, min_instances=3, max_instances=3)]})
+    assert listed.deployment_list()[0].autoscale.neutral(3) and pool_autoscale(listed) is None
+    with pytest.raises(ConfigError) as exc:  # (anything more is refused without an autoscaler)
+        build_config({"deployments": [entry(instances=3, min_instances=3, autoscale={"drain": "redirect"})]})
+    assert exc.value.field == "deployments[0].autoscale.drain" and "--autoscaler" in exc.value.message
 
 
 def test_the_flags_resolve_to_microseconds_and_the_compiled_row():
