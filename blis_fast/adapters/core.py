@@ -4,8 +4,8 @@ the feedback text an LLM reads to improve a candidate.
 
 A candidate may also come as *components* ``{name: yaml_text}`` (GEPA mutates one at a
 time): ``policy`` holds a whole bundle, and a bundle section's name (``admission``,
-``routing``, ``priority``, ``scheduler``, ``preemption``, ``observability``, ``pd``) holds
-that section's YAML; they are merged into one bundle.
+``routing``, ``priority``, ``scheduler``, ``preemption``, ``observability``, ``pd``,
+``autoscale``) holds that section's YAML; they are merged into one bundle.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from blis_fast.results.objectives import known_list
 from blis_fast.results.trace_summary import _fmt  # the trace summary's number format, for one voice
 from blis_fast.config.yamlfile import load_yaml_text
 
-SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "pd")
+SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "pd", "autoscale")
 WHOLE = "policy"  # the component holding a whole bundle
 BUNDLE_HELP = ("a policy bundle is YAML with sections admission, routing, priority, scheduler, preemption, "
-               "observability and, for prefill/decode pools, pd (docs/policies.md), e.g. 'routing: {type: weighted, "
-               "params: {scorers: {queue-depth: 2, kv-utilization: 1}}}'")
+               "observability, for prefill/decode pools pd and, for autoscaled pools, autoscale (docs/policies.md), "
+               "e.g. 'routing: {type: weighted, params: {scorers: {queue-depth: 2, kv-utilization: 1}}}'")
 
 
 class FitnessSet:

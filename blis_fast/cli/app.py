@@ -12,6 +12,7 @@ from typer.core import TyperCommand
 
 from blis_fast.cli import feedback
 
+from blis_fast.config.autoscale import AutoscaleConfig
 from blis_fast.config.disaggregation import PDConfig
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.kv_tiers import KvTiersConfig
@@ -54,12 +55,14 @@ class GroupedHelpCommand(TyperCommand):
                 formatter.write_dl(groups[panel])
 
 
-MODEL, ENGINE, KV_TIERS, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
-    "Model & hardware", "Engine & cluster", "KV tiers", "Workload", "Policies", "Simulation", "Output", "Options")
-PANELS = [OTHER, MODEL, ENGINE, KV_TIERS, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
+MODEL, ENGINE, KV_TIERS, AUTOSCALING, WORKLOAD, POLICIES, SIMULATION, OUTPUT, OTHER = (
+    "Model & hardware", "Engine & cluster", "KV tiers", "Autoscaling", "Workload", "Policies", "Simulation", "Output",
+    "Options")
+PANELS = [OTHER, MODEL, ENGINE, KV_TIERS, AUTOSCALING, WORKLOAD, POLICIES, SIMULATION, OUTPUT]  # OTHER: a command's own options
 _MODEL_SETTINGS = {"model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs", "tp", "pp",
                    "dp"}
-_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "pd": ENGINE, "kv_tiers": KV_TIERS, "workload": WORKLOAD,
+_SECTION_PANELS = {"engine": ENGINE, "deployment": ENGINE, "pd": ENGINE, "kv_tiers": KV_TIERS,
+                   "autoscale": AUTOSCALING, "workload": WORKLOAD,
                    "policy": POLICIES, "simulation": SIMULATION}
 
 
@@ -67,6 +70,8 @@ def panel_of(flag: str) -> str:
     """The help group of a flat setting."""
     if flag in _MODEL_SETTINGS:
         return MODEL
+    if flag in ("autoscaler", "min_instances", "max_instances") or flag.startswith("autoscale_"):
+        return AUTOSCALING  # (the autoscaler's policy settings and the bounds, next to its pool settings)
     section = FLAG_PATHS[flag].rpartition(".")[0]
     return _SECTION_PANELS.get(section, OUTPUT if flag == "objectives" else OTHER)
 
@@ -96,6 +101,7 @@ def _app_options(
     """blis-fast: fast, deterministic simulation of vLLM-style LLM inference clusters."""
 
 _SECTION_CLASSES = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "kv_tiers": KvTiersConfig,
+                    "autoscale": AutoscaleConfig,
                     "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
 
 

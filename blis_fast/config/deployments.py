@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from blis_fast.config.autoscale import AUTOSCALE_ENTRY_KEYS, AutoscaleSpec, check_pool_autoscale, instance_rows
 from blis_fast.config.disaggregation import POOL_ROLES, PDSpec, PoolSpec, check_coefficients, check_pools
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.kv_tiers import KV_ENTRY_KEYS, KvTiersSpec, check_deployment_tiers
@@ -26,10 +27,11 @@ LATENCY_CHOICES = LATENCY_MODELS + (AUTO,)
 # the keys of one entry besides the engine settings (which use the flags' YAML names,
 # blis_fast.config.sim.DEPLOYMENT_ENGINE_KEYS)
 ENTRY_KEYS = ("name", "model", "served_model_name", "hardware", "latency_model", "alpha_coeffs", "beta_coeffs",
-              "vllm_version", "instances", "engine", "prefill", "decode", "both", "pd", *KV_ENTRY_KEYS)
+              "vllm_version", "instances", "engine", "prefill", "decode", "both", "pd", *KV_ENTRY_KEYS,
+              *AUTOSCALE_ENTRY_KEYS)
 # top-level settings a deployments: list replaces (each belongs in every entry instead)
 PER_DEPLOYMENT_SETTINGS = ("model", "hardware", "vllm_version", "latency_model", "alpha_coeffs", "beta_coeffs")
-PER_DEPLOYMENT_SECTIONS = ("engine", "deployment", "pd", "kv_tiers")
+PER_DEPLOYMENT_SECTIONS = ("engine", "deployment", "pd", "kv_tiers", "autoscale")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class DeploymentSpec:
     # KV cache tiers beyond the GPU (blis_fast.config.kv_tiers): None = none; a pool's own replaces it
     kv_tiers: KvTiersSpec | None = field(default=None, metadata={"help": "KV cache tiers beyond the GPU (the entry's "
                                                                          "kv_tiers, kv_store and kv_load)"})
+    # autoscaling (blis_fast.config.autoscale): None = the pool keeps its instances; with prefill and
+    # decode pools each pool has its own (PoolSpec.autoscale) and this stays None
+    autoscale: AutoscaleSpec | None = field(default=None, metadata={
+        "help": "the autoscaling bounds and delays of a deployment of one pool (the entry's min_instances, "
+                "max_instances and autoscale keys)"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")
@@ -67,6 +74,13 @@ class DeploymentSpec:
         check_coefficients(self)
         check_pools(self.prefill, self.decode, self.both, self.pd, self.engine)
         check_deployment_tiers(self.kv_tiers, self.pools, self.engine)
+        if self.disaggregated and self.autoscale is not None:
+            raise ConfigError("min_instances" if self.autoscale.min_instances is not None else "autoscale",
+                              "belongs to each pool with prefill and decode pools (each scales on its own): set "
+                              "prefill.min_instances, decode.max_instances, decode.autoscale, ... instead")
+        check_pool_autoscale(self.autoscale, self.instances)
+        for role, pool in self.pools:
+            check_pool_autoscale(pool.autoscale, pool.instances, f"{role}.")
         if self.disaggregated:
             total = sum(pool.instances for _, pool in self.pools)
             if self.instances not in (1, total):  # (1: the default; total: a copy, dataclasses.replace)
@@ -118,7 +132,7 @@ def check_deployments(deployments: tuple[DeploymentSpec, ...], where: str = "dep
             raise ConfigError(f"{where}[{i}].name", f"duplicate deployment name {show(d.name)} "
                                                     f"(also {where}[{seen[d.name]}])")
         seen[d.name] = i
-        total += d.instances
+        total += instance_rows(d)  # (an autoscaled pool holds a row for each of its max_instances)
         first = served.setdefault(d.served_name, i)
         other = deployments[first]
         if other.model != d.model:
@@ -143,7 +157,8 @@ def check_deployments(deployments: tuple[DeploymentSpec, ...], where: str = "dep
                                                   f"{show(d.served_name)}: the deployments of one model agree on "
                                                   "pd (the decider and the transfer are per model)")
     if total > MAX_INSTANCES:
-        raise ConfigError(where, f"the deployments have {total} instances in all, more than {MAX_INSTANCES}")
+        raise ConfigError(where, f"the deployments have {total} instances in all (max_instances of an autoscaled "
+                                 f"pool), more than {MAX_INSTANCES}")
 
 
 def served_models(deployments) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from blis_fast.config.validate import setting as _opt
 from blis_fast.errors import ConfigError
 
 if TYPE_CHECKING:  # (config.kv_tiers imports this module's bandwidth limits; DeploymentSpec checks the type)
+    from blis_fast.config.autoscale import AutoscaleSpec
     from blis_fast.config.kv_tiers import KvTiersSpec
 
 PD_DECIDERS = ("never", "always", "prefix-threshold")
@@ -124,6 +125,9 @@ class PoolSpec:
     kv_tiers: KvTiersSpec | None = field(default=None, metadata={
         "help": "the KV cache tiers of this pool, replacing the deployment's whole tier setting (None: the "
                 "deployment's)"})
+    autoscale: AutoscaleSpec | None = field(default=None, metadata={
+        "help": "the autoscaling bounds and delays of this pool (its min_instances, max_instances and autoscale "
+                "keys; None: it keeps its instances); DeploymentSpec checks it"})
 
     def __post_init__(self) -> None:
         check_fields(self, "")

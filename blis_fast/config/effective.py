@@ -1,8 +1,10 @@
 """Every accepted setting changes the run, or is rejected with the reason
 (``check_effective``, called by ``blis_fast.config.sim.build_config``).
 
-Settings the simulator does not model yet (pipeline and data parallelism, an autoscaled
-pool, a seed for stochastic policies) are refused unless they hold their neutral value.
+Settings the simulator does not model yet (pipeline and data parallelism, a seed for
+stochastic policies) are refused unless they hold their neutral value; a pool's autoscaling
+settings (bounds other than its instance count, delays, drain, ...) are refused without an
+autoscaler (``check_autoscale_settings``), and an autoscaler without a pool it can scale.
 Parameters of a policy that is not selected (token-bucket sizes without token-bucket
 admission, scorers without weighted routing, SLO-class weights with the constant priority)
 are refused when given at the same layer as the policy choice or a later one (YAML <
@@ -35,7 +37,9 @@ from typing import Callable
 
 import numpy as np
 
+from blis_fast.config.autoscale import autoscaled_pools
 from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
+from blis_fast.config.policy import AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS
 from blis_fast.errors import ConfigError
 
 logger = logging.getLogger("blis_fast.config")
@@ -242,12 +246,7 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
     if e.dp != 1:
         raise ConfigError(where("engine.dp"), f"data parallelism is not modelled yet; simulate {e.dp} engine "
                                               f"replicas as --num-instances {e.dp * d.num_instances}, got dp={e.dp}")
-    for name in ("min_instances", "max_instances"):
-        value = getattr(d, name)
-        if value is not None and value != d.num_instances:
-            raise ConfigError(where(f"deployment.{name}"),
-                              f"there is no autoscaler yet: the pool stays at num_instances ({d.num_instances}) for "
-                              f"the whole run; leave it out or set it to {d.num_instances}, got {value}")
+    check_autoscale_settings(cfg, layer, where)
     if cfg.simulation.simulation_seed is not None:
         raise ConfigError(where("simulation.simulation_seed"),
                           "no policy draws random numbers yet: the run is fully determined by the workload seed "
@@ -286,3 +285,53 @@ def check_pd_settings(cfg, layer: dict[str, int], where: Callable[[str], str]) -
             logger.info("%s (from %s) has no effect with decider %s", path, where(path), decider)
             continue
         raise ConfigError(where(path), why)
+
+
+_AUTOSCALERS_TEXT = "--autoscaler threshold, target, saturation or oscillator (policy.autoscaler)"
+
+
+def check_autoscale_settings(cfg, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """A pool's autoscaling settings need an autoscaler: without one (``none``) the pool
+    keeps its instances, so its bounds (other than its count), delays, drain, ... are
+    refused naming the first one given, with the remedy.  An autoscaler needs a pool
+    whose bounds let it change (else it changes nothing)."""
+    deployments = cfg.deployment_list()
+    pools = autoscaled_pools(deployments)
+    if cfg.deployments is None:  # (the shorthand: named as its flags / section keys)
+        given = [f"deployment.{name}" for name in ("min_instances", "max_instances")
+                 if getattr(cfg.deployment, name) not in (None, cfg.deployment.num_instances)]
+        given += [f"autoscale.{name}" for name in cfg.autoscale.given()]
+        names = [where(path) for path in given]
+    else:
+        names = [prefix + spec.first_effective_key(initial)
+                 for prefix, spec, initial in pools if not spec.neutral(initial)]  # (equal bounds: as the flags)
+    if cfg.policy.autoscaler == "none":
+        if names:
+            raise ConfigError(names[0], f"has no effect with no autoscaler (policy.autoscaler none): the pool keeps "
+                                        f"its instances for the whole run; add {_AUTOSCALERS_TEXT}, or leave it out")
+        return
+    if not any(lo < hi for lo, hi in (spec.bounds(initial) for _, spec, initial in pools)):
+        if cfg.deployments is None and not cfg.pd.pools:
+            how = "--min-instances / --max-instances (deployment.min_instances, max_instances)"
+        else:  # (the pd section's pools scale only from a deployments: entry)
+            how = "deployments[i].min_instances / max_instances, or a pool's (deployments[i].decode.max_instances)"
+        raise ConfigError(where("policy.autoscaler"), f"has no pool to scale: every pool's bounds equal its instance "
+                                                      f"count; give {how} around it")
+
+
+def drop_switched_autoscaler_parameters(nested: dict, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """An autoscaler parameter (``policy.autoscale_up``, ...) set at an earlier layer than
+    the autoscaler that does not read it -- a flag, a bundle or a study point switching the
+    autoscaler of a file -- is dropped from ``nested`` (build_config's settings by path)
+    with a notice, as a switched policy's parameters are (module docstring); given at the
+    autoscaler's layer or a later one, it stays and PolicyConfig refuses it."""
+    chosen = nested.get("policy.autoscaler")
+    if not isinstance(chosen, str) or chosen not in AUTOSCALER_PARAMETERS:
+        return  # (none switched, or a bad value: the policy section names it)
+    for name in AUTOSCALE_FIELDS:
+        path = f"policy.{name}"
+        if nested.get(path) is None or name in AUTOSCALER_PARAMETERS[chosen]:
+            continue
+        if layer.get("policy.autoscaler", SETTLED) > layer.get(path, SETTLED):
+            logger.info("%s (from %s) has no effect with autoscaler %s", path, where(path), chosen)
+            del nested[path]

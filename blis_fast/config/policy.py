@@ -54,6 +54,66 @@ MAX_WEIGHTS = 64  # entries of one name:weight list
 MAX_ROUTING_OVERRIDES = 64  # entries of routing_per_model (one per served model)
 
 
+# ----------------------------------------------------------------------------- autoscaler
+
+AUTOSCALERS = {name: code for code, name in enumerate(S.AUTOSCALER_NAMES)}
+SIGNALS = {name: code for code, name in enumerate(S.SIGNAL_NAMES)}
+# the signals whose values are fractions (0..1); the others are counts, rates or ms >= 0
+FRACTION_SIGNALS = ("kv_utilization", "slo_attainment")
+HIGHER_IS_BETTER = ("slo_attainment",)  # threshold: scale up when it falls below up (down < up's opposite)
+MAX_SIGNAL_VALUE = 1e9  # waiting, in-flight (per instance), arrival rate (req/s per instance), TTFT p90 (ms)
+MAX_PERIOD_TICKS = 10**6
+# autoscaler -> its parameters (PolicyConfig fields) and their defaults
+AUTOSCALER_PARAMETERS = {
+    "none": {},
+    "threshold": {"autoscale_signal": "kv_utilization", "autoscale_up": 0.8, "autoscale_down": 0.3},
+    "target": {"autoscale_signal": "kv_utilization", "autoscale_target": 0.6},
+    "saturation": {"autoscale_kv_up": 0.8, "autoscale_kv_down": 0.4},
+    "oscillator": {"autoscale_period_ticks": 2},
+}
+AUTOSCALE_FIELDS = ("autoscale_signal", "autoscale_up", "autoscale_down", "autoscale_target", "autoscale_kv_up",
+                    "autoscale_kv_down", "autoscale_period_ticks")
+# the bundle's autoscale: keys -> PolicyConfig fields
+AUTOSCALE_BUNDLE_KEYS = {name.removeprefix("autoscale_"): name for name in AUTOSCALE_FIELDS}
+
+
+def check_autoscaler(p) -> None:
+    """The autoscaler's parameters: only its own (``threshold``'s ``up`` with ``target`` is
+    refused), each in its signal's range, ``up`` beyond ``down`` in the direction that
+    scales up and ``kv_up`` above ``kv_down``."""
+    own = AUTOSCALER_PARAMETERS[p.autoscaler]
+    for name in AUTOSCALE_FIELDS:
+        if getattr(p, name) is not None and name not in own:
+            users = [a for a, params in AUTOSCALER_PARAMETERS.items() if name in params]
+            raise ConfigError(f"policy.{name}", f"is a parameter of autoscaler {' or '.join(users)}, not of "
+                                                f"{p.autoscaler}; leave it out or choose --autoscaler "
+                                                f"{' or '.join(users)}")
+    if p.autoscaler in ("threshold", "target"):
+        signal = autoscale_value(p, "autoscale_signal")
+        hi = 1.0 if signal in FRACTION_SIGNALS else MAX_SIGNAL_VALUE
+        for name in ("autoscale_up", "autoscale_down", "autoscale_target"):
+            if name in own and getattr(p, name) is not None:
+                as_float(getattr(p, name), f"policy.{name}", 0, hi, lo_open=name == "autoscale_target", text=False)
+        if p.autoscaler == "threshold":
+            up, down = autoscale_value(p, "autoscale_up"), autoscale_value(p, "autoscale_down")
+            if signal in HIGHER_IS_BETTER and not up < down:
+                raise ConfigError("policy.autoscale_up", f"must be < down ({down:g}) with signal {signal}: it scales "
+                                                         f"up when the signal falls below up, got {up:g}")
+            if signal not in HIGHER_IS_BETTER and not up > down:
+                raise ConfigError("policy.autoscale_up", f"must be > down ({down:g}) with signal {signal}: it scales "
+                                                         f"up when the signal exceeds up, got {up:g}")
+    if p.autoscaler == "saturation":
+        kv_up, kv_down = autoscale_value(p, "autoscale_kv_up"), autoscale_value(p, "autoscale_kv_down")
+        if not kv_down < kv_up:
+            raise ConfigError("policy.autoscale_kv_down", f"must be < kv_up ({kv_up:g}), got {kv_down:g}")
+
+
+def autoscale_value(p, name: str):
+    """An autoscaler parameter in force: given, else its autoscaler's default."""
+    value = getattr(p, name)
+    return AUTOSCALER_PARAMETERS[p.autoscaler].get(name) if value is None else value
+
+
 # the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
 FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
 
@@ -117,6 +177,26 @@ class PolicyConfig:
     pd_threshold: int | None = _opt(None, "P/D: the prefix-threshold decider's threshold instead of the "
                                           "deployment's, tokens (a policy bundle's pd.threshold; YAML and API only)",
                                     lo=0, hi=10**9, cli=False)
+
+    autoscaler: str = _opt("none", "autoscaling policy of every autoscaled pool: none | threshold | target | "
+                                   "saturation | oscillator (pathological)", choices=AUTOSCALERS)
+    autoscale_signal: str | None = _opt(None, "autoscaler threshold or target: the signal it reads: kv_utilization | "
+                                              "waiting | in_flight | arrival_rate | ttft_p90_ms | slo_attainment "
+                                              "(default kv_utilization)", choices=SIGNALS)
+    autoscale_up: float | None = _opt(None, "autoscaler threshold: scale up when the signal exceeds this (below it "
+                                            "for slo_attainment; default 0.8)", lo=0, hi=MAX_SIGNAL_VALUE)
+    autoscale_down: float | None = _opt(None, "autoscaler threshold: scale down when the signal falls below this "
+                                              "(above it for slo_attainment; default 0.3)", lo=0, hi=MAX_SIGNAL_VALUE)
+    autoscale_target: float | None = _opt(None, "autoscaler target: the signal's target per instance, desired = "
+                                                "ceil(current x signal / target) (default 0.6)", lo=0, lo_open=True,
+                                          hi=MAX_SIGNAL_VALUE)
+    autoscale_kv_up: float | None = _opt(None, "autoscaler saturation: scale up when KV demand (queued tokens "
+                                               "included) / capacity exceeds this (default 0.8)", lo=0, lo_open=True,
+                                         hi=1)
+    autoscale_kv_down: float | None = _opt(None, "autoscaler saturation: scale down when it falls below this "
+                                                 "(default 0.4)", lo=0, hi=1)
+    autoscale_period_ticks: int | None = _opt(None, "autoscaler oscillator: ticks between its changes (default 2)",
+                                              lo=1, hi=MAX_PERIOD_TICKS)
 
     def __post_init__(self) -> None:
         if self.prefill_routing is not None:
@@ -221,6 +301,7 @@ def validate_policy(p: PolicyConfig) -> None:
         for k, w in p.fitness_weights.items():
             as_float(w, f"policy.fitness_weights.{k}", text=False)
         validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
+    check_autoscaler(p)
 
 
 # ----------------------------------------------------------------------------- name:weight lists
@@ -264,7 +345,8 @@ def parse_weights(text: str | dict, path: str) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- policy bundle YAML
 
-_BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness", "pd")
+_BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness", "pd",
+                    "autoscale")
 
 
 def load_policy_bundle(path: str | Path, name: str = "--policy-config") -> dict[str, Any]:
@@ -349,6 +431,8 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             out["pd_decider"] = pd["decider"]
         if "threshold" in pd:
             out["pd_threshold"] = as_int(pd["threshold"], "pd.threshold", lo=0, hi=10**9)
+    if "autoscale" in data:
+        out.update(autoscale_settings(data["autoscale"]))
     if "priority" in data:
         pol, prm = _section(data["priority"], "priority", set())
         _only(prm, "priority", {"slo_class_weights"})
@@ -392,4 +476,25 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
         if isinstance(fit, dict) and set(fit) <= {"weights"} and "weights" in fit:
             fit = fit["weights"]
         out["fitness_weights"] = parse_weights(fit, "fitness.weights")
+    return out
+
+
+def autoscale_settings(section: Any, path: str = "autoscale") -> dict[str, Any]:
+    """A bundle's ``autoscale:`` section (``{policy|type: NAME, params: {...}}`` or the
+    parameters beside the name) -> every autoscaler field of PolicyConfig: the section
+    replaces the whole autoscaler (the parameters it leaves out at None, their defaults),
+    so a bundle never inherits another policy's parameters from the run config."""
+    kind, params = _section(section, path, set(AUTOSCALE_BUNDLE_KEYS))
+    _only(params, path, set(AUTOSCALE_BUNDLE_KEYS))
+    if kind is None:
+        raise ConfigError(f"{path}.policy", f"missing: name the autoscaler ({', '.join(AUTOSCALERS)})")
+    _check_choice(f"{path}.policy", kind, AUTOSCALERS)
+    out: dict[str, Any] = {"autoscaler": kind, **{name: None for name in AUTOSCALE_FIELDS}}
+    for key, value in params.items():
+        name = AUTOSCALE_BUNDLE_KEYS[key]
+        if name not in AUTOSCALER_PARAMETERS[kind]:
+            users = [a for a, prm in AUTOSCALER_PARAMETERS.items() if name in prm]
+            raise ConfigError(f"{path}.params.{key}", f"is a parameter of autoscaler {' or '.join(users)}, not of "
+                                                      f"{kind}")
+        out[name] = value
     return out

@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any, Collection
 
 from blis_fast.config import effective
+from blis_fast.config.autoscale import (
+    AUTOSCALE_ENTRY_KEYS,
+    AUTOSCALE_SHORTHAND_ENTRY_KEYS,
+    AutoscaleConfig,
+    check_bounds,
+    parse_autoscale_entry,
+)
 from blis_fast.config.deployments import (
     ENTRY_KEYS,
     PER_DEPLOYMENT_SECTIONS,
@@ -42,7 +49,7 @@ from blis_fast.config.kv_tiers import (
 )
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
-from blis_fast.config.policy import PolicyConfig, check_routing_models, parse_weights
+from blis_fast.config.policy import AUTOSCALE_FIELDS, PolicyConfig, check_routing_models, parse_weights
 from blis_fast.config.validate import (
     INT64_MAX,
     MAX_INSTANCES,
@@ -121,11 +128,14 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class DeploymentConfig:
-    """The replica pool: N identical instances, with bounds for later autoscaling."""
+    """The replica pool: N identical instances, with the autoscaler's bounds
+    (blis_fast.config.autoscale)."""
 
     num_instances: int = _opt(1, "instances serving at start (>= 1)", lo=1, hi=MAX_INSTANCES)
-    min_instances: int | None = _opt(None, "pool lower bound (no autoscaler yet: must equal num_instances)", lo=1, hi=MAX_INSTANCES)
-    max_instances: int | None = _opt(None, "pool upper bound (no autoscaler yet: must equal num_instances)", lo=1, hi=MAX_INSTANCES)
+    min_instances: int | None = _opt(None, "the autoscaler's lower bound of the pool (with --autoscaler; default "
+                                           "num_instances)", lo=1, hi=MAX_INSTANCES)
+    max_instances: int | None = _opt(None, "the autoscaler's upper bound of the pool (with --autoscaler; default "
+                                           "num_instances)", lo=1, hi=MAX_INSTANCES)
 
     def __post_init__(self) -> None:
         check_fields(self, "deployment")
@@ -205,6 +215,7 @@ class SimConfig:
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     pd: PDConfig = field(default_factory=PDConfig)
     kv_tiers: KvTiersConfig = field(default_factory=KvTiersConfig)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -236,6 +247,7 @@ class SimConfig:
             object.__setattr__(self, "deployment", DeploymentConfig(num_instances=first.instances))
         self._check_pd_shorthand()
         self._check_kv_tiers_shorthand()
+        self._check_autoscale_shorthand()
         if self.policy.routing_per_model:
             check_routing_models(self.policy, served_models(self.deployment_list()))
 
@@ -280,6 +292,28 @@ class SimConfig:
         check_prefix_caching(self.kv_tiers.spec(), self.engine.enable_prefix_caching, self.kv_tiers.first_size(),
                              " (--disable-prefix-caching)")
 
+    def _check_autoscale_shorthand(self) -> None:
+        """The ``autoscale`` section (autoscaling of the one top-level deployment): only
+        without a deployments: list and without the pd section's pools (each pool of a
+        disaggregated deployment scales on its own, in a deployments: entry)."""
+        given = self.autoscale.given()
+        if not given:
+            return
+        if self.deployments is not None or self.pd.pools:
+            key = AUTOSCALE_SHORTHAND_ENTRY_KEYS[given[0]]
+            where = "deployments[i]." if self.deployments is not None else "deployments[i].decode."
+            raise ConfigError(f"autoscale.{given[0]}", f"is a per-pool setting: with a deployments: list or P/D pools, "
+                                                       f"set it in each entry or pool ({where}{key}) instead")
+
+    def autoscale_spec(self):
+        """The top-level deployment's AutoscaleSpec: None unless the ``autoscale`` section is
+        given or a bound differs from num_instances (bounds equal to it are neutral)."""
+        d = self.deployment
+        bounds = (d.min_instances, d.max_instances)
+        if not self.autoscale.given() and all(b is None or b == d.num_instances for b in bounds):
+            return None
+        return self.autoscale.spec(*bounds)
+
     def to_dict(self) -> dict:
         """Plain nested dict (for the results JSON), shaped like a run-config file: with a
         deployments list, the top-level settings that mirror its first entry are left out
@@ -298,6 +332,15 @@ class SimConfig:
             del out["pd"]
         if not self.kv_tiers.given():
             del out["kv_tiers"]
+        if not self.autoscale.given():
+            del out["autoscale"]
+        else:
+            for name in ("provisioning_delay_s", "loading_delay_s"):
+                if getattr(self.autoscale, name) is not None:  # (a number, or {mean, std})
+                    out["autoscale"][name] = getattr(self.autoscale, name).entry()
+        if self.policy.autoscaler == "none":  # (a run without an autoscaler: the keys it had before them)
+            for key in ("autoscaler",) + AUTOSCALE_FIELDS:
+                del out["policy"][key]
         if self.deployments is None:
             del out["deployments"]
         else:
@@ -319,7 +362,7 @@ class SimConfig:
                                vllm_version=self.vllm_version, latency_model=self.latency_model,
                                alpha_coeffs=self.alpha_coeffs, beta_coeffs=self.beta_coeffs,
                                instances=self.deployment.num_instances, engine=self.engine,
-                               kv_tiers=self.kv_tiers.spec(), **pools),)
+                               kv_tiers=self.kv_tiers.spec(), autoscale=self.autoscale_spec(), **pools),)
 
 
 def deployment_dict(dep: DeploymentSpec) -> dict:
@@ -333,12 +376,17 @@ def deployment_dict(dep: DeploymentSpec) -> dict:
     del out["kv_tiers"]  # (written as the entry's kv_tiers, kv_store and kv_load keys)
     if dep.kv_tiers is not None:
         out.update(dep.kv_tiers.entry())
+    del out["autoscale"]  # (written as the entry's min_instances, max_instances and autoscale keys)
+    if dep.autoscale is not None:
+        out.update(dep.autoscale.entry())
     if dep.disaggregated:
         del out["instances"]
         for role, pool in dep.pools:
-            entry = {k: v for k, v in out[role].items() if v is not None and k != "kv_tiers"}
+            entry = {k: v for k, v in out[role].items() if v is not None and k not in ("kv_tiers", "autoscale")}
             if pool.kv_tiers is not None:
                 entry.update(pool.kv_tiers.entry())
+            if pool.autoscale is not None:
+                entry.update(pool.autoscale.entry())
             if pool.engine is not None:
                 engine = {f.name: getattr(pool.engine, f.name) for f in fields(EngineConfig)
                           if getattr(pool.engine, f.name) != getattr(dep.engine, f.name)}
@@ -386,6 +434,29 @@ FLAG_PATHS: dict[str, str] = {
     "num_instances": "deployment.num_instances",
     "min_instances": "deployment.min_instances",
     "max_instances": "deployment.max_instances",
+    "autoscaler": "policy.autoscaler",
+    "autoscale_signal": "policy.autoscale_signal",
+    "autoscale_up": "policy.autoscale_up",
+    "autoscale_down": "policy.autoscale_down",
+    "autoscale_target": "policy.autoscale_target",
+    "autoscale_kv_up": "policy.autoscale_kv_up",
+    "autoscale_kv_down": "policy.autoscale_kv_down",
+    "autoscale_period_ticks": "policy.autoscale_period_ticks",
+    "autoscale_interval_s": "autoscale.interval_s",
+    "autoscale_metrics_delay_s": "autoscale.metrics_delay_s",
+    "provisioning_delay_s": "autoscale.provisioning_delay_s",
+    "loading_delay_s": "autoscale.loading_delay_s",
+    "instance_warmup_factor": "autoscale.warmup_factor",
+    "instance_warmup_curve": "autoscale.warmup_curve",
+    "instance_warmup_requests": "autoscale.warmup_requests",
+    "instance_warmup_seconds": "autoscale.warmup_seconds",
+    "stabilization_up_s": "autoscale.stabilization_up_s",
+    "stabilization_down_s": "autoscale.stabilization_down_s",
+    "autoscale_max_change": "autoscale.max_change",
+    "drain": "autoscale.drain",
+    "drain_timeout_s": "autoscale.drain_timeout_s",
+    "scale_down": "autoscale.scale_down",
+    "cost_per_gpu_hour": "autoscale.cost_per_gpu_hour",
     "prefill_instances": "pd.prefill_instances",
     "decode_instances": "pd.decode_instances",
     "pd_decider": "pd.decider",
@@ -441,13 +512,13 @@ _PATH_FLAG = {}
 for _flag, _path in FLAG_PATHS.items():
     _PATH_FLAG.setdefault(_path, _flag)
 _SECTIONS = {"engine": EngineConfig, "deployment": DeploymentConfig, "pd": PDConfig, "kv_tiers": KvTiersConfig,
-             "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
+             "autoscale": AutoscaleConfig, "workload": WorkloadConfig, "simulation": SimulationConfig, "policy": PolicyConfig}
 # what a section that is not a mapping may have been meant as
 _SECTION_HINTS = {"kv_tiers": " (cpu_blocks, cpu_bytes, ..., store, load; the list form of kv_tiers belongs in a "
                               "deployments: entry)"}
 # a section's field -> the key of a deployments: entry that sets the same thing (for messages)
 _SECTION_ENTRY_KEYS = {"pd": PD_ENTRY_KEYS, "kv_tiers": KV_SHORTHAND_ENTRY_KEYS,
-                       "deployment": {"num_instances": "instances"}}
+                       "autoscale": AUTOSCALE_SHORTHAND_ENTRY_KEYS, "deployment": {"num_instances": "instances"}}
 
 
 def _section_classes() -> dict:
@@ -536,6 +607,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
                 return o + path[len(p):]
         return path
 
+    effective.drop_switched_autoscaler_parameters(nested, layer, where)
     deps = None
     if deployments is not None:
         deps = parse_deployments(deployments, deployments_where)
@@ -602,8 +674,9 @@ def _parse_deployment(entry: Any, path: str) -> DeploymentSpec:
     kwargs = {f.name: _coerce(entry[f.name], f, f"{path}.{f.name}")
               for f in fields(DeploymentSpec) if f.name in entry and f.name in _ENTRY_SETTINGS}
     kv_tiers = _parse_kv_tiers(entry, path)
+    autoscale = parse_autoscale_entry(entry, path)
     try:
-        return DeploymentSpec(**kwargs, engine=engine, kv_tiers=kv_tiers, **pools)
+        return DeploymentSpec(**kwargs, engine=engine, kv_tiers=kv_tiers, autoscale=autoscale, **pools)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", exc.message) from None
 
@@ -645,8 +718,9 @@ def _parse_pool(value: Any, path: str, engine: EngineConfig) -> PoolSpec:
     """One pool of a deployments: entry (``prefill: {instances: 2, hardware: A100}``): its
     engine is the deployment's with the pool's engine keys over it; a block size other
     than the deployment's is refused naming the pool's key."""
-    entry = as_mapping(value, path, set(POOL_KEYS) | set(DEPLOYMENT_ENGINE_KEYS) | set(KV_ENTRY_KEYS),
-                       what="a mapping of pool settings (instances, hardware, tp, kv_tiers, ...)")
+    entry = as_mapping(value, path, set(POOL_KEYS) | set(DEPLOYMENT_ENGINE_KEYS) | set(KV_ENTRY_KEYS)
+                       | set(AUTOSCALE_ENTRY_KEYS),
+                       what="a mapping of pool settings (instances, hardware, tp, kv_tiers, min_instances, ...)")
     if "instances" not in entry:
         raise ConfigError(f"{path}.instances", "is required (the pool's instance count, >= 1)")
     pool_engine = _parse_engine(entry, path, engine)
@@ -659,8 +733,9 @@ def _parse_pool(value: Any, path: str, engine: EngineConfig) -> PoolSpec:
     kwargs = _parse_settings(PoolSpec, {k: v for k, v in entry.items() if k in POOL_KEYS and k != "engine"}, path)
     has_engine = "engine" in entry or any(k in DEPLOYMENT_ENGINE_KEYS for k in entry)
     kv_tiers = _parse_kv_tiers(entry, path)
+    autoscale = parse_autoscale_entry(entry, path)
     try:
-        return PoolSpec(**kwargs, engine=pool_engine if has_engine else None, kv_tiers=kv_tiers)
+        return PoolSpec(**kwargs, engine=pool_engine if has_engine else None, kv_tiers=kv_tiers, autoscale=autoscale)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", exc.message) from None
 
@@ -787,12 +862,7 @@ def validate(cfg: SimConfig) -> None:
                                  pool.engine or dep.engine, f"deployments[{i}].{role}.beta_coeffs")
     if w.type == "traces" and not w.traces_filepath and not w.spec_filepath:
         raise ConfigError("workload.traces_filepath", "is required with workload type 'traces'")
-    lo, hi = d.bounds()
-    if lo > hi:
-        raise ConfigError("deployment.min_instances", f"must be <= max_instances ({hi}), got {lo}")
-    if not lo <= d.num_instances <= hi:
-        raise ConfigError("deployment.num_instances",
-                          f"must be in [min_instances, max_instances] = [{lo}, {hi}], got {d.num_instances}")
+    check_bounds(d.min_instances, d.max_instances, d.num_instances, "deployment.")
 
 
 def _check_full_step(beta: list[float] | None, engine: EngineConfig, where: str) -> None:

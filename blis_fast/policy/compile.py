@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blis_fast.config.policy import (ADMISSION_POLICIES, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
-                                     ROUTING_POLICIES, SCHEDULERS, SCORERS, SORT_ATTRIBUTES, VICTIMS, PolicyConfig)
+from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS,
+                                     PRIORITY_AGE_WEIGHT, ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS,
+                                     SORT_ATTRIBUTES, VICTIMS, PolicyConfig, autoscale_value)
 from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
@@ -100,6 +101,7 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(name)] = v
     if params[slot.SNAPSHOT].max() > MAX_INTERVAL_US:  # intervals travel as float64: keep them exact
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
+    kinds[slot.AUTOSCALE], params[slot.AUTOSCALE] = autoscale_row(p)
     prefill = None
     if p.prefill_routing is not None:
         entry = p.prefill_routing
@@ -109,6 +111,28 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         uses_index = uses_index or prefill_uses_index
     return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model),
                             prefill_routing=prefill, pd_decider=p.pd_decider, pd_threshold=p.pd_threshold)
+
+
+# the columns of the AUTOSCALE row each autoscaler fills (its parameters in force, defaults included)
+_AUTOSCALE_COLUMNS = {"autoscale_up": S.AutoscaleParam.UP, "autoscale_down": S.AutoscaleParam.DOWN,
+                      "autoscale_target": S.AutoscaleParam.TARGET, "autoscale_kv_up": S.AutoscaleParam.KV_UP,
+                      "autoscale_kv_down": S.AutoscaleParam.KV_DOWN,
+                      "autoscale_period_ticks": S.AutoscaleParam.PERIOD_TICKS}
+
+
+def autoscale_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
+    """(AutoscaleKind, AUTOSCALE parameter row) of the autoscaler: its parameters in force
+    (given, else its defaults) in their AutoscaleParam columns, the signal as its code;
+    all zeros without an autoscaler."""
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
+    kind = AUTOSCALERS[p.autoscaler]
+    if p.autoscaler in ("threshold", "target"):
+        row[S.AutoscaleParam.SIGNAL] = SIGNALS[autoscale_value(p, "autoscale_signal")]
+    for name, column in _AUTOSCALE_COLUMNS.items():
+        value = autoscale_value(p, name)
+        if value is not None:
+            row[column] = value
+    return kind, row
 
 
 def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:

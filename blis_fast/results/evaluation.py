@@ -100,8 +100,13 @@ def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
     ``routing_param``: the routing row of each routing group (``State.routing_kind``,
     ``routing_param``: served models, P/D prefill legs); hashed only when some row is not
     the ROUTING slot's, so a policy without routing per model keeps its id.  The P/D
-    decider settings (``PolicyConfig.pd_decider``, ``pd_threshold``) are hashed when set."""
-    parts = [np.asarray(kinds, np.int64), np.asarray(params, np.float64), int(prefix_index_capacity)]
+    decider settings (``PolicyConfig.pd_decider``, ``pd_threshold``) are hashed when set, and
+    the AUTOSCALE slot when it holds an autoscaler."""
+    kinds, params = np.asarray(kinds, np.int64), np.asarray(params, np.float64)
+    if kinds[PolicySlot.AUTOSCALE] == 0 and not params[PolicySlot.AUTOSCALE].any():
+        # no autoscaler: the slots before it only, so a policy without one keeps the id it had before the slot
+        kinds, params = kinds[:PolicySlot.AUTOSCALE], params[:PolicySlot.AUTOSCALE]
+    parts = [kinds, params, int(prefix_index_capacity)]
     if routing_kind is not None and (np.any(routing_kind != kinds[PolicySlot.ROUTING])
                                      or np.any(routing_param != params[PolicySlot.ROUTING])):
         parts += [np.asarray(routing_kind, np.int64), np.asarray(routing_param, np.float64)]

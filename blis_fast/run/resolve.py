@@ -21,6 +21,7 @@ from blis_fast.config import (
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.disaggregation import PDSpec, PoolSpec
+from blis_fast.config.autoscale import ResolvedAutoscale, resolve_autoscale
 from blis_fast.config.kv_tiers import ResolvedKvTiers, resolve_kv_tiers, shorthand_field
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
@@ -33,6 +34,7 @@ from blis_fast.workload.formats.rich_trace import is_rich_trace, load_trace
 from blis_fast.workload import distribution, generate
 from blis_fast.run.tables import check_kv_blocks, describe_estimate, estimate_state_bytes
 from blis_fast.policy import compile_policies
+from blis_fast.policy.compile import autoscale_row
 
 MAX_MODEL_FILE_BYTES = 16 * 2**20
 MAX_WEIGHT_STREAM_US = 1e9  # one roofline step streaming the weights once must take less (~17 minutes)
@@ -43,7 +45,9 @@ class ResolvedPool:
     blocks) and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``.
     ``role`` is "mono" for a deployment of one pool, else "prefill", "decode" or "both".
     ``kv_tiers``: its KV cache tiers in blocks of its block bytes (the pool's own tier
-    setting, else the deployment's; None when no tier holds anything)."""
+    setting, else the deployment's; None when no tier holds anything).  ``autoscale``: its
+    autoscaling settings in µs with the compiled autoscaler (None without an autoscaler or
+    without settings of its own: it keeps its ``instances``)."""
 
     role: str
     hardware: HardwareConfig
@@ -52,6 +56,7 @@ class ResolvedPool:
     instances: int
     first_instance: int
     kv_tiers: ResolvedKvTiers | None = None
+    autoscale: ResolvedAutoscale | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,9 +155,10 @@ def resolve(config: SimConfig) -> Setup:
     when the config has a deployments: list)."""
     resolved = []
     first_instance = 0
+    autoscaler = autoscale_row(config.policy)
     for i, dep in enumerate(config.deployment_list()):
         try:
-            resolved.append(_resolve_deployment(dep, first_instance))
+            resolved.append(_resolve_deployment(dep, first_instance, autoscaler))
         except ConfigError as exc:
             if config.deployments is None:
                 path = shorthand_field(exc.field, dep.kv_tiers) if dep.kv_tiers is not None else None
@@ -166,7 +172,8 @@ def resolve(config: SimConfig) -> Setup:
     return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
 
 
-def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDeployment:
+def _resolve_deployment(dep: DeploymentSpec, first_instance: int, autoscaler) -> ResolvedDeployment:
+    """One deployment resolved; ``autoscaler``: the compiled (kind, AUTOSCALE row)."""
     model = _load_model(dep.model)
     hardware = load_hardware(dep.hardware)
     check_model_fits(model, hardware, dep.engine.tp)
@@ -177,7 +184,9 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
     )
     kv_tiers = resolve_kv_tiers(dep.kv_tiers, model.kv_bytes_per_token, dep.engine.block_size, dep.engine.tp)
     if not dep.disaggregated:
-        pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance, kv_tiers),)
+        autoscale = resolve_autoscale(dep.autoscale, dep.instances, hardware.name, dep.engine.tp, autoscaler)
+        pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance, kv_tiers,
+                              autoscale),)
     else:
         pools, first = [], first_instance
         for role, pool in dep.pools:
@@ -185,7 +194,13 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int) -> ResolvedDep
                 resolved = _resolve_pool(role, pool, dep, model, hardware, latency, first)
             except ConfigError as exc:  # (named as the pool's key: decode.tp, decode.hardware)
                 raise ConfigError(f"{role}.{_entry_key(exc.field)}", exc.message) from None
-            pools.append(replace(resolved, kv_tiers=_resolve_pool_tiers(role, pool, dep, model, resolved.engine)))
+            try:
+                autoscale = resolve_autoscale(pool.autoscale, pool.instances, resolved.hardware.name,
+                                              resolved.engine.tp, autoscaler)
+            except ConfigError as exc:
+                raise ConfigError(f"{role}.{exc.field}", exc.message) from None
+            pools.append(replace(resolved, kv_tiers=_resolve_pool_tiers(role, pool, dep, model, resolved.engine),
+                                 autoscale=autoscale))
             first += pool.instances
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
                               first_instance, tuple(pools), dep.pd, kv_tiers)

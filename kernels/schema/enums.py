@@ -216,10 +216,11 @@ class _PolicySlot(NamedTuple):
     SCHEDULER: int = 3
     VICTIM: int = 4
     SNAPSHOT: int = 5  # the router snapshot's refresh interval per field, µs
+    AUTOSCALE: int = 6  # the autoscaler of every autoscaled pool (AutoscaleKind, AutoscaleParam)
 
 
 PolicySlot = _PolicySlot()
-N_POLICY_SLOTS = 6
+N_POLICY_SLOTS = 7
 POLICY_WIDTH = 64  # parameters per slot (priority: 1 age weight + up to 63 SLO-class weights)
 
 
@@ -295,6 +296,75 @@ class _SnapField(NamedTuple):
     PENDING: int = 5
     IN_FLIGHT: int = 6
 
+
+class _AutoscaleKind(NamedTuple):
+    """The autoscaling policy of the AUTOSCALE slot (config ``policy.autoscaler``)."""
+
+    NONE: int = 0  # no autoscaler: every pool keeps its initial instances
+    THRESHOLD: int = 1  # up when the signal is beyond UP, down when it is beyond DOWN the other way
+    TARGET: int = 2  # HPA: desired = ceil(current x signal / TARGET)
+    SATURATION: int = 3  # llm-d's variant autoscaler: KV demand (queued tokens too) vs capacity, KV_UP / KV_DOWN
+    OSCILLATOR: int = 4  # pathological: up and down every PERIOD_TICKS ticks
+
+
+class _Signal(NamedTuple):
+    """The signal a threshold or target autoscaler reads (AutoscaleParam.SIGNAL)."""
+
+    KV_UTILIZATION: int = 0  # mean KV utilization of the pool's active instances, 0..1
+    WAITING: int = 1  # waiting requests per active instance
+    IN_FLIGHT: int = 2  # requests in flight per active instance
+    ARRIVAL_RATE: int = 3  # requests per second per active instance, over the window
+    TTFT_P90_MS: int = 4  # TTFT p90 over the window, ms
+    SLO_ATTAINMENT: int = 5  # fraction of requests meeting their SLO over the window, 0..1 (higher is better)
+
+
+class _AutoscaleParam(NamedTuple):
+    """Columns of the AUTOSCALE policy row (unused columns are 0)."""
+
+    SIGNAL: int = 0  # a Signal code (threshold, target)
+    UP: int = 1  # threshold: the scale-up boundary
+    DOWN: int = 2  # threshold: the scale-down boundary
+    TARGET: int = 3  # target: the signal's target value per instance
+    KV_UP: int = 4  # saturation: scale up above this KV demand / capacity
+    KV_DOWN: int = 5  # saturation: scale down below this
+    PERIOD_TICKS: int = 6  # oscillator: ticks between its changes
+
+
+class _DrainMode(NamedTuple):
+    """How a scaled-down instance is drained (config ``drain``)."""
+
+    WAIT: int = 0  # no new requests; waiting and running ones finish (optional timeout, then REDIRECT)
+    REDIRECT: int = 1  # waiting requests go back through routing; running ones finish
+    IMMEDIATE: int = 2  # waiting and running requests go back through routing (computed KV lost)
+
+
+class _ScaleDownPick(NamedTuple):
+    """Which instance a scale-down drains (config ``scale_down``)."""
+
+    LEAST_LOADED: int = 0
+    NEWEST: int = 1
+    OLDEST: int = 2
+
+
+class _WarmupCurve(NamedTuple):
+    """How a new instance's step-time factor decays to 1 (config ``warmup.curve``)."""
+
+    STEP: int = 0  # the whole factor until the warm-up ends, then 1
+    LINEAR: int = 1
+    EXPONENTIAL: int = 2
+
+
+AutoscaleKind = _AutoscaleKind()
+Signal = _Signal()
+AutoscaleParam = _AutoscaleParam()
+DrainMode = _DrainMode()
+ScaleDownPick = _ScaleDownPick()
+WarmupCurve = _WarmupCurve()
+AUTOSCALER_NAMES = ("none", "threshold", "target", "saturation", "oscillator")  # AutoscaleKind order
+SIGNAL_NAMES = ("kv_utilization", "waiting", "in_flight", "arrival_rate", "ttft_p90_ms", "slo_attainment")
+DRAIN_NAMES = ("wait", "redirect", "immediate")
+SCALE_DOWN_NAMES = ("least-loaded", "newest", "oldest")
+WARMUP_CURVE_NAMES = ("step", "linear", "exponential")
 
 AdmissionKind = _AdmissionKind()
 AdmissionParam = _AdmissionParam()
@@ -455,5 +525,6 @@ __all__ = [
     "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
-    "VictimKind", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
+    "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
+    "AUTOSCALER_NAMES", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
 ]

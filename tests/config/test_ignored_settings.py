@@ -119,8 +119,6 @@ EFFECTS = {
     "gpu_memory_utilization": (0.5, dict(model="qwen/qwen3-14b", latency_model="roofline")),
     "enable_prefix_caching": (False, lambda source: PREFIXES.get(source, {})),
     "num_instances": (3, {}),
-    "min_instances": (1, {}),
-    "max_instances": (4, {}),
     "rate": (60, {}),
     "rate_scale": (3, {}),
     "num_requests": (30, {}),
@@ -184,6 +182,38 @@ UNCHANGED_BY_DESIGN = {"check_invariants": "verifies KV conservation and batch l
 # prefill/decode pools (the pd section): they replace num_instances (BASE here), and without both pool sizes
 # every one of them is refused (tests/config/test_disaggregation.py); their effect on a run is the P/D engine's
 PD_SETTINGS = {name for name, path in FLAG_PATHS.items() if path.startswith("pd.")}
+# autoscaling (blis_fast.config.autoscale): the bounds, the pool settings and the autoscaler's parameters are
+# refused without an autoscaler (each naming --autoscaler), and until issue 24's kernel part lands every run WITH
+# one is refused too ("not yet": test_autoscale_settings_are_refused_without_and_not_yet_with_an_autoscaler);
+# value, and the autoscaler (with its companions) under which it counts
+AUTOSCALE_SETTINGS = {
+    "min_instances": (1, dict(autoscaler="threshold")),
+    "max_instances": (4, dict(autoscaler="threshold")),
+    "autoscaler": ("threshold", dict(max_instances=4)),
+    "autoscale_signal": ("waiting", dict(autoscaler="threshold", autoscale_up=5, autoscale_down=1)),
+    "autoscale_up": (0.9, dict(autoscaler="threshold")),
+    "autoscale_down": (0.1, dict(autoscaler="threshold")),
+    "autoscale_target": (0.5, dict(autoscaler="target")),
+    "autoscale_kv_up": (0.9, dict(autoscaler="saturation")),
+    "autoscale_kv_down": (0.2, dict(autoscaler="saturation")),
+    "autoscale_period_ticks": (3, dict(autoscaler="oscillator")),
+    "autoscale_interval_s": (10, dict(autoscaler="threshold")),
+    "autoscale_metrics_delay_s": (5, dict(autoscaler="threshold")),
+    "provisioning_delay_s": (60, dict(autoscaler="threshold")),
+    "loading_delay_s": ("mean:100,std:10", dict(autoscaler="threshold")),
+    "instance_warmup_factor": (2, dict(autoscaler="threshold", instance_warmup_requests=10)),
+    "instance_warmup_curve": ("linear", dict(autoscaler="threshold", instance_warmup_factor=2,
+                                             instance_warmup_requests=10)),
+    "instance_warmup_requests": (10, dict(autoscaler="threshold", instance_warmup_factor=2)),
+    "instance_warmup_seconds": (30, dict(autoscaler="threshold", instance_warmup_factor=2)),
+    "stabilization_up_s": (60, dict(autoscaler="threshold")),
+    "stabilization_down_s": (60, dict(autoscaler="threshold")),
+    "autoscale_max_change": (2, dict(autoscaler="threshold")),
+    "drain": ("redirect", dict(autoscaler="threshold")),
+    "drain_timeout_s": (60, dict(autoscaler="threshold")),
+    "scale_down": ("newest", dict(autoscaler="threshold")),
+    "cost_per_gpu_hour": (3.0, dict(autoscaler="threshold")),
+}
 # KV tiers: store all also stores generated blocks, which only a follow-up turn re-sends -- none of these
 # sources has sessions (refused once the workload is built, as SINGLE_CLASS); the tiers' links (bandwidths,
 # latency) and load mode matter only when a block is found in a tier (or a store pins a GPU block someone
@@ -192,7 +222,7 @@ NO_SESSIONS = {("kv_store", s) for s in SOURCES}
 TIER_LINKS = {f"kv_{tier}_{name}" for tier in ("cpu", "disk") for name in ("read_gbps", "write_gbps", "latency_us")}
 TIER_READ_SIDE = TIER_LINKS | {"kv_load"}
 # refused whatever the workload (tests/config/test_effective.py): not modelled yet
-REFUSED_EVERYWHERE = {"pp", "dp", "min_instances", "max_instances", "simulation_seed"}
+REFUSED_EVERYWHERE = {"pp", "dp", "simulation_seed"}
 # the workloads with one SLO class: class weights shift every priority alike (refused once it is built)
 SINGLE_CLASS = {("slo_class_weights", s) for s in ("distribution", "preset", "trace-csv")}
 # words of each refusal's remedy
@@ -219,7 +249,8 @@ def unique_settings() -> list[str]:
 
 
 def test_every_setting_is_in_the_table():
-    assert set(unique_settings()) == set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS
+    assert set(unique_settings()) == (set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS
+                                      | set(AUTOSCALE_SETTINGS))
     assert {FLAG_PATHS[name] for name in REMEDY} - {"policy.slo_class_weights"} == set(UNUSED_BY_SOURCE) - {
         "workload.type", "workload.traces_filepath"}
 
@@ -282,6 +313,24 @@ def check_cell(setting: str, source: str, files) -> str:
         return "flagged"
     assert out != base_out, f"{setting}={value!r} changed nothing with {source} (companions {companions})"
     return "changed"
+
+
+def test_autoscale_settings_are_refused_without_and_not_yet_with_an_autoscaler():
+    """Alone (no autoscaler), each autoscaling setting is refused naming it: with the remedy
+    --autoscaler (the autoscaler alone: --max-instances, it has no pool to scale), or by a
+    warm-up key's own rule (a factor without a length, a length without a factor); with an
+    autoscaler and bounds to scale in, the run is refused until the kernel part lands."""
+    for setting, (value, companions) in AUTOSCALE_SETTINGS.items():
+        with pytest.raises(ConfigError) as alone:
+            blis_fast.simulate(**BASE, num_requests=5, **{setting: value})
+        assert alone.value.field == setting, (setting, alone.value)
+        remedy = "--max-instances" if setting == "autoscaler" else "--autoscaler"  # (an autoscaler alone: no pool)
+        warmup = ("has no effect with factor 1", "the warm-up has no length")  # (a warm-up key's own rule first)
+        assert any(words in alone.value.message for words in (remedy, *warmup)), alone.value
+        with_one = {**BASE, "num_requests": 5, "max_instances": 4, **companions, setting: value}
+        with pytest.raises(ConfigError) as not_yet:
+            blis_fast.simulate(**with_one)
+        assert not_yet.value.field == "autoscaler" and "not yet" in not_yet.value.message, (setting, not_yet.value)
 
 
 WORKLOAD_SETTINGS = [s for s in EFFECTS if FLAG_PATHS[s].startswith("workload.") or s == "seed"]
