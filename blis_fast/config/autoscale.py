@@ -179,6 +179,15 @@ class AutoscaleSpec:
             if 0 < window < self.interval_s:
                 raise ConfigError(name, f"is {fmt_num(window)} s, shorter than interval_s ({fmt_num(self.interval_s)} "
                                         "s): a window holds whole ticks; give 0 (no window) or at least the interval")
+            if window > (S.MAX_WINDOW_TICKS - 1) * self.interval_s:
+                raise ConfigError(name, f"is {fmt_num(window)} s, more than {S.MAX_WINDOW_TICKS - 1} ticks of interval_s "
+                                        f"({fmt_num(self.interval_s)} s): give at most "
+                                        f"{fmt_num((S.MAX_WINDOW_TICKS - 1) * self.interval_s)} s or a longer interval")
+        if self.metrics_delay_s > (S.MAX_WINDOW_TICKS - 1) * self.interval_s:
+            raise ConfigError("metrics_delay_s", f"is {fmt_num(self.metrics_delay_s)} s, more than "
+                                                 f"{S.MAX_WINDOW_TICKS - 1} ticks of interval_s ({fmt_num(self.interval_s)} "
+                                                 f"s): give at most {fmt_num((S.MAX_WINDOW_TICKS - 1) * self.interval_s)} s "
+                                                 "or a longer interval")
 
     def bounds(self, initial: int) -> tuple[int, int]:
         """(min, max) with the initial count for the bounds not given."""
@@ -466,18 +475,35 @@ def resolve_autoscale(spec: AutoscaleSpec | None, initial: int, gpu: str, tp: in
         gpus_per_instance=int(tp), kind=int(kind), params=tuple(float(x) for x in row))
 
 
-def refuse_autoscaler_until_kernel(autoscaler_kind: int, setup) -> None:
-    """Refuse a run with an autoscaler: the event loop does not run one yet (issue 24's
-    kernel part).  The one check to remove when it does (called by
-    blis_fast.run.tables.build_state, which every run passes, and first by
-    blis_fast.run.api.run_config before it builds the workload)."""
-    if autoscaler_kind != S.AutoscaleKind.NONE or any(p.autoscale is not None for p in setup.pools):
-        raise ConfigError("autoscaler", "the autoscaler runs in the event loop from issue 24's kernel part; not yet")
+def draws_delays(cfg) -> bool:
+    """True if the run draws random numbers: an autoscaler with a pool whose provisioning or
+    loading delay has a std (``simulation.simulation_seed`` seeds them)."""
+    if cfg.policy.autoscaler == "none":
+        return False
+    return any(spec.provisioning_delay_s.std > 0 or spec.loading_delay_s.std > 0
+               for _, spec, _ in autoscaled_pools(cfg.deployment_list()))
+
+
+def check_pool_support(pool, where: str) -> None:
+    """What an autoscaled pool cannot have yet (``pool``: a run.resolve.ResolvedPool):
+    KV tiers (a terminated instance's queued tier writes), and for a prefill/decode pool a
+    drain other than wait without a timeout (its requests hold KV blocks across two
+    instances)."""
+    a = pool.autoscale
+    if a is None:
+        return
+    if pool.kv_tiers is not None:
+        raise ConfigError(f"{where}kv_tiers", "is not supported with an autoscaler yet (a scaled-down instance's tier "
+                                             "contents and queued writes): leave out kv_tiers or the autoscaler")
+    if pool.role != "mono" and (a.drain != S.DrainMode.WAIT or a.drain_timeout_us >= 0):
+        raise ConfigError(f"{where}autoscale.drain", f"of a {pool.role} pool must be wait without drain_timeout_s: a "
+                                                     "disaggregated request holds KV blocks on two instances, so only "
+                                                     "waiting for it is supported")
 
 
 __all__ = ["AUTOSCALE_ENTRY_KEYS", "AUTOSCALE_SECTION_KEYS", "AUTOSCALE_SHORTHAND_ENTRY_KEYS", "AutoscaleConfig",
            "AutoscaleSpec", "DEFAULT_COST_PER_GPU_HOUR", "DELAY_DEFAULTS", "Delay", "MAX_AUTOSCALE_S",
            "MAX_COST_PER_GPU_HOUR", "MAX_WARMUP_FACTOR", "MAX_WARMUP_REQUESTS", "MIN_INTERVAL_S", "ResolvedAutoscale",
            "WARMUP_KEYS", "WarmupSpec", "autoscaled_pools", "check_bounds", "check_pool_autoscale", "default_cost_per_gpu_hour",
-           "instance_rows", "parse_autoscale_entry", "parse_delay", "parse_warmup", "refuse_autoscaler_until_kernel",
+           "instance_rows", "parse_autoscale_entry", "parse_delay", "parse_warmup", "draws_delays", "check_pool_support",
            "resolve_autoscale"]

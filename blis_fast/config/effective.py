@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from blis_fast.config.autoscale import autoscaled_pools
+from blis_fast.config.autoscale import autoscaled_pools, draws_delays
 from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
 from blis_fast.config.policy import AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS
 from blis_fast.errors import ConfigError
@@ -247,10 +247,10 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
         raise ConfigError(where("engine.dp"), f"data parallelism is not modelled yet; simulate {e.dp} engine "
                                               f"replicas as --num-instances {e.dp * d.num_instances}, got dp={e.dp}")
     check_autoscale_settings(cfg, layer, where)
-    if cfg.simulation.simulation_seed is not None:
+    if cfg.simulation.simulation_seed is not None and not draws_delays(cfg):
         raise ConfigError(where("simulation.simulation_seed"),
-                          "no policy draws random numbers yet: the run is fully determined by the workload seed "
-                          "(--seed); leave it out")
+                          "nothing in this run draws random numbers (only an autoscaler's delays given as "
+                          "mean:M,std:S do): the run is fully determined by the workload seed (--seed); leave it out")
     defaults = {f.name: f.default for f in fields(cfg.policy)}
     for path, (choice_path, needed, how) in POLICY_PARAMETERS.items():
         name = path.rpartition(".")[2]

@@ -156,7 +156,7 @@ class SimulationConfig:
 
     seed: int | None = _opt(None, "workload seed: with the config it fully determines the run (>= 0; default 42, "
                                   "or the workload spec's own seed; a trace takes none)", lo=0, hi=INT64_MAX)
-    simulation_seed: int | None = _opt(None, "seed for stochastic policies: none exists yet (nothing draws random numbers after the workload), so it is refused",
+    simulation_seed: int | None = _opt(None, "seed of the autoscaler's delay draws (provisioning or loading delays given as mean:M,std:S; default: the workload seed); refused when nothing draws",
                                        lo=0, hi=INT64_MAX)
     horizon: int | None = _opt(None, "simulated time limit in µs: events at t > horizon are not executed (default: none)",
                                lo=0, hi=MAX_TIME_US, unit="µs")

@@ -35,7 +35,7 @@ def instance_deployment(setup, n_inst: int) -> np.ndarray:
     """int64 [n_inst]: the index of the deployment owning each instance row (-1: none)."""
     out = np.full(n_inst, -1, np.int64)
     for d, dep in enumerate(setup.deployments):
-        out[dep.first_instance: dep.first_instance + dep.instances] = d
+        out[dep.first_instance: dep.first_instance + dep.rows] = d
     return out
 
 
@@ -58,7 +58,7 @@ def instance_labels(setup, instances: np.ndarray) -> dict[str, list]:
         role = {}
         for d in setup.deployments:
             for p in d.pools:
-                role.update(dict.fromkeys(range(p.first_instance, p.first_instance + p.instances), p.role))
+                role.update(dict.fromkeys(range(p.first_instance, p.first_instance + p.rows), p.role))
         out["pool"] = [role.get(i) for i in instances.tolist()]
     return out
 
@@ -78,9 +78,9 @@ def deployment_selection(result, name: str) -> tuple[np.ndarray, np.ndarray] | N
     for dep in setup.deployments:
         if dep.name == name:
             used = result._used_instances()
-            rows = used[(used >= dep.first_instance) & (used < dep.first_instance + dep.instances)]
+            rows = used[(used >= dep.first_instance) & (used < dep.first_instance + dep.rows)]
             inst = result.reqs["instance"]
-            mask = (inst >= dep.first_instance) & (inst < dep.first_instance + dep.instances)
+            mask = (inst >= dep.first_instance) & (inst < dep.first_instance + dep.rows)
             return mask, rows
     return None
 
@@ -97,7 +97,7 @@ def model_selection(result, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     used = result._used_instances()
     mine = np.zeros(len(used), bool)
     for dep in serving:
-        mine |= (used >= dep.first_instance) & (used < dep.first_instance + dep.instances)
+        mine |= (used >= dep.first_instance) & (used < dep.first_instance + dep.rows)
     return mask, used[mine]
 
 

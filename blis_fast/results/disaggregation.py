@@ -167,8 +167,8 @@ def pool_summaries(result) -> dict[str, dict]:
         if d.pd is None:
             continue
         for p in d.pools:
-            rows = inst[p.first_instance:p.first_instance + p.instances]
-            pd_rows = st.pd_inst[p.first_instance:p.first_instance + p.instances]
+            rows = inst[p.first_instance:p.first_instance + p.rows]
+            pd_rows = st.pd_inst[p.first_instance:p.first_instance + p.rows]
             kv = rows["kv_total"].sum()
             out[f"{d.name}/{p.role}"] = {
                 "role": p.role, "hardware": p.hardware.name, "tp": p.engine.tp, "num_instances": p.instances,

@@ -48,7 +48,7 @@ def tier_names(setup) -> list[list[str]]:
     for d in setup.deployments:
         for p in d.pools:
             names = [t.name for t in p.kv_tiers.tiers] if p.kv_tiers is not None else []
-            out.extend([names] * p.instances)
+            out.extend([names] * p.rows)
     return out
 
 

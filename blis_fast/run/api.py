@@ -14,7 +14,6 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import effective, memory
-from blis_fast.config.autoscale import refuse_autoscaler_until_kernel
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
@@ -137,8 +136,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
     with memory.memory_budget(cfg.simulation.max_memory):
         setup = resolve(cfg)
-        # (before the workload is built; build_state checks again for runs that do not come this way)
-        refuse_autoscaler_until_kernel(autoscale_row(cfg.policy)[0], setup)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
             if progress is not None:

@@ -21,7 +21,7 @@ from blis_fast.config import (
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.disaggregation import PDSpec, PoolSpec
-from blis_fast.config.autoscale import ResolvedAutoscale, resolve_autoscale
+from blis_fast.config.autoscale import ResolvedAutoscale, check_pool_support, resolve_autoscale
 from blis_fast.config.kv_tiers import ResolvedKvTiers, resolve_kv_tiers, shorthand_field
 from blis_fast.config.sim import SimConfig, flag_for
 from blis_fast.config.validate import INT32_MAX, show
@@ -58,6 +58,11 @@ class ResolvedPool:
     kv_tiers: ResolvedKvTiers | None = None
     autoscale: ResolvedAutoscale | None = None
 
+    @property
+    def rows(self) -> int:
+        """Its instance-table rows: max_instances when autoscaled, else its instances."""
+        return self.instances if self.autoscale is None else self.autoscale.max_instances
+
 
 @dataclass(frozen=True, eq=False)
 class ResolvedDeployment:
@@ -80,6 +85,12 @@ class ResolvedDeployment:
     pools: tuple[ResolvedPool, ...] = ()
     pd: PDSpec | None = None
     kv_tiers: ResolvedKvTiers | None = None
+
+    @property
+    def rows(self) -> int:
+        """Its instance-table rows, ``first_instance`` on: its pools' (``instances`` at the
+        start; an autoscaled pool holds max_instances rows)."""
+        return sum(p.rows for p in self.pools) if self.pools else self.instances
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,7 +178,7 @@ def resolve(config: SimConfig) -> Setup:
                 # (the kv_tiers section's key, and its flag: the value may come from either)
                 raise ConfigError(f"{path} ({flag_for(path)})", exc.message) from None
             raise ConfigError(_entry_field(i, exc.field), exc.message) from None
-        first_instance += dep.instances
+        first_instance += resolved[-1].rows
     first = resolved[0]
     return Setup(config, first.model, first.hardware, first.latency, tuple(resolved))
 
@@ -187,6 +198,7 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int, autoscaler) ->
         autoscale = resolve_autoscale(dep.autoscale, dep.instances, hardware.name, dep.engine.tp, autoscaler)
         pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance, kv_tiers,
                               autoscale),)
+        check_pool_support(pools[0], "")
     else:
         pools, first = [], first_instance
         for role, pool in dep.pools:
@@ -201,7 +213,8 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int, autoscaler) ->
                 raise ConfigError(f"{role}.{exc.field}", exc.message) from None
             pools.append(replace(resolved, kv_tiers=_resolve_pool_tiers(role, pool, dep, model, resolved.engine),
                                  autoscale=autoscale))
-            first += pool.instances
+            check_pool_support(pools[-1], f"{role}.")
+            first += pools[-1].rows
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
                               first_instance, tuple(pools), dep.pd, kv_tiers)
 

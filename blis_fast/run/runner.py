@@ -69,11 +69,12 @@ def grow_logs(state: State) -> State:
     lp = state.loop[0]
     seqs = int(state.inst["max_num_seqs"].max()) if state.inst.size else 1
     level = int(state.settings[0]["trace_level"])
+    autoscaled = state.settings[0]["autoscaled"] != 0
     grown = {}
     for f in STATE_FIELDS:
-        if f.growth is not None and level >= f.growth.level:
+        if f.growth is not None and level >= f.growth.level and (autoscaled or not f.growth.autoscaled):
             grown[f.name] = _with_room(getattr(state, f.name), int(lp[f.growth.counter]),
-                                       log_room(f.growth, seqs), f.growth.what, f.growth.hint)
+                                       log_room(f.growth, seqs, len(state.inst)), f.growth.what, f.growth.hint)
     return state._replace(**grown)
 
 

@@ -17,7 +17,6 @@ from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS, ZEROS, copy_array, event_capacity,
                                             state_shapes)
 from blis_fast.config import memory
-from blis_fast.config.autoscale import refuse_autoscaler_until_kernel
 from blis_fast.config.deployments import model_block_sizes
 from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.sizing import next_pow2
@@ -161,6 +160,7 @@ class Fleet:
     route_ids: tuple = (0,)  # per pool: its instances' routing group (run/disaggregation.py)
     route_alts: tuple = (-1,)  # per pool: a second routing group (a `both` pool's prefill group), -1 = none
     tiers: tuple = (None,)  # per pool: its KV tiers beyond the GPU (ResolvedKvTiers), None = none
+    autoscale: tuple = (None,)  # per pool: its autoscaler (config.autoscale.ResolvedAutoscale), None = none
 
     @property
     def n_inst(self) -> int:
@@ -200,14 +200,16 @@ def fleet(cfg, latency, deployments: tuple = ()) -> Fleet:
         groups = prefill_groups(deployments, served)
         pools = [(served.index(d.served_model_name), p) for d in deployments for p in d.pools]
         return Fleet(tuple(p.engine for _, p in pools), tuple(p.latency for _, p in pools),
-                     tuple(p.instances for _, p in pools), tuple(p.instances for _, p in pools),
+                     tuple(p.rows for _, p in pools), tuple(p.instances for _, p in pools),
                      tuple(m for m, _ in pools), tuple(ROLE_CODES[p.role] for _, p in pools),
                      tuple(groups[m] if p.role == "prefill" else m for m, p in pools),
                      tuple(groups[m] if p.role == "both" else -1 for m, p in pools),
-                     tuple(p.kv_tiers for _, p in pools))
+                     tuple(p.kv_tiers for _, p in pools), tuple(p.autoscale for _, p in pools))
     _, n_inst = cfg.deployment.bounds()  # rows for the pool's upper bound; num_instances start active
     tiers = deployments[0].kv_tiers if deployments else None
-    return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,), tiers=(tiers,))
+    scaler = deployments[0].pools[0].autoscale if deployments and deployments[0].pools else None
+    return Fleet((cfg.engine,), (latency,), (n_inst,), (cfg.deployment.num_instances,), (0,), tiers=(tiers,),
+                 autoscale=(scaler,))
 
 
 def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
@@ -242,6 +244,94 @@ def instance_table(fl: Fleet, ht_rows: int) -> np.ndarray:
     for f in ("free_head", "free_tail", "wq_head", "wq_tail", "prev_step"):
         inst[f] = -1
     return inst
+
+
+def autoscaled(fl: Fleet) -> bool:
+    """True if some pool of the fleet has an autoscaler."""
+    return any(a is not None for a in fl.autoscale)
+
+
+def window_ticks(window_us: int, interval_us: int) -> int:
+    """Ticks a stabilization window spans, the current one included (0 s: 1 tick)."""
+    return window_us // interval_us + 1
+
+
+def scale_pool_rows(fl: Fleet) -> np.ndarray:
+    """The ``scale_pools`` field: each pool's autoscaler settings in µs (enabled 0 without)."""
+    out = np.zeros(len(fl.rows), S.SCALE_POOL_DT)
+    first = 0
+    for k, (rows, a) in enumerate(zip(fl.rows, fl.autoscale)):
+        out[k]["first"], out[k]["rows"] = first, rows
+        out[k]["min_instances"] = out[k]["max_instances"] = fl.active[k]
+        out[k]["warm_factor"] = 1.0
+        out[k]["drain_timeout_us"] = -1
+        first += rows
+        if a is None:
+            continue
+        row = out[k]
+        row["enabled"], row["drain"], row["warm_curve"], row["scale_down"] = 1, a.drain, a.warmup_curve, a.scale_down
+        row["min_instances"], row["max_instances"] = a.min_instances, a.max_instances
+        for f in ("interval_us", "metrics_delay_us", "provisioning_mean_us", "provisioning_std_us", "loading_mean_us",
+                  "loading_std_us", "warmup_factor", "max_change", "drain_timeout_us"):
+            row["warm_factor" if f == "warmup_factor" else f] = getattr(a, f)
+        row["warm_requests"], row["warm_us"] = a.warmup_requests, a.warmup_us
+        row["ticks_up"] = window_ticks(a.stabilization_up_us, a.interval_us)
+        row["ticks_down"] = window_ticks(a.stabilization_down_us, a.interval_us)
+        row["births"] = fl.active[k]
+    return out
+
+
+def life_rows(fl: Fleet) -> np.ndarray:
+    """The ``life`` field: each pool's initial instances active (born in row order), its
+    other rows off."""
+    out = np.zeros(fl.n_inst, S.LIFE_DT)
+    out["birth"] = -1
+    first = 0
+    for rows, active in zip(fl.rows, fl.active):
+        out["state"][first:first + rows] = S.LifeState.OFF
+        out["state"][first:first + active] = S.LifeState.ACTIVE
+        out["birth"][first:first + active] = np.arange(active)
+        first += rows
+    return out
+
+
+def scale_wish_rows(fl: Fleet, window: int) -> np.ndarray:
+    """The ``scale_wish`` field: every pool's ticks before the first wish its initial count."""
+    return np.repeat(np.asarray(fl.active, np.int64)[:, None], window, axis=1)
+
+
+def slo_target_rows(workload) -> np.ndarray:
+    """The ``slo_targets`` field: per SLO class id (the workload's slo_class names), its
+    TTFT, TPOT and E2E targets in µs, -1 = none."""
+    names = list((workload.names or {}).get("slo_class") or [])
+    targets = workload.slo_targets or {}
+    out = np.full((max(len(names), 1), 3), -1, np.int64)
+    for c, name in enumerate(names):
+        for j, key in enumerate(("ttft_ms", "tpot_ms", "e2e_ms")):
+            v = (targets.get(name) or {}).get(key)
+            if v is not None:
+                out[c, j] = int(round(float(v) * 1e3))
+    return out
+
+
+def autoscale_sizes(fl: Fleet, n_slo_classes: int) -> dict[str, int]:
+    """The autoscaling sizes (schema.state.SIZE_NAMES): minimal without an autoscaler."""
+    if not autoscaled(fl):
+        return {"n_slo_classes": max(n_slo_classes, 1), "scale_window": 1, "ttft_window": 1, "life_rows": 1,
+                "scale_rows": 1}
+    window = max(max(window_ticks(a.stabilization_up_us, a.interval_us),
+                     window_ticks(a.stabilization_down_us, a.interval_us)) for a in fl.autoscale if a is not None)
+    return {"n_slo_classes": max(n_slo_classes, 1), "scale_window": window, "ttft_window": S.TTFT_WINDOW,
+            "life_rows": 4 * fl.n_inst + 64, "scale_rows": MIN_LOG_ROWS}
+
+
+def scaler_event_capacity(fl: Fleet) -> int:
+    """Autoscaler events the heap may hold at once: per pool a tick and its decisions still
+    waiting for their metrics delay (one per tick of the delay, and one more), per
+    instance row two LIFE events (a warm-up end and a drain timeout)."""
+    if not autoscaled(fl):
+        return 0
+    return sum(a.metrics_delay_us // a.interval_us + 2 for a in fl.autoscale if a is not None) + 2 * fl.n_inst
 
 
 def roofline_rows(fl: Fleet) -> np.ndarray:
@@ -360,7 +450,7 @@ def check_kv_blocks(cfg, latency, deployments: tuple = ()) -> None:
 
 def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int, uses_prefix_index: bool,
                 scheduler_kind: int, trace_level: int = 0, caching: bool | None = None, n_tenants: int = 1,
-                n_arrivals: int | None = None, deployments: tuple = ()) -> dict[str, int]:
+                n_arrivals: int | None = None, deployments: tuple = (), n_slo_classes: int = 1) -> dict[str, int]:
     """The named sizes (``schema.state.SIZE_NAMES``) of a run of ``n`` requests with
     ``n_keys`` block keys (``n_shared`` distinct shared values at most) and ``n_blocks``
     request-block slots: what every State field's shape is computed from.  ``caching``:
@@ -396,7 +486,9 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1, "n_routes": fl.n_routes,
         "n_pd_requests": max(n_pd, 1),
         **tier_sizes(tiers, n + n_pd, n_blocks),
+        **autoscale_sizes(fl, n_slo_classes),
     }
+    sizes["heap_rows"] += scaler_event_capacity(fl)
     if uses_prefix_index:
         # keys only one request carries never match: the index keeps just their LRU place, so
         # its hash tables need room for the shared key values only
@@ -557,7 +649,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
-    refuse_autoscaler_until_kernel(int(pol.kinds[S.PolicySlot.AUTOSCALE]), setup)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
     # prefix index then even if the policy does not read it (routing is unchanged)
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS
@@ -599,8 +690,9 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     pd_models = pd_model_rows(setup, pol)
     if pd:
         reqs, n_blocks = add_prefill_legs(reqs, n_blocks, pd_models, bs)
+    slo_targets = slo_target_rows(workload)
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
-                        caching, n_tenants, len(order), deps)
+                        caching, n_tenants, len(order), deps, len(slo_targets))
     n_inst = fl.n_inst
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * factor * (work_tokens + 8 * n) + 1_000_000
@@ -609,6 +701,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     settings = settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
                                max_events, event_skipping, trace_level)
     settings["pd_base"] = n if pd else 0
+    settings["autoscaled"] = int(autoscaled(fl))
+    sim = cfg.simulation  # the delay draws' seed: simulation_seed, else the workload's
+    settings["autoscale_seed"] = (sim.workload_seed if sim.simulation_seed is None else sim.simulation_seed) \
+        if autoscaled(fl) else 0
     given = {
         "settings": settings,
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
@@ -630,5 +726,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "pd_reqs": pd_request_rows(n if pd else 0),
         **dict(zip(("kv_tier_inst", "tiers"), tier_rows(fl, tier_layout(fl, n_shared)))),
         "tier_reqs": tier_request_rows(sizes["n_tier_requests"]),
+        "life": life_rows(fl), "scale_pools": scale_pool_rows(fl),
+        "scale_wish": scale_wish_rows(fl, sizes["scale_window"]), "slo_targets": slo_targets,
     }
     return allocate_state(sizes, given, arrays)

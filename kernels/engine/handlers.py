@@ -15,6 +15,7 @@ from ..policies.admission import admit
 from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
 from ..schema import ClusterEvent, PolicySlot, RequestState, RoutingKind, Status
+from .autoscale import maybe_terminate, redirecting, reroute
 from .disaggregation import pd_decide, pd_route_prefill
 from .events import event_priority, push_event
 from .queueing import join_wait_queue, send_to_instance
@@ -110,6 +111,10 @@ def on_queued(st, i, r, t):
     reqs = st.reqs
     inst = st.inst
     inst[i]["routed_pending"] -= 1
+    if st.settings[0]["autoscaled"] != 0 and redirecting(st, i):  # a draining instance sends it back
+        reroute(st, i, r, t)
+        maybe_terminate(st, i, t)
+        return
     inst[i]["injected"] += 1
     if reqs[r]["block_cap"] > inst[i]["kv_total"]:
         reqs[r]["state"] = RequestState.DROPPED  # could never fit: not cycled forever

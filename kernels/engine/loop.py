@@ -21,11 +21,12 @@ from .calendar import sync_riders
 from .events import event_kind_instance
 from .disaggregation import on_pd_event
 from .tiers import on_tier_event, tier_catch_up
+from .autoscale import on_actuate, on_life, on_tick, start_autoscalers
 
 _END_OF_TIME = np.int64(1) << 62
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
-from .trace import log_room
+from .trace import log_room, scale_log_room
 
 
 @helper
@@ -67,6 +68,9 @@ def event_loop(st):
     h_prio = st.heap["priority"]
     lp[0]["status"] = Status.OK
     drained = False  # every event done
+    autoscaled = st.settings[0]["autoscaled"] != 0
+    if autoscaled and lp[0]["scale_started"] == 0:
+        start_autoscalers(st)
     while True:
         size = lp[0]["heap_size"]
         if size > lp[0]["heap_peak"]:
@@ -86,7 +90,8 @@ def event_loop(st):
         if from_stream:
             kind = np.int64(ClusterEvent.ARRIVAL)
             ev_inst = np.int64(-1)
-        elif size > 0:
+        elif size > 0 and (size > lp[0]["scaler_events"] or ap < order.shape[0]):
+            # (autoscaler events alone never keep a run alive: engine/autoscale.py)
             t = h_time[0]
             kind, ev_inst = event_kind_instance(h_prio[0])
         else:
@@ -102,6 +107,9 @@ def event_loop(st):
             break
         done_here += 1
         if ev_inst >= 0 and kind == InstanceEvent.STEP and not log_room(st, ev_inst):
+            lp[0]["status"] = Status.LOG_FULL
+            break
+        if autoscaled and not scale_log_room(st):
             lp[0]["status"] = Status.LOG_FULL
             break
         # ---- consume it
@@ -127,6 +135,12 @@ def event_loop(st):
                 on_admission(st, r, t)
             elif kind == ClusterEvent.ROUTING:
                 on_routing(st, r, t)
+            elif kind == ClusterEvent.AUTOSCALE_TICK:  # autoscaling (engine/autoscale.py): r = the pool
+                lp[0]["scaler_events"] -= 1
+                on_tick(st, r, t)
+            elif kind == ClusterEvent.ACTUATE:
+                lp[0]["scaler_events"] -= 1
+                on_actuate(st, r, arg2, t)
             else:
                 unknown_event(st, kind, ev_inst, r)
         elif kind == InstanceEvent.QUEUED:
@@ -135,6 +149,9 @@ def event_loop(st):
             on_step(st, ev_inst, t)
         elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
             on_pd_event(st, kind, ev_inst, r, t, arg2)
+        elif kind == InstanceEvent.LIFE:  # autoscaling: r = the life of the row the event belongs to
+            lp[0]["scaler_events"] -= 1
+            on_life(st, ev_inst, r, arg2, t)
         elif kind == InstanceEvent.TIER_LINK or kind == InstanceEvent.LOAD_DONE:  # KV tiers (engine/tiers.py)
             on_tier_event(st, kind, ev_inst, r, t, arg2)
         else:

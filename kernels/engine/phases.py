@@ -22,6 +22,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import anonymous_held, is_prefill_leg, kv_release
 from ..schema import ClusterEvent, InstanceEvent, PhaseEnd, RequestState
+from .autoscale import maybe_terminate, note_completion, note_first_token
 from .events import event_priority, push_event
 from .queueing import ensure_step
 
@@ -34,6 +35,8 @@ def end_phase(st, i, r, phase, now, step_idx):
     if phase == PhaseEnd.PREFILL_DONE:
         reqs[r]["first_token_us"] = now
         reqs[r]["run_start_step"] = step_idx
+        if st.settings[0]["autoscaled"] != 0:
+            note_first_token(st, i, r, now)
     elif phase == PhaseEnd.OUTPUT_DONE:
         if is_prefill_leg(st, r):  # its blocks stay held until its transfer ends (engine/disaggregation.py)
             reqs[r]["state"] = RequestState.TRANSFERRING
@@ -44,6 +47,8 @@ def end_phase(st, i, r, phase, now, step_idx):
         kv_release(st, i, r)
         reqs[r]["state"] = RequestState.COMPLETED
         st.inst[i]["completed"] += 1
+        if st.settings[0]["autoscaled"] != 0:
+            note_completion(st, i, r, now)
     elif phase == PhaseEnd.FOLLOWER_RELEASED:
         if is_prefill_leg(st, r):  # handed over when the step that completed its prompt ends
             st.pd_reqs[r - st.settings[0]["pd_base"]]["prefill_done_us"] = now
@@ -60,6 +65,8 @@ def end_phase(st, i, r, phase, now, step_idx):
         st.pd_inst[i]["held_outside"] -= 1
         if st.inst[i]["wq_len"] > 0:  # its queue may have waited for these blocks
             ensure_step(st, i, now)
+        elif st.settings[0]["autoscaled"] != 0:
+            maybe_terminate(st, i, now)  # a draining prefill instance: its last leg is handed over
 
 
 @helper

@@ -33,7 +33,8 @@ def join_wait_queue(st, i, r, t):
     reqs = st.reqs
     inst = st.inst
     reqs[r]["state"] = RequestState.QUEUED
-    reqs[r]["queued_us"] = t
+    if reqs[r]["queued_us"] < 0:  # (its first entry: a request a draining instance sent back keeps it)
+        reqs[r]["queued_us"] = t
     dl_push_back(reqs["queue_prev"], reqs["queue_next"], inst["wq_head"], inst["wq_tail"], inst["wq_len"], i, r)
     if inst[i]["wq_len"] > inst[i]["wq_peak"]:
         inst[i]["wq_peak"] = inst[i]["wq_len"]

@@ -29,9 +29,10 @@ from ..latency.steptime import (blackbox_step_us, output_token_delay_us, rooflin
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, PhaseEnd, PolicySlot, PriorityKind,
+from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, LifeState, PhaseEnd, PolicySlot, PriorityKind,
                       RequestState, SchedulerKind, Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
+from .autoscale import maybe_terminate, warm_step_us
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
 from .disaggregation import pd_retry_waiting
@@ -608,6 +609,9 @@ def on_step(st, i, t):
     n_decode += inst[i]["ride_count"]  # riders: one decode token each
     decode_ctx += inst[i]["ride_ctx"]
     dt = step_duration_us(st, i, n_prefill, n_decode, decode_ctx, m)
+    autoscaled = st.settings[0]["autoscaled"] != 0
+    if autoscaled and st.life[i]["state"] == LifeState.WARMING:  # autoscaling: a new instance warms up
+        dt = warm_step_us(st, i, dt, t)
     if tiered and st.kv_tier_inst[i]["step_load_us"] > 0:  # load: step -- this step's admissions' loads
         dt += np.int64(math.ceil(st.kv_tier_inst[i]["step_load_us"]))
         st.kv_tier_inst[i]["step_load_us"] = 0.0
@@ -644,3 +648,5 @@ def on_step(st, i, t):
         inst[i]["step_pending"] = 1
     elif tiered and st.pd_inst[i]["xq_len"] > 0:
         wake_for_writes(st, i, end)  # P/D transfers wait here for blocks that stores still pin
+    elif autoscaled:
+        maybe_terminate(st, i, end)  # a draining instance whose last step this was (at its end)

@@ -45,6 +45,15 @@ def log_room(st, i):
 
 
 @helper
+def scale_log_room(st):
+    """True if the autoscaler's logs can take any one event (a tick's row; the lifecycle
+    changes of a pool's every instance and one more)."""
+    lp = st.loop
+    return (lp[0]["life_records"] + st.inst.shape[0] + 2 <= st.life_log.shape[0]
+            and lp[0]["scale_records"] + 1 <= st.scale_log.shape[0])
+
+
+@helper
 def log_step(st, i, dt):
     """Append a step of instance i lasting dt µs; returns its global step index."""
     lp = st.loop

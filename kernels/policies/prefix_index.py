@@ -381,3 +381,21 @@ def leading_matches(st, kstart, kcount):
     else:  # the last key put every instance out: resume before it
         memo[RouterMemo.DEPTH] = depth - 1 if depth > 0 else 0
     memo[RouterMemo.VERSION] = memo[RouterMemo.GMAP_VERSION]
+
+
+@helper
+def forget_instance(st, i):
+    """Instance i's index becomes empty (a terminated instance's row starts a new life
+    with nothing cached, engine/autoscale.py): its keys leave the cluster map, its rows,
+    ring and records are cleared."""
+    rows = st.settings[0]["prefix_index_slots"]
+    table = st.pi_table
+    off = i * rows
+    for h in range(off, off + rows):
+        if not row_empty(table, h):
+            _gmap_clear_bit(st.gmap, table[h, IndexRow.KEY], i)
+            st.pi_memo[RouterMemo.GMAP_VERSION] += 1
+        for c in range(table.shape[1]):
+            table[h, c] = 0
+    for c in range(st.pi_state.shape[1]):
+        st.pi_state[i, c] = 0

@@ -52,6 +52,8 @@ class _ClusterEvent(NamedTuple):
 
     ARRIVAL: int = 0
     ADMISSION: int = 4
+    AUTOSCALE_TICK: int = 5  # a pool's autoscaler collects its signals and decides (engine/autoscale.py)
+    ACTUATE: int = 6  # a pool's decision acts, a metrics delay after its tick
     ROUTING: int = 8
 
 
@@ -59,6 +61,7 @@ class _InstanceEvent(NamedTuple):
     """Instance-level event kinds; at equal time (and instance) the lower code runs first,
     so Queued runs before Step.  Spaced as ClusterEvent's."""
 
+    LIFE: int = 1  # an instance's lifecycle moves on (engine/autoscale.py: LifeStep says how)
     TIER_LINK: int = 2  # a tier read link's next load finishes its data (kv/tiers.py)
     LOAD_DONE: int = 3  # a request's load from a tier is done (its latency included): it may be admitted
     QUEUED: int = 4
@@ -76,9 +79,12 @@ InstanceEvent = _InstanceEvent()
 #
 #   band      code  kind                 free codes for a new kind (its place in the order)
 #   cluster      0  ARRIVAL              1-3: after an arrival (e.g. a session/DAG release)
-#                4  ADMISSION            5-7: after admission (e.g. an autoscaler tick)
+#                4  ADMISSION
+#                5  AUTOSCALE_TICK       (autoscaling: a tick sees the admissions of its time)
+#                6  ACTUATE              7: free
 #                8  ROUTING              9-15: after routing (e.g. a pool-level decision)
-#   instance   0-1  --                   before Queued (e.g. an instance coming up / draining)
+#   instance     0  --                   before Queued
+#                1  LIFE                 (autoscaling: an instance comes up, is evicted, times out draining)
 #                2  TIER_LINK            (KV tiers: loads; a loaded request is admitted before the step)
 #                3  LOAD_DONE
 #                4  QUEUED
@@ -354,7 +360,51 @@ class _WarmupCurve(NamedTuple):
     EXPONENTIAL: int = 2
 
 
+class _LifeState(NamedTuple):
+    """Where an instance row is in its lifecycle (State.life; engine/autoscale.py).  Only
+    WARMING and ACTIVE instances take requests (INSTANCE_DT.active); every state from
+    PROVISIONING to DRAINING holds (and bills) its GPUs."""
+
+    OFF: int = 0  # a row no instance has used yet
+    PROVISIONING: int = 1  # its node is being provisioned
+    LOADING: int = 2  # the model is loading
+    WARMING: int = 3  # serving, with step times x the warm-up factor
+    ACTIVE: int = 4
+    DRAINING: int = 5  # takes no new requests; terminated once empty
+    TERMINATED: int = 6  # its GPUs are released (the row may be used again)
+
+
+class _LifeStep(NamedTuple):
+    """What a LIFE event does (its arg2); the event's request field carries the life
+    (LIFE_DT.life) it belongs to, so an event of an instance cancelled since is ignored."""
+
+    LOADED_NODE: int = 0  # provisioning done: the model starts loading
+    LOADED_MODEL: int = 1  # loading done: warming (or active without a warm-up)
+    WARM_END: int = 2  # a warm-up counted in seconds ends
+    EVICT: int = 3  # drain immediate: the step in progress has ended; its requests go back to routing
+    DRAIN_TIMEOUT: int = 4  # drain wait's timeout: the requests left go back to routing (running ones finish)
+
+
+class _ScaleReason(NamedTuple):
+    """Why a tick decided what it did (SCALE_LOG_DT.reason)."""
+
+    HOLD: int = 0  # the policy wants the current count
+    UP: int = 1  # scale up (the decision acts after the metrics delay)
+    DOWN: int = 2
+    UP_HELD: int = 3  # the policy wants more, but not on every tick of the scale-up window yet
+    DOWN_HELD: int = 4  # the policy wants fewer, but not on every tick of the scale-down window yet
+    AT_MAX: int = 5  # the policy wants more than max_instances (and the pool has them)
+    AT_MIN: int = 6  # the policy wants fewer than min_instances (and the pool has them)
+
+
 AutoscaleKind = _AutoscaleKind()
+LifeState = _LifeState()
+LifeStep = _LifeStep()
+ScaleReason = _ScaleReason()
+LIFE_STATE_NAMES = ("off", "provisioning", "loading", "warming", "active", "draining", "terminated")
+SCALE_REASON_NAMES = ("hold", "up", "down", "up_held", "down_held", "at_max", "at_min")
+MAX_WINDOW_TICKS = 1024  # ticks a stabilization window may span (the window / interval, + 1)
+TTFT_WINDOW = 1024  # TTFT samples a pool keeps for its ttft_p90_ms signal (the latest of the window)
 Signal = _Signal()
 AutoscaleParam = _AutoscaleParam()
 DrainMode = _DrainMode()
@@ -526,5 +576,6 @@ __all__ = [
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
-    "AUTOSCALER_NAMES", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
+    "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
+    "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
 ]

@@ -22,9 +22,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .enums import (KV_MEMO_BLOCKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+from .enums import (KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LOOP_DT, PD_INST_DT,
+from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
+                     LOOP_DT, PD_INST_DT, SCALE_LOG_DT, SCALE_POOL_DT,
                      PD_MODEL_DT, PD_REQ_DT, TIER_DT, TIER_JOB_DT, TIER_REQ_DT, TIER_SLOT_DT, TIER_WRITE_DT,
                      PREEMPT_DT, REQUEST_DT,
                      ROUTE_DT, SCHED_DT, SETTINGS_DT, STEP_DT)
@@ -79,11 +80,16 @@ SIZE_NAMES = {
     "tier_slot_rows": "entries of every instance's tiers (each at most its distinct shared key values), at least 1",
     "tier_table_rows": "hash rows of every instance's tiers (a power of two per tier), at least 2",
     "tier_write_rows": "queued-write rows of every instance's tiers, at least 1",
+    "n_slo_classes": "SLO classes of the workload (at least 1)",
+    "scale_window": "ticks of the longest stabilization window (an autoscaled run), else 1",
+    "ttft_window": "TTFT_WINDOW in an autoscaled run, else 1",
+    "life_rows": "lifecycle-log rows to start with (1 without an autoscaler)",
+    "scale_rows": "tick-log rows to start with (1 without an autoscaler)",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
     "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
-    "N_TIERS": N_TIERS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
+    "N_TIERS": N_TIERS, "MAX_WINDOW_TICKS": MAX_WINDOW_TICKS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
 }
 
 
@@ -99,6 +105,7 @@ class Growth(NamedTuple):
     level: int
     what: str
     hint: str
+    autoscaled: bool = False  # written only in a run with an autoscaler (SETTINGS_DT.autoscaled)
 
 
 class Field(NamedTuple):
@@ -236,6 +243,22 @@ STATE_FIELDS: tuple[Field, ...] = (
           "load transfers: request r's from tier k is row r * N_TIERS + k"),
     Field("tier_src", _I32, ("n_tier_blocks",), ZEROS, "KV tiers",
           "per request-block slot: the tier entry + 1 it is being loaded from, 0 = none"),
+    # --- autoscaling (engine/autoscale.py)
+    Field("life", LIFE_DT, ("n_inst",), GIVEN, "instance tables", "each instance row's lifecycle"),
+    Field("scale_pools", SCALE_POOL_DT, ("n_deployments",), GIVEN, "run",
+          "each pool's autoscaler: settings and state (enabled 0: none)"),
+    Field("scale_wish", _I64, ("n_deployments", "scale_window"), GIVEN, "run",
+          "each pool's wishes of its latest ticks (a ring: the stabilization windows)"),
+    Field("scale_ttft", _I64, ("n_deployments", "ttft_window"), ZEROS, "run",
+          "each pool's latest TTFT samples since its last tick (a ring), µs"),
+    Field("slo_targets", _I64, ("n_slo_classes", "3"), GIVEN, "run",
+          "per SLO class: TTFT, TPOT, E2E targets in µs (-1 = none), for the slo_attainment signal"),
+    Field("life_log", LIFE_LOG_DT, ("life_rows",), LOG, "logs", "one row per lifecycle change",
+          Growth("life_records", "n_inst + 2", TraceLevel.NONE,
+                 "the lifecycle log ({used} records so far, growing to {rows})", _SMALLER, True)),
+    Field("scale_log", SCALE_LOG_DT, ("scale_rows",), LOG, "logs", "one row per autoscaler tick",
+          Growth("scale_records", "1", TraceLevel.NONE,
+                 "the autoscaler's tick log ({used} records so far, growing to {rows})", _SMALLER, True)),
 )
 FIELDS_BY_NAME = {f.name: f for f in STATE_FIELDS}
 
@@ -275,9 +298,10 @@ def field_shape(field: Field, sizes: dict) -> tuple[int, ...]:
     return tuple(int(eval(_SHAPE_CODE[e], {"__builtins__": {}}, namespace)) for e in field.shape)
 
 
-def log_room(growth: Growth, max_num_seqs: int) -> int:
-    """Rows a growing log needs free before each step (``Growth.room``)."""
-    return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs}))
+def log_room(growth: Growth, max_num_seqs: int, n_inst: int = 1) -> int:
+    """Rows a growing log needs free before each step (``Growth.room``; an autoscaler's
+    logs: before each event, engine/trace.py ``scale_log_room``)."""
+    return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs, "n_inst": n_inst}))
 
 
 def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0) -> int:

@@ -486,6 +486,8 @@ SETTINGS_DT = np.dtype(
         ("forced_instance", np.int64),  # ... this instance (-1 = nothing forced)
         ("pd_base", np.int64),  # P/D runs: request rows [0, pd_base) are the requests, row r + pd_base is
         #                         request r's prefill leg; 0 = no disaggregation in the run
+        ("autoscaled", np.int32),  # 1 = some pool has an autoscaler (engine/autoscale.py; State.scale_pools)
+        ("autoscale_seed", np.int64),  # the seed of the autoscaler's delay draws (engine/autoscale.py)
     ],
     align=True,
 )
@@ -512,8 +514,98 @@ LOOP_DT = np.dtype(
         ("error_instance", np.int64),  # where a bad status happened, -1 if none
         ("error_request", np.int64),
         ("error_kind", np.int64),  # Status.UNKNOWN_EVENT: the kind code the loop had no handler for, else -1
+        ("life_records", np.int64),  # rows of the lifecycle log (autoscaling)
+        ("scale_records", np.int64),  # rows of the autoscaler's tick log
+        ("scale_started", np.int64),  # 1 = the autoscalers' first ticks are scheduled
+        ("scaler_events", np.int64),  # autoscaler events in the heap (ticks, actuations, LIFE): they never keep
+        #                               a run alive (engine/loop.py)
     ],
     align=True,
 )
 
-__all__ = ["ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+# --- autoscaling (engine/autoscale.py) ---
+
+# Per instance row, its lifecycle (State.life).  Rows of pools without an autoscaler stay
+# ACTIVE (or OFF) for the whole run.
+LIFE_DT = np.dtype(
+    [
+        ("state", np.int64),  # LifeState
+        ("life", np.int64),  # lives begun on this row (a LIFE event of an earlier one is stale)
+        ("since_us", np.int64),  # when it entered its state
+        ("birth", np.int64),  # order of coming to life in its pool (newest/oldest scale-down), -1 = never
+        ("warm_base", np.int64),  # INSTANCE_DT.completed when it began warming
+        ("warm_start_us", np.int64),  # when it began warming
+        ("events", np.int64),  # its LIFE events in the heap (a row is used again only when none is left)
+        ("timed_out", np.int64),  # 1 = its drain wait timed out: requests reaching it go back to routing
+    ],
+    align=True,
+)
+
+# Per pool of the fleet (INSTANCE_DT.pool; State.scale_pools): its autoscaler's settings
+# (config.autoscale.ResolvedAutoscale, times in µs) and state.  enabled 0: the pool keeps
+# its instances.
+SCALE_POOL_DT = np.dtype(
+    [
+        ("enabled", np.int32),
+        ("drain", np.int32),  # DrainMode
+        ("warm_curve", np.int32),  # WarmupCurve
+        ("scale_down", np.int32),  # ScaleDownPick
+        ("first", np.int64),  # its instance rows: [first, first + rows), rows = max_instances
+        ("rows", np.int64),
+        ("min_instances", np.int64),
+        ("max_instances", np.int64),
+        ("interval_us", np.int64),
+        ("metrics_delay_us", np.int64),
+        ("provisioning_mean_us", np.int64),
+        ("provisioning_std_us", np.int64),
+        ("loading_mean_us", np.int64),
+        ("loading_std_us", np.int64),
+        ("warm_factor", np.float64),  # 1 = no warm-up
+        ("warm_requests", np.int64),  # the warm-up lasts this many completions (0: counted in µs)
+        ("warm_us", np.int64),  # ... or this long
+        ("ticks_up", np.int64),  # ticks of the scale-up window (the current one included)
+        ("ticks_down", np.int64),  # ticks of the scale-down window
+        ("max_change", np.int64),  # instances per decision at most, 0 = no limit
+        ("drain_timeout_us", np.int64),  # drain wait's timeout, -1 = none
+        # --- state
+        ("ticks", np.int64),  # ticks so far (the wish ring's position)
+        ("draws", np.int64),  # delay draws so far (the draw counter of its random stream)
+        ("births", np.int64),  # instances come to life so far (LIFE_DT.birth)
+        ("last_queued", np.int64),  # Σ INSTANCE_DT.injected of its rows at the last tick
+        ("slo_judged", np.int64),  # requests completed on it since the last tick whose class has SLO targets
+        ("slo_met", np.int64),  # of which met them
+        ("ttft_count", np.int64),  # first tokens since the last tick (the latest TTFT_WINDOW kept)
+        ("scale_ups", np.int64),  # instances started
+        ("scale_downs", np.int64),  # instances drained or cancelled
+        ("redirected", np.int64),  # requests sent back to routing by drains
+        ("lost_tokens", np.int64),  # computed tokens thrown away by drain immediate (recomputed elsewhere)
+    ],
+    align=True,
+)
+
+# The lifecycle log: one row per lifecycle change of an instance (autoscaled pools).
+LIFE_LOG_DT = np.dtype(
+    [
+        ("time_us", np.int64),
+        ("instance", np.int32),
+        ("state", np.int32),  # the LifeState it entered
+    ],
+    align=True,
+)
+
+# The autoscaler's tick log: one row per tick of each autoscaled pool.
+SCALE_LOG_DT = np.dtype(
+    [
+        ("time_us", np.int64),
+        ("pool", np.int32),
+        ("reason", np.int32),  # ScaleReason
+        ("current", np.int64),  # instances counted: provisioning, loading, warming or active
+        ("ready", np.int64),  # of which serving (warming or active)
+        ("wish", np.int64),  # the policy's count, within the bounds
+        ("target", np.int64),  # the decision (acts at time + metrics delay when it differs from current)
+        ("signal", np.float64),  # the policy's signal (saturation: KV demand / capacity)
+    ],
+    align=True,
+)
+
+__all__ = ["LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
