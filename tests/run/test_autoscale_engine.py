@@ -342,3 +342,35 @@ def test_counts_stay_within_bounds_requests_and_blocks_are_conserved_and_runs_re
     again = blis_fast.simulate(check_invariants=True, **kw).full_state
     for name in ("reqs", "life_log", "scale_log", "scale_pools", "inst"):
         assert getattr(again, name).tobytes() == getattr(st, name).tobytes(), name
+
+
+# ----------------------------------------------------------------------------- P/D pools
+
+
+def test_prefill_and_decode_pools_scale_separately():
+    # every request disaggregated; each pool starts with 1 instance and may grow to 3 on its own
+    # requests in flight; the decode pool's rows follow the prefill pool's 3
+    pools = {"prefill": {"instances": 1, "max_instances": 3,
+                         "autoscale": {"interval_s": 0.05, "metrics_delay_s": 0, "provisioning_delay_s": 0.05,
+                                       "loading_delay_s": 0.05, "stabilization_down_s": 0.2}},
+             "decode": {"instances": 1, "max_instances": 3,
+                        "autoscale": {"interval_s": 0.05, "metrics_delay_s": 0, "provisioning_delay_s": 0.1,
+                                      "loading_delay_s": 0.1, "stabilization_down_s": 0.2}}}
+    dep = {"name": "pd", "model": "meta-llama/llama-3.1-8b-instruct", "hardware": "H100", "pd": {"decider": "always"},
+           **pools}
+    res = blis_fast.simulate({"deployments": [dep], "policy": {"autoscaler": "threshold", "autoscale_signal": "in_flight",
+                                                                "autoscale_up": 4, "autoscale_down": 0.5}},
+                             workload="chatbot", num_requests=1500, rate=250, seed=3, check_invariants=True)
+    st = res.full_state
+    assert (st.reqs["state"][:1500] == RequestState.COMPLETED).all()
+    assert (st.inst["kv_allocated"] == 0).all()
+    log = life_log(st)
+    prefill_rows = {i for _, i, _ in log if i < 3}
+    decode_rows = {i for _, i, _ in log if i >= 3}
+    assert prefill_rows and decode_rows  # both pools scaled
+    for first in (0, 3):
+        for t, states in replay(st, first, 3, 1):
+            assert 1 <= sum(s in CURRENT for s in states) <= 3
+    pools = st.scale_pools
+    assert pools["enabled"].tolist() == [1, 1] and pools["first"].tolist() == [0, 3]
+    assert (pools["scale_ups"] > 0).all()
