@@ -40,8 +40,11 @@ def split(result: Result, served=(LLAMA, LLAMA), model_ids=None) -> Result:
     """``result`` seen as two deployments "a" (instances 0, 1) and "b" (2, 3) serving
     ``served``; ``model_ids``: each request's model (index into the served names)."""
     first = result.setup.deployments[0]
-    a = replace(first, name="a", served_model_name=served[0], instances=2, first_instance=0)
-    b = replace(first, name="b", served_model_name=served[1], instances=2, first_instance=2)
+    pool = first.pools[0]
+    a = replace(first, name="a", served_model_name=served[0], instances=2, first_instance=0,
+                pools=(replace(pool, instances=2, first_instance=0),))
+    b = replace(first, name="b", served_model_name=served[1], instances=2, first_instance=2,
+                pools=(replace(pool, instances=2, first_instance=2),))
     workload = result.workload
     if model_ids is not None:
         workload = replace(workload, model=model_ids.astype(np.int32), models=tuple(dict.fromkeys(served)))
