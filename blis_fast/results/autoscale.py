@@ -59,7 +59,6 @@ from blis_fast.config.autoscale import DEFAULT_COST_PER_GPU_HOUR
 
 from .slo import has_targets
 
-LIFE_COLUMNS = ("provisioning", "loading", "warming", "active", "draining")  # the time series' lifecycle columns
 UNDER_PROVISIONED_ATTAINMENT = 0.9  # a window whose requests met their SLO less often than this is missed
 _N_STATES = len(LIFE_STATE_NAMES)
 _US_PER_HOUR = 3600e6
@@ -394,6 +393,6 @@ def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) ->
 
         pc.write_csv(table, str(path))
 
-__all__ = ["LIFE_COLUMNS", "PoolTimeline", "SCALE_TABLE_FIELD_TYPES", "UNDER_PROVISIONED_ATTAINMENT", "billing",
+__all__ = ["PoolTimeline", "SCALE_TABLE_FIELD_TYPES", "UNDER_PROVISIONED_ATTAINMENT", "billing",
            "gpu_hours", "has_autoscaler", "pool_name", "request_met", "scale_columns", "scale_oscillations",
            "scaling_lag", "summary", "tick_log", "timelines", "write_scale_table"]
