@@ -51,20 +51,20 @@ def run(
     cfg = with_analysis_outputs(cfg, trace_level=settings.get("trace_level"),
                                 sample_interval_ms=settings.get("sample_interval_ms"),
                                 timeseries_out=timeseries_out, trace_out=trace_out, summarize_trace=summarize_trace)
-    scale_tables = {"--scale-events-out": scale_events_out, "--scale-ticks-out": scale_ticks_out}
+    scale_tables = {flag: path for flag, path in (("--scale-events-out", scale_events_out),
+                                                  ("--scale-ticks-out", scale_ticks_out)) if path is not None}
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out),
                *scale_tables.items())
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
     table_format = None
-    if per_request_out is not None or any(scale_tables.values()):
+    if per_request_out is not None or scale_tables:
         from blis_fast.results.result import request_table_format  # deferred: blis_fast_kernels.native
 
         if per_request_out is not None:
             table_format = request_table_format(per_request_out, "--per-request-out")
-        scale_tables = {flag: (path, request_table_format(path, flag)) for flag, path in scale_tables.items()
-                        if path is not None}
+        scale_tables = {flag: (path, request_table_format(path, flag)) for flag, path in scale_tables.items()}
         if scale_tables and cfg.policy.autoscaler == "none":
             raise ConfigError(next(iter(scale_tables)), "needs an autoscaler (--autoscaler threshold|target|saturation|"
                                                         "oscillator): a run without one makes no scale decisions")
