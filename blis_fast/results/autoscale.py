@@ -115,6 +115,12 @@ class PoolTimeline:
         """µs spent in the intervals where ``where``."""
         return int(self.durations[where].sum())
 
+    def time_before(self, where: np.ndarray, t_us: np.ndarray) -> np.ndarray:
+        """µs spent in the intervals where ``where`` before each time of ``t_us`` (<= end_us)."""
+        spent = np.r_[0, np.cumsum(np.where(where, self.durations, 0))]
+        k = self.at(t_us)
+        return spent[k] + np.where(where[k], t_us - self.times[k], 0)
+
     def at(self, t_us: np.ndarray) -> np.ndarray:
         """The interval index at each time of ``t_us`` (after every change at or before it)."""
         return np.searchsorted(self.times, t_us, side="right") - 1
@@ -243,14 +249,9 @@ def under_provisioned_us(result, tl: PoolTimeline, met: np.ndarray) -> int:
     arrived = np.bincount(window, minlength=n)[:n]
     kept = np.bincount(window, weights=met[rows], minlength=n)[:n]
     missed = np.flatnonzero((arrived > 0) & (kept < UNDER_PROVISIONED_ATTAINMENT * arrived))
-    # the at-max time inside each missed window: the timeline's intervals cut at its edges
-    total = 0
-    starts, ends = tl.times, np.append(tl.times[1:], tl.end_us)
-    for w in missed.tolist():
-        lo, hi = w * width, min((w + 1) * width, tl.end_us)
-        overlap = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
-        total += int(overlap[at_max].sum())
-    return total
+    lo = missed * width
+    hi = np.minimum(lo + width, tl.end_us)
+    return int((tl.time_before(at_max, hi) - tl.time_before(at_max, lo)).sum())
 
 
 def over_provisioned_us(result, tl: PoolTimeline) -> int:
@@ -339,60 +340,59 @@ def summary(result) -> dict:
 
 # ----------------------------------------------------------------------------- the scale tables
 
-SCALE_TABLE_FIELD_TYPES = {"time_s": "float64", "pool": "string", "reason": "string", "from_instances": "int64",
-                           "to_instances": "int64", "wish": "int64", "ready": "int64", "signal": "float64",
-                           "act_time_s": "float64"}
+JSONL_CHUNK_ROWS = 65536  # rows converted to Python objects at a time (a tick log may be long)
 
 
-def scale_columns(result, changes_only: bool) -> dict[str, list]:
-    """The tick log as columns (SCALE_TABLE_FIELD_TYPES): every tick, or with
-    ``changes_only`` the scale events (target != current).  ``from_instances`` /
-    ``to_instances``: the current count and the decision; ``act_time_s``: when a change
-    acts (the tick + the pool's metrics delay; null without a change); ``signal``: the
-    policy's signal (null when it had no sample)."""
+def scale_table(result, changes_only: bool):
+    """The tick log as a pyarrow Table: every tick, or with ``changes_only`` the scale
+    events (target != current).  Columns: ``time_s``, ``pool`` (its name),
+    ``reason`` (kernels/schema/enums.py ScaleReason), ``from_instances`` / ``to_instances``
+    (the current count and the decision), ``wish``, ``ready``, ``signal`` (the policy's;
+    null when it had no sample), ``act_time_s`` (when a change acts: the tick + the pool's
+    metrics delay; null without a change).  Built from numpy columns: no Python object per row."""
+    import pyarrow as pa  # deferred: pyarrow
+    import pyarrow.compute as pc  # deferred: pyarrow
+
     ticks = tick_log(result)
     if changes_only:
         ticks = ticks[ticks["target"] != ticks["current"]]
     tls = timelines(result)
-    names = [tl.name for tl in tls]
     delay = np.array([0 if tl.autoscale is None else tl.autoscale.metrics_delay_us for tl in tls], np.int64)
+    pool = ticks["pool"].astype(np.int64)
     change = ticks["target"] != ticks["current"]
-    act = ticks["time_us"] + delay[ticks["pool"]]
-    signal = ticks["signal"]
-    return {
-        "time_s": (ticks["time_us"] / 1e6).tolist(),
-        "pool": [names[p] for p in ticks["pool"].tolist()],
-        "reason": [SCALE_REASON_NAMES[r] for r in ticks["reason"].tolist()],
-        "from_instances": ticks["current"].tolist(),
-        "to_instances": ticks["target"].tolist(),
-        "wish": ticks["wish"].tolist(),
-        "ready": ticks["ready"].tolist(),
-        "signal": [v if ok else None for v, ok in zip(signal.tolist(), np.isfinite(signal).tolist())],
-        "act_time_s": [t / 1e6 if c else None for t, c in zip(act.tolist(), change.tolist())],
-    }
+    signal = ticks["signal"].astype(np.float64)
+    return pa.table({
+        "time_s": pa.array(ticks["time_us"] / 1e6),
+        "pool": pc.take(pa.array([tl.name for tl in tls], pa.string()), pa.array(pool)),
+        "reason": pc.take(pa.array(SCALE_REASON_NAMES, pa.string()), pa.array(ticks["reason"].astype(np.int64))),
+        "from_instances": pa.array(ticks["current"].astype(np.int64)),
+        "to_instances": pa.array(ticks["target"].astype(np.int64)),
+        "wish": pa.array(ticks["wish"].astype(np.int64)),
+        "ready": pa.array(ticks["ready"].astype(np.int64)),
+        "signal": pa.array(np.where(np.isfinite(signal), signal, 0.0), mask=~np.isfinite(signal)),
+        "act_time_s": pa.array((ticks["time_us"] + delay[pool]) / 1e6, mask=~change),
+    })
 
 
 def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) -> None:
-    """Write the scale events (``changes_only``) or every tick as ``fmt`` (parquet, csv or
-    jsonl: one JSON record per line)."""
-    cols = scale_columns(result, changes_only)
-    if fmt == "jsonl":
-        with open(path, "w", encoding="utf-8") as f:
-            for row in zip(*cols.values()):
-                f.write(json.dumps(dict(zip(cols, row)), allow_nan=False) + "\n")
-        return
-    import pyarrow as pa  # deferred: pyarrow
-
-    table = pa.table({k: pa.array(v, SCALE_TABLE_FIELD_TYPES[k]) for k, v in cols.items()})
+    """Write the scale events (``changes_only``) or every tick (``scale_table``) as ``fmt``:
+    parquet, csv or jsonl (one JSON record per line)."""
+    table = scale_table(result, changes_only)
     if fmt == "parquet":
         import pyarrow.parquet as pq  # deferred: pyarrow
 
         pq.write_table(table, str(path))
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv  # deferred: pyarrow
+
+        pcsv.write_csv(table, str(path))
     else:
-        import pyarrow.csv as pc  # deferred: pyarrow
+        with open(path, "w", encoding="utf-8") as f:
+            for start in range(0, table.num_rows, JSONL_CHUNK_ROWS):
+                for row in table.slice(start, JSONL_CHUNK_ROWS).to_pylist():
+                    f.write(json.dumps(row, allow_nan=False) + "\n")
 
-        pc.write_csv(table, str(path))
 
-__all__ = ["PoolTimeline", "SCALE_TABLE_FIELD_TYPES", "UNDER_PROVISIONED_ATTAINMENT", "billing",
-           "gpu_hours", "has_autoscaler", "pool_name", "request_met", "scale_columns", "scale_oscillations",
+__all__ = ["PoolTimeline", "UNDER_PROVISIONED_ATTAINMENT", "billing",
+           "gpu_hours", "has_autoscaler", "pool_name", "request_met", "scale_table", "scale_oscillations",
            "scaling_lag", "summary", "tick_log", "timelines", "write_scale_table"]

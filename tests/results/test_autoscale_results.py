@@ -187,3 +187,37 @@ def test_summarize_trace_names_scaling_lag(scaled):
     lag = [line for line in text.splitlines() if line.startswith("**Scaling lag**")]
     assert len(lag) == 1 and "arrived while instances were provisioning or loading" in lag[0]
     assert "Autoscaling: " in text
+
+
+def test_under_and_over_provisioning_by_hand(scaled):
+    """Both anomalies recomputed by a plain walk over the run (module docstring's definitions)."""
+    group = scaled.summary()["autoscale"]
+    tl = timelines(scaled)[0]
+    reqs = scaled.reqs
+    served = np.flatnonzero(reqs["instance"] >= 0)
+    arrival = reqs["arrival_us"][served].tolist()
+    # under: the at-max time inside each 10 s window where < 90 % of the arrivals kept their TTFT within the p90
+    ttft = scaled.latencies["ttft_us"]
+    firsts = sorted(ttft[scaled.latencies["has_first"]].tolist())
+    p90 = firsts[-(-9 * len(firsts) // 10) - 1]
+    met = [bool(scaled.latencies["has_first"][r]) and ttft[r] <= p90 for r in served.tolist()]
+    edges = list(tl.times.tolist()) + [tl.end_us]
+    at_max = (tl.current == 3).tolist()
+    under = 0
+    for w in range(tl.end_us // 10_000_000 + 1):
+        lo, hi = w * 10_000_000, min((w + 1) * 10_000_000, tl.end_us)
+        mine = [m for a, m in zip(arrival, met) if lo <= a < lo + 10_000_000]
+        if mine and sum(mine) < 0.9 * len(mine):
+            under += sum(max(0, min(edges[k + 1], hi) - max(edges[k], lo)) for k in range(len(at_max)) if at_max[k])
+    assert group["under_provisioned_s"] == under / 1e6 > 0
+    # over: above min with fewer requests in the system than ready instances
+    leave = [int(reqs["last_token_us"][r]) if reqs["state"][r] == blis_fast.results.metrics.REQ_COMPLETED
+             else tl.end_us for r in served.tolist()]
+    cuts = sorted(t for t in set(edges) | set(arrival) | set(leave) if t <= tl.end_us)  # (billed time only)
+    over = 0
+    for a, b in zip(cuts, cuts[1:]):
+        k = int(np.searchsorted(tl.times, a, side="right")) - 1
+        in_system = sum(1 for x, y in zip(arrival, leave) if x <= a < y)
+        if tl.current[k] > 1 and in_system < tl.ready[k]:
+            over += b - a
+    assert group["over_provisioned_s"] == over / 1e6
