@@ -343,6 +343,13 @@ def summary(result) -> dict:
 JSONL_CHUNK_ROWS = 65536  # rows converted to Python objects at a time (a tick log may be long)
 
 
+def act_times_us(tls: list[PoolTimeline], ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(when each tick's decision acts -- the tick + its pool's metrics delay, µs --, whether
+    it decided a change)."""
+    delay = np.array([0 if tl.autoscale is None else tl.autoscale.metrics_delay_us for tl in tls], np.int64)
+    return ticks["time_us"] + delay[ticks["pool"].astype(np.int64)], ticks["target"] != ticks["current"]
+
+
 def scale_table(result, changes_only: bool):
     """The tick log as a pyarrow Table: every tick, or with ``changes_only`` the scale
     events (target != current).  Columns: ``time_s``, ``pool`` (its name),
@@ -357,9 +364,8 @@ def scale_table(result, changes_only: bool):
     if changes_only:
         ticks = ticks[ticks["target"] != ticks["current"]]
     tls = timelines(result)
-    delay = np.array([0 if tl.autoscale is None else tl.autoscale.metrics_delay_us for tl in tls], np.int64)
     pool = ticks["pool"].astype(np.int64)
-    change = ticks["target"] != ticks["current"]
+    act_us, change = act_times_us(tls, ticks)
     signal = ticks["signal"].astype(np.float64)
     return pa.table({
         "time_s": pa.array(ticks["time_us"] / 1e6),
@@ -370,8 +376,42 @@ def scale_table(result, changes_only: bool):
         "wish": pa.array(ticks["wish"].astype(np.int64)),
         "ready": pa.array(ticks["ready"].astype(np.int64)),
         "signal": pa.array(np.where(np.isfinite(signal), signal, 0.0), mask=~np.isfinite(signal)),
-        "act_time_s": pa.array((ticks["time_us"] + delay[pool]) / 1e6, mask=~change),
+        "act_time_s": pa.array(act_us / 1e6, mask=~change),
     })
+
+
+def with_scale_records(trace, result):
+    """The decision trace ``trace`` (a pyarrow Table, results.trace_table) with a ``scale``
+    record per autoscaler tick: its columns null but ``time_us`` and ``reason``, the new
+    columns ``pool``, ``from_instances``, ``to_instances``, ``wish``, ``ready``, ``signal``
+    and ``act_time_us`` (of ``scale_table``; null on the other records); in time order, a
+    tick after the other records of its time."""
+    import pyarrow as pa  # deferred: pyarrow
+
+    ticks = scale_table(result, changes_only=False)
+    act_us, change = act_times_us(timelines(result), tick_log(result))
+    n, m = trace.num_rows, ticks.num_rows
+    extra = {"pool": ticks["pool"], "from_instances": ticks["from_instances"], "to_instances": ticks["to_instances"],
+             "wish": ticks["wish"], "ready": ticks["ready"], "signal": ticks["signal"],
+             "act_time_us": pa.array(act_us, mask=~change)}
+    time_us = tick_log(result)["time_us"].astype(np.int64)
+    scale_cols = {}
+    for name, column in zip(trace.column_names, trace.columns):
+        if name == "time_us":
+            scale_cols[name] = pa.array(time_us)
+        elif name == "record":
+            scale_cols[name] = pa.array(["scale"] * m, pa.string())
+        elif name == "reason":
+            scale_cols[name] = ticks["reason"]
+        else:
+            scale_cols[name] = pa.nulls(m, column.type)
+    scale_cols.update(extra)
+    trace_cols = dict(zip(trace.column_names, trace.columns))
+    trace_cols.update({name: pa.nulls(n, col.type) for name, col in extra.items()})
+    both = pa.concat_tables([pa.table(trace_cols), pa.table(scale_cols)])
+    times = both["time_us"].to_numpy()
+    order = np.lexsort((np.arange(n + m), np.r_[np.zeros(n, np.int8), np.ones(m, np.int8)], times))
+    return both.take(pa.array(order))
 
 
 def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) -> None:
@@ -393,6 +433,7 @@ def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) ->
                     f.write(json.dumps(row, allow_nan=False) + "\n")
 
 
-__all__ = ["PoolTimeline", "UNDER_PROVISIONED_ATTAINMENT", "billing",
+__all__ = ["PoolTimeline", "UNDER_PROVISIONED_ATTAINMENT", "act_times_us", "billing",
            "gpu_hours", "has_autoscaler", "pool_name", "request_met", "scale_table", "scale_oscillations",
-           "scaling_lag", "summary", "tick_log", "timelines", "write_scale_table"]
+           "scaling_lag", "summary", "tick_log", "timelines", "with_scale_records",
+           "write_scale_table"]

@@ -47,7 +47,7 @@ def oscillating():
 
 @pytest.fixture(scope="module")
 def unscaled():
-    return blis_fast.simulate(**UNSCALED, sample_interval_ms=1000)
+    return blis_fast.simulate(**UNSCALED, sample_interval_ms=1000, trace_level="decisions")
 
 
 def life_rows(result):
@@ -221,3 +221,23 @@ def test_under_and_over_provisioning_by_hand(scaled):
         if tl.current[k] > 1 and in_system < tl.ready[k]:
             over += b - a
     assert group["over_provisioned_s"] == over / 1e6
+
+
+def test_decision_trace_has_scale_records(scaled, unscaled):
+    trace = scaled.decision_table()
+    records = trace["record"].to_pylist()
+    scale = [k for k, r in enumerate(records) if r == "scale"]
+    ticks = tick_log(scaled)
+    assert len(scale) == len(ticks) > 0
+    rows = trace.take(scale).to_pydict()
+    assert rows["time_us"] == ticks["time_us"].tolist() and set(rows["request"]) == {None}
+    assert rows["to_instances"] == ticks["target"].tolist()
+    changed = ticks["target"] != ticks["current"]
+    assert rows["act_time_us"] == [t + 5_000_000 if c else None for t, c in zip(ticks["time_us"].tolist(), changed)]
+    times = trace["time_us"].to_numpy()
+    assert (times[1:] >= times[:-1]).all()
+    assert trace.num_rows - len(scale) > 0 and set(trace["pool"].to_pylist()[k] for k in range(trace.num_rows)
+                                                    if records[k] != "scale") == {None}
+    # a run without an autoscaler: no scale record, no scale column
+    plain = unscaled.decision_table()
+    assert plain.num_rows > 0 and "pool" not in plain.column_names and "scale" not in plain["record"].to_pylist()
