@@ -34,13 +34,15 @@ pool of a disaggregated one -- named ``<deployment>`` for a single pool, else
 - ``under_provisioned_s``: time with ``current`` = max_instances inside a pool's *missed*
   windows: the run is cut into windows of the pool's interval_s ([0, I), [I, 2I), ...); a
   window is missed when fewer than UNDER_PROVISIONED_ATTAINMENT of the requests that arrived
-  in it and were served by the pool (their last instance is the pool's) met their SLO -- the
+  in it and were served by the pool (their last instance is the pool's, or in a P/D run
+  they were prefilled there) met their SLO -- the
   workload's SLO targets when some class sets one, else a TTFT within the run's TTFT p90
   (nearest rank over every request with a first token); a request without a first token
   misses.
-- ``over_provisioned_s``: time with ``current`` > min_instances while the pool's requests in
-  the system (arrived, last token not yet out) were fewer than its ready instances: at least
-  one ready instance had nothing to do, whatever the routing.
+- ``over_provisioned_s``: time (within [0, billed_s]) with ``current`` > min_instances while
+  the pool's requests in the system (arrived, last token not yet out; a prefill pool's:
+  prefill not yet done) were fewer than its ready instances: at least one ready instance
+  had nothing to do, whatever the routing.
 - ``scaling_lag`` (``--summarize-trace``): requests served by a pool that arrived while some
   of its instances were provisioning or loading (capacity decided but not yet serving).
 """
@@ -57,6 +59,7 @@ from blis_fast_kernels.schema import LIFE_STATE_NAMES, SCALE_REASON_NAMES, LifeS
 
 from blis_fast.config.autoscale import DEFAULT_COST_PER_GPU_HOUR
 
+from .disaggregation import is_disaggregated
 from .slo import has_targets
 
 UNDER_PROVISIONED_ATTAINMENT = 0.9  # a window whose requests met their SLO less often than this is missed
@@ -229,10 +232,23 @@ def request_met(result) -> np.ndarray:
     return lat["has_first"] & (ttft <= p90)
 
 
-def _pool_requests(result, tl: PoolTimeline) -> np.ndarray:
-    """Rows of the requests served by the pool (their last instance is one of its rows)."""
-    inst = result.reqs["instance"]
-    return np.flatnonzero((inst >= tl.first) & (inst < tl.first + tl.rows))
+def _pool_requests(result, tl: PoolTimeline) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of the requests served by the pool, when each left it, µs): those whose last
+    instance is one of its rows, until their last token (the run's end if they did not
+    complete), and in a P/D run those prefilled there and decoded elsewhere, until their
+    prefill was done (the run's end if it was not)."""
+    reqs = result.reqs
+    inst = reqs["instance"]
+    mine = (inst >= tl.first) & (inst < tl.first + tl.rows)
+    done = reqs["state"] == RequestState.COMPLETED
+    leave = np.where(done, reqs["last_token_us"], tl.end_us)
+    if is_disaggregated(result.setup):
+        pd = result.full_state.pd_reqs[: len(inst)]
+        prefilled = (pd["prefill_instance"] >= tl.first) & (pd["prefill_instance"] < tl.first + tl.rows) & ~mine
+        leave = np.where(prefilled, np.where(pd["prefill_done_us"] >= 0, pd["prefill_done_us"], tl.end_us), leave)
+        mine |= prefilled
+    rows = np.flatnonzero(mine)
+    return rows, leave[rows]
 
 
 def under_provisioned_us(result, tl: PoolTimeline, met: np.ndarray) -> int:
@@ -243,7 +259,7 @@ def under_provisioned_us(result, tl: PoolTimeline, met: np.ndarray) -> int:
     if not at_max.any():
         return 0
     width = tl.autoscale.interval_us
-    rows = _pool_requests(result, tl)
+    rows, _ = _pool_requests(result, tl)
     window = result.reqs["arrival_us"][rows] // width
     n = int(tl.end_us // width) + 1
     arrived = np.bincount(window, minlength=n)[:n]
@@ -259,10 +275,9 @@ def over_provisioned_us(result, tl: PoolTimeline) -> int:
     instances (module docstring)."""
     if tl.autoscale is None:
         return 0
-    rows = _pool_requests(result, tl)
+    rows, leave = _pool_requests(result, tl)
     arrive = np.sort(result.reqs["arrival_us"][rows])
-    done = result.reqs["state"][rows] == RequestState.COMPLETED
-    leave = np.sort(np.where(done, result.reqs["last_token_us"][rows], tl.end_us))
+    leave = np.sort(leave)
     # breakpoints: the timeline's changes and every arrival and departure
     cuts = np.unique(np.concatenate([tl.times, arrive, leave, [tl.end_us]]))
     cuts = cuts[(cuts >= 0) & (cuts <= tl.end_us)]
@@ -285,7 +300,7 @@ def scaling_lag(result) -> list[dict]:
         if tl.autoscale is None:
             continue
         pending = tl.count(LifeState.PROVISIONING, LifeState.LOADING) > 0
-        rows = _pool_requests(result, tl)
+        rows, _ = _pool_requests(result, tl)
         arrival = result.reqs["arrival_us"][rows]
         during = pending[tl.at(arrival)] if rows.size else np.zeros(0, bool)
         if not during.any():

@@ -55,14 +55,18 @@ def life_rows(result):
     return st.life_log[: int(st.loop[0]["life_records"])]
 
 
-def billed_seconds_by_hand(result) -> float:
-    """Instance-seconds held: each instance from its provisioning (the initial ones from 0)
-    to its termination or the run's end, walked row by row through the lifecycle log."""
+def billed_seconds_by_hand(result, pool=0) -> float:
+    """Instance-seconds held by pool ``pool``: each instance from its provisioning (the
+    initial ones from 0) to its termination or the run's end, walked row by row through the
+    lifecycle log."""
     end = int(result.state.loop[0]["clock_us"])
-    start = {i: 0 for i in range(result.setup.pools[0].instances)}  # instance -> since when it holds its GPUs
+    p = result.setup.pools[pool]
+    start = {i: 0 for i in range(p.first_instance, p.first_instance + p.instances)}  # instance -> held since
     held_us = 0
     for row in life_rows(result).tolist():
         t, i, state = row
+        if not p.first_instance <= i < p.first_instance + p.rows:
+            continue
         if state == LifeState.PROVISIONING:
             start[i] = t
         elif state == LifeState.TERMINATED:
@@ -241,3 +245,23 @@ def test_decision_trace_has_scale_records(scaled, unscaled):
     # a run without an autoscaler: no scale record, no scale column
     plain = unscaled.decision_table()
     assert plain.num_rows > 0 and "pool" not in plain.column_names and "scale" not in plain["record"].to_pylist()
+
+
+def test_pd_pools_billed_apart():
+    """A P/D deployment: each pool named by deployment and role, billed at its own GPU's
+    price (prefill H100 4.0, decode A100 2.5)."""
+    scale = {"interval_s": 5, "provisioning_delay_s": 5, "loading_delay_s": 5, "stabilization_down_s": 5}
+    result = blis_fast.simulate(
+        {"policy": {"autoscaler": "threshold", "autoscale_signal": "waiting", "autoscale_up": 1, "autoscale_down": 0.5},
+         "deployments": [{"name": "llama", "model": "meta-llama/llama-3.1-8b-instruct",
+                          "prefill": {"instances": 1, "max_instances": 3, "autoscale": scale},
+                          "decode": {"instances": 2, "min_instances": 1, "max_instances": 4, "hardware": "A100",
+                                     "autoscale": scale}}]}, rate=40, num_requests=1000, seed=5)
+    group = result.summary()["autoscale"]
+    assert list(group["pools"]) == ["llama.prefill", "llama.decode"]
+    for k, (name, price) in enumerate((("llama.prefill", 4.0), ("llama.decode", 2.5))):
+        pool = group["pools"][name]
+        assert pool["role"] == name.split(".")[1] and pool["cost_per_gpu_hour"] == price
+        assert pool["gpu_hours"] == pytest.approx(billed_seconds_by_hand(result, k) / 3600, rel=1e-12)
+        assert pool["cost"] == pytest.approx(pool["gpu_hours"] * price, rel=1e-12)
+    assert group["cost"] == pytest.approx(sum(p["cost"] for p in group["pools"].values()), rel=1e-12)
