@@ -265,3 +265,21 @@ def test_pd_pools_billed_apart():
         assert pool["gpu_hours"] == pytest.approx(billed_seconds_by_hand(result, k) / 3600, rel=1e-12)
         assert pool["cost"] == pytest.approx(pool["gpu_hours"] * price, rel=1e-12)
     assert group["cost"] == pytest.approx(sum(p["cost"] for p in group["pools"].values()), rel=1e-12)
+
+
+def test_a_gpu_without_a_price_has_no_cost(unscaled, monkeypatch):
+    """(Every shipped GPU has a default price; one without gets a null cost, never a made-up one.)"""
+    import blis_fast.results.autoscale as autoscale_results
+    from blis_fast.errors import ConfigError
+
+    monkeypatch.setattr(autoscale_results, "DEFAULT_COST_PER_GPU_HOUR", {})
+    hours, cost = billing(unscaled)
+    assert hours > 0 and cost is None
+    with pytest.raises(ConfigError, match="cost: .*no default cost_per_gpu_hour"):
+        metric_value(unscaled, "cost")
+
+
+def test_scale_table_shares_no_file_with_another_output(tmp_path):
+    same = tmp_path / "x.csv"
+    assert_clean_error(*cli_in_process(*CLI_SCALED, "--per-request-out", same, "--scale-events-out", same),
+                       ("--scale-events-out", "--per-request-out"))
