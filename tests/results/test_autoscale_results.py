@@ -283,3 +283,21 @@ def test_scale_table_shares_no_file_with_another_output(tmp_path):
     same = tmp_path / "x.csv"
     assert_clean_error(*cli_in_process(*CLI_SCALED, "--per-request-out", same, "--scale-events-out", same),
                        ("--scale-events-out", "--per-request-out"))
+
+
+def test_terminal_summary_has_an_autoscaling_line(oscillating, unscaled):
+    import io
+
+    from rich.console import Console
+
+    from blis_fast.cli.output import render
+
+    def shown(result):
+        out = io.StringIO()
+        render(result.summary(), console=Console(file=out, width=200))
+        return [line for line in out.getvalue().splitlines() if line.startswith("autoscaling:")]
+
+    group = oscillating.summary()["autoscale"]
+    (line,) = shown(oscillating)
+    assert f"{group['scale_events']} scale events" in line and f"oscillations {group['scale_oscillations']}" in line
+    assert shown(unscaled) == []
