@@ -77,6 +77,8 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
         console.print(_slo_table(slo))
     console.print()
     console.print(_anomalies(c), highlight=False)
+    if summary.get("autoscale"):  # a run with an autoscaler
+        console.print(_autoscaling(summary["autoscale"]), highlight=False)
     if summary.get("fitness"):
         console.print(_fitness(summary["fitness"]), highlight=False)
     if summary.get("evaluation"):  # --objectives
@@ -217,6 +219,21 @@ ANOMALIES = (("rejected_requests", "rejected"), ("dropped_unservable", "dropped 
 def _anomalies(c: dict) -> str:
     seen = [f"{label} {count(c[key])}" for key, label in ANOMALIES if c.get(key)]
     return "anomalies: " + (" · ".join(seen) if seen else "none")
+
+
+def _autoscaling(a: dict) -> str:
+    """One line of the ``autoscale`` group: decisions, instances started and stopped, the
+    bill, and its anomalies when they happened."""
+    cost = "no price" if a.get("cost") is None else f"cost {a['cost']:.4g}"
+    text = (f"autoscaling: {count(a.get('scale_events'))} scale events ({count(a.get('scale_ups'))} started, "
+            f"{count(a.get('scale_downs'))} stopped) · {a.get('gpu_hours', 0):.4g} GPU-hours · {cost}")
+    seen = []
+    if a.get("scale_oscillations"):
+        seen.append(f"oscillations {count(a['scale_oscillations'])}")
+    for key, label in (("under_provisioned_s", "under-provisioned"), ("over_provisioned_s", "over-provisioned")):
+        if a.get(key):
+            seen.append(f"{label} {a[key]:.4g} s")
+    return " · ".join([text, *seen])
 
 
 def _evaluation(ev: dict) -> str:

@@ -28,6 +28,8 @@ def run(
     evaluation_out: Annotated[Optional[Path], typer.Option("--evaluation-out", rich_help_panel=OUTPUT, help="write the evaluation (score in [0, 1], normalized objectives, metrics, policy and workload ids; README 'Evaluation') here (JSON; deterministic: no wall time)")] = None,
     results_path: Annotated[Optional[Path], typer.Option("--results-path", "--metrics-path", rich_help_panel=OUTPUT, help="write the cluster summary + per-request records (JSON) here (--metrics-path: BLIS's current name)")] = None,
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", rich_help_panel=OUTPUT, help="write the per-request table here; the suffix picks the format: .parquet, .csv or .jsonl (the fields of the --results-path records)")] = None,
+    scale_events_out: Annotated[Optional[Path], typer.Option("--scale-events-out", rich_help_panel=OUTPUT, help="write the autoscaler's scale events (one row per tick that decided a change: time, pool, from -> to instances, signal, reason, act time; docs/autoscaling-results.md) here; the suffix picks the format: .parquet, .csv or .jsonl; needs an autoscaler")] = None,
+    scale_ticks_out: Annotated[Optional[Path], typer.Option("--scale-ticks-out", rich_help_panel=OUTPUT, help="write every autoscaler tick (the columns of --scale-events-out) here; .parquet, .csv or .jsonl; needs an autoscaler")] = None,
     json_out: Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print the summary as JSON even on a terminal (it is JSON whenever stdout is not a terminal)")] = False,
     per_instance: Annotated[bool, typer.Option("--per-instance", rich_help_panel=OUTPUT, help=f"list every instance in the terminal summary (it lists them up to {PER_INSTANCE_LIMIT})")] = False,
     quiet: Quiet = False,
@@ -49,15 +51,23 @@ def run(
     cfg = with_analysis_outputs(cfg, trace_level=settings.get("trace_level"),
                                 sample_interval_ms=settings.get("sample_interval_ms"),
                                 timeseries_out=timeseries_out, trace_out=trace_out, summarize_trace=summarize_trace)
+    scale_tables = {flag: path for flag, path in (("--scale-events-out", scale_events_out),
+                                                  ("--scale-ticks-out", scale_ticks_out)) if path is not None}
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
-               ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out))
+               ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out),
+               *scale_tables.items())
     # fail before simulating, not after; never overwrite an input or write two outputs to one file
     check_outputs(outputs, [("--config", config), ("--policy-config", policy_config)] + config_inputs(cfg))
     table_format = None
-    if per_request_out is not None:
+    if per_request_out is not None or scale_tables:
         from blis_fast.results.result import request_table_format  # deferred: blis_fast_kernels.native
 
-        table_format = request_table_format(per_request_out, "--per-request-out")
+        if per_request_out is not None:
+            table_format = request_table_format(per_request_out, "--per-request-out")
+        scale_tables = {flag: (path, request_table_format(path, flag)) for flag, path in scale_tables.items()}
+        if scale_tables and cfg.policy.autoscaler == "none":
+            raise ConfigError(next(iter(scale_tables)), "needs an autoscaler (--autoscaler threshold|target|saturation|"
+                                                        "oscillator): a run without one makes no scale decisions")
     from blis_fast.run.api import run_config  # deferred: blis_fast.rng, blis_fast.run, blis_fast.workload (not loaded by blis-fast --help)
 
     # the output files hold one record per request: reserve their memory up front
@@ -66,7 +76,7 @@ def run(
         result = run_config(cfg, output_bytes_per_request=reserve, progress=bar.report)
         _write_outputs(result, bar.report, results_path=results_path, per_request_out=per_request_out,
                        table_format=table_format, evaluation_out=evaluation_out, summarize_trace=summarize_trace,
-                       timeseries_out=timeseries_out, trace_out=trace_out)
+                       timeseries_out=timeseries_out, trace_out=trace_out, scale_tables=scale_tables)
         summary = result.summary()
         if summarize_trace:
             summary["summary_text"] = result.summary_text()
@@ -85,8 +95,9 @@ def run(
 
 
 def _write_outputs(result, report, *, results_path, per_request_out, table_format, evaluation_out,
-                   summarize_trace, timeseries_out, trace_out) -> None:
-    """Write the run's output files (``report`` shows which on the progress bar)."""
+                   summarize_trace, timeseries_out, trace_out, scale_tables) -> None:
+    """Write the run's output files (``report`` shows which on the progress bar);
+    ``scale_tables``: {flag: (path, format)} of --scale-events-out / --scale-ticks-out."""
     with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
         if results_path:
             report(f"writing {results_path}", 0, None)
@@ -106,6 +117,12 @@ def _write_outputs(result, report, *, results_path, per_request_out, table_forma
 
             report(f"writing {trace_out}", 0, None)
             atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
+        for flag, (path, fmt) in scale_tables.items():
+            from blis_fast.results.autoscale import write_scale_table  # deferred: blis_fast_kernels
+
+            report(f"writing {path}", 0, None)
+            events_only = flag == "--scale-events-out"
+            atomic_write(path, lambda p: write_scale_table(result, p, fmt, events_only), flag)
 
 
 DEFAULT_SAMPLE_INTERVAL_MS = 100.0

@@ -22,6 +22,8 @@ import numpy as np
 from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
+from .autoscale import has_autoscaler
+from .autoscale import summary as autoscale_summary
 from .deployments import deployment_selection, has_groups, model_selection, request_fields
 from .disaggregation import PD_REQUEST_FIELD_TYPES, is_disaggregated, request_fields as pd_request_fields
 from .disaggregation import summary as pd_summary
@@ -352,6 +354,11 @@ class Result:
         """The ``kv_tiers`` summary group of a run with KV tiers (results.kv_tiers), else None."""
         return tier_summary(self) if has_tiers(self.setup) else None
 
+    @cached_property
+    def autoscale(self) -> dict | None:
+        """The ``autoscale`` summary group of a run with an autoscaler (results.autoscale), else None."""
+        return autoscale_summary(self) if has_autoscaler(self.setup) else None
+
     # ------------------------------------------------------------------ evaluation
     @cached_property
     def outcomes(self) -> dict[str, np.ndarray]:
@@ -434,13 +441,16 @@ class Result:
 
     def summary(self) -> dict:
         """The JSON printed on stdout: {"cluster", "instances", ("deployments", "models" with
-        two or more deployments), "run"} (+ "fitness", "slo",
+        two or more deployments), ("disaggregation", "kv_tiers", "autoscale" when the run
+        has them), "run"} (+ "fitness", "slo",
         "counterfactuals", "evaluation" when they apply), then "adequacy"."""
         out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
         if is_disaggregated(self.setup):
             out["disaggregation"] = self.disaggregation
         if has_tiers(self.setup):
             out["kv_tiers"] = self.kv_tiers
+        if has_autoscaler(self.setup):  # (a run without an autoscaler keeps its summary)
+            out["autoscale"] = self.autoscale
         out["run"] = self.run_info()
         if self.fitness is not None:
             out["fitness"] = self.fitness

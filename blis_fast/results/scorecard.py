@@ -39,6 +39,11 @@ import numpy as np
 
 from blis_fast_kernels.schema import RequestState
 
+from blis_fast.config.autoscale import DEFAULT_COST_PER_GPU_HOUR
+from blis_fast.errors import ConfigError
+
+from .autoscale import billing
+
 from .metrics import HEADROOM_METRICS, headroom, sorted_percentiles
 from blis_fast.results.metrics import PERCENTILES
 from .slo import request_slo_table
@@ -74,6 +79,24 @@ def untiered_metric(result, name: str) -> float:
     if name == "prefix_hit_rate_gpu":
         return float(result.cluster["prefix_cache_hit_rate"])
     return 0.0
+
+
+# Autoscaling (results.autoscale): the run's billed GPU-hours and their cost, lower is better.  In
+# a run's tables only with an autoscaler; a run without one is billed on demand (``billed_metric``:
+# its instances for the whole run), so runs with and without compare and their outputs stay as they were
+AUTOSCALE_METRICS = ("gpu_hours", "cost")
+
+
+def billed_metric(result, name: str) -> float:
+    """``gpu_hours`` or ``cost`` of a run (results.autoscale.billing); ConfigError naming
+    ``objectives.metric`` for the cost of a run with a GPU that has no price."""
+    hours, cost = billing(result)
+    if name == "gpu_hours":
+        return hours
+    if cost is None:
+        raise ConfigError("objectives.metric", "cost: a pool's GPU has no default cost_per_gpu_hour (defaults: "
+                                               f"{', '.join(DEFAULT_COST_PER_GPU_HOUR)}); use gpu_hours")
+    return cost
 
 
 CLUSTER_METRICS = ("jain_fairness", "jain_fairness_throughput", "utilization_min", "utilization_max",
@@ -243,6 +266,9 @@ def overall_metrics(result) -> dict[str, float]:
     tiers = result.kv_tiers
     if tiers is not None:  # (the hit split is in the cluster summary already)
         out.update({k: tiers[k] for k in ("load_requests", "load_wait_mean_ms", "load_wait_p99_ms", "thrashing_rate")})
+    scaled = result.autoscale
+    if scaled is not None:  # (a run without an autoscaler keeps its table: billed_metric when asked)
+        out.update({k: scaled[k] for k in AUTOSCALE_METRICS if scaled[k] is not None})
     return out
 
 
@@ -283,5 +309,6 @@ def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                "batch_size_peak", "busy_fraction", *HEADROOM_METRICS, "arrived_requests", "rejected_requests",
                "still_in_flight",
                "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
-    overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS, *TIER_METRICS]))
+    overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS, *TIER_METRICS,
+                                     *AUTOSCALE_METRICS]))
     return overall, GROUP_METRICS, INSTANCE_METRICS

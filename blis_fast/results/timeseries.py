@@ -23,12 +23,13 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 | dropped | requests, cumulative | dropped as unservable |
 | kv_cpu_blocks, kv_disk_blocks | blocks | entries held in the CPU / disk KV tier (cluster: summed); only in a run with KV tiers |
 | loading | requests | loading blocks from a KV tier before they can run (RequestState.LOADING); only in a run with KV tiers |
+| provisioning, loading_model, warming, active, draining | instances | instances in that lifecycle state (kernels/schema/enums.py LifeState; instance: 1 or 0; cluster: summed over every row, pools without an autoscaler counted active); only in a run with an autoscaler |
 """
 
 from __future__ import annotations
 
 import numpy as np
-from blis_fast_kernels.schema import N_TIERS, RequestState
+from blis_fast_kernels.schema import N_TIERS, LifeState, RequestState
 from blis_fast.config import memory
 
 from blis_fast.errors import ConfigError
@@ -36,6 +37,9 @@ from blis_fast.errors import ConfigError
 COLUMNS = ("waiting", "running", "routed_pending", "in_system", "kv_blocks_used", "arrivals", "completions",
            "preemptions", "rejections", "dropped")
 TIER_COLUMNS = ("kv_cpu_blocks", "kv_disk_blocks", "loading")  # (runs with KV tiers only)
+# (runs with an autoscaler only) instances per lifecycle state, LifeState PROVISIONING..DRAINING; the
+# model-loading state is ``loading_model`` (``loading`` is the KV tiers' column)
+LIFE_COLUMNS = ("provisioning", "loading_model", "warming", "active", "draining")
 ROW_BYTES = 8 * (len(COLUMNS) + 4)
 CHUNK = 1024  # samples charged to the memory budget at a time
 # A run's time series: at most MAX_SAMPLES sample times and MAX_SAMPLE_ROWS rows (sample times x
@@ -61,10 +65,15 @@ class TimeSeriesRecorder:
     """``on_sample`` callback of ``run.runner.run_to_end``: records one sample of every
     instance row in use and of the cluster."""
 
-    def __init__(self, n_inst: int, every_us: int, tier_names: list[list[str]] | None = None):
+    def __init__(self, n_inst: int, every_us: int, tier_names: list[list[str]] | None = None,
+                 lifecycle: bool = False):
         self.n_inst = n_inst
-        # KV tiers (``tier_names``: each instance's, results.kv_tiers): the tier columns too
+        # KV tiers (``tier_names``: each instance's, results.kv_tiers): the tier columns too;
+        # an autoscaler (``lifecycle``): the lifecycle columns
         self.columns = COLUMNS + TIER_COLUMNS if tier_names is not None else COLUMNS
+        self.life_at = len(self.columns)  # the first lifecycle column
+        if lifecycle:
+            self.columns += LIFE_COLUMNS
         self.tier_rows = None
         if tier_names is not None:  # per tier column: each instance's State.tiers row (-1: it has none)
             self.tier_rows = [np.array([i * N_TIERS + t.index(name) if name in t else -1
@@ -103,6 +112,10 @@ class TimeSeriesRecorder:
             for j, rows in enumerate(self.tier_rows):
                 a[:-1, 10 + j] = np.where(rows >= 0, used[np.maximum(rows, 0)], 0)
             a[:-1, 12] = state.kv_tier_inst["loading"]
+        if len(self.columns) > self.life_at:
+            life = state.life["state"]
+            for j in range(len(LIFE_COLUMNS)):
+                a[:-1, self.life_at + j] = life == LifeState.PROVISIONING + j
         a[-1] = a[:-1].sum(axis=0)
         a[-1, 5] = lp["injected"]
         a[-1, 8] = lp["rejected"]
@@ -215,4 +228,4 @@ class TimeSeries:
         pq.write_table(self.table(), str(path))
 
 
-__all__ = ["COLUMNS", "TimeSeries", "TimeSeriesRecorder"]
+__all__ = ["COLUMNS", "LIFE_COLUMNS", "TimeSeries", "TimeSeriesRecorder"]

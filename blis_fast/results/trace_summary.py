@@ -19,6 +19,7 @@ from blis_fast.results.scorecard import group_masks, group_metrics, instance_met
 from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 from blis_fast.results.slo import has_targets
 from blis_fast.results.kv_tiers import LOAD_BOUND_SHARE, TIER_NAMES, load_share
+from blis_fast.results.autoscale import has_autoscaler, scaling_lag
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 
@@ -111,6 +112,30 @@ def _tier_lines(result) -> list[str]:
     return ["", text]
 
 
+def _autoscale_lines(result) -> list[str]:
+    """A run with an autoscaler: what it did and cost, and, per pool whose requests arrived
+    while some of its instances were still provisioning or loading and waited longer for
+    their first token than its other requests, **scaling lag** named as a cause, with the
+    numbers (results.autoscale.scaling_lag)."""
+    if not has_autoscaler(result.setup):
+        return []
+    g = result.autoscale
+    cost = "-" if g["cost"] is None else _fmt(g["cost"])
+    lines = ["", f"Autoscaling: {g['scale_events']} scale events ({g['scale_ups']} instances started, "
+                 f"{g['scale_downs']} stopped), {_fmt(g['gpu_hours'])} GPU-hours costing {cost}; "
+                 f"{g['scale_oscillations']} oscillations, {_fmt(g['under_provisioned_s'])} s under-provisioned, "
+                 f"{_fmt(g['over_provisioned_s'])} s over-provisioned."]
+    for lag in scaling_lag(result):
+        if lag["ttft_mean_ms"] <= lag["other_ttft_mean_ms"]:
+            continue
+        lines.append(f"**Scaling lag** ({lag['pool']}): {lag['requests']} requests ({lag['missed']} missed) arrived "
+                     f"while instances were provisioning or loading ({_fmt(lag['pending_s'])} s with capacity pending); "
+                     f"their TTFT was {_fmt(lag['ttft_mean_ms'])} ms mean against {_fmt(lag['other_ttft_mean_ms'])} ms "
+                     "for the pool's other requests -- scaling up earlier (a lower threshold, a shorter window) or "
+                     "shorter provisioning / loading delays would pay.")
+    return lines
+
+
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
@@ -141,6 +166,7 @@ def summary_text(result, objectives=None) -> str:
                   f"runs), token budget {_fmt(m['token_budget_occupancy'])} and batch slots "
                   f"{_fmt(m['batch_slot_occupancy'])} occupied per step."]
     lines += _group_lines(result) + _instance_lines(result) + _disaggregation_lines(result) + _tier_lines(result)
+    lines += _autoscale_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]
     lines.append(f"Misses: {diag.misses} of {diag.arrived} arrived requests ({diag.miss_definition}).")

@@ -37,6 +37,13 @@ at ``full``, so a ``decisions`` trace is the same file with or without them.
 | slo_met | bool | all | the request met its SLO class's targets |
 | final_state | text | all | the request's state at the end of the run |
 
+A run with an autoscaler adds a ``scale`` record per autoscaler tick (every tick, a hold
+too), after the other records of its time: ``time_us`` and ``reason`` (the tick's: hold,
+up, down, up_held, down_held, at_max, at_min) set, the request's columns null, and the
+columns ``pool``, ``from_instances``, ``to_instances``, ``wish``, ``ready``, ``signal``,
+``act_time_us`` (null on the other records; docs/autoscaling-results.md "Scale events and
+ticks tables").
+
 Added at ``trace_level full`` (kernels/schema/tables.py SCHED_DT; the scans behind a
 record look at the first SCHED_SCAN_DEPTH = 16 waiting requests only):
 
@@ -70,9 +77,11 @@ from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, 
 from blis_fast.results.regret import estimated_regret
 
 from .deployments import deployment_names_of, has_groups
+from .autoscale import has_autoscaler, with_scale_records
 from .kv_tiers import has_tiers
 
 RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing", "load")
+# (a run with an autoscaler adds a ``scale`` record per tick: results.autoscale.with_scale_records)
 
 
 def decision_table(result):
@@ -173,6 +182,8 @@ def decision_table(result):
     cols["cached_tokens"] = pa.array(st.reqs["cached_tokens"][r].astype(np.int64))
     cols["slo_met"] = pa.array(tab["met"][r])
     cols["final_state"] = pa.array([REQUEST_STATE_NAMES[s] for s in st.reqs["state"][r].tolist()], pa.string())
+    if has_autoscaler(result.setup) and int(st.settings[0]["trace_level"]) >= TraceLevel.DECISIONS:
+        return with_scale_records(pa.table(cols), result)  # (a run without an autoscaler keeps its trace)
     return pa.table(cols)
 
 

@@ -174,8 +174,10 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
 
             from blis_fast.results.kv_tiers import has_tiers, tier_names  # deferred: blis_fast_kernels
 
+            from blis_fast.results.autoscale import has_autoscaler  # deferred: blis_fast_kernels
+
             recorder = TimeSeriesRecorder(len(session.state.inst), interval_us,
-                                          tier_names(setup) if has_tiers(setup) else None)
+                                          tier_names(setup) if has_tiers(setup) else None, has_autoscaler(setup))
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
