@@ -1,8 +1,9 @@
 """Evolving autoscaler settings (docs/autoscaling-study.md): the shipped candidate set
 (configs/evaluate/candidates/autoscale/, bundles with an ``autoscale:`` section) on the
 shipped autoscaling scenarios (configs/evaluate/autoscale-scenarios.yaml).  Batch
-evaluation -- with cohorts and without -- gives every candidate the row of its own
-``blis_fast.simulate`` run; candidates that differ in their autoscaler run as separate
+evaluation -- with cohorts and without -- gives every candidate the same row, which is
+that of its own ``blis_fast.simulate`` run (checked for a cohort member, a threshold and
+a target candidate); candidates that differ in their autoscaler run as separate
 states (their compiled AUTOSCALE rows differ), the two differing only in routing weights
 share a cohort; and the settings change the runs as the study says (eager scales out
 earlier and meets the TTFT target, frugal misses it)."""
