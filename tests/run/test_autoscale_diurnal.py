@@ -126,42 +126,45 @@ def test_gpu_hours_of_the_study_script(diurnal, study):
 
 
 def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path, study):
-    """Every command of docs/autoscaling-study.md runs as written, made small (300 requests
-    of the day, the evaluation on the page's own files: its rows are checked in
-    tests/batch/test_autoscale_candidates.py), its files in a temporary directory."""
+    """Every command of docs/autoscaling-study.md but the evaluation and the bench runs as
+    written, made small (the day's first 300 requests), its files in a temporary directory.
+    (The evaluation's rows are checked in tests/batch/test_autoscale_candidates.py, the
+    bench's scenarios in tests/cli/test_bench_module.py.)"""
     pytest.importorskip("matplotlib")
     commands = doc_commands("autoscaling-study.md")
-    assert [c[:2] for c in commands] == [["blis-fast", "run"], ["blis-fast", "run"],
-                                         ["python", "configs/examples/autoscaling/study.py"],
-                                         ["blis-fast", "evaluate"], ["blis-fast", "bench"]]
+    script = "configs/examples/autoscaling/study.py"
+    assert [c[:3] for c in commands] == [
+        ["blis-fast", "run", "--config"], ["python", script, "timeline"], ["blis-fast", "run", "--config"],
+        ["python", script, "sweep"], ["blis-fast", "evaluate", "--policies"], ["blis-fast", "bench", "--scenarios"]]
     monkeypatch.chdir(ROOT)  # the page's paths are relative to the repository
     for k, command in enumerate(commands):
         if command[1] in ("evaluate", "bench"):
-            continue  # (minutes; the evaluation's rows and the bench's scenarios have their own tests)
+            continue
         args, it = [], iter(command[2:] if command[0] == "python" else command[1:])
         for a in it:
-            if a in ("--timeline", "--sweep"):
-                args += [a, tmp_path / f"{k}-{next(it)}"]
-            else:
-                args.append(a)
+            args += [a, tmp_path / f"{k}-{next(it)}"] if a == "--plot" else [a]
         if command[0] == "python":
             study.main([str(a) for a in args] + ["--num-requests", "300"])
-            rows = capsys.readouterr().out.splitlines()[2:]
-            assert len(rows) == len(study.THRESHOLDS) + len(study.STATIC_FLEETS)
+            rows = capsys.readouterr().out.splitlines()
+            assert rows[0].startswith("| time (min) |" if command[2] == "timeline" else "| run |")
+            if command[2] == "sweep":
+                assert len(rows) == 2 + len(study.THRESHOLDS) + len(study.STATIC_FLEETS)
         else:
             code, _, err = run_cli(capsys, *args, "--num-requests", "300")
             assert code == 0, (command, err)
         for a, value in zip(command, command[1:]):
-            if a in ("--timeline", "--sweep"):
+            if a == "--plot":
                 assert (tmp_path / f"{k}-{value}").is_file(), value
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--jobs", "-1"], "--jobs"),
-    (["--num-requests", "0"], "--num-requests"),
-    (["--timeline", "figure.pdf"], "--timeline: must end in .png or .svg"),
-    (["--sweep", "figure.jpg"], "--sweep: must end in .png or .svg"),
-    (["--bogus"], "unrecognized arguments"),
+    (["timeline", "--jobs", "-1"], "--jobs"),
+    (["sweep", "--num-requests", "0"], "--num-requests"),
+    (["timeline", "--plot", "figure.pdf"], "--plot: must end in .png or .svg"),
+    (["sweep", "--plot", "figure.jpg"], "--plot: must end in .png or .svg"),
+    (["sideways"], "invalid choice"),
+    ([], "the following arguments are required: what"),
+    (["sweep", "--bogus"], "unrecognized arguments"),
 ])
 def test_the_study_script_refuses_bad_input_in_one_line(capsys, args, needle, study):
     """Before anything runs: one line, exit code 2."""

@@ -2,16 +2,18 @@
 diurnal-day.yaml, and a sweep of the threshold autoscaler's settings beside static fleets.
 
 It reads what the kernel records -- the lifecycle log (one row per instance entering a
-lifecycle state) and the tick log -- to draw the instance counts over the day
-(``--timeline``), and runs the sweep: every (up, down) pair of ``THRESHOLDS`` on in-flight
-requests per instance, and fleets of 1 to 8 instances without an autoscaler
-(``STATIC_FLEETS``).  For each it prints a Markdown row -- GPU-hours, SLO attainment, TTFT
-p99, the largest pool and the scale-ups -- and, with ``--sweep``, draws SLO attainment and
-TTFT p99 against GPU-hours.  GPU-hours are computed here from the lifecycle log (an
-instance holds its GPUs from the start of its provisioning, or from 0 for the initial
-ones, until it is terminated or the run ends, times its TP).  Run from the repository root:
+lifecycle state) and the tick log.  ``timeline`` runs diurnal.yaml, prints its lifecycle
+changes and, with ``--plot``, draws the instance counts over the day.  ``sweep`` runs every
+(up, down) pair of ``THRESHOLDS`` on in-flight requests per instance, and fleets of 1 to 8
+instances without an autoscaler (``STATIC_FLEETS``); for each it prints a Markdown row --
+GPU-hours, SLO attainment, TTFT p99, the largest pool and the scale-ups -- and, with
+``--plot``, draws SLO attainment and TTFT p99 against GPU-hours.  GPU-hours are computed
+here from the lifecycle log (an instance holds its GPUs from the start of its
+provisioning, or from 0 for the initial ones, until it is terminated or the run ends,
+times its TP).  Run from the repository root:
 
-    python configs/examples/autoscaling/study.py --timeline diurnal.png --sweep sweep.png
+    python configs/examples/autoscaling/study.py timeline --plot autoscaling-diurnal.png
+    python configs/examples/autoscaling/study.py sweep --plot autoscaling-sweep.png
 """
 
 from __future__ import annotations
@@ -208,29 +210,45 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def timeline_table(result) -> str:
+    """The lifecycle changes as a Markdown table: each with the counts it leaves."""
+    times, counts = instance_timeline(result)
+    log = lifecycle_log(result)
+    lines = ["| time (min) | instance | enters | held | current | serving |", "|---|---|---|---|---|---|"]
+    for k, rec in enumerate(log, start=1):  # (row 0 of the timeline is the start)
+        lines.append(f"| {times[k] / 60:.2f} | {int(rec['instance'])} | {LIFE_STATE_NAMES[int(rec['state'])]} | "
+                     f"{counts[k, HELD].sum()} | {counts[k, CURRENT].sum()} | {counts[k, SERVING].sum()} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--timeline", default=None, help="draw diurnal.yaml's instance counts into this .png or .svg")
-    parser.add_argument("--sweep", default=None, help="draw the sweep into this .png or .svg file")
+    parser.add_argument("what", choices=("timeline", "sweep"),
+                        help="timeline: diurnal.yaml's lifecycle changes; sweep: the threshold settings and fleets")
+    parser.add_argument("--plot", default=None, help="draw the figure into this .png or .svg file")
     parser.add_argument("--num-requests", default=None, help="keep the first N requests of the day")
-    parser.add_argument("--jobs", default="2", help="runs side by side (default 2)")
+    parser.add_argument("--jobs", default="2", help="sweep runs side by side (default 2)")
     args = parser.parse_args(argv)
     try:  # every setting checked before anything runs
         jobs = check_jobs(args.jobs)
         num_requests = (None if args.num_requests is None
                         else as_int(args.num_requests, "--num-requests", 1, MAX_REQUESTS))
-        timeline = check_plot_path(args.timeline, "--timeline") if args.timeline else None
-        sweep_plot = check_plot_path(args.sweep, "--sweep") if args.sweep else None
-        sweep = run_sweep(num_requests, jobs)
-        diurnal = run_diurnal(num_requests) if timeline is not None else None
+        plot = check_plot_path(args.plot) if args.plot else None
+        if args.what == "timeline":
+            diurnal = run_diurnal(num_requests)
+        else:
+            sweep = run_sweep(num_requests, jobs)
     except ConfigError as exc:
         print(f"error: {exc.field}: {exc.message}", file=sys.stderr)
         sys.exit(2)
-    print(table(sweep))
-    if timeline is not None:
-        timeline_figure(diurnal, timeline)
-    if sweep_plot is not None:
-        sweep_figure(sweep, sweep_plot)
+    if args.what == "timeline":
+        print(timeline_table(diurnal))
+        if plot is not None:
+            timeline_figure(diurnal, plot)
+    else:
+        print(table(sweep))
+        if plot is not None:
+            sweep_figure(sweep, plot)
 
 
 if __name__ == "__main__":
