@@ -68,6 +68,9 @@ def test_batch_rows_with_and_without_cohorts_equal_each_candidates_own_run(day):
     assert eager.metrics["ttft_p99_ms"] < 1000 < frugal.metrics["ttft_p99_ms"]
     assert eager.score > balanced.score > frugal.score
     assert len({r.policy_id for r in alone}) == len(cands)
+    # the cohort split on the way (its members route differently at some point), and each
+    # side still has its own row: the split copies carry the autoscaler's state
+    assert by_name["balanced-weighted"].metrics != by_name["balanced-weighted-queue"].metrics
 
 
 @pytest.mark.slow
