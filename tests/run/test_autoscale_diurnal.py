@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blis_fast
-from blis_fast_kernels.schema.enums import SCALE_REASON_NAMES
+from blis_fast_kernels.schema.enums import LIFE_STATE_NAMES, SCALE_REASON_NAMES
 from builders import ROOT, doc_commands, run_cli
 from tests.hardening.hardening_helpers import assert_clean_error
 
@@ -95,20 +95,21 @@ def test_oscillator_flaps_up_and_down_on_every_tick():
 def held_gpu_hours_recount(result, tp: int) -> float:
     """GPU-hours instance by instance: held from provisioning (or the start, for one whose
     first record is not provisioning) to terminated or the run's end."""
+    provisioning, terminated = LIFE_STATE_NAMES.index("provisioning"), LIFE_STATE_NAMES.index("terminated")
+    unused = (LIFE_STATE_NAMES.index("off"), terminated)
     st = result.state
     end = int(st.loop[0]["clock_us"])
     log = st.life_log[: int(st.loop[0]["life_records"])]
     total = 0
     for i in range(st.life.shape[0]):
         mine = log[log["instance"] == i]
-        names = [int(s) for s in mine["state"]]
-        since = None if names and names[0] == 1 else 0  # 1: provisioning (LIFE_STATE_NAMES)
-        if not names and int(st.life[i]["state"]) in (0, 6):  # never used: off (or terminated)
+        if mine.size == 0 and int(st.life[i]["state"]) in unused:  # a row never used
             continue
+        since = None if mine.size and int(mine[0]["state"]) == provisioning else 0
         for rec in mine:
-            if int(rec["state"]) == 1:
+            if int(rec["state"]) == provisioning:
                 since = int(rec["time_us"])
-            elif int(rec["state"]) == 6 and since is not None:
+            elif int(rec["state"]) == terminated and since is not None:
                 total += int(rec["time_us"]) - since
                 since = None
         if since is not None:

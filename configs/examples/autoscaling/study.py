@@ -103,7 +103,7 @@ def static_config(instances: int) -> dict:
     cfg = blis_fast.load_yaml(CONFIG)
     cfg["deployment"] = {"num_instances": instances}
     cfg["policy"] = {k: v for k, v in cfg["policy"].items() if not k.startswith("autoscale")}
-    del cfg["autoscale"]
+    cfg.pop("autoscale", None)
     return cfg
 
 
