@@ -328,10 +328,11 @@ def autoscale_sizes(fl: Fleet, n_slo_classes: int) -> dict[str, int]:
 def scaler_event_capacity(fl: Fleet) -> int:
     """Autoscaler events the heap may hold at once: per pool a tick and its decisions still
     waiting for their metrics delay (one per tick of the delay, and one more), per
-    instance row two LIFE events (a warm-up end and a drain timeout)."""
+    instance row four LIFE events (its current transition or a warm-up end, a drain timeout,
+    an eviction or the end of its last step, and one of an earlier life)."""
     if not autoscaled(fl):
         return 0
-    return sum(a.metrics_delay_us // a.interval_us + 2 for a in fl.autoscale if a is not None) + 2 * fl.n_inst
+    return sum(a.metrics_delay_us // a.interval_us + 2 for a in fl.autoscale if a is not None) + 4 * fl.n_inst
 
 
 def roofline_rows(fl: Fleet) -> np.ndarray:

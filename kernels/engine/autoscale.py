@@ -53,9 +53,20 @@ def push_scaler_event(st, t, priority, request, arg2):
 
 @helper
 def push_life(st, i, t, step):
-    """A LIFE event of instance i's current life at time t."""
+    """A LIFE event of instance i's current life at time t.  The end of a draining
+    instance's last step (STEPS_DONE) is the end of real work: it keeps the run alive, the
+    other LIFE events do not (``counts_as_scaler``)."""
     st.life[i]["events"] += 1
-    push_scaler_event(st, t, event_priority(InstanceEvent.LIFE, i), st.life[i]["life"], np.int64(step))
+    if counts_as_scaler(step):
+        push_scaler_event(st, t, event_priority(InstanceEvent.LIFE, i), st.life[i]["life"], np.int64(step))
+    else:
+        push_event_with(st, t, event_priority(InstanceEvent.LIFE, i), st.life[i]["life"], np.int64(step))
+
+
+@helper
+def counts_as_scaler(step):
+    """True if a LIFE event of this LifeStep is counted in LOOP_DT.scaler_events."""
+    return step != LifeStep.STEPS_DONE
 
 
 @helper
@@ -611,6 +622,8 @@ def on_life(st, i, life, step, t):
             lf[i]["timed_out"] = 1
             redirect_waiting(st, i, t)
             maybe_terminate(st, i, t)
+    elif step == LifeStep.STEPS_DONE:
+        maybe_terminate(st, i, t)
 
 
 @helper

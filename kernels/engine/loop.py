@@ -21,7 +21,7 @@ from .calendar import sync_riders
 from .events import event_kind_instance
 from .disaggregation import on_pd_event
 from .tiers import on_tier_event, tier_catch_up
-from .autoscale import on_actuate, on_life, on_tick, start_autoscalers
+from .autoscale import counts_as_scaler, on_actuate, on_life, on_tick, start_autoscalers
 
 _END_OF_TIME = np.int64(1) << 62
 from .handlers import on_admission, on_arrival, on_queued, on_routing
@@ -150,7 +150,8 @@ def event_loop(st):
         elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
             on_pd_event(st, kind, ev_inst, r, t, arg2)
         elif kind == InstanceEvent.LIFE:  # autoscaling: r = the life of the row the event belongs to
-            lp[0]["scaler_events"] -= 1
+            if counts_as_scaler(arg2):
+                lp[0]["scaler_events"] -= 1
             on_life(st, ev_inst, r, arg2, t)
         elif kind == InstanceEvent.TIER_LINK or kind == InstanceEvent.LOAD_DONE:  # KV tiers (engine/tiers.py)
             on_tier_event(st, kind, ev_inst, r, t, arg2)

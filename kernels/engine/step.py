@@ -29,10 +29,10 @@ from ..latency.steptime import (blackbox_step_us, output_token_delay_us, rooflin
 from ..policies.priority import update_wait_queue_priorities
 from ..policies.scheduler import reorder_wait_queue
 from ..policies.victim import choose_victim
-from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, LifeState, PhaseEnd, PolicySlot, PriorityKind,
+from ..schema import (ALL_NAMED, BlockReason, InstanceEvent, LatencyKind, LifeState, LifeStep, PhaseEnd, PolicySlot, PriorityKind,
                       RequestState, SchedulerKind, Status)
 from ..structs.dlist import dl_pop_front, dl_push_front
-from .autoscale import maybe_terminate, warm_step_us
+from .autoscale import push_life, warm_step_us
 from .calendar import calendar_clear, calendar_insert, calendar_take_due, steps_to_next_event
 from .events import event_priority, push_event
 from .disaggregation import pd_retry_waiting
@@ -648,5 +648,5 @@ def on_step(st, i, t):
         inst[i]["step_pending"] = 1
     elif tiered and st.pd_inst[i]["xq_len"] > 0:
         wake_for_writes(st, i, end)  # P/D transfers wait here for blocks that stores still pin
-    elif autoscaled:
-        maybe_terminate(st, i, end)  # a draining instance whose last step this was (at its end)
+    elif autoscaled and st.life[i]["state"] == LifeState.DRAINING:
+        push_life(st, i, end, LifeStep.STEPS_DONE)  # its last step: terminated when it ends

@@ -47,10 +47,12 @@ def log_room(st, i):
 @helper
 def scale_log_room(st):
     """True if the autoscaler's logs can take any one event (a tick's row; the lifecycle
-    changes of a pool's every instance and one more)."""
+    changes of a pool's every instance and one more) -- and, when tracing, the routing log
+    one more decision: a request a draining instance sends back is routed again."""
     lp = st.loop
     return (lp[0]["life_records"] + st.inst.shape[0] + 2 <= st.life_log.shape[0]
-            and lp[0]["scale_records"] + 1 <= st.scale_log.shape[0])
+            and lp[0]["scale_records"] + 1 <= st.scale_log.shape[0]
+            and (not tracing(st) or lp[0]["route_records"] + 1 <= st.route_log.shape[0]))
 
 
 @helper

@@ -383,6 +383,7 @@ class _LifeStep(NamedTuple):
     WARM_END: int = 2  # a warm-up counted in seconds ends
     EVICT: int = 3  # drain immediate: the step in progress has ended; its requests go back to routing
     DRAIN_TIMEOUT: int = 4  # drain wait's timeout: the requests left go back to routing (running ones finish)
+    STEPS_DONE: int = 5  # a draining instance's last step has ended: terminated if nothing is left
 
 
 class _ScaleReason(NamedTuple):
@@ -403,7 +404,7 @@ LifeStep = _LifeStep()
 ScaleReason = _ScaleReason()
 LIFE_STATE_NAMES = ("off", "provisioning", "loading", "warming", "active", "draining", "terminated")
 SCALE_REASON_NAMES = ("hold", "up", "down", "up_held", "down_held", "at_max", "at_min")
-MAX_WINDOW_TICKS = 1024  # ticks a stabilization window may span (the window / interval, + 1)
+MAX_WINDOW_TICKS = 4096  # ticks a stabilization window or a metrics delay may span (the window / interval, + 1)
 TTFT_WINDOW = 1024  # TTFT samples a pool keeps for its ttft_p90_ms signal (the latest of the window)
 Signal = _Signal()
 AutoscaleParam = _AutoscaleParam()

@@ -167,7 +167,10 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("irr_log", IRR_DT, ("irr_rows",), ZEROS, "logs", "one row per irregular output token",
           Growth("irregular_records", _PER_STEP_SLOTS, TraceLevel.NONE,
                  "the inter-token log ({used} records so far, growing to {rows})", _SMALLER)),
-    Field("route_log", ROUTE_DT, ("decision_rows",), ZEROS, "decision trace", "one row per routing decision"),
+    Field("route_log", ROUTE_DT, ("decision_rows",), ZEROS, "decision trace", "one row per routing decision",
+          Growth("route_records", "1", TraceLevel.DECISIONS,  # (only an autoscaler routes a request twice)
+                 "the routing log ({used} decisions so far, growing to {rows})",
+                 "set a simulation.horizon or trace fewer decisions", True)),
     Field("admit_log", ADMIT_DT, ("decision_rows",), ZEROS, "decision trace", "one row per admission decision"),
     Field("preempt_log", PREEMPT_DT, ("preempt_rows",), ZEROS, "decision trace", "one row per preemption",
           Growth("preempt_records", _PER_STEP_SLOTS, TraceLevel.DECISIONS,

@@ -3,8 +3,8 @@ blis_fast.config.policy and blis_fast.policy.compile): the flags, the run config
 ``autoscale`` section, a deployments: entry's and a pool's ``min_instances`` /
 ``max_instances`` / ``autoscale:`` keys, the bundle's ``autoscale:`` section, the resolved
 settings in µs with the compiled AUTOSCALE row, the config echo, and every rule's one-line
-error naming the field (flag, YAML path or keyword).  Until issue 24's kernel part lands, a
-run with an autoscaler is refused ("not yet")."""
+error naming the field (flag, YAML path or keyword).  What the autoscaler does in a run is
+tests/run/test_autoscale_engine.py's."""
 
 from __future__ import annotations
 
@@ -212,11 +212,11 @@ def test_the_config_echo_round_trips():
 
 def test_pd_pools_scale_separately():
     cfg = build_config({"policy": {"autoscaler": "threshold"}, "deployments": [entry(
-        prefill={"instances": 1, "max_instances": 3, "autoscale": {"drain": "redirect"}},
+        prefill={"instances": 1, "max_instances": 3, "autoscale": {"scale_down": "newest"}},
         decode={"instances": 2, "min_instances": 1, "max_instances": 4, "hardware": "A100"})]})
     prefill, decode = resolve(cfg).pools
     assert (prefill.autoscale.min_instances, prefill.autoscale.max_instances) == (1, 3)
-    assert prefill.autoscale.drain == S.DrainMode.REDIRECT and prefill.autoscale.cost_per_gpu_hour == 4.0
+    assert prefill.autoscale.scale_down == S.ScaleDownPick.NEWEST and prefill.autoscale.cost_per_gpu_hour == 4.0
     assert (decode.autoscale.min_instances, decode.autoscale.max_instances, decode.autoscale.initial) == (1, 4, 2)
     assert decode.autoscale.cost_per_gpu_hour == 2.5  # (the pool's own GPU)
     assert instance_rows(cfg.deployment_list()[0]) == 7  # (each pool's max_instances)
@@ -225,6 +225,14 @@ def test_pd_pools_scale_separately():
     one = build_config({"policy": {"autoscaler": "threshold"}, "deployments": [entry(
         prefill={"instances": 1}, decode={"instances": 2, "max_instances": 4})]})
     assert [p.autoscale is None for p in resolve(one).pools] == [True, False]
+
+
+@pytest.mark.parametrize("pool", [{"drain": "redirect"}, {"drain": "immediate"}, {"drain_timeout_s": 5}])
+def test_a_pd_pool_drains_only_by_waiting(pool):
+    cfg = build_config({"policy": {"autoscaler": "threshold"}, "deployments": [entry(
+        prefill={"instances": 1, "max_instances": 3, "autoscale": pool}, decode={"instances": 2})]})
+    with pytest.raises(ConfigError, match=r"deployments\[0\]\.prefill\.autoscale\.drain: .*must be wait"):
+        resolve(cfg)
 
 
 def test_the_adapters_search_the_autoscale_section():
@@ -250,11 +258,12 @@ def test_a_later_layer_switching_the_autoscaler_drops_the_files_parameters():
     assert same_layer.value.field == "policy.autoscale_up"
 
 
-def test_an_autoscale_candidate_is_a_clean_failed_row_not_a_crash():
-    scenario = [{"name": "small", "seed": 1, "config": {"num_requests": 20, "rate": 10}}]
+def test_an_autoscale_candidate_is_evaluated():
+    scenario = [{"name": "small", "seed": 1, "config": {"num_requests": 20, "rate": 10, "max_instances": 3,
+                                                          "policy": {"autoscaler": "threshold"}}}]
     fs = FitnessSet(scenario, objectives="ttft_p99_ms:min", workers=1)
     (row,) = fs.run({"autoscale": "policy: target"})
-    assert row.status != "ok" and "not yet" in row.message
+    assert row.status == "ok", row.message
     (plain,) = fs.run({"routing": "type: least-loaded"})
     assert plain.status == "ok"
 
@@ -307,8 +316,7 @@ CLI_REFUSALS = [
     (["--autoscaler", "threshold", "--max-instances", "3", "--cost-per-gpu-hour", "-2"], "--cost-per-gpu-hour",
      "[0, 1e+06]"),
     (["--autoscaler", "threshold", "--max-instances", "3", "--scale-down", "random"], "--scale-down", "least-loaded"),
-    (["--autoscaler", "threshold", "--max-instances", "3"], "autoscaler", "not yet"),
-    (["--autoscaler", "oscillator", "--min-instances", "1", "--num-instances", "2"], "autoscaler", "not yet"),
+    (["--autoscaler", "threshold", "--max-instances", "3", "--kv-cpu-blocks", "100"], "kv_tiers", "autoscaler"),
 ]
 
 
@@ -328,7 +336,8 @@ API_REFUSALS = [
     (dict(autoscaler="threshold", max_instances=3, loading_delay_s=-5), "loading_delay_s", "[0, 1e+07]"),
     (dict(num_instances=2, min_instances=1), "min_instances", "--autoscaler"),
     (dict(autoscaler="target", autoscale_kv_up=0.5, max_instances=3), "autoscale_kv_up", "saturation"),
-    (dict(autoscaler="threshold", max_instances=3), "autoscaler", "not yet"),
+    (dict(autoscaler="threshold", max_instances=3, autoscale_interval_s=0.01), "autoscale.stabilization_down_s",
+     "4095 ticks"),
 ]
 
 
@@ -397,8 +406,8 @@ def test_a_workload_is_not_built_for_a_run_that_is_refused(monkeypatch):
         raise AssertionError("the workload was built")
 
     monkeypatch.setattr(api, "build_workload", fail)
-    with pytest.raises(ConfigError, match="not yet"):
-        simulate(num_requests=5, autoscaler="threshold", max_instances=3)
+    with pytest.raises(ConfigError, match="kv_tiers"):
+        simulate(num_requests=5, autoscaler="threshold", max_instances=3, kv_cpu_blocks=100)
 
 
 def test_a_bundle_without_a_pool_to_scale_is_refused_naming_the_bundle():

@@ -28,6 +28,7 @@ from blis_fast_kernels.engine.events import push_event as _push_event
 from blis_fast_kernels.engine.events import push_event_with as _push_event_with
 from blis_fast_kernels.engine.phases import end_phase as _end_phase
 from blis_fast_kernels.engine.trace import log_room as _log_room
+from blis_fast_kernels.engine.trace import scale_log_room as _scale_log_room
 from blis_fast_kernels.kv import cache as _kv
 from blis_fast_kernels.latency import steptime as _lat
 from blis_fast_kernels.policies import prefix_index as _pi
@@ -213,6 +214,11 @@ def push_event(st, t, priority, request):
 @entry
 def log_room(st, i):
     return _log_room(st, i)
+
+
+@entry
+def scale_log_room(st):
+    return _scale_log_room(st)
 
 
 @entry

@@ -80,7 +80,7 @@ def test_grow_logs_grows_the_declared_logs_and_the_kernel_agrees(level):
     st = build_state(setup_of(num_instances=2, max_num_seqs=8, block_size_in_tokens=16), wl, trace_level=level)
     empty = {f.name: np.zeros(0, f.dtype) for f in STATE_FIELDS if f.growth is not None}
     grown = grow_logs(st._replace(**empty))
-    written = [f for f in STATE_FIELDS if f.growth is not None and level >= f.growth.level]
+    written = [f for f in STATE_FIELDS if f.growth is not None and level >= f.growth.level and not f.growth.autoscaled]
     assert {f.name for f in written} >= {"step_log", "irr_log"}
     for f in STATE_FIELDS:
         if f.growth is None:
@@ -92,6 +92,27 @@ def test_grow_logs_grows_the_declared_logs_and_the_kernel_agrees(level):
         room = log_room(f.growth, 8)
         grown.loop[0][f.growth.counter] = len(getattr(grown, f.name)) - room + 1
         assert not E.log_room(grown, 0), f.name
+        grown.loop[0][f.growth.counter] = 0
+
+
+@pytest.mark.parametrize("level", [TraceLevel.NONE, TraceLevel.DECISIONS])
+def test_an_autoscaled_run_grows_its_own_logs_and_the_kernel_agrees(level):
+    """With an autoscaler, grow_logs also makes room in the logs declared for it (the
+    lifecycle and tick logs, and when tracing the routing log: a request can be routed
+    twice), and the loop's scale_log_room asks for the same room before every event."""
+    from blis_fast.run import build_state
+
+    wl = lengths_workload([0] * 4, [30] * 4, [3] * 4)
+    setup = setup_of(num_instances=1, max_instances=3, autoscaler="threshold", max_num_seqs=8)
+    st = build_state(setup, wl, trace_level=level)
+    own = [f for f in STATE_FIELDS if f.growth is not None and f.growth.autoscaled and level >= f.growth.level]
+    assert {f.name for f in own} == {"life_log", "scale_log"} | ({"route_log"} if level else set())
+    grown = grow_logs(st._replace(**{f.name: np.zeros(0, f.dtype) for f in own}))
+    assert E.scale_log_room(grown)
+    for f in own:
+        assert len(getattr(grown, f.name)) >= log_room(f.growth, 8, 3), f.name
+        grown.loop[0][f.growth.counter] = len(getattr(grown, f.name)) - log_room(f.growth, 8, 3) + 1
+        assert not E.scale_log_room(grown), f.name
         grown.loop[0][f.growth.counter] = 0
 
 
