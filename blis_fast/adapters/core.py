@@ -121,7 +121,7 @@ def feedback_text(ev, ps: PreparedScenario) -> str:
 
 
 def describe_scenario(ps: PreparedScenario) -> str:
-    """One line: instances, model, workload, SLO targets."""
+    """One line: instances (and the autoscaled bounds), model, workload, SLO targets."""
     cfg = ps.setup.config
     d = ps.workload.description or {}
     kind = d.get("kind", "workload")
@@ -131,6 +131,11 @@ def describe_scenario(ps: PreparedScenario) -> str:
     wl += ")"
     slo = "; ".join(f"{name}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in (t or {}).items() if v is not None)
                     for name, t in (ps.workload.slo_targets or {}).items())
-    return (f"{cfg.deployment.num_instances} instances of {cfg.model} on {cfg.hardware}, {wl}"
+    # the bounds of autoscaled deployments: what the candidate's autoscale section works within
+    deployments = cfg.deployment_list()
+    bounds = [f"{d.autoscale.min_instances}-{d.autoscale.max_instances}"
+              + (f" ({d.name})" if len(deployments) > 1 else "") for d in deployments if d.autoscale is not None]
+    scaled = f" (autoscaled within {', '.join(bounds)} instances)" if bounds else ""
+    return (f"{cfg.deployment.num_instances} instances{scaled} of {cfg.model} on {cfg.hardware}, {wl}"
             + (f"; SLO targets {slo}" if slo else "") + ".")
 

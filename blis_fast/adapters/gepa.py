@@ -51,8 +51,12 @@ Allowed values: admission: always-admit | token-bucket (params capacity, refill_
 least-loaded | weighted (params scorers: queue-depth, kv-utilization, load-balance, prefix-affinity, each a \
 positive weight) | prefix-affinity; priority: constant | slo-based | inverted-slo (params slo_class_weights: a \
 list of numbers); scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort (params priority, arrival, \
-prompt_len, output_len); preemption: victim last | lowest-priority. A misspelled name or a non-finite number \
-scores 0.
+prompt_len, output_len); preemption: victim last | lowest-priority. \
+For scenarios with autoscaled pools, autoscale: policy none | threshold (params signal, up, down: scale out \
+when the signal exceeds up, in when it falls below down; for slo_attainment out below up, in above down) | \
+target (params signal, target: desired = ceil(current x signal / target)) | saturation (params kv_up, kv_down) | \
+oscillator (params period_ticks); signal one of kv_utilization (0..1), waiting, in_flight, arrival_rate (each \
+per serving instance), ttft_p90_ms, slo_attainment. A misspelled name or a non-finite number scores 0.
 
 How the current component did on each scenario (objectives, targets, misses and the run's main problems):
 ```

@@ -45,7 +45,10 @@ PROGRAM_YAML = """\
 # {scorers: queue-depth, kv-utilization, load-balance, prefix-affinity} | prefix-affinity),
 # priority (constant | slo-based | inverted-slo {slo_class_weights}), scheduler (fcfs |
 # priority-fcfs | sjf | sort {priority, arrival, prompt_len, output_len}), preemption
-# {victim: last | lowest-priority}.
+# {victim: last | lowest-priority}, and for scenarios with autoscaled pools autoscale
+# (policy: threshold {signal, up, down} | target {signal, target} | saturation {kv_up,
+# kv_down}; signal: kv_utilization | waiting | in_flight | arrival_rate | ttft_p90_ms |
+# slo_attainment).
 # EVOLVE-BLOCK-START
 routing:
   type: weighted

@@ -14,7 +14,7 @@ from blis_fast.cli.app import Quiet, Verbose, app, number_option
 @app.command()
 def bench(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON instead of a table")] = False,
-    scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k, 100k-weighted, 100k-decisions, 100k-full, 100k-ref, 100k-pd, 100k-chat, 100k-tiers (KV tiers, 100k-chat their twin without; not in the default: minutes), batch-10k (64 candidates x 10k, serial and on all cores), batch-100k (64 x 100k, all cores; not in the default) (default: all but batch-100k, 100k-chat and 100k-tiers)")] = None,
+    scenarios: Annotated[Optional[str], typer.Option("--scenarios", help="comma-separated subset: 1k, 10k, 100k, 100k-weighted, 100k-decisions, 100k-full, 100k-ref, 100k-pd, 100k-chat, 100k-tiers (KV tiers, 100k-chat their twin without; not in the default: minutes), 100k-diurnal-autoscale (the autoscaling study's day, 100k-diurnal its twin on a fixed fleet; not in the default), batch-10k (64 candidates x 10k, serial and on all cores), batch-100k (64 x 100k, all cores; not in the default) (default: all but batch-100k, 100k-chat, 100k-tiers and the diurnal pair)")] = None,
     repeats: Annotated[Optional[str], number_option("--repeats", help="timed repetitions per scenario, 1 to 1000 "
                                                                      "(best is reported; default 3)")] = None,
     startup: Annotated[bool, typer.Option("--startup/--no-startup", help="also measure cold compile and cached start-up in fresh processes")] = True,

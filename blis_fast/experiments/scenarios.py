@@ -40,6 +40,21 @@ CALIBRATION_BURST = 10_000
 LONG_CHAT = {"workload_spec": str(configs_dir() / "examples" / "kv-tiers" / "long-chat.yaml")}
 SPEC_REPLACES = ("workload", "prefix_tokens")  # (BASE keys a workload spec replaces)
 
+# The autoscaling scenarios' day (docs/autoscaling-study.md): the compressed day of
+# configs/examples/autoscaling/diurnal-day.yaml at 1.85 times its rate (peak 55.5 req/s;
+# its first 100K requests: the night, the ramp, the peak and the evening fall, without the
+# last minutes of night) on diurnal.yaml's deployment, llama-3.1-70b on H100 with TP4.
+DIURNAL_DAY = {"workload_spec": str(configs_dir() / "examples" / "autoscaling" / "diurnal-day.yaml"),
+               "model": "meta-llama/llama-3.1-70b-instruct", "hardware": "H100", "tp": 4, "num_requests": 100_000,
+               "rate_scale": 1.85, "routing_policy": "least-loaded"}
+# diurnal.yaml's autoscaler and delays, with room for the larger peak (at most 12 instances)
+DIURNAL_AUTOSCALER = {"num_instances": 2, "min_instances": 1, "max_instances": 12, "autoscaler": "threshold",
+                      "autoscale_signal": "in_flight", "autoscale_up": 40, "autoscale_down": 15,
+                      "autoscale_interval_s": 15, "autoscale_metrics_delay_s": 15,
+                      "provisioning_delay_s": {"mean": 60, "std": 15}, "loading_delay_s": 90,
+                      "instance_warmup_factor": 1.5, "instance_warmup_curve": "linear", "instance_warmup_requests": 50,
+                      "stabilization_down_s": 60}
+
 # name -> overrides on top of BASE (flat setting names as on the CLI).  Add a key (e.g. a
 # routing policy) to one row to benchmark it; rate = round(TARGET_LOAD x
 # SATURATION_RPS_PER_INSTANCE x num_instances, 1).
@@ -80,16 +95,21 @@ SCENARIOS: dict[str, dict] = {
                   "total_kv_blocks": 4000, "routing_policy": "weighted"},
     "100k-tiers": {**LONG_CHAT, "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0,
                    "total_kv_blocks": 4000, "routing_policy": "weighted", "kv_cpu_blocks": 20_000},
+    # autoscaling: the day on a fleet sized for its peak (12 instances all day), and the same
+    # day with the threshold autoscaler between 1 and 12 instances (lifecycle events, ticks)
+    "100k-diurnal": {**DIURNAL_DAY, "num_instances": 12},
+    "100k-diurnal-autoscale": {**DIURNAL_DAY, **DIURNAL_AUTOSCALER},
 }
 # scenarios run only when named (--scenarios): each run of the long-chat pair simulates
 # 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
-# kernel on the development machine), minutes of a default `blis-fast bench`
-NOT_DEFAULT = {"100k-chat", "100k-tiers"}
+# kernel on the development machine), minutes of a default `blis-fast bench`; the diurnal
+# pair is a study of its own (docs/autoscaling-study.md), named when wanted
+NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
 # scenarios whose rate is given (or set by their workload spec), not derived from the calibration
-FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers"}
+FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
 BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
-             "100k-tiers": "100k-chat"}
+             "100k-tiers": "100k-chat", "100k-diurnal-autoscale": "100k-diurnal"}
 
 
 def scenario_overrides(name: str) -> dict:

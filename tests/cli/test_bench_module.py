@@ -129,12 +129,39 @@ def test_spec_scenarios_report_the_specs_offered_rate(monkeypatch):
     assert tiers["metrics"]["prefix_cache_hit_rate"] > chat["metrics"]["prefix_cache_hit_rate"]
 
 
+def test_diurnal_scenarios_are_twins_with_and_without_the_autoscaler(monkeypatch):
+    """100k-diurnal-autoscale is 100k-diurnal (a fleet sized for the peak: its maximum) with
+    the autoscaling study's threshold autoscaler (docs/autoscaling-study.md), on the study's
+    day; the bench reports it against 100k-diurnal.  A small copy runs: it scales (fewer
+    engine steps than the full fleet), every request completes."""
+    from blis_fast.config.sim import build_config
+
+    fixed, scaled = scenario_overrides("100k-diurnal"), scenario_overrides("100k-diurnal-autoscale")
+    assert {k: v for k, v in fixed.items() if k != "num_instances"} == {
+        k: v for k, v in scaled.items() if k in fixed and k != "num_instances"}
+    assert fixed["num_instances"] == scaled["max_instances"] == 12 and scaled["autoscaler"] == "threshold"
+    assert fixed["workload_spec"].endswith("autoscaling/diurnal-day.yaml")
+    assert BASELINES["100k-diurnal-autoscale"] == "100k-diurnal"
+    for overrides in (fixed, scaled):
+        cfg = build_config({}, overrides)
+        assert cfg.workload.num_requests == 100_000 and cfg.engine.tp == 4
+    small = {"num_requests": 3000}
+    monkeypatch.setitem(SCENARIOS, "small-diurnal", {**SCENARIOS["100k-diurnal"], **small})
+    monkeypatch.setitem(SCENARIOS, "small-diurnal-autoscale", {**SCENARIOS["100k-diurnal-autoscale"], **small})
+    monkeypatch.setitem(BASELINES, "small-diurnal-autoscale", "small-diurnal")
+    report = run_bench(scenarios=["small-diurnal", "small-diurnal-autoscale"], repeats=1, startup=False)
+    fixed_run, scaled_run = report["scenarios"]
+    assert fixed_run["metrics"]["completed_requests"] == scaled_run["metrics"]["completed_requests"] == 3000
+    assert scaled_run["steps"] < fixed_run["steps"]
+    assert scaled_run["relative_to"]["scenario"] == "small-diurnal"
+
+
 def test_default_run_leaves_out_the_long_chat_pair(monkeypatch):
     """`blis-fast bench` without --scenarios runs every scenario but NOT_DEFAULT's (minutes)."""
     monkeypatch.setattr(bench, "bench_scenario", lambda name, repeats: {"name": name, "kernel_best_s": 1.0})
     monkeypatch.setattr(bench, "bench_batch", lambda name, *args: {"name": name})
     report = run_bench(repeats=1, startup=False)
-    assert NOT_DEFAULT == {"100k-chat", "100k-tiers"}
+    assert NOT_DEFAULT == {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
     assert [r["name"] for r in report["scenarios"]] == [n for n in SCENARIOS if n not in NOT_DEFAULT]
     assert [r["name"] for r in report["batch"]] == ["batch-10k"]
 
