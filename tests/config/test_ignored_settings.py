@@ -315,11 +315,10 @@ def check_cell(setting: str, source: str, files) -> str:
     return "changed"
 
 
-def test_autoscale_settings_are_refused_without_and_not_yet_with_an_autoscaler():
+def test_autoscale_settings_are_refused_without_an_autoscaler():
     """Alone (no autoscaler), each autoscaling setting is refused naming it: with the remedy
     --autoscaler (the autoscaler alone: --max-instances, it has no pool to scale), or by a
-    warm-up key's own rule (a factor without a length, a length without a factor); with an
-    autoscaler and bounds to scale in, the run is refused until the kernel part lands."""
+    warm-up key's own rule (a factor without a length, a length without a factor)."""
     for setting, (value, companions) in AUTOSCALE_SETTINGS.items():
         with pytest.raises(ConfigError) as alone:
             blis_fast.simulate(**BASE, num_requests=5, **{setting: value})
@@ -327,10 +326,73 @@ def test_autoscale_settings_are_refused_without_and_not_yet_with_an_autoscaler()
         remedy = "--max-instances" if setting == "autoscaler" else "--autoscaler"  # (an autoscaler alone: no pool)
         warmup = ("has no effect with factor 1", "the warm-up has no length")  # (a warm-up key's own rule first)
         assert any(words in alone.value.message for words in (remedy, *warmup)), alone.value
-        with_one = {**BASE, "num_requests": 5, "max_instances": 4, **companions, setting: value}
-        with pytest.raises(ConfigError) as not_yet:
-            blis_fast.simulate(**with_one)
-        assert not_yet.value.field == "autoscaler" and "not yet" in not_yet.value.message, (setting, not_yet.value)
+
+
+# With an autoscaler, each setting changes the run: a 70B pool of 2-5 TP4 instances through a
+# two-minute day (ramp, peak, fall) that makes it scale up and down, draining busy instances.
+# Each setting's companions (None: left out) set the autoscaler it belongs to.
+SCALING_DAY = """seed: 5
+rate: 40
+duration_s: 120
+load_profile:
+  type: piecewise
+  segments:
+    - {duration_s: 20, multiplier: 0.2}
+    - {duration_s: 30, from: 0.2, to: 1.0}
+    - {duration_s: 30, multiplier: 1.0}
+    - {duration_s: 20, from: 1.0, to: 0.1}
+    - {duration_s: 20, multiplier: 0.1}
+slo_classes:
+  interactive: {ttft_ms: 500}
+clients:
+  - name: chat
+    rate_fraction: 1.0
+    slo_class: interactive
+    prompt_tokens: {type: lognormal, p50: 600, p90: 2000, max: 8000}
+    output_tokens: {type: lognormal, p50: 250, p90: 800, max: 4000}
+"""
+SCALING = dict(num_instances=2, model="meta-llama/llama-3.1-70b-instruct", tp=4,
+               max_num_seqs=32, autoscaler="threshold", autoscale_signal="in_flight", autoscale_up=20, autoscale_down=8,
+               autoscale_interval_s=2, autoscale_metrics_delay_s=1, provisioning_delay_s=3, loading_delay_s=4,
+               stabilization_down_s=6, max_instances=5, min_instances=1)
+CHANGES = {
+    "min_instances": (2, {}),
+    "max_instances": (3, {}),
+    "autoscaler": ("saturation", {"autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_signal": ("waiting", {"autoscale_up": 5, "autoscale_down": 1}),
+    "autoscale_up": (25, {}),
+    "autoscale_down": (4, {}),
+    "autoscale_target": (10, {"autoscaler": "target", "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_kv_up": (0.5, {"autoscaler": "saturation", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_kv_down": (0.1, {"autoscaler": "saturation", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_period_ticks": (3, {"autoscaler": "oscillator", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_interval_s": (3, {}),
+    "autoscale_metrics_delay_s": (3, {}),
+    "provisioning_delay_s": (8, {}),
+    "loading_delay_s": ("mean:4,std:2", {}),
+    "instance_warmup_factor": (3, {"instance_warmup_factor": 2, "instance_warmup_requests": 10}),
+    "instance_warmup_curve": ("linear", {"instance_warmup_factor": 2, "instance_warmup_requests": 10}),
+    "instance_warmup_requests": (40, {"instance_warmup_factor": 2, "instance_warmup_requests": 10}),
+    "instance_warmup_seconds": (10, {"instance_warmup_factor": 2, "instance_warmup_seconds": 30}),
+    "stabilization_up_s": (4, {}),
+    "stabilization_down_s": (20, {}),
+    "autoscale_max_change": (1, {"autoscaler": "target", "autoscale_target": 5, "autoscale_up": None, "autoscale_down": None}),
+    "drain": ("immediate", {}),
+    "drain_timeout_s": (1, {}),
+    "scale_down": ("oldest", {}),
+    "cost_per_gpu_hour": (3.0, {}),
+}
+
+
+def test_every_autoscale_setting_changes_an_autoscaled_run(tmp_path):
+    assert set(CHANGES) == set(AUTOSCALE_SETTINGS)
+    spec = tmp_path / "day.yaml"
+    spec.write_text(SCALING_DAY)
+    for setting, (value, companions) in CHANGES.items():
+        base = {k: v for k, v in {**SCALING, **companions, "workload_spec": str(spec)}.items() if v is not None}
+        kind, before = outcome(base)
+        assert kind == "ok", (setting, before)
+        assert outcome({**base, setting: value}) != (kind, before), f"{setting}={value!r} changed nothing"
 
 
 WORKLOAD_SETTINGS = [s for s in EFFECTS if FLAG_PATHS[s].startswith("workload.") or s == "seed"]
