@@ -40,7 +40,7 @@ CALIBRATION_BURST = 10_000
 LONG_CHAT = {"workload_spec": str(configs_dir() / "examples" / "kv-tiers" / "long-chat.yaml")}
 SPEC_REPLACES = ("workload", "prefix_tokens")  # (BASE keys a workload spec replaces)
 
-# The autoscaling scenarios' day (docs/autoscaling-study.md): the compressed day of
+# The autoscaling scenarios' day (docs/autoscaling.md): the compressed day of
 # configs/examples/autoscaling/diurnal-day.yaml at 1.85 times its rate (peak 55.5 req/s;
 # its first 100K requests: the night, the ramp, the peak and the evening fall, without the
 # last minutes of night) on diurnal.yaml's deployment, llama-3.1-70b on H100 with TP4.
@@ -103,7 +103,7 @@ SCENARIOS: dict[str, dict] = {
 # scenarios run only when named (--scenarios): each run of the long-chat pair simulates
 # 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
 # kernel on the development machine), minutes of a default `blis-fast bench`; the diurnal
-# pair is a study of its own (docs/autoscaling-study.md), named when wanted
+# pair is a study of its own (docs/autoscaling.md), named when wanted
 NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
 # scenarios whose rate is given (or set by their workload spec), not derived from the calibration
 FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}

@@ -1,4 +1,4 @@
-"""Results of a run with an autoscaler (docs/autoscaling-results.md; kernels/engine/autoscale.py):
+"""Results of a run with an autoscaler (docs/autoscaling.md; kernels/engine/autoscale.py):
 what each pool held and cost, what its autoscaler decided, and when it scaled badly.
 
 Everything is derived from the kernel's two logs and the pools' counters (State):

@@ -41,7 +41,7 @@ A run with an autoscaler adds a ``scale`` record per autoscaler tick (every tick
 too), after the other records of its time: ``time_us`` and ``reason`` (the tick's: hold,
 up, down, up_held, down_held, at_max, at_min) set, the request's columns null, and the
 columns ``pool``, ``from_instances``, ``to_instances``, ``wish``, ``ready``, ``signal``,
-``act_time_us`` (null on the other records; docs/autoscaling-results.md "Scale events and
+``act_time_us`` (null on the other records; docs/autoscaling.md "Scale events and
 ticks tables").
 
 Added at ``trace_level full`` (kernels/schema/tables.py SCHED_DT; the scans behind a

@@ -1,4 +1,4 @@
-"""The adapters on an autoscaled scenario (docs/autoscaling-study.md): a candidate's
+"""The adapters on an autoscaled scenario (docs/autoscaling.md): a candidate's
 ``autoscale`` component (docs/policies.md "Autoscaling") changes its runs like any other
 policy section; a bad one is an invalid candidate naming the key, not a crash; GEPA's
 evaluate and OpenEvolve's evaluator score an autoscale section and their feedback names

@@ -1,4 +1,4 @@
-"""Evolving autoscaler settings (docs/autoscaling-study.md): the shipped candidate set
+"""Evolving autoscaler settings (docs/autoscaling.md): the shipped candidate set
 (configs/evaluate/candidates/autoscale/, bundles with an ``autoscale:`` section) on the
 shipped autoscaling scenarios (configs/evaluate/autoscale-scenarios.yaml).  Batch
 evaluation -- with cohorts and without -- gives every candidate the same row, which is

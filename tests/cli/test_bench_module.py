@@ -131,7 +131,7 @@ def test_spec_scenarios_report_the_specs_offered_rate(monkeypatch):
 
 def test_diurnal_scenarios_are_twins_with_and_without_the_autoscaler(monkeypatch):
     """100k-diurnal-autoscale is 100k-diurnal (a fleet sized for the peak: its maximum) with
-    the autoscaling study's threshold autoscaler (docs/autoscaling-study.md), on the study's
+    the autoscaling study's threshold autoscaler (docs/autoscaling.md), on the study's
     day; the bench reports it against 100k-diurnal.  A small copy runs: it scales (fewer
     engine steps than the full fleet), every request completes."""
     from blis_fast.config.sim import build_config

@@ -1,4 +1,4 @@
-"""Results of a run with an autoscaler (blis_fast.results.autoscale, docs/autoscaling-results.md):
+"""Results of a run with an autoscaler (blis_fast.results.autoscale, docs/autoscaling.md):
 billing from the lifecycle log computed here by hand, the summary's ``autoscale`` group (only
 with an autoscaler), the oscillation anomaly, the ``gpu_hours`` / ``cost`` objectives, the
 time series' lifecycle columns, the scale events / ticks tables and the scaling-lag line of

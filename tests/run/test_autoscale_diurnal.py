@@ -1,4 +1,4 @@
-"""The autoscaling examples (configs/examples/autoscaling/, docs/autoscaling-study.md), read
+"""The autoscaling examples (configs/examples/autoscaling/, docs/autoscaling.md), read
 from the kernel's lifecycle and tick logs: the diurnal example scales up on the morning
 ramp and down after the peak, within its bounds at every lifecycle change, the same
 bytes every run; the oscillator flaps up and down on every tick; the study script's
@@ -127,12 +127,12 @@ def test_gpu_hours_of_the_study_script(diurnal, study):
 
 
 def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path, study):
-    """Every command of docs/autoscaling-study.md but the evaluation and the bench runs as
+    """Every command of docs/autoscaling.md but the evaluation and the bench runs as
     written, made small (the day's first 300 requests), its files in a temporary directory.
     (The evaluation's rows are checked in tests/batch/test_autoscale_candidates.py, the
     bench's scenarios in tests/cli/test_bench_module.py.)"""
     pytest.importorskip("matplotlib")
-    commands = doc_commands("autoscaling-study.md")
+    commands = doc_commands("autoscaling.md")
     script = "configs/examples/autoscaling/study.py"
     assert [c[:3] for c in commands] == [
         ["blis-fast", "run", "--config"], ["python", script, "timeline"], ["blis-fast", "run", "--config"],

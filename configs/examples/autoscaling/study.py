@@ -1,4 +1,4 @@
-"""The autoscaling study of docs/autoscaling-study.md: diurnal.yaml on the compressed day of
+"""The autoscaling study of docs/autoscaling.md: diurnal.yaml on the compressed day of
 diurnal-day.yaml, and a sweep of the threshold autoscaler's settings beside static fleets.
 
 It reads what the kernel records -- the lifecycle log (one row per instance entering a
@@ -7,10 +7,10 @@ changes and, with ``--plot``, draws the instance counts over the day.  ``sweep``
 (up, down) pair of ``THRESHOLDS`` on in-flight requests per instance, and fleets of 1 to 8
 instances without an autoscaler (``STATIC_FLEETS``); for each it prints a Markdown row --
 GPU-hours, SLO attainment, TTFT p99, the largest pool and the scale-ups -- and, with
-``--plot``, draws SLO attainment and TTFT p99 against GPU-hours.  GPU-hours are computed
-here from the lifecycle log (an instance holds its GPUs from the start of its
+``--plot``, draws SLO attainment and TTFT p99 against GPU-hours -- the results' billing
+(blis_fast.results.autoscale: an instance holds its GPUs from the start of its
 provisioning, or from 0 for the initial ones, until it is terminated or the run ends,
-times its TP).  Run from the repository root:
+times its TP; a fixed fleet is billed the same way).  Run from the repository root:
 
     python configs/examples/autoscaling/study.py timeline --plot autoscaling-diurnal.png
     python configs/examples/autoscaling/study.py sweep --plot autoscaling-sweep.png
@@ -28,6 +28,7 @@ import numpy as np
 import blis_fast
 from blis_fast.config.validate import MAX_REQUESTS, as_int
 from blis_fast.errors import ConfigError
+from blis_fast.results.autoscale import billing
 from blis_fast.studies.plots import check_plot_path, save
 from blis_fast.studies.runs import check_jobs
 from blis_fast_kernels.schema.enums import LIFE_STATE_NAMES
@@ -78,17 +79,10 @@ def instance_timeline(result) -> tuple[np.ndarray, np.ndarray]:
     return np.array(times), np.array(counts)
 
 
-def gpus_per_instance(result) -> int:
-    """TP of the run's one deployment (the study has one)."""
-    (dep,) = result.setup.config.deployment_list()
-    return int(dep.engine.tp)
-
-
 def gpu_hours(result) -> float:
-    """GPU-hours held: instance-seconds in a held state (module docstring) x TP / 3600."""
-    times, counts = instance_timeline(result)
-    held = counts[:, HELD].sum(axis=1)
-    return float(np.sum(held[:-1] * np.diff(times))) * gpus_per_instance(result) / 3600.0
+    """GPU-hours held (the results' billing, docs/autoscaling.md "Billing"; a fixed fleet is
+    billed too)."""
+    return billing(result)[0]
 
 
 def run_diurnal(num_requests: int | None = None, **settings) -> blis_fast.Result:
