@@ -119,7 +119,6 @@ def held_gpu_hours_recount(result, tp: int) -> float:
 
 def test_gpu_hours_of_the_study_script(diurnal, study):
     result = diurnal[0]
-    assert study.gpus_per_instance(result) == 4
     assert study.gpu_hours(result) == pytest.approx(held_gpu_hours_recount(result, 4), rel=1e-12)
     fleet = blis_fast.simulate(study.static_config(3), workload_spec=str(study.SPEC), num_requests=300)
     assert study.lifecycle_log(fleet).size == 0
@@ -135,7 +134,7 @@ def test_the_page_commands_run_small(capsys, monkeypatch, tmp_path, study):
     commands = doc_commands("autoscaling.md")
     script = "configs/examples/autoscaling/study.py"
     assert [c[:3] for c in commands] == [
-        ["blis-fast", "run", "--config"], ["python", script, "timeline"], ["blis-fast", "run", "--config"],
+        ["blis-fast", "run", "--num-instances"], ["blis-fast", "run", "--config"], ["python", script, "timeline"], ["blis-fast", "run", "--config"],
         ["python", script, "sweep"], ["blis-fast", "evaluate", "--policies"], ["blis-fast", "bench", "--scenarios"]]
     monkeypatch.chdir(ROOT)  # the page's paths are relative to the repository
     for k, command in enumerate(commands):
