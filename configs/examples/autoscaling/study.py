@@ -18,7 +18,6 @@ times its TP; a fixed fleet is billed the same way).  Run from the repository ro
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import blis_fast
 from blis_fast.config.validate import MAX_REQUESTS, as_int
 from blis_fast.errors import ConfigError
+from blis_fast.studies.script import OneLineParser
 from blis_fast.results.autoscale import billing
 from blis_fast.studies.plots import check_plot_path, save
 from blis_fast.studies.runs import check_jobs
@@ -194,14 +194,6 @@ def sweep_figure(sweep: dict, path: Path) -> None:
     fig.suptitle("Threshold settings vs static fleets on the compressed day (llama-3.1-70b, TP4 H100)")
     fig.tight_layout()
     save(fig, path)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as the project's one line (``error: ...``, exit code 2)."""
-
-    def error(self, message):
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def timeline_table(result) -> str:

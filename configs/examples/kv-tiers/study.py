@@ -14,7 +14,6 @@ runs once per seed and stands for every bandwidth.  Run from the repository root
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import blis_fast
 from blis_fast.config.validate import MAX_REQUESTS, as_int
 from blis_fast.errors import ConfigError
+from blis_fast.studies.script import OneLineParser
 from blis_fast.studies.plots import check_plot_path, save
 from blis_fast.studies.runs import check_jobs, check_seeds, check_simulations, seed_stats
 from blis_fast.studies.tables import interval_text
@@ -128,14 +128,6 @@ def figure(study: dict, path: Path, seeds: int) -> None:
                  + (" (95 % confidence intervals)" if seeds > 1 else ""))
     fig.tight_layout()
     save(fig, path)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as the project's one line (``error: ...``, exit code 2)."""
-
-    def error(self, message):
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:
