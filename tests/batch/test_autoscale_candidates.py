@@ -63,10 +63,12 @@ def test_batch_rows_with_and_without_cohorts_equal_each_candidates_own_run(day):
                                  policy=str(path)).evaluate(objectives)
         assert own.to_dict() == by_name[path.stem].to_dict(), path.stem
     assert all(r.status == "ok" for r in alone)
-    # the autoscaler settings decide the runs: eager meets the TTFT target, frugal does not
-    eager, frugal, balanced = by_name["eager"], by_name["frugal"], by_name["balanced"]
+    # the autoscaler settings decide the runs: eager meets the TTFT target, frugal does not;
+    # eager pays for it in GPU-hours, and the HPA-like target autoscaler does best on both
+    eager, frugal, balanced, hpa = by_name["eager"], by_name["frugal"], by_name["balanced"], by_name["hpa-target"]
     assert eager.metrics["ttft_p99_ms"] < 1000 < frugal.metrics["ttft_p99_ms"]
-    assert eager.score > balanced.score > frugal.score
+    assert eager.metrics["gpu_hours"] > balanced.metrics["gpu_hours"] > frugal.metrics["gpu_hours"]
+    assert hpa.score > balanced.score > eager.score > frugal.score
     assert len({r.policy_id for r in alone}) == len(cands)
     # the cohort split on the way (its members route differently at some point), and each
     # side still has its own row: the split copies carry the autoscaler's state
