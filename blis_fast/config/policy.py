@@ -83,11 +83,10 @@ def check_autoscaler(p) -> None:
     scales up and ``kv_up`` above ``kv_down``."""
     own = AUTOSCALER_PARAMETERS[p.autoscaler]
     for name in AUTOSCALE_FIELDS:
-        if getattr(p, name) is not None and name not in own:
-            users = [a for a, params in AUTOSCALER_PARAMETERS.items() if name in params]
-            raise ConfigError(f"policy.{name}", f"is a parameter of autoscaler {' or '.join(users)}, not of "
-                                                f"{p.autoscaler}; leave it out or choose --autoscaler "
-                                                f"{' or '.join(users)}")
+        if getattr(p, name) is not None:
+            why = foreign_parameter(name, p.autoscaler, AUTOSCALER_PARAMETERS, "autoscaler", "--autoscaler")
+            if why is not None:
+                raise ConfigError(f"policy.{name}", why)
     if p.autoscaler in ("threshold", "target"):
         signal = autoscale_value(p, "autoscale_signal")
         hi = 1.0 if signal in FRACTION_SIGNALS else MAX_SIGNAL_VALUE
@@ -112,6 +111,62 @@ def autoscale_value(p, name: str):
     """An autoscaler parameter in force: given, else its autoscaler's default."""
     value = getattr(p, name)
     return AUTOSCALER_PARAMETERS[p.autoscaler].get(name) if value is None else value
+
+
+# ----------------------------------------------------------------------------- gateway flow control
+
+FLOW_DETECTORS = {name: code for code, name in enumerate(S.FLOW_DETECTOR_NAMES)}
+DISPATCH_ORDERS = {name: code for code, name in enumerate(S.DISPATCH_ORDER_NAMES)}
+FAIRNESS_MODES = {name: code for code, name in enumerate(S.FAIRNESS_NAMES)}
+MAX_CONCURRENCY_LIMIT = 10**6  # requests in flight per instance (no instance holds more)
+MAX_QUEUE_THRESHOLD = 1e9  # waiting requests per instance
+# detector -> its parameters (PolicyConfig fields) and their defaults: the Gateway API Inference
+# Extension's (utilization: queue depth 5, KV 0.8; concurrency: 100 in flight per instance).  Every
+# detector that queues also has a dispatch order and a fairness.
+_DISPATCH_DEFAULTS = {"dispatch_order": "fifo", "gateway_fairness": "strict"}
+FLOW_CONTROL_PARAMETERS = {
+    "never": {},
+    "concurrency": {"flow_concurrency_limit": 100, **_DISPATCH_DEFAULTS},
+    "utilization": {"flow_queue_threshold": 5.0, "flow_kv_threshold": 0.8, **_DISPATCH_DEFAULTS},
+    "free-slot": dict(_DISPATCH_DEFAULTS),
+}
+FLOW_CONTROL_FIELDS = ("flow_concurrency_limit", "flow_queue_threshold", "flow_kv_threshold", "dispatch_order",
+                       "gateway_fairness")
+# the bundle's flow_control: keys -> PolicyConfig fields
+FLOW_CONTROL_BUNDLE_KEYS = {"concurrency_limit": "flow_concurrency_limit", "queue_threshold": "flow_queue_threshold",
+                            "kv_threshold": "flow_kv_threshold", "dispatch_order": "dispatch_order",
+                            "fairness": "gateway_fairness"}
+
+
+def foreign_parameter(name: str, kind: str, parameters: dict[str, dict], what: str, flag: str) -> str | None:
+    """The message refusing parameter ``name`` under policy ``kind`` when it belongs to other
+    policies of the same slot (``parameters``: policy -> its parameters), None when it is
+    ``kind``'s own."""
+    if name in parameters[kind]:
+        return None
+    users = " or ".join(k for k, own in parameters.items() if name in own)
+    return f"is a parameter of {what} {users}, not of {kind}; leave it out or choose {flag} {users}"
+
+
+def check_flow_control(p) -> None:
+    """The flow control's parameters: only its detector's own (``flow_kv_threshold`` with
+    ``concurrency`` is refused, as is any of them with ``never``)."""
+    for name in FLOW_CONTROL_FIELDS:
+        if getattr(p, name) is not None:
+            why = foreign_parameter(name, p.flow_control, FLOW_CONTROL_PARAMETERS, "flow control", "--flow-control")
+            if why is not None:
+                raise ConfigError(f"policy.{name}", why)
+    if p.dispatch_order == "priority" and p.priority == "constant":
+        raise ConfigError("policy.dispatch_order", "priority has no effect with priority constant: every request "
+                                                   "has priority 0, so the gateway releases them in arrival order; "
+                                                   "choose --priority slo-based or inverted-slo, or leave it out")
+
+
+def flow_control_value(p, name: str):
+    """A flow-control parameter in force: given, else its detector's default (None when
+    the detector has no such parameter)."""
+    value = getattr(p, name)
+    return FLOW_CONTROL_PARAMETERS[p.flow_control].get(name) if value is None else value
 
 
 # the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
@@ -197,6 +252,24 @@ class PolicyConfig:
                                                  "(default 0.4)", lo=0, hi=1)
     autoscale_period_ticks: int | None = _opt(None, "autoscaler oscillator: ticks between its changes (default 2)",
                                               lo=1, hi=MAX_PERIOD_TICKS)
+
+    flow_control: str = _opt("never", "gateway flow control: the saturation detector that holds requests in a "
+                                      "queue in front of the router: never | concurrency | utilization | free-slot "
+                                      "(late binding)", choices=FLOW_DETECTORS)
+    flow_concurrency_limit: int | None = _opt(None, "flow control concurrency: saturated when every instance has this "
+                                                    "many requests in flight (default 100)", lo=1,
+                                              hi=MAX_CONCURRENCY_LIMIT)
+    flow_queue_threshold: float | None = _opt(None, "flow control utilization: the wait-queue depth per instance that "
+                                                    "counts as full (default 5)", lo=0, lo_open=True,
+                                              hi=MAX_QUEUE_THRESHOLD)
+    flow_kv_threshold: float | None = _opt(None, "flow control utilization: the KV utilization that counts as full "
+                                                 "(default 0.8)", lo=0, lo_open=True, hi=1)
+    dispatch_order: str | None = _opt(None, "flow control: which waiting request the gateway releases first: fifo | "
+                                            "priority | deadline (earliest TTFT deadline; default fifo)",
+                                      choices=DISPATCH_ORDERS)
+    gateway_fairness: str | None = _opt(None, "flow control: dispatch among tenants: strict (one order) | "
+                                              "round-robin (tenants take turns; default strict)",
+                                        choices=FAIRNESS_MODES)
 
     def __post_init__(self) -> None:
         if self.prefill_routing is not None:
@@ -302,6 +375,7 @@ def validate_policy(p: PolicyConfig) -> None:
             as_float(w, f"policy.fitness_weights.{k}", text=False)
         validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
     check_autoscaler(p)
+    check_flow_control(p)
 
 
 # ----------------------------------------------------------------------------- name:weight lists
@@ -346,7 +420,7 @@ def parse_weights(text: str | dict, path: str) -> dict[str, float]:
 # ----------------------------------------------------------------------------- policy bundle YAML
 
 _BUNDLE_SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "fitness", "pd",
-                    "autoscale")
+                    "autoscale", "flow_control")
 
 
 def load_policy_bundle(path: str | Path, name: str = "--policy-config") -> dict[str, Any]:
@@ -433,6 +507,9 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             out["pd_threshold"] = as_int(pd["threshold"], "pd.threshold", lo=0, hi=10**9)
     if "autoscale" in data:
         out.update(autoscale_settings(data["autoscale"]))
+    if "flow_control" in data:
+        out.update(slot_settings(data["flow_control"], "flow_control", "flow_control", FLOW_CONTROL_BUNDLE_KEYS,
+                                 FLOW_CONTROL_PARAMETERS, "flow control"))
     if "priority" in data:
         pol, prm = _section(data["priority"], "priority", set())
         _only(prm, "priority", {"slo_class_weights"})
@@ -480,21 +557,29 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
 
 
 def autoscale_settings(section: Any, path: str = "autoscale") -> dict[str, Any]:
-    """A bundle's ``autoscale:`` section (``{policy|type: NAME, params: {...}}`` or the
-    parameters beside the name) -> every autoscaler field of PolicyConfig: the section
-    replaces the whole autoscaler (the parameters it leaves out at None, their defaults),
-    so a bundle never inherits another policy's parameters from the run config."""
-    kind, params = _section(section, path, set(AUTOSCALE_BUNDLE_KEYS))
-    _only(params, path, set(AUTOSCALE_BUNDLE_KEYS))
+    """A bundle's ``autoscale:`` section -> every autoscaler field of PolicyConfig (``slot_settings``)."""
+    return slot_settings(section, path, "autoscaler", AUTOSCALE_BUNDLE_KEYS, AUTOSCALER_PARAMETERS, "autoscaler")
+
+
+def slot_settings(section: Any, path: str, kind_field: str, bundle_keys: dict[str, str],
+                  parameters: dict[str, dict], what: str) -> dict[str, Any]:
+    """A bundle section of a policy with its own parameters (``autoscale:``,
+    ``flow_control:``; ``{policy|type: NAME, params: {...}}`` or the parameters beside the
+    name) -> the policy's field ``kind_field`` and every parameter field (``bundle_keys``:
+    section key -> PolicyConfig field): the section replaces the whole policy (the
+    parameters it leaves out at None, their defaults), so a bundle never inherits another
+    policy's parameters from the run config.  ``parameters``: policy -> its own fields."""
+    kind, params = _section(section, path, set(bundle_keys))
+    _only(params, path, set(bundle_keys))
     if kind is None:
-        raise ConfigError(f"{path}.policy", f"missing: name the autoscaler ({', '.join(AUTOSCALERS)})")
-    _check_choice(f"{path}.policy", kind, AUTOSCALERS)
-    out: dict[str, Any] = {"autoscaler": kind, **{name: None for name in AUTOSCALE_FIELDS}}
+        raise ConfigError(f"{path}.policy", f"missing: name the {what} ({', '.join(parameters)})")
+    _check_choice(f"{path}.policy", kind, parameters)
+    out: dict[str, Any] = {kind_field: kind, **{name: None for name in bundle_keys.values()}}
     for key, value in params.items():
-        name = AUTOSCALE_BUNDLE_KEYS[key]
-        if name not in AUTOSCALER_PARAMETERS[kind]:
-            users = [a for a, prm in AUTOSCALER_PARAMETERS.items() if name in prm]
-            raise ConfigError(f"{path}.params.{key}", f"is a parameter of autoscaler {' or '.join(users)}, not of "
+        name = bundle_keys[key]
+        if name not in parameters[kind]:
+            users = [a for a, prm in parameters.items() if name in prm]
+            raise ConfigError(f"{path}.params.{key}", f"is a parameter of {what} {' or '.join(users)}, not of "
                                                       f"{kind}")
         out[name] = value
     return out

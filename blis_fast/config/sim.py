@@ -47,9 +47,10 @@ from blis_fast.config.kv_tiers import (
     check_prefix_caching,
     entry_field,
 )
+from blis_fast.config.flow_control import MAX_TTL_S
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
-from blis_fast.config.policy import AUTOSCALE_FIELDS, PolicyConfig, check_routing_models, parse_weights
+from blis_fast.config.policy import AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PolicyConfig, check_routing_models, parse_weights
 from blis_fast.config.validate import (
     INT64_MAX,
     MAX_INSTANCES,
@@ -118,6 +119,9 @@ class WorkloadConfig:
     spec_filepath: str | None = _opt(None, "workload spec YAML (clients, tenants, SLO classes, prefix groups, sessions, "
                                            "load profile; docs/workloads.md); replaces the workload type and its "
                                            "settings; seed from the file unless --seed is given")
+    request_ttl_s: float | None = _opt(None, "time to live of every request without one of its own (a spec's SLO "
+                                             "class or client ttl_s): cancelled when not completed that long after "
+                                             "its arrival", lo=0, lo_open=True, hi=MAX_TTL_S, unit="s")
 
     def __post_init__(self) -> None:
         if self.num_requests is None and not self.spec_filepath and self.type != "traces":
@@ -341,6 +345,9 @@ class SimConfig:
         if self.policy.autoscaler == "none":  # (a run without an autoscaler: the keys it had before them)
             for key in ("autoscaler",) + AUTOSCALE_FIELDS:
                 del out["policy"][key]
+        if self.policy.flow_control == "never":  # (a run without flow control: the keys it had before it)
+            for key in ("flow_control",) + FLOW_CONTROL_FIELDS:
+                del out["policy"][key]
         if self.deployments is None:
             del out["deployments"]
         else:
@@ -421,6 +428,7 @@ FLAG_PATHS: dict[str, str] = {
     "rate": "workload.rate",
     "rate_scale": "workload.rate_scale",
     "num_requests": "workload.num_requests",
+    "request_ttl_s": "workload.request_ttl_s",
     "arrival": "workload.arrival",
     "prefix_tokens": "workload.prefix_tokens",
     "prompt_tokens": "workload.prompt_tokens",
@@ -498,6 +506,12 @@ FLAG_PATHS: dict[str, str] = {
     "prefix_index_capacity": "policy.prefix_index_capacity",
     "fitness_weights": "policy.fitness_weights",
     "routing_per_model": "policy.routing_per_model",
+    "flow_control": "policy.flow_control",
+    "flow_concurrency_limit": "policy.flow_concurrency_limit",
+    "flow_queue_threshold": "policy.flow_queue_threshold",
+    "flow_kv_threshold": "policy.flow_kv_threshold",
+    "dispatch_order": "policy.dispatch_order",
+    "gateway_fairness": "policy.gateway_fairness",
     "objectives": "objectives",
     "trace_level": "simulation.trace_level",
     "counterfactual_k": "simulation.counterfactual_k",

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, KV_SNAPSHOT_FIELDS,
-                                     PRIORITY_AGE_WEIGHT, ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS,
-                                     SORT_ATTRIBUTES, VICTIMS, PolicyConfig, autoscale_value)
+from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, DISPATCH_ORDERS,
+                                     FAIRNESS_MODES, FLOW_DETECTORS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
+                                     ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS, SORT_ATTRIBUTES, VICTIMS,
+                                     PolicyConfig, autoscale_value, flow_control_value)
 from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
@@ -102,6 +103,7 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
     if params[slot.SNAPSHOT].max() > MAX_INTERVAL_US:  # intervals travel as float64: keep them exact
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
     kinds[slot.AUTOSCALE], params[slot.AUTOSCALE] = autoscale_row(p)
+    kinds[slot.FLOW], params[slot.FLOW] = flow_control_row(p)
     prefill = None
     if p.prefill_routing is not None:
         entry = p.prefill_routing
@@ -133,6 +135,29 @@ def autoscale_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
         if value is not None:
             row[column] = value
     return kind, row
+
+
+# the columns of the FLOW row each detector fills (its parameters in force, defaults included;
+# the dispatch order and fairness as their codes)
+_FLOW_COLUMNS = {"flow_concurrency_limit": S.FlowParam.CONCURRENCY_LIMIT,
+                 "flow_queue_threshold": S.FlowParam.QUEUE_THRESHOLD, "flow_kv_threshold": S.FlowParam.KV_THRESHOLD}
+_FLOW_CODES = {"dispatch_order": (S.FlowParam.DISPATCH_ORDER, DISPATCH_ORDERS),
+               "gateway_fairness": (S.FlowParam.FAIRNESS, FAIRNESS_MODES)}
+
+
+def flow_control_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
+    """(FlowDetector, FLOW parameter row) of the gateway's flow control: its detector's
+    parameters in force in their FlowParam columns; all zeros with ``never``."""
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
+    for name, column in _FLOW_COLUMNS.items():
+        value = flow_control_value(p, name)
+        if value is not None:
+            row[column] = value
+    for name, (column, codes) in _FLOW_CODES.items():
+        value = flow_control_value(p, name)
+        if value is not None:
+            row[column] = codes[value]
+    return FLOW_DETECTORS[p.flow_control], row
 
 
 def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:

@@ -101,11 +101,14 @@ def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
     ``routing_param``: served models, P/D prefill legs); hashed only when some row is not
     the ROUTING slot's, so a policy without routing per model keeps its id.  The P/D
     decider settings (``PolicyConfig.pd_decider``, ``pd_threshold``) are hashed when set, and
-    the AUTOSCALE slot when it holds an autoscaler."""
+    the AUTOSCALE and FLOW slots when they hold a policy."""
     kinds, params = np.asarray(kinds, np.int64), np.asarray(params, np.float64)
-    if kinds[PolicySlot.AUTOSCALE] == 0 and not params[PolicySlot.AUTOSCALE].any():
-        # no autoscaler: the slots before it only, so a policy without one keeps the id it had before the slot
-        kinds, params = kinds[:PolicySlot.AUTOSCALE], params[:PolicySlot.AUTOSCALE]
+    # trailing slots that hold nothing (no flow control, no autoscaler) are left out, so a policy
+    # keeps the id it had before those slots existed
+    used = len(kinds)
+    while used > PolicySlot.AUTOSCALE and kinds[used - 1] == 0 and not params[used - 1].any():
+        used -= 1
+    kinds, params = kinds[:used], params[:used]
     parts = [kinds, params, int(prefix_index_capacity)]
     if routing_kind is not None and (np.any(routing_kind != kinds[PolicySlot.ROUTING])
                                      or np.any(routing_param != params[PolicySlot.ROUTING])):
@@ -131,6 +134,8 @@ def workload_id(workload) -> str:
         parts.append(np.asarray(workload.model_block_sizes, np.int64))
     for name in workload.ATTRIBUTES:
         parts.append(workload.column(name))
+    if workload.has_deadlines:  # (absent without deadlines, so such a workload keeps its id)
+        parts += [getattr(workload, name) for name in (*workload.DEADLINE_COLUMNS, "retry_backoff")]
     _WORKLOAD_IDS[workload] = out = _digest(parts)
     return out
 

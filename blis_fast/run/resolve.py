@@ -20,6 +20,7 @@ from blis_fast.config import (
 )
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
+from blis_fast.config.flow_control import ClientDeadlines, deadline_columns, resolve_deadlines
 from blis_fast.config.disaggregation import PDSpec, PoolSpec
 from blis_fast.config.autoscale import ResolvedAutoscale, check_pool_support, resolve_autoscale
 from blis_fast.config.kv_tiers import ResolvedKvTiers, resolve_kv_tiers, shorthand_field
@@ -308,14 +309,34 @@ def build_workload(config: SimConfig) -> Workload:
     size (``Workload.with_model_keys``, when the models' block sizes differ)."""
     sizes = model_block_sizes(config.deployment_list())
     workload = _build_workload(config, sizes[0])
-    if len(set(sizes)) == 1:
+    if len(set(sizes)) > 1:
+        # the same requests keyed for each other block size (only spec and BLIS-trace workloads
+        # carry several models: generated distributions and rich traces are refused by assign_models)
+        keyed = {sizes[0]: workload}
+        for bs in sorted(set(sizes[1:])):
+            keyed[bs] = _build_workload(config, bs)
+        workload = workload.with_model_keys(sizes, keyed)
+    return with_deadlines(workload, config_deadlines(config))
+
+
+def config_deadlines(config: SimConfig) -> list[ClientDeadlines] | None:
+    """Each workload client's deadlines in force (config.flow_control.resolve_deadlines:
+    a spec's SLO classes and clients, ``--request-ttl-s``), None when no request has any."""
+    spec = workload_spec(config) if config.workload.spec_filepath else None
+    return resolve_deadlines(config.policy.flow_control, config.workload.request_ttl_s, spec)
+
+
+def with_deadlines(workload: Workload, per_client: list[ClientDeadlines] | None) -> Workload:
+    """``workload`` with its deadline columns (Workload.ttl_us, ...): per client of a spec,
+    or one entry for every request of a trace or distribution; unchanged for None."""
+    if per_client is None:
         return workload
-    # the same requests keyed for each other block size (only spec and BLIS-trace workloads
-    # carry several models: generated distributions and rich traces are refused by assign_models)
-    keyed = {sizes[0]: workload}
-    for bs in sorted(set(sizes[1:])):
-        keyed[bs] = _build_workload(config, bs)
-    return workload.with_model_keys(sizes, keyed)
+    client = workload.column("client")
+    if len(per_client) == 1 and len(client):  # (a trace's or distribution's: the same for every client id)
+        per_client = per_client * (int(client.max()) + 1)
+    out = replace(workload, **deadline_columns(per_client, client))
+    out.validate()
+    return out
 
 
 def _build_workload(config: SimConfig, bs: int) -> Workload:

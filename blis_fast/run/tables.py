@@ -18,6 +18,7 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
+from blis_fast.config.flow_control import refuse_flow_control_until_kernel
 from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.sizing import next_pow2
 from blis_fast.run.tiers import tier_layout, tier_request_rows, tier_rows, tier_sizes
@@ -650,6 +651,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
+    refuse_flow_control_until_kernel(int(pol.kinds[S.PolicySlot.FLOW]), workload.has_deadlines)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
     # prefix index then even if the policy does not read it (routing is unchanged)
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS

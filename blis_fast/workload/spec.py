@@ -34,6 +34,7 @@ from blis_fast.config.validate import (
     show,
 )
 from blis_fast.errors import WorkloadError
+from blis_fast.config.flow_control import CLASS_KEYS, CLIENT_KEYS, DeadlineSpec, parse_deadline
 from blis_fast.workload import sampling as S
 
 DIST_TYPES = ("constant", "gaussian", "exponential", "uniform", "lognormal", "pareto_lognormal", "empirical")
@@ -227,6 +228,7 @@ class ClientSpec:
     end_s: float | None
     load_profile: LoadProfileSpec | None  # overrides the spec's
     model: str | None = None  # the served model its requests ask for (None: the first deployment's)
+    deadline: DeadlineSpec = field(default_factory=DeadlineSpec)  # its own ttl_s / retries (config/flow_control.py)
 
     @property
     def stream(self) -> str:
@@ -249,6 +251,8 @@ class WorkloadSpec:
     clients: list[ClientSpec]
     raw: dict
     source: str | None = None
+    # SLO class -> its ttl_s / sheddable / retries (only the classes that give some; config/flow_control.py)
+    class_deadlines: dict[str, DeadlineSpec] = field(default_factory=dict)
 
     @property
     def effective_seed(self) -> int:
@@ -714,7 +718,7 @@ def _parse_session(value: Any, path: str, base: Path | None, defaults: dict | No
 
 _CLIENT_KEYS = ("name", "rate", "rate_fraction", "tenant", "slo_class", "priority_class", "profile", "arrival",
                 "prompt_tokens", "output_tokens", "prefix", "session", "start_s", "end_s", "load_profile",
-                "description", "model")
+                "description", "model") + CLIENT_KEYS
 _TOP_KEYS = ("seed", "rate", "duration_s", "num_requests", "load_profile", "slo_classes", "priority_classes",
              "prefix_groups", "clients", "name", "description")
 
@@ -729,9 +733,21 @@ def _parse_slo_classes(d: dict) -> dict[str, dict[str, float | None]]:
     for name, targets in raw_slo.items():
         sp = f"slo_classes.{key_name(name)}"
         name = _name(name, sp)
-        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms"))
+        t = _mapping(targets or {}, sp, ("ttft_ms", "tpot_ms", "e2e_ms") + CLASS_KEYS)
         slo_classes[name] = {k: _number(t, k, sp, lo=0, lo_open=True) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}
     return slo_classes
+
+
+def _parse_class_deadlines(d: dict) -> dict[str, DeadlineSpec]:
+    """The deadline keys of the spec's SLO classes (``ttl_s``, ``sheddable``, ``retries``):
+    class name -> DeadlineSpec, for the classes that give some (after ``_parse_slo_classes``
+    checked the mapping's shape)."""
+    out: dict[str, DeadlineSpec] = {}
+    for name, targets in (d.get("slo_classes") or {}).items():
+        spec = parse_deadline(targets or {}, f"slo_classes.{key_name(name)}", CLASS_KEYS)
+        if spec.given():
+            out[_name(name, f"slo_classes.{key_name(name)}")] = spec
+    return out
 
 
 def _parse_priority_classes(d: dict) -> list[str] | None:
@@ -761,6 +777,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
     profile = _parse_load_profile(d["load_profile"], "load_profile") if d.get("load_profile") is not None else None
 
     slo_classes = _parse_slo_classes(d)
+    class_deadlines = _parse_class_deadlines(d)
     prio = _parse_priority_classes(d)
 
     groups: dict[str, PrefixGroupSpec] = {}
@@ -847,6 +864,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
             prompt_tokens=lengths["prompt_tokens"], output_tokens=lengths["output_tokens"],
             prefix_group=group, reuse_probability=reuse, session=session, start_s=start, end_s=end,
             load_profile=lp, model=_name(c["model"], _join(cp, "model")) if c.get("model") is not None else None,
+            deadline=parse_deadline(c, cp, CLIENT_KEYS),
         ))
     if fractions:
         total = math.fsum(f for _, f in fractions)
@@ -859,7 +877,7 @@ def parse_spec(data: Any, base_dir: str | Path | None = None, source: str | None
             clients[i] = replace(clients[i], rate=r)
     return WorkloadSpec(seed=seed, rate=rate, duration_s=duration, num_requests=num_requests, load_profile=profile,
                         slo_classes=slo_classes, priority_classes=prio or [], prefix_groups=groups, clients=clients,
-                        raw=data, source=source)
+                        raw=data, source=source, class_deadlines=class_deadlines)
 
 
 def load_spec(path: str | Path) -> WorkloadSpec:

@@ -17,6 +17,8 @@ import numpy as np
 from blis_fast.config import memory
 from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
+from blis_fast.config.flow_control import MAX_BACKOFF_FACTOR, MAX_BACKOFF_S, MAX_RETRIES
+from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema import KeyFlagMode
 
 
@@ -75,6 +77,11 @@ class Workload:
                  arrives follow_delay_us[i] µs after i's last token.  A request that is
                  some other request's next_request has arrival_us == -1 (decided at run
                  time) and next_request[i] > i.
+    ttl_us, sheddable, max_retries: int64 / uint8 / int32 [n] or all None (no deadlines):
+                 the request's time to live, µs after its arrival (-1 = none), whether flow
+                 control may shed it (its SLO class's ``sheddable``), its retries;
+                 retry_backoff: float64 [clients, N_RETRY_BACKOFF], each client's backoff
+                 (schema RetryBackoff columns), read through ``client`` (docs/workloads.md).
     names:       {"tenant": [...], "slo_class": [...], "client": [...], ...} id -> name.
     slo_targets: {slo class name: {"ttft_ms": .., "tpot_ms": .., "e2e_ms": ..}}.
     model:       int32 [n] or None: the served model each request asks for, an index into
@@ -108,6 +115,15 @@ class Workload:
     model: np.ndarray | None = None
     models: tuple[str, ...] = ()
     model_block_sizes: tuple[int, ...] = ()
+    ttl_us: np.ndarray | None = None
+    sheddable: np.ndarray | None = None
+    max_retries: np.ndarray | None = None
+    retry_backoff: np.ndarray | None = None
+
+    # request deadlines, shedding and retries (blis_fast/config/flow_control.py), all None or all
+    # set: kept apart from ATTRIBUTES, so a workload without them has the request table and the
+    # workload id it had before them
+    DEADLINE_COLUMNS = {"ttl_us": np.int64, "sheddable": np.uint8, "max_retries": np.int32}
 
     ATTRIBUTES = {  # optional column -> (dtype, default value)
         "tenant": (np.int32, 0), "slo_class": (np.int32, 0), "priority_class": (np.int32, 0),
@@ -157,6 +173,8 @@ class Workload:
             description={**self.description, "first_requests": int(n)},
             key_shared=None,  # (which keys repeat is recomputed among the kept requests)
             model=None if self.model is None else self.model[:n],
+            **{name: None if getattr(self, name) is None else getattr(self, name)[:n]
+               for name in self.DEADLINE_COLUMNS},
             **columns,
         )
         kept.validate()
@@ -375,9 +393,51 @@ class Workload:
                 raise WorkloadError("workload.model", f"must be a 1-D int32 array of {n} entries")
             if n and (int(m.min()) < 0 or int(m.max()) >= len(self.models)):
                 raise WorkloadError("workload.model", f"ids must index workload.models ({len(self.models)} names)")
+        self._validate_deadlines()
         ks = self.key_shared
         if ks is not None and (not isinstance(ks, np.ndarray) or ks.dtype != np.uint8
                                or ks.shape != self.block_keys.shape):
             raise WorkloadError("workload.key_shared", "must be None or a uint8 array shaped like block_keys")
         if self.source_ids is not None and len(self.source_ids) != n:
             raise WorkloadError("workload.source_ids", f"has {len(self.source_ids)} entries, expected {n}")
+
+    @property
+    def has_deadlines(self) -> bool:
+        """True if the workload carries deadline columns (TTLs, shedding or retries)."""
+        return self.ttl_us is not None
+
+    def _validate_deadlines(self) -> None:
+        """The deadline columns: all None, or each 1-D of its dtype and length, TTLs -1 or
+        in 1..2^62 µs, sheddable 0/1, retries 0..MAX_RETRIES, one finite backoff row per
+        client id (base >= 0 µs, factor >= 1, jitter 0..1)."""
+        given = [name for name in (*self.DEADLINE_COLUMNS, "retry_backoff") if getattr(self, name) is not None]
+        if not given:
+            return
+        if len(given) != len(self.DEADLINE_COLUMNS) + 1:
+            missing = [name for name in (*self.DEADLINE_COLUMNS, "retry_backoff") if name not in given]
+            raise WorkloadError(f"workload.{missing[0]}", "the deadline columns ttl_us, sheddable, max_retries and "
+                                                          "retry_backoff are given together or not at all")
+        n = len(self)
+        for name, dtype in self.DEADLINE_COLUMNS.items():
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (n,):
+                raise WorkloadError(f"workload.{name}", f"must be a 1-D {np.dtype(dtype).name} array of {n} entries")
+        if n and (self.ttl_us.min() < -1 or self.ttl_us.max() > MAX_TIME_US or np.any(self.ttl_us == 0)):
+            raise WorkloadError("workload.ttl_us", "TTLs must be -1 (none) or 1..2^62 µs")
+        if n and self.sheddable.max() > 1:
+            raise WorkloadError("workload.sheddable", "entries must be 0 or 1")
+        if n and (self.max_retries.min() < 0 or self.max_retries.max() > MAX_RETRIES):
+            raise WorkloadError("workload.max_retries", f"entries must be 0..{MAX_RETRIES}")
+        b = self.retry_backoff
+        clients = int(self.column("client").max()) + 1 if n else 0
+        if (not isinstance(b, np.ndarray) or b.dtype != np.float64 or b.ndim != 2 or b.shape[1] != S.N_RETRY_BACKOFF
+                or b.shape[0] < clients):
+            raise WorkloadError("workload.retry_backoff", f"must be a float64 array [clients, {S.N_RETRY_BACKOFF}] "
+                                                          f"with a row for each of the {clients} client ids")
+        base, factor, jitter = (b[:, c] for c in (S.RetryBackoff.BASE_US, S.RetryBackoff.FACTOR,
+                                                   S.RetryBackoff.JITTER))
+        if not (np.isfinite(b).all() and (base >= 0).all() and (base <= MAX_BACKOFF_S * 1e6).all()
+                and (factor >= 1).all() and (factor <= MAX_BACKOFF_FACTOR).all() and (jitter >= 0).all()
+                and (jitter <= 1).all()):
+            raise WorkloadError("workload.retry_backoff", f"rows must be finite: base 0..{MAX_BACKOFF_S:g}e6 µs, "
+                                                          f"factor 1..{MAX_BACKOFF_FACTOR:g}, jitter 0..1")

@@ -223,10 +223,11 @@ class _PolicySlot(NamedTuple):
     VICTIM: int = 4
     SNAPSHOT: int = 5  # the router snapshot's refresh interval per field, µs
     AUTOSCALE: int = 6  # the autoscaler of every autoscaled pool (AutoscaleKind, AutoscaleParam)
+    FLOW: int = 7  # the gateway's flow control of every served model (FlowDetector, FlowParam)
 
 
 PolicySlot = _PolicySlot()
-N_POLICY_SLOTS = 7
+N_POLICY_SLOTS = 8
 POLICY_WIDTH = 64  # parameters per slot (priority: 1 age weight + up to 63 SLO-class weights)
 
 
@@ -417,6 +418,64 @@ DRAIN_NAMES = ("wait", "redirect", "immediate")
 SCALE_DOWN_NAMES = ("least-loaded", "newest", "oldest")
 WARMUP_CURVE_NAMES = ("step", "linear", "exponential")
 
+
+
+class _FlowDetector(NamedTuple):
+    """The saturation detector of the FLOW slot (config ``policy.flow_control``): while it
+    says a model's instances are saturated, its requests wait in the gateway queue."""
+
+    NEVER: int = 0  # no gateway queue: every admitted request is routed at once (the run before flow control)
+    CONCURRENCY: int = 1  # saturated when every instance has >= CONCURRENCY_LIMIT requests in flight
+    UTILIZATION: int = 2  # mean over instances of max(queue depth / QUEUE_THRESHOLD, KV util / KV_THRESHOLD) >= 1
+    FREE_SLOT: int = 3  # late binding: dispatch only to an instance with a free running slot and an empty wait queue
+
+
+class _DispatchOrder(NamedTuple):
+    """Which waiting request the gateway releases first (FlowParam.DISPATCH_ORDER)."""
+
+    FIFO: int = 0  # arrival order
+    PRIORITY: int = 1  # highest priority (the PRIORITY slot's), ties by arrival
+    DEADLINE: int = 2  # earliest TTFT deadline (arrival + its SLO class's ttft_ms), ties by arrival
+
+
+class _Fairness(NamedTuple):
+    """How the gateway shares dispatch among tenants (FlowParam.FAIRNESS)."""
+
+    STRICT: int = 0  # one global order over every tenant's requests
+    ROUND_ROBIN: int = 1  # tenants take turns; the dispatch order applies within a tenant
+
+
+class _FlowParam(NamedTuple):
+    """Columns of the FLOW policy row (its detector's parameters in force, defaults
+    included; unused columns are 0)."""
+
+    CONCURRENCY_LIMIT: int = 0  # concurrency: requests in flight per instance, >= 1
+    QUEUE_THRESHOLD: int = 1  # utilization: wait-queue depth per instance that counts as full, > 0
+    KV_THRESHOLD: int = 2  # utilization: KV utilization that counts as full, (0, 1]
+    DISPATCH_ORDER: int = 3  # a DispatchOrder code
+    FAIRNESS: int = 4  # a Fairness code
+
+
+class _RetryBackoff(NamedTuple):
+    """Columns of ``Workload.retry_backoff`` (one row per client, read through the request's
+    client id): the delay before retry k (1, 2, ...) is BASE_US · FACTOR^(k-1) times a
+    uniform draw in [1 - JITTER, 1 + JITTER] (blis_fast/config/flow_control.py)."""
+
+    BASE_US: int = 0  # the first retry's delay, µs (float)
+    FACTOR: int = 1  # >= 1
+    JITTER: int = 2  # 0..1
+
+
+FlowDetector = _FlowDetector()
+RetryBackoff = _RetryBackoff()
+N_RETRY_BACKOFF = 3
+DispatchOrder = _DispatchOrder()
+Fairness = _Fairness()
+FlowParam = _FlowParam()
+FLOW_DETECTOR_NAMES = ("never", "concurrency", "utilization", "free-slot")  # FlowDetector order
+DISPATCH_ORDER_NAMES = ("fifo", "priority", "deadline")  # DispatchOrder order
+FAIRNESS_NAMES = ("strict", "round-robin")  # Fairness order
+
 AdmissionKind = _AdmissionKind()
 AdmissionParam = _AdmissionParam()
 RoutingKind = _RoutingKind()
@@ -579,4 +638,6 @@ __all__ = [
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
     "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
     "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
+    "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
+    "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF",
 ]
