@@ -5,7 +5,7 @@ the feedback text an LLM reads to improve a candidate.
 A candidate may also come as *components* ``{name: yaml_text}`` (GEPA mutates one at a
 time): ``policy`` holds a whole bundle, and a bundle section's name (``admission``,
 ``routing``, ``priority``, ``scheduler``, ``preemption``, ``observability``, ``pd``,
-``autoscale``) holds that section's YAML; they are merged into one bundle.
+``autoscale``, ``flow_control``) holds that section's YAML; they are merged into one bundle.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from blis_fast.results.objectives import known_list
 from blis_fast.results.trace_summary import _fmt  # the trace summary's number format, for one voice
 from blis_fast.config.yamlfile import load_yaml_text
 
-SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "pd", "autoscale")
+SECTIONS = ("admission", "routing", "priority", "scheduler", "preemption", "observability", "pd", "autoscale",
+            "flow_control")
 WHOLE = "policy"  # the component holding a whole bundle
 BUNDLE_HELP = ("a policy bundle is YAML with sections admission, routing, priority, scheduler, preemption, "
-               "observability, for prefill/decode pools pd and, for autoscaled pools, autoscale (docs/policies.md), "
+               "observability, flow_control, for prefill/decode pools pd and, for autoscaled pools, autoscale "
+               "(docs/policies.md), "
                "e.g. 'routing: {type: weighted, params: {scorers: {queue-depth: 2, kv-utilization: 1}}}'")
 
 

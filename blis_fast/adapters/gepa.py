@@ -56,7 +56,11 @@ For scenarios with autoscaled pools, autoscale: policy none | threshold (params 
 when the signal exceeds up, in when it falls below down; for slo_attainment out below up, in above down) | \
 target (params signal, target: desired = ceil(current x signal / target)) | saturation (params kv_up, kv_down) | \
 oscillator (params period_ticks); signal one of kv_utilization (0..1), waiting, in_flight, arrival_rate (each \
-per serving instance), ttft_p90_ms, slo_attainment. A misspelled name or a non-finite number scores 0.
+per serving instance), ttft_p90_ms, slo_attainment. flow_control (a queue in front of the router while the \
+instances are saturated): policy never | concurrency (params concurrency_limit: in flight per instance) | \
+utilization (params queue_threshold, kv_threshold 0..1) | free-slot (late binding), each but never with params \
+dispatch_order fifo | priority | deadline and fairness strict | round-robin. A misspelled name or a non-finite \
+number scores 0.
 
 How the current component did on each scenario (objectives, targets, misses and the run's main problems):
 ```

@@ -48,7 +48,9 @@ PROGRAM_YAML = """\
 # {victim: last | lowest-priority}, and for scenarios with autoscaled pools autoscale
 # (policy: threshold {signal, up, down} | target {signal, target} | saturation {kv_up,
 # kv_down}; signal: kv_utilization | waiting | in_flight | arrival_rate | ttft_p90_ms |
-# slo_attainment).
+# slo_attainment), and flow_control (policy: never | concurrency {concurrency_limit} |
+# utilization {queue_threshold, kv_threshold} | free-slot; each but never also
+# {dispatch_order: fifo | priority | deadline, fairness: strict | round-robin}).
 # EVOLVE-BLOCK-START
 routing:
   type: weighted

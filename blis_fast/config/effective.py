@@ -39,7 +39,8 @@ import numpy as np
 
 from blis_fast.config.autoscale import autoscaled_pools, draws_delays
 from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_decider
-from blis_fast.config.policy import AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS
+from blis_fast.config.policy import (AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS,
+                                     FLOW_CONTROL_PARAMETERS)
 from blis_fast.errors import ConfigError
 
 logger = logging.getLogger("blis_fast.config")
@@ -319,19 +320,29 @@ def check_autoscale_settings(cfg, layer: dict[str, int], where: Callable[[str], 
                                                       f"count; give {how} around it")
 
 
-def drop_switched_autoscaler_parameters(nested: dict, layer: dict[str, int], where: Callable[[str], str]) -> None:
-    """An autoscaler parameter (``policy.autoscale_up``, ...) set at an earlier layer than
-    the autoscaler that does not read it -- a flag, a bundle or a study point switching the
-    autoscaler of a file -- is dropped from ``nested`` (build_config's settings by path)
-    with a notice, as a switched policy's parameters are (module docstring); given at the
-    autoscaler's layer or a later one, it stays and PolicyConfig refuses it."""
-    chosen = nested.get("policy.autoscaler")
-    if not isinstance(chosen, str) or chosen not in AUTOSCALER_PARAMETERS:
-        return  # (none switched, or a bad value: the policy section names it)
-    for name in AUTOSCALE_FIELDS:
-        path = f"policy.{name}"
-        if nested.get(path) is None or name in AUTOSCALER_PARAMETERS[chosen]:
-            continue
-        if layer.get("policy.autoscaler", SETTLED) > layer.get(path, SETTLED):
-            logger.info("%s (from %s) has no effect with autoscaler %s", path, where(path), chosen)
-            del nested[path]
+# policy slots whose policies have parameters of their own: the field choosing the policy ->
+# (policy -> its parameter fields, every parameter field, what the messages call it)
+SLOT_PARAMETERS = {
+    "autoscaler": (AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS, "autoscaler"),
+    "flow_control": (FLOW_CONTROL_PARAMETERS, FLOW_CONTROL_FIELDS, "flow control"),
+}
+
+
+def drop_switched_slot_parameters(nested: dict, layer: dict[str, int], where: Callable[[str], str]) -> None:
+    """A parameter of an autoscaler or a flow control (``policy.autoscale_up``,
+    ``policy.flow_kv_threshold``, ...) set at an earlier layer than the policy choice that
+    does not read it -- a flag, a bundle or a study point switching the policy of a file --
+    is dropped from ``nested`` (build_config's settings by path) with a notice, as a
+    switched policy's parameters are (module docstring); given at the choice's layer or a
+    later one, it stays and PolicyConfig refuses it."""
+    for choice, (parameters, names, what) in SLOT_PARAMETERS.items():
+        chosen = nested.get(f"policy.{choice}")
+        if not isinstance(chosen, str) or chosen not in parameters:
+            continue  # (none switched, or a bad value: the policy section names it)
+        for name in names:
+            path = f"policy.{name}"
+            if nested.get(path) is None or name in parameters[chosen]:
+                continue
+            if layer.get(f"policy.{choice}", SETTLED) > layer.get(path, SETTLED):
+                logger.info("%s (from %s) has no effect with %s %s", path, where(path), what, chosen)
+                del nested[path]

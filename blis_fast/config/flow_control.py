@@ -125,8 +125,9 @@ def deadline_columns(per_client: list[ClientDeadlines], client: np.ndarray) -> d
     shed = np.array([c.sheddable for c in per_client], np.uint8)
     retries = np.array([0 if c.retries is None else c.retries.max for c in per_client], np.int32)
     backoff = np.zeros((len(per_client), S.N_RETRY_BACKOFF), np.float64)
+    backoff[:, S.RetryBackoff.FACTOR] = 1.0  # (a client without retries: a neutral row)
     for k, c in enumerate(per_client):
-        if c.retries is not None:
+        if c.retries is not None and c.retries.max > 0:
             backoff[k, S.RetryBackoff.BASE_US] = c.retries.base_s * 1e6
             backoff[k, S.RetryBackoff.FACTOR] = c.retries.factor
             backoff[k, S.RetryBackoff.JITTER] = c.retries.jitter

@@ -348,6 +348,8 @@ class SimConfig:
         if self.policy.flow_control == "never":  # (a run without flow control: the keys it had before it)
             for key in ("flow_control",) + FLOW_CONTROL_FIELDS:
                 del out["policy"][key]
+        if self.workload.request_ttl_s is None:  # (a run without a TTL: the keys it had before it)
+            del out["workload"]["request_ttl_s"]
         if self.deployments is None:
             del out["deployments"]
         else:
@@ -621,7 +623,7 @@ def build_config(yaml_data: dict | None = None, overrides: dict[str, Any] | None
                 return o + path[len(p):]
         return path
 
-    effective.drop_switched_autoscaler_parameters(nested, layer, where)
+    effective.drop_switched_slot_parameters(nested, layer, where)
     deps = None
     if deployments is not None:
         deps = parse_deployments(deployments, deployments_where)
