@@ -168,15 +168,17 @@ def resolve_deadlines(flow_control: str, run_ttl_s: float | None, spec=None) -> 
     return out
 
 
-def refuse_flow_control_until_kernel(flow_kind: int, deadlines: bool) -> None:
+def refuse_flow_control_until_kernel(flow_kind: int, deadlines_from: str | None) -> None:
     """Refuse a run with flow control (``flow_kind``: its FlowDetector code) or with
-    deadlines, shedding or retries: the event loop does not run them yet (issue 25's kernel
-    part).  The one check to remove when it does (called by blis_fast.run.tables.build_state,
-    which every run passes, and first by blis_fast.run.api.run_config before it builds the
+    deadlines, shedding or retries (``deadlines_from``: the setting that gives them --
+    ``request_ttl_s``, ``workload_spec``, ``workload`` for a ready-made one -- None when no
+    request has any): the event loop does not run them yet (issue 25's kernel part).  The
+    one check to remove when it does (called by blis_fast.run.tables.build_state, which
+    every run passes, and first by blis_fast.run.api.run_config before it builds the
     workload)."""
     if flow_kind != S.FlowDetector.NEVER:
         raise ConfigError("flow_control", "the gateway's flow control runs in the event loop from issue 25's kernel "
                                           "part; not yet")
-    if deadlines:
-        raise ConfigError("deadlines", "request deadlines (ttl_s), shedding and retries run in the event loop from "
-                                           "issue 25's kernel part; not yet")
+    if deadlines_from is not None:
+        raise ConfigError(deadlines_from, "request deadlines (ttl_s), shedding and retries run in the event loop "
+                                          "from issue 25's kernel part; not yet")

@@ -138,8 +138,13 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     with memory.memory_budget(cfg.simulation.max_memory):
         setup = resolve(cfg)
         # (before the workload is built; build_state checks again for runs that do not come this way)
-        refuse_flow_control_until_kernel(flow_control_row(cfg.policy)[0], config_deadlines(cfg) is not None
-                                         if workload is None else workload.has_deadlines)
+        if workload is not None:
+            deadlines_from = "workload" if workload.has_deadlines else None
+        elif config_deadlines(cfg) is None:
+            deadlines_from = None
+        else:
+            deadlines_from = "request_ttl_s" if cfg.workload.request_ttl_s is not None else "workload_spec"
+        refuse_flow_control_until_kernel(flow_control_row(cfg.policy)[0], deadlines_from)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
             if progress is not None:

@@ -651,7 +651,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
-    refuse_flow_control_until_kernel(int(pol.kinds[S.PolicySlot.FLOW]), workload.has_deadlines)
+    refuse_flow_control_until_kernel(int(pol.kinds[S.PolicySlot.FLOW]),
+                                     "workload" if workload.has_deadlines else None)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
     # prefix index then even if the policy does not read it (routing is unchanged)
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS

@@ -73,6 +73,14 @@ SAMPLES.update({name: (value, SCALING) for name, value in (
     ("autoscale_metrics_delay_s", "5"), ("provisioning_delay_s", "mean:60,std:5"), ("loading_delay_s", "100"),
     ("stabilization_up_s", "60"), ("stabilization_down_s", "60"), ("autoscale_max_change", "2"),
     ("drain", "redirect"), ("drain_timeout_s", "30"), ("scale_down", "newest"), ("cost_per_gpu_hour", "3"))})
+# flow control and deadlines: a detector's parameters need it (the run itself is refused until the kernel
+# part lands: tests/config/test_flow_control.py)
+SAMPLES.update({"flow_control": ("free-slot", {}), "request_ttl_s": ("30", {}),
+                "flow_concurrency_limit": ("8", {"flow_control": "concurrency"}),
+                "flow_queue_threshold": ("2", {"flow_control": "utilization"}),
+                "flow_kv_threshold": ("0.9", {"flow_control": "utilization"}),
+                "dispatch_order": ("deadline", {"flow_control": "free-slot"}),
+                "gateway_fairness": ("round-robin", {"flow_control": "free-slot"})})
 # settings that accept only their default today: a different value is refused naming the flag
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8"}
 

@@ -219,16 +219,18 @@ def test_workload_validation_refuses_bad_deadline_columns():
 
 def test_every_run_with_flow_control_or_deadlines_is_refused_not_yet(tmp_path):
     with pytest.raises(ConfigError, match="not yet") as exc:
-        refuse_flow_control_until_kernel(S.FlowDetector.FREE_SLOT, False)
+        refuse_flow_control_until_kernel(S.FlowDetector.FREE_SLOT, None)
     assert exc.value.field == "flow_control"
     with pytest.raises(ConfigError, match="not yet") as exc:
-        refuse_flow_control_until_kernel(S.FlowDetector.NEVER, True)
-    assert exc.value.field == "deadlines"
-    refuse_flow_control_until_kernel(S.FlowDetector.NEVER, False)  # (the run without any of it)
-    spec = write_spec(tmp_path, SPEC)
-    for args in (["--flow-control", "utilization"], ["--request-ttl-s", "5"],
-                 ["--workload-spec", spec, "--flow-control", "concurrency"]):
-        assert_clean_error(*cli_in_process("run", "--num-requests", "5", *args), needles=("not yet",))
+        refuse_flow_control_until_kernel(S.FlowDetector.NEVER, "request_ttl_s")
+    assert exc.value.field == "request_ttl_s"
+    refuse_flow_control_until_kernel(S.FlowDetector.NEVER, None)  # (the run without any of it)
+    spec = write_spec(tmp_path, _spec_with(slo_classes__batch__sheddable=False, slo_classes__batch__retries=0))
+    for args, field in ((["--flow-control", "utilization"], "flow_control"), (["--request-ttl-s", "5"], "request_ttl_s"),
+                        (["--workload-spec", spec, "--flow-control", "concurrency"], "flow_control"),
+                        (["--workload-spec", spec], "workload_spec")):
+        line = assert_clean_error(*cli_in_process("run", "--num-requests", "5", *args), needles=("not yet",))
+        assert line.startswith(f"error: {field}: "), line
 
 
 def test_a_workload_is_not_built_for_a_run_that_is_refused(monkeypatch):
@@ -244,8 +246,9 @@ def test_a_workload_is_not_built_for_a_run_that_is_refused(monkeypatch):
 
 def test_a_ready_workload_with_deadlines_is_refused():
     wl = build_workload(build_config({}, {"request_ttl_s": "1", "num_requests": "4"}))
-    with pytest.raises(ConfigError, match="not yet"):
+    with pytest.raises(ConfigError, match="not yet") as exc:
         simulate(workload=wl)
+    assert exc.value.field == "workload"
 
 
 # (arguments after run --num-requests 5, the field named, words)

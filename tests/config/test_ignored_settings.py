@@ -214,6 +214,19 @@ AUTOSCALE_SETTINGS = {
     "scale_down": ("newest", dict(autoscaler="threshold")),
     "cost_per_gpu_hour": (3.0, dict(autoscaler="threshold")),
 }
+# gateway flow control and deadlines (blis_fast.config.flow_control): a detector's parameters are refused
+# without flow control (each naming --flow-control), and until issue 25's kernel part lands every run WITH flow
+# control or a TTL is refused too ("not yet": test_flow_control_settings_are_refused_without_and_not_yet_with_it);
+# value, and the flow control (with its companions) under which it counts
+FLOW_SETTINGS = {
+    "flow_control": ("free-slot", {}),
+    "flow_concurrency_limit": (8, dict(flow_control="concurrency")),
+    "flow_queue_threshold": (2, dict(flow_control="utilization")),
+    "flow_kv_threshold": (0.9, dict(flow_control="utilization")),
+    "dispatch_order": ("deadline", dict(flow_control="free-slot")),
+    "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
+    "request_ttl_s": (30, {}),
+}
 # KV tiers: store all also stores generated blocks, which only a follow-up turn re-sends -- none of these
 # sources has sessions (refused once the workload is built, as SINGLE_CLASS); the tiers' links (bandwidths,
 # latency) and load mode matter only when a block is found in a tier (or a store pins a GPU block someone
@@ -250,7 +263,7 @@ def unique_settings() -> list[str]:
 
 def test_every_setting_is_in_the_table():
     assert set(unique_settings()) == (set(EFFECTS) | set(SELECTORS) | set(UNCHANGED_BY_DESIGN) | PD_SETTINGS
-                                      | set(AUTOSCALE_SETTINGS))
+                                      | set(AUTOSCALE_SETTINGS) | set(FLOW_SETTINGS))
     assert {FLAG_PATHS[name] for name in REMEDY} - {"policy.slo_class_weights"} == set(UNUSED_BY_SOURCE) - {
         "workload.type", "workload.traces_filepath"}
 
@@ -326,6 +339,21 @@ def test_autoscale_settings_are_refused_without_an_autoscaler():
         remedy = "--max-instances" if setting == "autoscaler" else "--autoscaler"  # (an autoscaler alone: no pool)
         warmup = ("has no effect with factor 1", "the warm-up has no length")  # (a warm-up key's own rule first)
         assert any(words in alone.value.message for words in (remedy, *warmup)), alone.value
+
+
+def test_flow_control_settings_are_refused_without_and_not_yet_with_it():
+    """Alone, each detector parameter is refused naming it with the remedy --flow-control;
+    the flow control itself and a TTL (and each parameter with its detector) are refused
+    "not yet" until the kernel part runs them."""
+    for setting, (value, companions) in FLOW_SETTINGS.items():
+        if companions:
+            with pytest.raises(ConfigError) as alone:
+                blis_fast.simulate(**BASE, num_requests=5, **{setting: value})
+            assert alone.value.field == setting and "--flow-control" in alone.value.message, (setting, alone.value)
+        with pytest.raises(ConfigError) as with_it:
+            blis_fast.simulate(**BASE, num_requests=5, **companions, **{setting: value})
+        assert "not yet" in with_it.value.message, (setting, with_it.value)
+        assert with_it.value.field in (setting, *companions), (setting, with_it.value)
 
 
 # With an autoscaler, each setting changes the run: a 70B pool of 2-5 TP4 instances through a
