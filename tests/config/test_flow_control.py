@@ -377,14 +377,14 @@ def test_retries_that_nothing_triggers_are_refused(tmp_path):
     assert resolve_deadlines("never", None, parse_spec(quiet)) is None
 
 
-def test_the_limits_page_example_resolves(tmp_path):
+def test_the_limits_page_example_resolves():
     text = (ROOT / "docs" / "limits.md").read_text(encoding="utf-8")
     section = text[text.index("## Flow control and deadlines: configuration"):]
-    block = section[section.index("```yaml\n") + len("```yaml\n"):section.index("```\n", section.index("```yaml"))]
-    data = yaml.safe_load(block)
-    spec = parse_spec(data["workload_spec"])
-    cfg = build_config(data["config"])
-    per_client = resolve_deadlines(cfg.policy.flow_control, cfg.workload.request_ttl_s, spec)
+    blocks = section.split("```yaml\n")[1:3]
+    config, spec = (yaml.safe_load(block[:block.index("```")]) for block in blocks)
+    cfg = build_config(config)
+    per_client = resolve_deadlines(cfg.policy.flow_control, cfg.workload.request_ttl_s, parse_spec(spec))
     assert compile_policies(cfg.policy).kinds[S.PolicySlot.FLOW] == S.FlowDetector.UTILIZATION
     assert [c.ttl_us for c in per_client] == [30_000_000, 120_000_000]
     assert [c.sheddable for c in per_client] == [False, True]
+    assert [c.retries.max for c in per_client] == [2, 1]
