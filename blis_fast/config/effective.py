@@ -116,8 +116,8 @@ NOT_REFERENCE_FLAGS = ("workload.rate_scale",)
 
 # the settings that describe the workload to build: a Workload passed in ready-made
 # (blis_fast.simulate(workload=...)) uses none of them
-WORKLOAD_SETTINGS = tuple(p for p in UNUSED_BY_SOURCE if p.startswith("workload.")) + (NUM_REQUESTS,
-                                                                                      "workload.spec_filepath")
+WORKLOAD_SETTINGS = tuple(p for p in UNUSED_BY_SOURCE if p.startswith("workload.")) + (
+    NUM_REQUESTS, "workload.spec_filepath", "workload.request_ttl_s")
 
 
 class CompatIgnoredWarning(UserWarning):

@@ -249,6 +249,10 @@ def test_a_ready_workload_with_deadlines_is_refused():
     with pytest.raises(ConfigError, match="not yet") as exc:
         simulate(workload=wl)
     assert exc.value.field == "workload"
+    plain = build_workload(build_config({}, {"num_requests": "4"}))
+    with pytest.raises(ConfigError, match="Workload passed in") as exc:  # (the TTL describes the workload to build)
+        simulate(workload=plain, request_ttl_s=3)
+    assert exc.value.field == "request_ttl_s"
 
 
 # (arguments after run --num-requests 5, the field named, words)
