@@ -14,6 +14,7 @@ from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.config.validate import INT64_MAX, as_choice, as_int
 from blis_fast.config.memory import parse_bytes, memory_budget
 from blis_fast.config.outputs import check_outputs, spec_files
+from blis_fast.errors import WorkloadError
 
 workload_app = typer.Typer(no_args_is_help=True, help="Workload specs and rich traces: generate a trace, summarize one.")
 app.add_typer(workload_app, name="workload")
@@ -33,6 +34,7 @@ def workload_generate(
 ) -> None:
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
+    from blis_fast.config.flow_control import first_deadline_key  # deferred: blis_fast_kernels (not loaded by blis-fast --help)
     from blis_fast.workload.formats.rich_trace import FORMATS, write_trace  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
     from blis_fast.workload.generate import generate_requests  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
     from blis_fast.workload.spec import load_spec  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
@@ -45,6 +47,10 @@ def workload_generate(
     check_outputs([("--out", out)], [("--spec", spec)] + [("--spec", p) for p in spec_files(spec)])
     with memory_budget(limit, "--max-memory"), feedback.progress("generating the workload") as bar:
         spec_v = load_spec(spec)
+        deadline_key = first_deadline_key(spec_v)
+        if deadline_key is not None:  # (written without them, the trace would silently drop them)
+            raise WorkloadError(deadline_key, "a rich trace does not carry deadlines, shedding or retries yet: run "
+                                              "the spec itself (--workload-spec), or leave the key out")
         req = generate_requests(spec_v, seed_v)
         if any(c.model is not None for c in spec_v.clients):  # only then a model column (old traces unchanged)
             per_client = np.array([c.model or "" for c in spec_v.clients], dtype=object)

@@ -168,6 +168,20 @@ def resolve_deadlines(flow_control: str, run_ttl_s: float | None, spec=None) -> 
     return out
 
 
+def first_deadline_key(spec) -> str | None:
+    """The YAML path of the first deadline key a workload spec gives (an SLO class's, then
+    a client's ``ttl_s``, ``sheddable`` or ``retries``), None when it gives none: for the
+    places that cannot carry them yet (``blis-fast workload generate``'s rich trace)."""
+    for name, cls in spec.class_deadlines.items():
+        key = next(k for k in CLASS_KEYS if getattr(cls, k) is not None)
+        return f"slo_classes.{name}.{key}"
+    for client in spec.clients:
+        if client.deadline.given():
+            key = next(k for k in CLIENT_KEYS if getattr(client.deadline, k) is not None)
+            return f"{client.path}.{key}"
+    return None
+
+
 def refuse_flow_control_until_kernel(flow_kind: int, deadlines_from: str | None) -> None:
     """Refuse a run with flow control (``flow_kind``: its FlowDetector code) or with
     deadlines, shedding or retries (``deadlines_from``: the setting that gives them --

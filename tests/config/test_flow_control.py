@@ -381,6 +381,17 @@ def test_retries_that_nothing_triggers_are_refused(tmp_path):
     assert resolve_deadlines("never", None, parse_spec(quiet)) is None
 
 
+def test_workload_generate_refuses_a_spec_with_deadlines(tmp_path):
+    out = tmp_path / "trace.csv"
+    line = assert_clean_error(*cli_in_process("workload", "generate", "--spec", write_spec(tmp_path, SPEC), "--out",
+                                              out), needles=("rich trace",))
+    assert line.startswith("error: slo_classes.batch.sheddable: ") and not out.exists(), line  # (keys sorted)
+    only_client = {**SPEC, "slo_classes": {"interactive": {}, "batch": {}}}
+    line = assert_clean_error(*cli_in_process("workload", "generate", "--spec", write_spec(tmp_path, only_client),
+                                              "--out", out), needles=("rich trace",))
+    assert line.startswith("error: clients[2].ttl_s: "), line
+
+
 def test_the_limits_page_example_resolves():
     text = (ROOT / "docs" / "limits.md").read_text(encoding="utf-8")
     section = text[text.index("## Flow control and deadlines: configuration"):]
