@@ -293,6 +293,18 @@ def test_refused_from_the_api(settings, field, words):
     assert exc.value.field == field and words in exc.value.message, exc.value
 
 
+def test_refused_from_a_config_file_and_a_bundle_file_on_the_command_line(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("policy: {flow_control: free-slot, flow_queue_threshold: 3}\n", encoding="utf-8")
+    line = assert_clean_error(*cli_in_process("run", "--config", config), needles=("utilization",))
+    assert line.startswith("error: policy.flow_queue_threshold: "), line
+    bundle = tmp_path / "bundle.yaml"
+    bundle.write_text("flow_control: {policy: concurrency, params: {concurrency_limit: -4}}\n", encoding="utf-8")
+    line = assert_clean_error(*cli_in_process("run", "--num-requests", "5", "--policy-config", bundle),
+                              needles=("[1, 1000000]",))
+    assert "flow_concurrency_limit" in line.split(": ")[1], line
+
+
 def test_refused_from_yaml_naming_the_path():
     with pytest.raises(ConfigError) as exc:
         build_config({"policy": {"flow_control": "free-slot", "flow_concurrency_limit": 3}})
@@ -390,6 +402,15 @@ def test_workload_generate_refuses_a_spec_with_deadlines(tmp_path):
     line = assert_clean_error(*cli_in_process("workload", "generate", "--spec", write_spec(tmp_path, only_client),
                                               "--out", out), needles=("rich trace",))
     assert line.startswith("error: clients[2].ttl_s: "), line
+
+
+def test_the_workloads_page_example_parses():
+    text = (ROOT / "docs" / "workloads.md").read_text(encoding="utf-8")
+    section = text[text.index("### Deadlines, shedding and retries"):]
+    block = section[section.index("```yaml\n") + len("```yaml\n"):section.index("```\n", section.index("```yaml"))]
+    spec = parse_spec({"duration_s": 10, **yaml.safe_load(block)})
+    agent, = resolve_deadlines("free-slot", None, spec)
+    assert (agent.ttl_us, agent.retries.max, spec.class_deadlines["batch"].sheddable) == (5_000_000, 0, True)
 
 
 def test_the_limits_page_example_resolves():
