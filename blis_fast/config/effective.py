@@ -4,7 +4,10 @@
 Settings the simulator does not model yet (pipeline and data parallelism, a seed for
 stochastic policies) are refused unless they hold their neutral value; a pool's autoscaling
 settings (bounds other than its instance count, delays, drain, ...) are refused without an
-autoscaler (``check_autoscale_settings``), and an autoscaler without a pool it can scale.
+autoscaler (``check_autoscale_settings``), and an autoscaler without a pool it can scale;
+a flow-control detector's parameters without that detector (``policy.check_flow_control``),
+a sheddable SLO class without flow control and retries nothing triggers
+(``blis_fast.config.flow_control.resolve_deadlines``, once the spec is read).
 Parameters of a policy that is not selected (token-bucket sizes without token-bucket
 admission, scorers without weighted routing, SLO-class weights with the constant priority)
 are refused when given at the same layer as the policy choice or a later one (YAML <
