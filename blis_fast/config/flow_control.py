@@ -32,6 +32,7 @@ from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast_kernels import schema as S
 
 MAX_TTL_S = 1e6  # a request's time to live, s (~11.6 days; in µs far inside int64)
+MIN_TTL_S = 1e-6  # one µs, the clock's resolution (a shorter TTL would round to 0)
 MAX_RETRIES = 16  # retries of one request (attempts = 1 + retries)
 MAX_BACKOFF_S = 3600.0  # the longest delay before a retry (its last one, jitter included), s
 MAX_BACKOFF_FACTOR = 10.0
@@ -64,8 +65,8 @@ class DeadlineSpec:
 
 
 def parse_ttl(value: Any, path: str, *, error=WorkloadError) -> float:
-    """A TTL in seconds: a finite number in (0, MAX_TTL_S]."""
-    return as_float(value, path, 0, MAX_TTL_S, lo_open=True, error=error, text=False)
+    """A TTL in seconds: a finite number in [MIN_TTL_S, MAX_TTL_S] (rounded to whole µs)."""
+    return as_float(value, path, MIN_TTL_S, MAX_TTL_S, error=error, text=False)
 
 
 def parse_retries(value: Any, path: str) -> RetrySpec:
@@ -141,7 +142,7 @@ def resolve_deadlines(flow_control: str, run_ttl_s: float | None, spec=None) -> 
     ``run_ttl_s`` (``--request-ttl-s``) -- or None when no request has any.  Refused, naming
     the key: ``sheddable: true`` with flow control ``never`` (nothing sheds), and retries
     that nothing triggers (no TTL and not sheddable)."""
-    run_ttl_us = -1 if run_ttl_s is None else max(1, round(run_ttl_s * 1e6))
+    run_ttl_us = -1 if run_ttl_s is None else round(run_ttl_s * 1e6)
     if spec is None:
         return None if run_ttl_s is None else [ClientDeadlines(run_ttl_us, False, None)]
     for name, cls in spec.class_deadlines.items():
@@ -161,7 +162,7 @@ def resolve_deadlines(flow_control: str, run_ttl_s: float | None, spec=None) -> 
             raise ConfigError(retries.path, f"nothing triggers a retry of client {show(client.name)}'s requests: "
                                             f"they have no ttl_s (its own, its SLO class's or --request-ttl-s) and "
                                             f"its SLO class {show(client.slo_class)} is not sheddable")
-        ttl_us = -1 if ttl_s is None else max(1, round(ttl_s * 1e6))
+        ttl_us = -1 if ttl_s is None else round(ttl_s * 1e6)
         out.append(ClientDeadlines(ttl_us, sheddable, retries))
     if all(c.ttl_us < 0 and not c.sheddable and (c.retries is None or c.retries.max == 0) for c in out):
         return None

@@ -47,7 +47,7 @@ from blis_fast.config.kv_tiers import (
     check_prefix_caching,
     entry_field,
 )
-from blis_fast.config.flow_control import MAX_TTL_S
+from blis_fast.config.flow_control import MAX_TTL_S, MIN_TTL_S
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
 from blis_fast.config.policy import AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PolicyConfig, check_routing_models, parse_weights
@@ -121,7 +121,7 @@ class WorkloadConfig:
                                            "settings; seed from the file unless --seed is given")
     request_ttl_s: float | None = _opt(None, "time to live of every request without one of its own (a spec's SLO "
                                              "class or client ttl_s): cancelled when not completed that long after "
-                                             "its arrival", lo=0, lo_open=True, hi=MAX_TTL_S, unit="s")
+                                             "its arrival", lo=MIN_TTL_S, hi=MAX_TTL_S, unit="s")
 
     def __post_init__(self) -> None:
         if self.num_requests is None and not self.spec_filepath and self.type != "traces":

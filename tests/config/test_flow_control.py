@@ -267,9 +267,9 @@ CLI_REFUSALS = [
     (["--flow-control", "concurrency", "--flow-concurrency-limit", "0"], "--flow-concurrency-limit", "[1, 1000000]"),
     (["--flow-control", "concurrency", "--flow-concurrency-limit", "1e30"], "--flow-concurrency-limit", "1000000"),
     (["--flow-control", "free-slot", "--dispatch-order", "priority"], "--dispatch-order", "priority constant"),
-    (["--request-ttl-s", "-1"], "--request-ttl-s", "(0, 1e+06]"),
-    (["--request-ttl-s", "nan"], "--request-ttl-s", "(0, 1e+06]"),
-    (["--request-ttl-s", "1e300"], "--request-ttl-s", "(0, 1e+06]"),
+    (["--request-ttl-s", "-1"], "--request-ttl-s", "[1e-06, 1e+06]"),
+    (["--request-ttl-s", "nan"], "--request-ttl-s", "[1e-06, 1e+06]"),
+    (["--request-ttl-s", "1e300"], "--request-ttl-s", "[1e-06, 1e+06]"),
 ]
 
 
@@ -282,7 +282,7 @@ def test_refused_from_the_command_line(args, field, words):
 API_REFUSALS = [
     (dict(flow_control="concurrency", flow_kv_threshold=0.5), "flow_kv_threshold", "utilization"),
     (dict(flow_control="utilization", flow_kv_threshold=float("nan")), "flow_kv_threshold", "(0, 1]"),
-    (dict(request_ttl_s=0), "request_ttl_s", "(0, 1e+06]"),
+    (dict(request_ttl_s=0), "request_ttl_s", "[1e-06, 1e+06]"),
 ]
 
 
@@ -339,10 +339,10 @@ def _spec_with(**changes) -> dict:
 
 # (spec changes, the field named, words): parsing
 SPEC_REFUSALS = [
-    ({"slo_classes__interactive__ttl_s": -1}, "slo_classes.interactive.ttl_s", "(0, 1e+06]"),
-    ({"slo_classes__interactive__ttl_s": ".nan"}, "slo_classes.interactive.ttl_s", "(0, 1e+06]"),
-    ({"slo_classes__interactive__ttl_s": 1e12}, "slo_classes.interactive.ttl_s", "(0, 1e+06]"),
-    ({"clients__0__ttl_s": 0}, "clients[0].ttl_s", "(0, 1e+06]"),
+    ({"slo_classes__interactive__ttl_s": -1}, "slo_classes.interactive.ttl_s", "[1e-06, 1e+06]"),
+    ({"slo_classes__interactive__ttl_s": ".nan"}, "slo_classes.interactive.ttl_s", "[1e-06, 1e+06]"),
+    ({"slo_classes__interactive__ttl_s": 1e12}, "slo_classes.interactive.ttl_s", "[1e-06, 1e+06]"),
+    ({"clients__0__ttl_s": 0}, "clients[0].ttl_s", "[1e-06, 1e+06]"),
     ({"slo_classes__batch__sheddable": "maybe"}, "slo_classes.batch.sheddable", "true"),
     ({"clients__0__sheddable": True}, "clients[0].sheddable", "unknown key"),
     ({"slo_classes__batch__retries": MAX_RETRIES + 1}, "slo_classes.batch.retries.max", f"[0, {MAX_RETRIES}]"),
