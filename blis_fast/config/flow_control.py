@@ -2,7 +2,8 @@
 
 The flow-control policy itself (detector, thresholds, dispatch order, fairness) is a policy
 slot (``blis_fast.config.policy`` "gateway flow control", compiled by
-``blis_fast.policy.compile.flow_control_row``).  This module holds the workload side:
+``blis_fast.policy.compile.flow_control_row``).  This module holds the workload side and
+the refusal of both until the event loop runs them.
 
 A workload spec's SLO classes may give ``ttl_s`` (the request is cancelled when it has not
 completed that long after its arrival), ``sheddable: true`` (the gateway's flow control
@@ -64,22 +65,21 @@ class DeadlineSpec:
         return self.ttl_s is not None or self.sheddable is not None or self.retries is not None
 
 
-def parse_ttl(value: Any, path: str, *, error=WorkloadError) -> float:
+def parse_ttl(value: Any, path: str) -> float:
     """A TTL in seconds: a finite number in [MIN_TTL_S, MAX_TTL_S] (rounded to whole µs)."""
-    return as_float(value, path, MIN_TTL_S, MAX_TTL_S, error=error, text=False)
+    return as_float(value, path, MIN_TTL_S, MAX_TTL_S, error=WorkloadError, text=False)
 
 
 def parse_retries(value: Any, path: str) -> RetrySpec:
     """``retries``: a count ``N`` (the default backoff) or ``{max: N, backoff: {base_s,
     factor, jitter}}``.  The last retry's delay, jitter included, must stay within
     MAX_BACKOFF_S (a growing backoff could otherwise overflow the clock)."""
-    if not isinstance(value, dict):
-        value = {"max": value}
-    d = as_mapping(value, path, ("max", "backoff"), error=WorkloadError)
+    bare = not isinstance(value, dict)  # (a bare count: errors name the key itself)
+    d = as_mapping({"max": value} if bare else value, path, ("max", "backoff"), error=WorkloadError)
     if d.get("max") is None:
         raise WorkloadError(f"{path}.max", "is required: the retries of a timed-out or shed request, "
                                            f"0..{MAX_RETRIES}")
-    count = as_int(d["max"], f"{path}.max", 0, MAX_RETRIES, error=WorkloadError, text=False)
+    count = as_int(d["max"], path if bare else f"{path}.max", 0, MAX_RETRIES, error=WorkloadError, text=False)
     b = as_mapping(d.get("backoff") or {}, f"{path}.backoff", tuple(DEFAULT_BACKOFF), error=WorkloadError)
     base = as_float(b.get("base_s", DEFAULT_BACKOFF["base_s"]), f"{path}.backoff.base_s", 0, MAX_BACKOFF_S,
                     error=WorkloadError, text=False)
