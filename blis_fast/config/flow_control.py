@@ -2,8 +2,7 @@
 
 The flow-control policy itself (detector, thresholds, dispatch order, fairness) is a policy
 slot (``blis_fast.config.policy`` "gateway flow control", compiled by
-``blis_fast.policy.compile.flow_control_row``).  This module holds the workload side and
-the refusal of both until the event loop runs them.
+``blis_fast.policy.compile.flow_control_row``).  This module holds the workload side.
 
 A workload spec's SLO classes may give ``ttl_s`` (the request is cancelled when it has not
 completed that long after its arrival), ``sheddable: true`` (the gateway's flow control
@@ -17,8 +16,7 @@ the TTL of the requests that have none.
 ``parse_deadline`` reads the keys; ``resolve_deadlines`` resolves them per client against
 the run's flow control and TTL (refusing what would change nothing), and
 ``deadline_columns`` turns them into the per-request arrays of ``Workload``
-(docs/workloads.md).  Until the event loop runs them (issue 25's kernel part),
-``refuse_flow_control_until_kernel`` refuses every run with flow control or deadlines.
+(docs/workloads.md).  The event loop runs them in kernels/engine/flow.py.
 """
 
 from __future__ import annotations
@@ -181,19 +179,3 @@ def first_deadline_key(spec) -> str | None:
             key = next(k for k in CLIENT_KEYS if getattr(client.deadline, k) is not None)
             return f"{client.path}.{key}"
     return None
-
-
-def refuse_flow_control_until_kernel(flow_kind: int, deadlines_from: str | None) -> None:
-    """Refuse a run with flow control (``flow_kind``: its FlowDetector code) or with
-    deadlines, shedding or retries (``deadlines_from``: the setting that gives them --
-    ``request_ttl_s``, ``workload_spec``, ``workload`` for a ready-made one -- None when no
-    request has any): the event loop does not run them yet (issue 25's kernel part).  The
-    one check to remove when it does (called by blis_fast.run.tables.build_state, which
-    every run passes, and first by blis_fast.run.api.run_config before it builds the
-    workload)."""
-    if flow_kind != S.FlowDetector.NEVER:
-        raise ConfigError("flow_control", "the gateway's flow control runs in the event loop from issue 25's kernel "
-                                          "part; not yet")
-    if deadlines_from is not None:
-        raise ConfigError(deadlines_from, "request deadlines (ttl_s), shedding and retries run in the event loop "
-                                          "from issue 25's kernel part; not yet")

@@ -14,14 +14,13 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from blis_fast.config import effective, memory
-from blis_fast.config.flow_control import refuse_flow_control_until_kernel
 from blis_fast.config.policy import bundle_to_settings, load_policy_bundle
 from blis_fast.config.sim import SimConfig, build_config, check_ready_workload, load_yaml, section_paths
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
-from blis_fast.policy.compile import autoscale_row, flow_control_row
+from blis_fast.policy.compile import autoscale_row
 from blis_fast.results.deployments import instance_labels
-from blis_fast.run.resolve import build_workload, check_expected_size, config_deadlines, resolve
+from blis_fast.run.resolve import build_workload, check_expected_size, resolve
 from blis_fast.run.session import RunSession
 from blis_fast.workload import Workload
 from blis_fast.config.sim import validate
@@ -137,14 +136,6 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
     validate(cfg)  # (a SimConfig built with dataclasses.replace skips build_config)
     with memory.memory_budget(cfg.simulation.max_memory):
         setup = resolve(cfg)
-        # (before the workload is built; build_state checks again for runs that do not come this way)
-        if workload is not None:
-            deadlines_from = "workload" if workload.has_deadlines else None
-        elif config_deadlines(cfg) is None:
-            deadlines_from = None
-        else:
-            deadlines_from = "request_ttl_s" if cfg.workload.request_ttl_s is not None else "workload_spec"
-        refuse_flow_control_until_kernel(flow_control_row(cfg.policy)[0], deadlines_from)
         if workload is None:
             check_expected_size(cfg, setup, output_bytes_per_request + RESULT_BYTES_PER_REQUEST)
             if progress is not None:

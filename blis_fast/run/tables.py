@@ -18,7 +18,7 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
-from blis_fast.config.flow_control import refuse_flow_control_until_kernel
+from blis_fast.run.flow import FlowLayout, check_flow_support, flow_layout, flow_rows, flow_sizes
 from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.sizing import next_pow2
 from blis_fast.run.tiers import tier_layout, tier_request_rows, tier_rows, tier_sizes
@@ -452,12 +452,14 @@ def check_kv_blocks(cfg, latency, deployments: tuple = ()) -> None:
 
 def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int, uses_prefix_index: bool,
                 scheduler_kind: int, trace_level: int = 0, caching: bool | None = None, n_tenants: int = 1,
-                n_arrivals: int | None = None, deployments: tuple = (), n_slo_classes: int = 1) -> dict[str, int]:
+                n_arrivals: int | None = None, deployments: tuple = (), n_slo_classes: int = 1,
+                flow: FlowLayout | None = None) -> dict[str, int]:
     """The named sizes (``schema.state.SIZE_NAMES``) of a run of ``n`` requests with
     ``n_keys`` block keys (``n_shared`` distinct shared values at most) and ``n_blocks``
     request-block slots: what every State field's shape is computed from.  ``caching``:
     whether prefix blocks are cached (default: the engine setting, when there are keys).
-    ``deployments``: ``Setup.deployments`` (``fleet``)."""
+    ``deployments``: ``Setup.deployments`` (``fleet``); ``flow``: the run's flow control
+    and deadlines (run/flow.py; None: none)."""
     eng = cfg.engine
     fl = fleet(cfg, latency, deployments)
     n_inst = fl.n_inst
@@ -489,8 +491,14 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_pd_requests": max(n_pd, 1),
         **tier_sizes(tiers, n + n_pd, n_blocks),
         **autoscale_sizes(fl, n_slo_classes),
+        **flow_sizes(flow, n + n_pd, n_inst),
     }
     sizes["heap_rows"] += scaler_event_capacity(fl)
+    if flow is not None and flow.on:
+        sizes["heap_rows"] = event_capacity(n + n_pd, n_inst, n_pd, n_loads, flow.n_ttl,
+                                            flow.n_models if flow.flow else 0) + scaler_event_capacity(fl)
+        if decisions and flow.attempts:  # each attempt is admitted (and routed) once
+            sizes["decision_rows"] = max(flow.attempts, 1)
     if uses_prefix_index:
         # keys only one request carries never match: the index keeps just their LRU place, so
         # its hash tables need room for the shared key values only
@@ -509,14 +517,16 @@ def field_bytes(sizes: dict[str, int]) -> dict[str, int]:
 
 def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
                          scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None,
-                         trace_level: int = 0, n_tenants: int = 1, deployments: tuple = ()) -> dict[str, int]:
+                         trace_level: int = 0, n_tenants: int = 1, deployments: tuple = (),
+                         flow: FlowLayout | None = None) -> dict[str, int]:
     """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
     which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
     family (``Field.family``: the memory budget's estimate); when the keys' sharing is not
     known it is counted (16 bytes per key, ``key_sharing``).  ``deployments``: as
     ``state_sizes``."""
     sizes = state_sizes(cfg, latency, n, n_keys, n_blocks, n_keys if n_shared is None else n_shared,
-                        uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants, deployments=deployments)
+                        uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants, deployments=deployments,
+                        flow=flow)
     parts: dict[str, int] = {}
     for f, nbytes in zip(STATE_FIELDS, field_bytes(sizes).values()):
         if f.family:
@@ -651,8 +661,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     if scenario is None:
         workload.validate()  # (a Workload changed with dataclasses.replace is not re-validated)
     pol = policy if policy is not None else compile_policies(cfg.policy)
-    refuse_flow_control_until_kernel(int(pol.kinds[S.PolicySlot.FLOW]),
-                                     "workload" if workload.has_deadlines else None)
     # a decision trace records each candidate's matched prefix blocks: the router keeps its
     # prefix index then even if the policy does not read it (routing is unchanged)
     use_index = pol.uses_prefix_index or trace_level >= S.TraceLevel.DECISIONS
@@ -675,9 +683,11 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     n_keys = len(workload.block_keys)
     pd = any_disaggregated(deps)
     factor = 2 if pd else 1  # the prefill legs' block slots: at most the requests' (run/disaggregation.py)
+    flay = flow_layout(pol, workload, max(fl.models) + 1, n_tenants)
+    check_flow_support(flay, pd, tier_layout(fl, n_shared or 0).enabled)
     parts = estimate_state_bytes(cfg, lat, n, n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
-                                 n_tenants=n_tenants, deployments=deps)
+                                 n_tenants=n_tenants, deployments=deps, flow=flay)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys, deps), _memory_hint(parts))
     caching = prefix_caching(cfg, workload)
     arrays = arrays if arrays is not None else StateArrays()
@@ -696,10 +706,12 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         reqs, n_blocks = add_prefill_legs(reqs, n_blocks, pd_models, bs)
     slo_targets = slo_target_rows(workload)
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
-                        caching, n_tenants, len(order), deps, len(slo_targets))
+                        caching, n_tenants, len(order), deps, len(slo_targets), flay)
     n_inst = fl.n_inst
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * factor * (work_tokens + 8 * n) + 1_000_000
+    if s.max_events is None and flay.attempts > n:  # retries: each attempt may redo its request's work
+        max_events *= -(-flay.attempts // n)
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
     settings = settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
@@ -709,6 +721,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     sim = cfg.simulation  # the delay draws' seed: simulation_seed, else the workload's
     settings["autoscale_seed"] = (sim.workload_seed if sim.simulation_seed is None else sim.simulation_seed) \
         if autoscaled(fl) else 0
+    settings["flow"] = int(flay.flow)
+    settings["deadlines"] = int(flay.deadlines)
+    settings["flow_seed"] = (sim.workload_seed if sim.simulation_seed is None else sim.simulation_seed) \
+        if flay.deadlines else 0
     given = {
         "settings": settings,
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
@@ -732,5 +748,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "tier_reqs": tier_request_rows(sizes["n_tier_requests"]),
         "life": life_rows(fl), "scale_pools": scale_pool_rows(fl),
         "scale_wish": scale_wish_rows(fl, sizes["scale_window"]), "slo_targets": slo_targets,
+        **flow_rows(flay, workload, reqs, sizes["n_models"]),
     }
     return allocate_state(sizes, given, arrays)

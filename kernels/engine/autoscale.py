@@ -36,7 +36,7 @@ from ..schema import (ALL_NAMED, AutoscaleKind, AutoscaleParam, ClusterEvent, Dr
                       LifeState, LifeStep, PolicySlot, RequestState, ScaleDownPick, ScaleReason, Signal, WarmupCurve)
 from ..structs.dlist import dl_pop_front
 from .calendar import calendar_clear
-from .events import event_priority, push_event_with
+from .events import event_priority, push_event_with, request_epoch
 
 _M31 = np.int64(2147483647)  # 2^31 - 1: the delay draws' modulus (every product fits an int64)
 
@@ -110,7 +110,7 @@ def _mix31(x):
 
 
 @helper
-def _uniform(seed, p, k):
+def uniform_draw(seed, p, k):
     """The k-th uniform in (0, 1) of pool p's stream of the run's seed."""
     x = _mix31(_mix31(_mix31(seed) + 1000003 * (p + 1)) + k)
     return (np.float64(x) + 0.5) / np.float64(_M31)
@@ -126,8 +126,8 @@ def draw_delay_us(st, p, mean_us, std_us):
     k = sp[p]["draws"]
     sp[p]["draws"] = k + 2
     seed = st.settings[0]["autoscale_seed"]
-    u1 = _uniform(seed, np.int64(p), k)
-    u2 = _uniform(seed, np.int64(p), k + 1)
+    u1 = uniform_draw(seed, np.int64(p), k)
+    u2 = uniform_draw(seed, np.int64(p), k + 1)
     z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
     d = mean_us + std_us * z
     if d <= 0.0:
@@ -501,7 +501,7 @@ def reroute(st, i, r, t):
     st.reqs[r]["instance"] = -1
     st.scale_pools[st.inst[i]["pool"]]["redirected"] += 1
     push_event_with(st, t + st.settings[0]["routing_latency_us"],
-                    event_priority(ClusterEvent.ROUTING, np.int64(-1)), r, np.int64(0))
+                    event_priority(ClusterEvent.ROUTING, np.int64(-1)), r, request_epoch(st, r))
 
 
 @helper

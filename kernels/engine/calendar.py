@@ -149,6 +149,36 @@ def calendar_take_due(st, i, s):
 
 
 @helper
+def calendar_remove(st, i, r):
+    """Take running request r out of instance i's calendar between two steps (it leaves
+    the batch: a cancellation, engine/flow.py), up to date at the start of the next step.
+    Its bucket is not recorded, so the buckets are searched: O(calendar size + riders),
+    paid once per cancelled running request."""
+    reqs = st.reqs
+    inst = st.inst
+    materialize(st, i, r, inst[i]["steps"])
+    for b in range(st.settings[0]["calendar_size"]):
+        prev = np.int64(-1)
+        q = st.calendar[i, b]
+        while q >= 0:
+            if q == r:
+                if prev < 0:
+                    st.calendar[i, b] = reqs[r]["cal_next"]
+                else:
+                    reqs[prev]["cal_next"] = reqs[r]["cal_next"]
+                reqs[r]["cal_next"] = -1
+                inst[i]["ride_count"] -= 1
+                inst[i]["ride_ctx"] -= reqs[r]["computed"]
+                p = reqs[r]["ride_phase"]
+                if p >= 0:
+                    st.ride_phase[i, p] -= 1
+                    reqs[r]["ride_phase"] = -1
+                return
+            prev = q
+            q = reqs[q]["cal_next"]
+
+
+@helper
 def calendar_clear(st, i, s):
     """Empty instance i's calendar, bringing every running request up to date at the start
     of local step s (before a step that visits all of them)."""

@@ -51,3 +51,23 @@ def push_event_with(st, t, priority, request, arg2):
     else:
         lp[0]["heap_size"] = size
 
+
+@helper
+def request_epoch(st, r):
+    """The tag of request r's next lifecycle event (admission, routing, Queued): its epoch
+    under flow control or deadlines (engine/flow.py: an attempt that ends early bumps it,
+    so its events still in the heap are stale), else 0."""
+    s = st.settings
+    if s[0]["flow"] == 0 and s[0]["deadlines"] == 0:
+        return np.int64(0)
+    return st.flow_reqs[r]["epoch"]
+
+
+@helper
+def stale(st, r, tag):
+    """True if a lifecycle event of request r tagged ``tag`` belongs to an attempt that has
+    ended (``request_epoch``)."""
+    s = st.settings
+    if s[0]["flow"] == 0 and s[0]["deadlines"] == 0:
+        return False
+    return tag != st.flow_reqs[r]["epoch"]

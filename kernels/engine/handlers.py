@@ -14,20 +14,24 @@ from ..kv.cache import is_prefill_leg
 from ..policies.admission import admit
 from ..policies.prefix_index import index_record_request, leading_matches
 from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
-from ..schema import ClusterEvent, PolicySlot, RequestState, RoutingKind, Status
+from ..schema import ClusterEvent, FlowDetector, PolicySlot, RequestState, RoutingKind, Status
 from .autoscale import maybe_terminate, redirecting, reroute
 from .disaggregation import pd_decide, pd_route_prefill
-from .events import event_priority, push_event
+from .events import event_priority, push_event_with, request_epoch
+from .flow import back_to_gateway, begin_attempt, gateway_admit, hide_busy_instances, routing_done, show_instances
 from .queueing import join_wait_queue, send_to_instance
 from .trace import log_admission, log_routing, tracing
 
 
 @helper
 def on_arrival(st, r, t):
-    """Request r reaches the cluster: the admission decision follows after its latency."""
-    st.loop[0]["injected"] += 1
+    """Request r reaches the cluster: the admission decision follows after its latency.
+    (With deadlines, a retry of a request is an arrival too: engine/flow.py.)"""
+    if st.settings[0]["deadlines"] == 0 or begin_attempt(st, r, t):
+        st.loop[0]["injected"] += 1
     st.reqs[r]["state"] = RequestState.ADMITTING
-    push_event(st, t + st.settings[0]["admission_latency_us"], event_priority(ClusterEvent.ADMISSION, np.int64(-1)), r)
+    push_event_with(st, t + st.settings[0]["admission_latency_us"], event_priority(ClusterEvent.ADMISSION, np.int64(-1)),
+                    r, request_epoch(st, r))
 
 
 @helper
@@ -42,7 +46,11 @@ def on_admission(st, r, t):
         reqs[r]["state"] = RequestState.REJECTED
         st.loop[0]["rejected"] += 1
         return
-    push_event(st, t + st.settings[0]["routing_latency_us"], event_priority(ClusterEvent.ROUTING, np.int64(-1)), r)
+    if st.settings[0]["flow"] != 0:  # the gateway queue (engine/flow.py)
+        gateway_admit(st, r, t)
+        return
+    push_event_with(st, t + st.settings[0]["routing_latency_us"], event_priority(ClusterEvent.ROUTING, np.int64(-1)),
+                    r, request_epoch(st, r))
 
 
 @helper
@@ -63,6 +71,11 @@ def on_routing(st, r, t):
     s = st.settings
     model = reqs[r]["model"]
     kind = st.routing_kind[model]  # the routing of the request's model (routing per model)
+    flow = s[0]["flow"] != 0
+    hidden = flow and st.policy_kind[PolicySlot.FLOW] == FlowDetector.FREE_SLOT
+    if hidden and not hide_busy_instances(st, model, t):  # late binding: the free instances only
+        back_to_gateway(st, r, t)  # none left: it waits again, in its place
+        return
     if kind != RoutingKind.ROUND_ROBIN or tracing(st):
         # (round-robin reads no snapshot, and the decision trace is the only other reader)
         refresh_snapshot(inst, st.snap, st.snap_refreshed, st.policy_param[PolicySlot.SNAPSHOT], t, ROUTER_SNAP_FIELDS)
@@ -78,6 +91,8 @@ def on_routing(st, r, t):
                                                  st.rr_cursor[model], st.route_scores, model)
     target, cursor = choose_instance(kind, st.routing_param[model], inst,
                                      st.snap, st.affinity, n_keys, st.rr_cursor[model], st.route_scores, model)
+    if hidden:
+        show_instances(st)
     forced = r == s[0]["forced_request"] and target >= 0
     if members > 1 and not forced:
         # the members share the routing kind, so the same instance means the same cursor
@@ -88,6 +103,8 @@ def on_routing(st, r, t):
                 lp[0]["error_request"] = r
                 return
     st.rr_cursor[model] = cursor
+    if flow:
+        routing_done(st, r)
     if forced:  # a counterfactual replay: only this decision changes (the cursor moves as chosen)
         target = s[0]["forced_instance"]
     if target >= 0 and tracing(st):

@@ -18,7 +18,8 @@ from ..schema import ClusterEvent, InstanceEvent, Status
 from ..byref import by_ref
 from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
-from .events import event_kind_instance
+from .events import event_kind_instance, stale
+from .flow import after_life, after_step, on_dispatch, on_expire
 from .disaggregation import on_pd_event
 from .tiers import on_tier_event, tier_catch_up
 from .autoscale import counts_as_scaler, on_actuate, on_life, on_tick, start_autoscalers
@@ -38,6 +39,16 @@ def unknown_event(st, kind, instance, r):
     lp[0]["error_kind"] = kind
     lp[0]["error_instance"] = instance
     lp[0]["error_request"] = r
+
+
+@helper
+def idle_expiries(st):
+    """EXPIRE events in the heap that do not keep the run alive: all of them while no
+    request waits in a gateway queue (every live request has an event of its own then)."""
+    lp = st.loop
+    if lp[0]["gateway_depth"] > 0:
+        return np.int64(0)
+    return lp[0]["expiry_events"]
 
 
 @kernel
@@ -69,6 +80,7 @@ def event_loop(st):
     lp[0]["status"] = Status.OK
     drained = False  # every event done
     autoscaled = st.settings[0]["autoscaled"] != 0
+    flow = st.settings[0]["flow"] != 0
     if autoscaled and lp[0]["scale_started"] == 0:
         start_autoscalers(st)
     while True:
@@ -90,8 +102,9 @@ def event_loop(st):
         if from_stream:
             kind = np.int64(ClusterEvent.ARRIVAL)
             ev_inst = np.int64(-1)
-        elif size > 0 and (size > lp[0]["scaler_events"] or ap < order.shape[0]):
-            # (autoscaler events alone never keep a run alive: engine/autoscale.py)
+        elif size > 0 and (size > lp[0]["scaler_events"] + idle_expiries(st) or ap < order.shape[0]):
+            # (autoscaler events alone never keep a run alive: engine/autoscale.py; nor
+            # do TTL expiries unless the gateway holds requests: engine/flow.py)
             t = h_time[0]
             kind, ev_inst = event_kind_instance(h_prio[0])
         else:
@@ -132,9 +145,16 @@ def event_loop(st):
             if kind == ClusterEvent.ARRIVAL:
                 on_arrival(st, r, t)
             elif kind == ClusterEvent.ADMISSION:
-                on_admission(st, r, t)
+                if not stale(st, r, arg2):  # (an attempt that ended early: engine/flow.py)
+                    on_admission(st, r, t)
             elif kind == ClusterEvent.ROUTING:
-                on_routing(st, r, t)
+                if not stale(st, r, arg2):
+                    on_routing(st, r, t)
+            elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
+                lp[0]["expiry_events"] -= 1
+                on_expire(st, r, t)
+            elif kind == ClusterEvent.DISPATCH:  # r = the model
+                on_dispatch(st, r, t)
             elif kind == ClusterEvent.AUTOSCALE_TICK:  # autoscaling (engine/autoscale.py): r = the pool
                 lp[0]["scaler_events"] -= 1
                 on_tick(st, r, t)
@@ -144,15 +164,23 @@ def event_loop(st):
             else:
                 unknown_event(st, kind, ev_inst, r)
         elif kind == InstanceEvent.QUEUED:
-            on_queued(st, ev_inst, r, t)
+            if not stale(st, r, arg2):
+                on_queued(st, ev_inst, r, t)
         elif kind == InstanceEvent.STEP:
-            on_step(st, ev_inst, t)
+            if flow:
+                steps_before = st.inst[ev_inst]["steps"]
+                on_step(st, ev_inst, t)
+                after_step(st, ev_inst, steps_before, t)
+            else:
+                on_step(st, ev_inst, t)
         elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
             on_pd_event(st, kind, ev_inst, r, t, arg2)
         elif kind == InstanceEvent.LIFE:  # autoscaling: r = the life of the row the event belongs to
             if counts_as_scaler(arg2):
                 lp[0]["scaler_events"] -= 1
             on_life(st, ev_inst, r, arg2, t)
+            if flow:
+                after_life(st, ev_inst, t)
         elif kind == InstanceEvent.TIER_LINK or kind == InstanceEvent.LOAD_DONE:  # KV tiers (engine/tiers.py)
             on_tier_event(st, kind, ev_inst, r, t, arg2)
         else:

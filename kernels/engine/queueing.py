@@ -9,7 +9,7 @@ from ..jit import helper
 from ..latency.steptime import queueing_delay_us
 from ..schema import InstanceEvent, RequestState
 from ..structs.dlist import dl_push_back
-from .events import event_priority, push_event
+from .events import event_priority, push_event, push_event_with, request_epoch
 
 
 @helper
@@ -23,7 +23,7 @@ def send_to_instance(st, i, r, t):
     reqs[r]["state"] = RequestState.ROUTED
     inst[i]["routed_pending"] += 1
     q = queueing_delay_us(inst[i]["alpha0"], inst[i]["alpha1"], reqs[r]["prompt_len"])
-    push_event(st, t + q, event_priority(InstanceEvent.QUEUED, i), r)
+    push_event_with(st, t + q, event_priority(InstanceEvent.QUEUED, i), r, request_epoch(st, r))
 
 
 @helper

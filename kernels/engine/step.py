@@ -620,6 +620,8 @@ def on_step(st, i, t):
     inst[i]["busy_us"] += dt
     inst[i]["sum_wq_len"] += wq_at_start
     inst[i]["sum_batch_len"] += inst[i]["batch_len"]
+    if st.settings[0]["flow"] != 0:  # flow control: its slots stay taken until the step ends (engine/flow.py)
+        st.flow_inst[i]["step_batch"] = inst[i]["batch_len"]
     inst[i]["sum_kv_allocated"] += inst[i]["kv_allocated"]
     inst[i]["prefill_tokens"] += n_prefill
     inst[i]["decode_tokens"] += n_decode

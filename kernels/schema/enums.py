@@ -26,12 +26,17 @@ class _RequestState(NamedTuple):
     DROPPED_AT_DECODE: int = 11  # prefilled, but its decode instance had no room (on_decode_full: drop)
     # KV cache tiers (kv/tiers.py)
     LOADING: int = 12  # admitted with blocks found in a CPU/disk tier: waiting for them to load
+    # gateway flow control and deadlines (engine/flow.py)
+    GATEWAY: int = 13  # admitted, waiting in its model's gateway queue while the instances are saturated
+    TIMED_OUT: int = 14  # its TTL expired before it completed: cancelled where it was (its last attempt's end)
+    SHED: int = 15  # a sheddable request the saturated gateway rejected (its last attempt's end)
 
 
 RequestState = _RequestState()
 REQUEST_STATE_NAMES = (
     "pending", "admitting", "routed", "queued", "running", "completed", "rejected", "dropped_unservable",
     "remote_prefill", "transfer_wait", "transferring", "dropped_at_decode", "loading",
+    "gateway", "timed_out", "shed",
 )
 
 
@@ -51,10 +56,12 @@ class _ClusterEvent(NamedTuple):
     renumbering them (the ordering table below)."""
 
     ARRIVAL: int = 0
+    EXPIRE: int = 1  # a request's TTL is up: cancelled wherever it is unless it completed (engine/flow.py)
     ADMISSION: int = 4
     AUTOSCALE_TICK: int = 5  # a pool's autoscaler collects its signals and decides (engine/autoscale.py)
     ACTUATE: int = 6  # a pool's decision acts, a metrics delay after its tick
     ROUTING: int = 8
+    DISPATCH: int = 9  # a model's gateway queue releases requests while its instances are not saturated
 
 
 class _InstanceEvent(NamedTuple):
@@ -78,11 +85,15 @@ InstanceEvent = _InstanceEvent()
 # equal time is therefore: cluster events by code, then instance 0's by code, instance 1's ...
 #
 #   band      code  kind                 free codes for a new kind (its place in the order)
-#   cluster      0  ARRIVAL              1-3: after an arrival (e.g. a session/DAG release)
+#   cluster      0  ARRIVAL              (also a closed-loop follower's or a retry's)
+#                1  EXPIRE               (flow control: a TTL that ends at an arrival's time sees it arrive)
+#                                        2-3: after an arrival (e.g. a session/DAG release)
 #                4  ADMISSION
 #                5  AUTOSCALE_TICK       (autoscaling: a tick sees the admissions of its time)
 #                6  ACTUATE              7: free
-#                8  ROUTING              9-15: after routing (e.g. a pool-level decision)
+#                8  ROUTING
+#                9  DISPATCH             (flow control: routing decisions of the time go first)
+#                                        10-15: after routing (e.g. a pool-level decision)
 #   instance     0  --                   before Queued
 #                1  LIFE                 (autoscaling: an instance comes up, is evicted, times out draining)
 #                2  TIER_LINK            (KV tiers: loads; a loaded request is admitted before the step)
@@ -466,6 +477,14 @@ class _RetryBackoff(NamedTuple):
     JITTER: int = 2  # 0..1
 
 
+class _AttemptEnd(NamedTuple):
+    """How a failed attempt ended (ATTEMPT_DT.outcome)."""
+
+    TIMED_OUT: int = 0  # its TTL expired (ATTEMPT_DT.place: the RequestState it was cancelled in)
+    SHED: int = 1  # the saturated gateway shed it at admission
+
+
+AttemptEnd = _AttemptEnd()
 FlowDetector = _FlowDetector()
 RetryBackoff = _RetryBackoff()
 N_RETRY_BACKOFF = 3
@@ -638,6 +657,6 @@ __all__ = [
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
     "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
     "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
-    "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
+    "AttemptEnd", "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
     "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF",
 ]

@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .enums import (KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+from .enums import (N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
+from .tables import (ADMIT_DT, ATTEMPT_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
                      LOOP_DT, PD_INST_DT, SCALE_LOG_DT, SCALE_POOL_DT,
                      PD_MODEL_DT, PD_REQ_DT, TIER_DT, TIER_JOB_DT, TIER_REQ_DT, TIER_SLOT_DT, TIER_WRITE_DT,
                      PREEMPT_DT, REQUEST_DT,
@@ -84,12 +84,17 @@ SIZE_NAMES = {
     "scale_window": "ticks of the longest stabilization window (an autoscaled run), else 1",
     "ttft_window": "TTFT_WINDOW in an autoscaled run, else 1",
     "life_rows": "lifecycle-log rows to start with (1 without an autoscaler)",
+    "n_flow_requests": "n_requests when flow control or deadlines are on, else 1",
+    "n_flow_groups": "gateway queues: one per served model, or per (model, tenant) with round-robin fairness; 1 without flow control",
+    "n_flow_inst": "n_inst with flow control, else 1",
+    "n_backoff_rows": "retry backoff rows (one per client id) when deadlines are on, else 1",
+    "attempt_rows": "failed-attempt log rows: the attempts that may time out or be shed (1 + retries each), at least 1",
     "scale_rows": "tick-log rows to start with (1 without an autoscaler)",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
     "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
-    "N_TIERS": N_TIERS, "MAX_WINDOW_TICKS": MAX_WINDOW_TICKS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
+    "N_TIERS": N_TIERS, "N_RETRY_BACKOFF": N_RETRY_BACKOFF, "MAX_WINDOW_TICKS": MAX_WINDOW_TICKS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
 }
 
 
@@ -259,6 +264,19 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("life_log", LIFE_LOG_DT, ("life_rows",), LOG, "logs", "one row per lifecycle change",
           Growth("life_records", "n_inst + 2", TraceLevel.NONE,
                  "the lifecycle log ({used} records so far, growing to {rows})", _SMALLER, True)),
+    # --- gateway flow control and deadlines (engine/flow.py)
+    Field("flow_reqs", FLOW_REQ_DT, ("n_flow_requests",), GIVEN, "request table",
+          "each request's deadline, attempts and gateway place"),
+    Field("flow_heap", _I64, ("n_flow_requests",), ZEROS, "request table",
+          "the gateway queues' heaps of request ids (FLOW_GROUP_DT offset/size)"),
+    Field("flow_groups", FLOW_GROUP_DT, ("n_flow_groups",), GIVEN, "run", "each gateway queue"),
+    Field("flow_models", FLOW_MODEL_DT, ("n_models",), GIVEN, "run", "each served model's gateway"),
+    Field("flow_inst", FLOW_INST_DT, ("n_flow_inst",), ZEROS, "instance tables",
+          "what the saturation detectors read beside the instance table"),
+    Field("retry_backoff", _F64, ("n_backoff_rows", "N_RETRY_BACKOFF"), GIVEN, "run",
+          "each client's retry backoff (RetryBackoff columns; Workload.retry_backoff)"),
+    Field("attempt_log", ATTEMPT_DT, ("attempt_rows",), ZEROS, "logs",
+          "one row per attempt that timed out or was shed"),
     Field("scale_log", SCALE_LOG_DT, ("scale_rows",), LOG, "logs", "one row per autoscaler tick",
           Growth("scale_records", "1", TraceLevel.NONE,
                  "the autoscaler's tick log ({used} records so far, growing to {rows})", _SMALLER, True)),
@@ -307,7 +325,8 @@ def log_room(growth: Growth, max_num_seqs: int, n_inst: int = 1) -> int:
     return int(eval(_ROOM_CODE[growth.room], {"__builtins__": {}}, {"max_num_seqs": max_num_seqs, "n_inst": n_inst}))
 
 
-def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0) -> int:
+def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0, n_ttl: int = 0,
+                   n_gateways: int = 0) -> int:
     """The most events the heap can hold at once, from the event sources
     (engine/handlers.py, engine/step.py, engine/disaggregation.py); a new event source
     adds its term here:
@@ -322,12 +341,18 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: 
         due earlier -- number at most its transfers in flight + 1;
       * KV tier read links (``n_loads``: the load transfers that may be in flight, one per
         request and tier): a LOAD_DONE per load whose data is through, and each link's TIER_LINK
-        events (at most its loads in flight + 1)."""
+        events (at most its loads in flight + 1);
+      * deadlines (``n_ttl``: the requests with a TTL): at most one EXPIRE each (an attempt's
+        expiry moves later, never earlier: a pending one is pushed again when it fires);
+      * flow control (``n_gateways``: served models with a gateway queue): DISPATCH events,
+        at most one per model and time, pushed at the end of a step (one per instance in
+        flight) or now (engine/flow.py)."""
     per_request = n_requests
     per_instance = n_inst
     per_link = n_transfers + n_inst if n_transfers else 0
     per_tier_link = 2 * n_loads + n_inst * N_TIERS if n_loads else 0
-    return per_request + per_instance + per_link + per_tier_link
+    per_gateway = n_inst + 2 * n_gateways if n_gateways else 0
+    return per_request + per_instance + per_link + per_tier_link + n_ttl + per_gateway
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -488,6 +488,9 @@ SETTINGS_DT = np.dtype(
         #                         request r's prefill leg; 0 = no disaggregation in the run
         ("autoscaled", np.int32),  # 1 = some pool has an autoscaler (engine/autoscale.py; State.scale_pools)
         ("autoscale_seed", np.int64),  # the seed of the autoscaler's delay draws (engine/autoscale.py)
+        ("flow", np.int32),  # 1 = a gateway queue with a saturation detector (FLOW slot not NEVER; engine/flow.py)
+        ("deadlines", np.int32),  # 1 = some request has a TTL, is sheddable or retries (State.flow_reqs)
+        ("flow_seed", np.int64),  # the seed of the retries' backoff jitter draws (engine/flow.py)
     ],
     align=True,
 )
@@ -519,6 +522,96 @@ LOOP_DT = np.dtype(
         ("scale_started", np.int64),  # 1 = the autoscalers' first ticks are scheduled
         ("scaler_events", np.int64),  # autoscaler events in the heap (ticks, actuations, LIFE): they never keep
         #                               a run alive (engine/loop.py)
+        ("expiry_events", np.int64),  # EXPIRE events in the heap: they keep a run alive only while the gateway holds
+        #                               requests (engine/flow.py)
+        ("gateway_depth", np.int64),  # requests in the gateway queues now (flow control)
+        ("gateway_peak", np.int64),
+        ("gateway_entries", np.int64),  # entries into a gateway queue so far (the FIFO order key)
+        ("timeouts", np.int64),  # attempts whose TTL expired
+        ("sheds", np.int64),  # attempts the gateway shed
+        ("retries", np.int64),  # attempts after the first (sent again after a timeout or a shed)
+        ("attempt_records", np.int64),  # rows of the failed-attempt log
+    ],
+    align=True,
+)
+
+# --- gateway flow control and deadlines (engine/flow.py) ---
+
+# Per request (State.flow_reqs, when flow control or deadlines are on): its deadline, its
+# attempts and its place in its gateway queue.  Times in µs, -1 = none.
+FLOW_REQ_DT = np.dtype(
+    [
+        ("ttl_us", np.int64),  # its time to live after each attempt's arrival, -1 = none (Workload.ttl_us)
+        ("max_retries", np.int64),  # attempts after the first it may make (Workload.max_retries)
+        ("sheddable", np.int64),  # 1 = the saturated gateway sheds it instead of queueing it
+        ("group", np.int64),  # its gateway queue (State.flow_groups row): its model's, or its (model, tenant)'s
+        ("attempt", np.int64),  # its current attempt, 0 = the first
+        ("epoch", np.int64),  # bumped when an attempt ends early: its events of older epochs are stale
+        ("first_arrival_us", np.int64),  # its first attempt's arrival (the whole exchange starts there)
+        ("deadline_us", np.int64),  # its current attempt's expiry, -1 = none
+        ("expire_at_us", np.int64),  # time of its EXPIRE event in the heap, -1 = none
+        ("routing", np.int64),  # 1 = released to routing by flow control, the decision pending (FLOW_MODEL_DT.in_routing)
+        ("gw_pos", np.int64),  # its position in its gateway queue's heap, -1 = not queued there
+        ("gw_key", np.float64),  # its dispatch-order key (lower first; DispatchOrder)
+        ("gw_seq", np.int64),  # its gateway entry number (ties of gw_key: FIFO)
+        ("gw_enter_us", np.int64),  # its current attempt's (latest) entry into the gateway queue, -1 = never
+        ("gw_leave_us", np.int64),  # ... and its leaving it, -1 = not left
+        ("gw_wait_us", np.int64),  # its current attempt's time in the gateway queue so far
+        ("gw_wait_total_us", np.int64),  # summed over its attempts
+        ("timeouts", np.int64),  # its attempts that timed out
+        ("sheds", np.int64),  # its attempts that were shed
+    ],
+    align=True,
+)
+# Per gateway queue (State.flow_groups): a binary heap of request ids in State.flow_heap
+# [offset, offset + size), ordered by (gw_key, gw_seq); capacity = its requests.
+FLOW_GROUP_DT = np.dtype(
+    [
+        ("offset", np.int64),
+        ("size", np.int64),
+        ("peak", np.int64),
+        ("model", np.int64),
+        ("tenant", np.int64),  # -1 = every tenant (strict fairness)
+    ],
+    align=True,
+)
+# Per served model (State.flow_models): its gateway.
+FLOW_MODEL_DT = np.dtype(
+    [
+        ("first_group", np.int64),  # its gateway queues: flow_groups rows [first_group, first_group + n_groups)
+        ("n_groups", np.int64),
+        ("rr_next", np.int64),  # round-robin fairness: the queue (of its own) to try first
+        ("depth", np.int64),  # requests waiting in its queues
+        ("peak", np.int64),
+        ("in_routing", np.int64),  # released by flow control, routing decision pending
+        ("dispatch_at_us", np.int64),  # time of its latest DISPATCH event pushed, -1 = none
+        ("dispatched", np.int64),  # requests released from its queues
+        ("sheds", np.int64),
+    ],
+    align=True,
+)
+# Per instance (State.flow_inst, flow control): what the detectors read beside INSTANCE_DT.
+FLOW_INST_DT = np.dtype(
+    [
+        ("step_batch", np.int64),  # requests in its last step's batch when it formed (its slots until it ends)
+        ("saved_active", np.int64),  # INSTANCE_DT.active while free-slot routing hides the busy instances
+    ],
+    align=True,
+)
+# The failed-attempt log (State.attempt_log): one row per attempt that timed out or was
+# shed, in the order they ended (a request's final, completed attempt is in its own row).
+ATTEMPT_DT = np.dtype(
+    [
+        ("request", np.int64),
+        ("attempt", np.int64),  # 0 = the first
+        ("arrival_us", np.int64),
+        ("gw_enter_us", np.int64),  # its (latest) gateway queue entry and leaving, -1 = none / did not leave
+        ("gw_leave_us", np.int64),
+        ("gw_wait_us", np.int64),  # its time in the gateway queue
+        ("end_us", np.int64),  # when it timed out or was shed
+        ("outcome", np.int64),  # AttemptEnd
+        ("place", np.int64),  # RequestState it was in when its TTL expired (shed: GATEWAY)
+        ("instance", np.int64),  # instance it had been routed to, -1 = none
     ],
     align=True,
 )
@@ -608,4 +701,4 @@ SCALE_LOG_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["FLOW_REQ_DT", "FLOW_GROUP_DT", "FLOW_MODEL_DT", "FLOW_INST_DT", "ATTEMPT_DT", "LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]

@@ -1,0 +1,122 @@
+"""The State tables of gateway flow control and request deadlines (kernels/engine/flow.py):
+their sizes and contents, from the compiled FLOW slot and the workload's deadline columns.
+
+Off (no detector, no deadline columns) every table has its minimal size and the kernel
+never reads them: the run is the one without flow control, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from blis_fast.errors import ConfigError
+from blis_fast_kernels import schema as S
+
+
+@dataclass(frozen=True)
+class FlowLayout:
+    """What a run's flow control and deadlines need: ``flow`` (a saturation detector),
+    ``deadlines`` (the workload has TTLs, shedding or retries), the gateway queues
+    (``round_robin``: one per (model, tenant), else one per model) and the log sizes."""
+
+    flow: bool = False
+    deadlines: bool = False
+    round_robin: bool = False
+    n_models: int = 1
+    n_tenants: int = 1
+    n_ttl: int = 0  # requests with a TTL (an EXPIRE each in the heap at most)
+    attempt_rows: int = 1  # attempts that may fail: 1 + retries of each request with a TTL or that may be shed
+    attempts: int = 0  # every attempt the requests may make (decision-trace rows), 0 = one per request
+    backoff_rows: int = 1  # rows of Workload.retry_backoff (one per client id)
+
+    @property
+    def on(self) -> bool:
+        return self.flow or self.deadlines
+
+    @property
+    def n_groups(self) -> int:
+        return self.n_models * (self.n_tenants if self.round_robin else 1) if self.flow else 1
+
+
+def flow_layout(policy, workload, n_models: int, n_tenants: int) -> FlowLayout:
+    """The FlowLayout of a run of ``workload`` under ``policy`` (CompiledPolicies)."""
+    flow = int(policy.kinds[S.PolicySlot.FLOW]) != S.FlowDetector.NEVER
+    deadlines = workload.has_deadlines
+    if not (flow or deadlines):
+        return FlowLayout(n_models=n_models, n_tenants=n_tenants)
+    rr = flow and int(policy.params[S.PolicySlot.FLOW][S.FlowParam.FAIRNESS]) == S.Fairness.ROUND_ROBIN
+    n_ttl, rows, attempts = 0, 1, 0
+    if deadlines:
+        ttl = workload.ttl_us >= 0
+        may_fail = ttl | ((workload.sheddable != 0) & flow)
+        tries = 1 + workload.max_retries.astype(np.int64)
+        n_ttl = int(np.count_nonzero(ttl))
+        rows = max(1, int(tries[may_fail].sum()))
+        attempts = int(tries.sum())
+    backoff_rows = len(workload.retry_backoff) if deadlines else 1
+    return FlowLayout(flow, deadlines, rr, n_models, n_tenants, n_ttl, rows, attempts, backoff_rows)
+
+
+def flow_sizes(layout: FlowLayout | None, n: int, n_inst: int) -> dict[str, int]:
+    """The flow-control sizes (schema.state.SIZE_NAMES) of ``n`` requests on ``n_inst`` rows."""
+    lay = layout or FlowLayout()
+    return {
+        "n_flow_requests": n if lay.on else 1,
+        "n_flow_groups": lay.n_groups,
+        "n_flow_inst": n_inst if lay.flow else 1,
+        "n_backoff_rows": lay.backoff_rows,
+        "attempt_rows": lay.attempt_rows if lay.on else 1,
+    }
+
+
+def flow_rows(layout: FlowLayout, workload, reqs: np.ndarray, n_models: int) -> dict[str, np.ndarray]:
+    """The GIVEN flow tables: ``flow_reqs``, ``flow_groups``, ``flow_models``, ``retry_backoff``."""
+    n = len(reqs) if layout.on else 1
+    fr = np.zeros(n, S.FLOW_REQ_DT)
+    for f in ("deadline_us", "expire_at_us", "gw_pos", "gw_enter_us", "gw_leave_us", "ttl_us"):
+        fr[f] = -1
+    fr["first_arrival_us"] = reqs["arrival_us"][:n] if layout.on else -1
+    models = np.zeros(max(n_models, 1), S.FLOW_MODEL_DT)
+    models["dispatch_at_us"] = -1
+    models["n_groups"] = 1
+    groups = np.zeros(layout.n_groups, S.FLOW_GROUP_DT)
+    groups["tenant"] = -1
+    backoff = np.zeros((1, S.N_RETRY_BACKOFF), np.float64)
+    backoff[:, S.RetryBackoff.FACTOR] = 1.0
+    if layout.deadlines:
+        fr["ttl_us"] = workload.ttl_us
+        fr["max_retries"] = workload.max_retries
+        fr["sheddable"] = workload.sheddable
+        backoff = np.ascontiguousarray(workload.retry_backoff, np.float64)
+    if layout.flow:
+        per_model = layout.n_groups // max(n_models, 1)
+        group = reqs["model"].astype(np.int64) * per_model
+        if layout.round_robin:
+            group += reqs["tenant"].astype(np.int64)
+        fr["group"] = group
+        count = np.bincount(group, minlength=layout.n_groups)
+        groups["offset"] = np.concatenate(([0], np.cumsum(count)[:-1]))
+        groups["model"] = np.arange(layout.n_groups) // per_model
+        if layout.round_robin:
+            groups["tenant"] = np.arange(layout.n_groups) % per_model
+        models["first_group"] = np.arange(len(models)) * per_model
+        models["n_groups"] = per_model
+    return {"flow_reqs": fr, "flow_groups": groups, "flow_models": models, "retry_backoff": backoff}
+
+
+def check_flow_support(layout: FlowLayout, disaggregated: bool, tiered: bool) -> None:
+    """Refuse flow control or deadlines with prefill/decode disaggregation or KV tiers:
+    a cancellation there would have to free a transfer or a load in flight, which the
+    event loop does not do yet."""
+    if not layout.on:
+        return
+    what = "--flow-control" if layout.flow else "request deadlines (ttl_s, sheddable, retries)"
+    field = "flow_control" if layout.flow else "workload.ttl_s"
+    if disaggregated:
+        raise ConfigError(field, f"{what} with prefill/decode disaggregation is not supported yet (a cancellation "
+                                 f"would have to stop a KV transfer in flight); use a monolithic deployment")
+    if tiered:
+        raise ConfigError(field, f"{what} with KV cache tiers (cpu/disk) is not supported yet (a cancellation "
+                                 f"would have to stop a load in flight); leave the tiers out")
