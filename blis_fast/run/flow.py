@@ -59,10 +59,14 @@ def flow_layout(policy, workload, n_models: int, n_tenants: int) -> FlowLayout:
     return FlowLayout(flow, deadlines, rr, n_models, n_tenants, n_ttl, rows, attempts, backoff_rows)
 
 
-def flow_sizes(layout: FlowLayout | None, n: int, n_inst: int) -> dict[str, int]:
-    """The flow-control sizes (schema.state.SIZE_NAMES) of ``n`` requests on ``n_inst`` rows."""
+def flow_sizes(layout: FlowLayout | None, n: int, n_inst: int, traced: bool = False) -> dict[str, int]:
+    """The flow-control sizes (schema.state.SIZE_NAMES) of ``n`` requests on ``n_inst`` rows
+    (``traced``: decisions are traced)."""
     lay = layout or FlowLayout()
     return {
+        # each attempt enters the gateway queue and leaves it (or is shed) once (a return from
+        # free-slot routing that found no free instance is not logged)
+        "gateway_rows": 2 * (lay.attempts or n) if traced and lay.flow else 1,
         "n_flow_requests": n if lay.on else 1,
         "n_flow_groups": lay.n_groups,
         "n_flow_inst": n_inst if lay.flow else 1,

@@ -491,7 +491,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "n_pd_requests": max(n_pd, 1),
         **tier_sizes(tiers, n + n_pd, n_blocks),
         **autoscale_sizes(fl, n_slo_classes),
-        **flow_sizes(flow, n + n_pd, n_inst),
+        **flow_sizes(flow, n + n_pd, n_inst, decisions),
     }
     sizes["heap_rows"] += scaler_event_capacity(fl)
     if flow is not None and flow.on:

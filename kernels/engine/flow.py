@@ -44,7 +44,7 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import kv_release
-from ..schema import (ALL_NAMED, AttemptEnd, ClusterEvent, DispatchOrder, FlowDetector, FlowParam,
+from ..schema import (ALL_NAMED, AttemptEnd, GatewayAction, ClusterEvent, DispatchOrder, FlowDetector, FlowParam,
                       PolicySlot, PriorityParam, RequestState, RetryBackoff)
 from ..structs.dlist import dl_remove
 from ..structs.keyed_heap import kh_push, kh_remove
@@ -52,6 +52,7 @@ from .autoscale import forget_own_keys, maybe_terminate, uniform_draw
 from .calendar import calendar_remove
 from .events import event_priority, push_event_with
 from .step import batch_remove
+from .trace import tracing
 
 _NO_DEADLINE = np.float64(2.0 ** 62)  # the deadline order's key of a class without a TTFT target
 
@@ -161,6 +162,8 @@ def enter_gateway(st, r, t, fresh):
     lp[0]["gateway_depth"] += 1
     if lp[0]["gateway_depth"] > lp[0]["gateway_peak"]:
         lp[0]["gateway_peak"] = lp[0]["gateway_depth"]
+    if fresh and tracing(st):
+        log_gateway(st, r, t, GatewayAction.QUEUED, np.int64(0))
     if fm[m]["depth"] == 1:  # it fills from empty: look again at every step end in flight
         dispatch_at_step_ends(st, m, t)
 
@@ -278,6 +281,8 @@ def on_dispatch(st, m, t):
         leave_gateway(st, r, t)
         st.flow_reqs[r]["gw_leave_us"] = t
         fm[m]["dispatched"] += 1
+        if tracing(st):
+            log_gateway(st, r, t, GatewayAction.DISPATCHED, st.flow_reqs[r]["gw_wait_us"])
         release_to_routing(st, r, t)
 
 
@@ -426,8 +431,30 @@ def shed(st, r, t):
     fr[r]["sheds"] += 1
     st.loop[0]["sheds"] += 1
     st.flow_models[st.reqs[r]["model"]]["sheds"] += 1
+    if tracing(st):
+        log_gateway(st, r, t, GatewayAction.SHED, np.int64(0))
     log_attempt(st, r, t, AttemptEnd.SHED, RequestState.GATEWAY, np.int64(-1))
     maybe_retry(st, r, t)
+
+
+@helper
+def log_gateway(st, r, t, action, wait):
+    """A row of the gateway's decision log (decisions traced)."""
+    lp = st.loop
+    k = lp[0]["gateway_records"]
+    log = st.gateway_log
+    if k >= log.shape[0]:  # (sized two per attempt: never)
+        return
+    m = st.reqs[r]["model"]
+    log[k]["time_us"] = t
+    log[k]["request"] = r
+    log[k]["attempt"] = st.flow_reqs[r]["attempt"]
+    log[k]["model"] = m
+    log[k]["tenant"] = st.reqs[r]["tenant"]
+    log[k]["action"] = action
+    log[k]["depth"] = st.flow_models[m]["depth"]
+    log[k]["wait_us"] = wait
+    lp[0]["gateway_records"] = k + 1
 
 
 @helper

@@ -485,6 +485,18 @@ class _AttemptEnd(NamedTuple):
 
 
 AttemptEnd = _AttemptEnd()
+
+
+class _GatewayAction(NamedTuple):
+    """What a row of the gateway's decision log records (GATEWAY_LOG_DT.action)."""
+
+    QUEUED: int = 0  # an admitted request entered its model's gateway queue (the model saturated, or others waiting)
+    DISPATCHED: int = 1  # the gateway released it to routing (wait_us: its time in the queue)
+    SHED: int = 2  # the saturated gateway shed it (a sheddable SLO class)
+
+
+GatewayAction = _GatewayAction()
+GATEWAY_ACTION_NAMES = ("queued", "dispatched", "shed")  # GatewayAction order
 FlowDetector = _FlowDetector()
 RetryBackoff = _RetryBackoff()
 N_RETRY_BACKOFF = 3
@@ -657,6 +669,6 @@ __all__ = [
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
     "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
     "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
-    "AttemptEnd", "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
+    "AttemptEnd", "GatewayAction", "GATEWAY_ACTION_NAMES", "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
     "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF",
 ]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .enums import (N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, ATTEMPT_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
+from .tables import (ADMIT_DT, ATTEMPT_DT, GATEWAY_LOG_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
                      LOOP_DT, PD_INST_DT, SCALE_LOG_DT, SCALE_POOL_DT,
                      PD_MODEL_DT, PD_REQ_DT, TIER_DT, TIER_JOB_DT, TIER_REQ_DT, TIER_SLOT_DT, TIER_WRITE_DT,
                      PREEMPT_DT, REQUEST_DT,
@@ -88,6 +88,7 @@ SIZE_NAMES = {
     "n_flow_groups": "gateway queues: one per served model, or per (model, tenant) with round-robin fairness; 1 without flow control",
     "n_flow_inst": "n_inst with flow control, else 1",
     "n_backoff_rows": "retry backoff rows (one per client id) when deadlines are on, else 1",
+    "gateway_rows": "gateway decision-log rows: two per attempt with flow control when decisions are traced, else 1",
     "attempt_rows": "failed-attempt log rows: the attempts that may time out or be shed (1 + retries each), at least 1",
     "scale_rows": "tick-log rows to start with (1 without an autoscaler)",
 }
@@ -277,6 +278,8 @@ STATE_FIELDS: tuple[Field, ...] = (
           "each client's retry backoff (RetryBackoff columns; Workload.retry_backoff)"),
     Field("attempt_log", ATTEMPT_DT, ("attempt_rows",), ZEROS, "logs",
           "one row per attempt that timed out or was shed"),
+    Field("gateway_log", GATEWAY_LOG_DT, ("gateway_rows",), ZEROS, "decision trace",
+          "one row per gateway queueing, dispatch or shedding decision (flow control, traced)"),
     Field("scale_log", SCALE_LOG_DT, ("scale_rows",), LOG, "logs", "one row per autoscaler tick",
           Growth("scale_records", "1", TraceLevel.NONE,
                  "the autoscaler's tick log ({used} records so far, growing to {rows})", _SMALLER, True)),

@@ -531,6 +531,7 @@ LOOP_DT = np.dtype(
         ("sheds", np.int64),  # attempts the gateway shed
         ("retries", np.int64),  # attempts after the first (sent again after a timeout or a shed)
         ("attempt_records", np.int64),  # rows of the failed-attempt log
+        ("gateway_records", np.int64),  # rows of the gateway's decision log
     ],
     align=True,
 )
@@ -612,6 +613,22 @@ ATTEMPT_DT = np.dtype(
         ("outcome", np.int64),  # AttemptEnd
         ("place", np.int64),  # RequestState it was in when its TTL expired (shed: GATEWAY)
         ("instance", np.int64),  # instance it had been routed to, -1 = none
+    ],
+    align=True,
+)
+
+# The gateway's decision log (State.gateway_log, flow control at TraceLevel.DECISIONS): one
+# row per queueing, dispatch or shedding decision, in decision order.
+GATEWAY_LOG_DT = np.dtype(
+    [
+        ("time_us", np.int64),
+        ("request", np.int64),
+        ("attempt", np.int64),
+        ("model", np.int64),
+        ("tenant", np.int64),
+        ("action", np.int64),  # GatewayAction
+        ("depth", np.int64),  # requests waiting in the model's gateway queues after the decision
+        ("wait_us", np.int64),  # DISPATCHED: its time in the queue (this attempt); else 0
     ],
     align=True,
 )
@@ -701,4 +718,4 @@ SCALE_LOG_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["FLOW_REQ_DT", "FLOW_GROUP_DT", "FLOW_MODEL_DT", "FLOW_INST_DT", "ATTEMPT_DT", "LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+__all__ = ["GATEWAY_LOG_DT", "FLOW_REQ_DT", "FLOW_GROUP_DT", "FLOW_MODEL_DT", "FLOW_INST_DT", "ATTEMPT_DT", "LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
