@@ -45,6 +45,7 @@ from blis_fast.config.disaggregation import PD_ENTRY_KEYS, PDSpec, unused_with_d
 from blis_fast.config.policy import (AUTOSCALER_PARAMETERS, AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS,
                                      FLOW_CONTROL_PARAMETERS)
 from blis_fast.errors import ConfigError
+from blis_fast_kernels import schema as S
 
 logger = logging.getLogger("blis_fast.config")
 
@@ -239,6 +240,24 @@ def check_store_mode(cfg, setup, workload) -> None:
                              "it at prompt-only, or use a workload spec with sessions")
 
 
+SEED_UNUSED = ("nothing in this run draws random numbers (only an autoscaler's delays given as mean:M,std:S and "
+               "retries with a backoff jitter do): the run is fully determined by the workload seed (--seed); leave "
+               "it out")
+
+
+def check_seed_used(cfg, workload) -> None:
+    """Refuse ``simulation.simulation_seed`` in a run that draws nothing: no autoscaler delay
+    with a std and no retry backoff with a jitter (``workload.retry_backoff`` of the clients
+    that retry)."""
+    if cfg.simulation.simulation_seed is None or draws_delays(cfg):
+        return
+    if workload.has_deadlines and len(workload):
+        clients = np.unique(workload.column("client")[workload.max_retries > 0])
+        if np.any(workload.retry_backoff[clients, S.RetryBackoff.JITTER] > 0):
+            return
+    raise ConfigError("simulation.simulation_seed", SEED_UNUSED)
+
+
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
     """Raise ConfigError naming the setting (as the user spelled it) if a given setting
     would change nothing.  ``layer`` maps each given path to the layer that set it.
@@ -251,10 +270,9 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
         raise ConfigError(where("engine.dp"), f"data parallelism is not modelled yet; simulate {e.dp} engine "
                                               f"replicas as --num-instances {e.dp * d.num_instances}, got dp={e.dp}")
     check_autoscale_settings(cfg, layer, where)
-    if cfg.simulation.simulation_seed is not None and not draws_delays(cfg):
-        raise ConfigError(where("simulation.simulation_seed"),
-                          "nothing in this run draws random numbers (only an autoscaler's delays given as "
-                          "mean:M,std:S do): the run is fully determined by the workload seed (--seed); leave it out")
+    if cfg.simulation.simulation_seed is not None and not draws_delays(cfg) and not cfg.workload.spec_filepath:
+        # (a workload spec's retries may draw their jitter: checked once the workload is built, check_seed_used)
+        raise ConfigError(where("simulation.simulation_seed"), SEED_UNUSED)
     defaults = {f.name: f.default for f in fields(cfg.policy)}
     for path, (choice_path, needed, how) in POLICY_PARAMETERS.items():
         name = path.rpartition(".")[2]

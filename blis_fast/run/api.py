@@ -145,6 +145,7 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
         else:
             wl = workload
         effective.check_store_mode(cfg, setup, wl)
+        effective.check_seed_used(cfg, wl)
         check_run_selectors(cfg, wl, selectors)
         memory.charge(len(wl) * (output_bytes_per_request + RESULT_BYTES_PER_REQUEST),
                       f"the results of {len(wl)} requests")
