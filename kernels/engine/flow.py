@@ -234,7 +234,8 @@ def gateway_admit(st, r, t):
 
 @helper
 def push_dispatch(st, m, t):
-    """A DISPATCH of model m at time t, unless one is already due then."""
+    """A DISPATCH of model m now (time t), unless one is already due now (a cancellation or
+    an instance coming up: at most one per model in the heap)."""
     fm = st.flow_models
     if fm[m]["dispatch_at_us"] == t:
         return
@@ -243,12 +244,23 @@ def push_dispatch(st, m, t):
 
 
 @helper
+def dispatch_at_step_end(st, i):
+    """A DISPATCH of instance i's model when its step in flight ends, unless one is due then
+    (at most one per instance is in the heap: the one of its current step)."""
+    end = st.inst[i]["busy_until_us"]
+    if st.flow_inst[i]["dispatch_at_us"] == end:
+        return
+    st.flow_inst[i]["dispatch_at_us"] = end
+    push_event_with(st, end, event_priority(ClusterEvent.DISPATCH, np.int64(-1)), st.inst[i]["model"], np.int64(0))
+
+
+@helper
 def dispatch_at_step_ends(st, m, t):
     """A DISPATCH of model m at the end of each step of its instances still running at t."""
     inst = st.inst
     for i in range(inst.shape[0]):
         if inst[i]["model"] == m and inst[i]["busy_until_us"] > t:
-            push_dispatch(st, m, inst[i]["busy_until_us"])
+            dispatch_at_step_end(st, i)
 
 
 @helper
@@ -257,9 +269,16 @@ def after_step(st, i, steps_before, t):
     requests, they are looked at again when the step ends."""
     if st.inst[i]["steps"] == steps_before:
         return
-    m = st.inst[i]["model"]
-    if st.flow_models[m]["depth"] > 0:
-        push_dispatch(st, m, st.inst[i]["busy_until_us"])
+    if st.flow_models[st.inst[i]["model"]]["depth"] > 0:
+        dispatch_at_step_end(st, i)
+
+
+@helper
+def after_queued(st, i, r, t):
+    """Request r reached instance i at t: if it was dropped there (it could never fit), the
+    instance's place is free again now."""
+    if st.reqs[r]["state"] == RequestState.DROPPED and st.flow_models[st.inst[i]["model"]]["depth"] > 0:
+        push_dispatch(st, st.inst[i]["model"], t)
 
 
 @helper

@@ -19,7 +19,7 @@ from ..byref import by_ref
 from ..structs.heap import heap_pop, heap_push
 from .calendar import sync_riders
 from .events import event_kind_instance, stale
-from .flow import after_life, after_step, on_dispatch, on_expire
+from .flow import after_life, after_queued, after_step, on_dispatch, on_expire
 from .disaggregation import on_pd_event
 from .tiers import on_tier_event, tier_catch_up
 from .autoscale import counts_as_scaler, on_actuate, on_life, on_tick, start_autoscalers
@@ -166,6 +166,8 @@ def event_loop(st):
         elif kind == InstanceEvent.QUEUED:
             if not stale(st, r, arg2):
                 on_queued(st, ev_inst, r, t)
+                if flow:
+                    after_queued(st, ev_inst, r, t)
         elif kind == InstanceEvent.STEP:
             if flow:
                 steps_before = st.inst[ev_inst]["steps"]

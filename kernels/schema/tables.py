@@ -596,6 +596,7 @@ FLOW_INST_DT = np.dtype(
     [
         ("step_batch", np.int64),  # requests in its last step's batch when it formed (its slots until it ends)
         ("saved_active", np.int64),  # INSTANCE_DT.active while free-slot routing hides the busy instances
+        ("dispatch_at_us", np.int64),  # end of its step a DISPATCH of its model is due at, 0 = none
     ],
     align=True,
 )
