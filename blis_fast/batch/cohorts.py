@@ -15,7 +15,8 @@ Nothing is approximated: a member's row equals the row of its own run (tests/bat
 test_cohorts.py), and its budget counts the events, simulated time and wall time of its
 own path through the splits.  Members share everything but the routing parameters (the
 ``cohort_key``): the routing kind, every other policy, the settings a policy implies.
-A candidate that sets routing per model (``policy.routing_per_model``) runs alone, and so
+A candidate that sets routing or flow control per model (``policy.routing_per_model``,
+``flow_per_model``) runs alone, and so
 does every candidate of a scenario with prefill/decode disaggregation.
 """
 
@@ -44,7 +45,7 @@ def cohort_key(task):
     routing parameters, and every other setting of its policy; None for a task that runs
     alone: an error row, or a policy that routes some model by its own routing (the
     members' rows in ``State.cohort`` are one routing row each, the same for every model)."""
-    if task.compiled is None or task.policy is None or task.compiled.per_model:
+    if task.compiled is None or task.policy is None or task.compiled.per_model or task.compiled.flow_per_model:
         return None
     params = task.compiled.params.copy()
     params[PolicySlot.ROUTING] = 0.0

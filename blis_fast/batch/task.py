@@ -104,8 +104,9 @@ def failed(ps: PreparedScenario, task: Task, status: str, message: str, t0: floa
     if task.compiled is not None:
         c = task.compiled
         routing = routing_group_rows(c, ps.setup) if c.per_model or c.prefill_routing is not None else (None, None)
+        flow = c.flow_rows(ps.setup.served_models) if c.flow_per_model else (None, None)
         pid = policy_id(task.compiled.kinds, task.compiled.params, task.policy.prefix_index_capacity, *routing,
-                        task.policy.pd_decider, task.policy.pd_threshold)
+                        task.policy.pd_decider, task.policy.pd_threshold, *flow)
     ev = EvaluationResult.failed(status, " ".join(str(message).split()), policy_id=pid,
                                  workload_id=ps.workload_id, seed=ps.seed,
                                  wall_time_s=None if t0 is None else time.perf_counter() - t0)

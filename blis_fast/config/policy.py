@@ -7,7 +7,7 @@ victim, router observability and fitness weights -- validated settings, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 import math
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from blis_fast.config.validate import (
     as_list,
     as_mapping,
     check_fields,
+    check_value,
     key_name,
     show,
 )
@@ -169,6 +170,58 @@ def flow_control_value(p, name: str):
     return FLOW_CONTROL_PARAMETERS[p.flow_control].get(name) if value is None else value
 
 
+def parse_flow_per_model(value: Any, path: str) -> dict[str, dict]:
+    """A ``flow_control.per_model`` mapping -> ``{served model: {"policy": DETECTOR,
+    "params": {bundle key: value}}}``: each entry a flow-control section as the bundle's
+    ``flow_control:`` (``slot_settings``; the parameters it leaves out take their detector's
+    defaults, not the run-wide ones), checked against the ranges of the run-wide flags.
+    Whether the models are served is checked with the deployments (``check_flow_models``)."""
+    as_mapping(value, path, what="a mapping served model: flow control")
+    if len(value) > MAX_ROUTING_OVERRIDES:
+        raise ConfigError(path, f"at most {MAX_ROUTING_OVERRIDES} models, got {len(value)}")
+    fields = {f.name: f for f in dataclass_fields(PolicyConfig)}
+    out: dict[str, dict] = {}
+    for model, entry in value.items():
+        if not isinstance(model, str) or not model or len(model) > MAX_STR_LEN:
+            raise ConfigError(path, f"model names must be non-empty strings, got {show(model)}")
+        where = f"{path}.{key_name(model)}"
+        settings = slot_settings(entry, where, "flow_control", FLOW_CONTROL_BUNDLE_KEYS, FLOW_CONTROL_PARAMETERS,
+                                 "flow control")
+        params = {}
+        for key, name in FLOW_CONTROL_BUNDLE_KEYS.items():
+            if settings[name] is not None:
+                f = fields[name]
+                params[key] = check_value(settings[name], f.type, f.metadata.get("limits"), f"{where}.params.{key}")
+        out[model] = {"policy": settings["flow_control"], "params": params}
+    return out
+
+
+def flow_entry_value(entry: dict, name: str):
+    """A parameter (PolicyConfig field ``name``) of a ``flow_per_model`` entry in force:
+    given, else its detector's default."""
+    key = next(k for k, field in FLOW_CONTROL_BUNDLE_KEYS.items() if field == name)
+    value = entry["params"].get(key)
+    return FLOW_CONTROL_PARAMETERS[entry["policy"]].get(name) if value is None else value
+
+
+def check_flow_models(p, served: tuple[str, ...]) -> None:
+    """Every model of ``flow_per_model`` is served by a deployment; a ``priority`` dispatch
+    order needs an age-based priority policy (as the run-wide one)."""
+    for model, entry in (p.flow_per_model or {}).items():
+        where = f"policy.flow_per_model.{key_name(model)}"
+        if model not in served:
+            raise ConfigError(where, f"flow_control.per_model names {show(model)}, which no deployment serves; served "
+                                     f"models: {', '.join(show(m) for m in served)}")
+        if entry["params"].get("dispatch_order") == "priority" and p.priority == "constant":
+            raise ConfigError(f"{where}.params.dispatch_order", "priority has no effect with priority constant; "
+                                                                "choose --priority slo-based or inverted-slo")
+
+
+def any_flow_control(p) -> bool:
+    """True if some served model has a saturation detector (run-wide or its own)."""
+    return p.flow_control != "never" or any(e["policy"] != "never" for e in (p.flow_per_model or {}).values())
+
+
 # the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
 FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
 
@@ -270,11 +323,18 @@ class PolicyConfig:
     gateway_fairness: str | None = _opt(None, "flow control: dispatch among tenants: strict (one order) | "
                                               "round-robin (tenants take turns; default strict)",
                                         choices=FAIRNESS_MODES)
+    flow_per_model: dict[str, dict] | None = _opt(
+        None, "flow control of some served models instead of the run-wide one: {model: {policy: DETECTOR, params: "
+              "{...}}} (a policy bundle's flow_control.per_model; YAML and API only)",
+        cli=False, parse=lambda value, where: parse_flow_per_model(value, where))
 
     def __post_init__(self) -> None:
         if self.prefill_routing is not None:
             object.__setattr__(self, "prefill_routing", parse_routing_entry(self.prefill_routing,
                                                                             "policy.prefill_routing"))
+        if self.flow_per_model is not None:  # one shape from here on: {model: {policy, params}}
+            object.__setattr__(self, "flow_per_model", parse_flow_per_model(self.flow_per_model,
+                                                                            "policy.flow_per_model"))
         if self.routing_per_model is not None:  # one shape from here on: {model: {type, scorers}}
             object.__setattr__(self, "routing_per_model",
                                parse_routing_per_model(self.routing_per_model, "policy.routing_per_model"))
@@ -508,7 +568,13 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
     if "autoscale" in data:
         out.update(autoscale_settings(data["autoscale"]))
     if "flow_control" in data:
-        out.update(slot_settings(data["flow_control"], "flow_control", "flow_control", FLOW_CONTROL_BUNDLE_KEYS,
+        section = data["flow_control"]
+        if isinstance(section, dict) and "per_model" in section:  # (per served model: flow_per_model)
+            section = dict(section)
+            out["flow_per_model"] = parse_flow_per_model(section.pop("per_model"), "flow_control.per_model")
+            if not ({"policy", "type"} & set(section)):  # per_model alone: the run-wide one stays never
+                section["policy"] = "never"
+        out.update(slot_settings(section, "flow_control", "flow_control", FLOW_CONTROL_BUNDLE_KEYS,
                                  FLOW_CONTROL_PARAMETERS, "flow control"))
     if "priority" in data:
         pol, prm = _section(data["priority"], "priority", set())

@@ -50,7 +50,7 @@ from blis_fast.config.kv_tiers import (
 from blis_fast.config.flow_control import MAX_TTL_S, MIN_TTL_S
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
-from blis_fast.config.policy import AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PolicyConfig, check_routing_models, parse_weights
+from blis_fast.config.policy import AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PolicyConfig, check_flow_models, check_routing_models, parse_weights
 from blis_fast.config.validate import (
     INT64_MAX,
     MAX_INSTANCES,
@@ -254,6 +254,8 @@ class SimConfig:
         self._check_autoscale_shorthand()
         if self.policy.routing_per_model:
             check_routing_models(self.policy, served_models(self.deployment_list()))
+        if self.policy.flow_per_model:
+            check_flow_models(self.policy, served_models(self.deployment_list()))
 
     def _check_pd_shorthand(self) -> None:
         """The ``pd`` section (P/D pools of the one top-level deployment): only without a
@@ -327,7 +329,7 @@ class SimConfig:
         only when it has pools: a run without P/D has the same keys as before them.  So
         do the ``kv_tiers`` section and an entry's ``kv_tiers`` keys: only when set."""
         out = _to_dict(self)
-        for key in ("routing_per_model", "prefill_routing", "pd_decider", "pd_threshold"):
+        for key in ("routing_per_model", "flow_per_model", "prefill_routing", "pd_decider", "pd_threshold"):
             if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
                 del out["policy"][key]
         if self.pd.pools:
@@ -508,6 +510,7 @@ FLAG_PATHS: dict[str, str] = {
     "prefix_index_capacity": "policy.prefix_index_capacity",
     "fitness_weights": "policy.fitness_weights",
     "routing_per_model": "policy.routing_per_model",
+    "flow_per_model": "policy.flow_per_model",
     "flow_control": "policy.flow_control",
     "flow_concurrency_limit": "policy.flow_concurrency_limit",
     "flow_queue_threshold": "policy.flow_queue_threshold",

@@ -16,7 +16,7 @@ import numpy as np
 from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, DISPATCH_ORDERS,
                                      FAIRNESS_MODES, FLOW_DETECTORS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
                                      ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS, SORT_ATTRIBUTES, VICTIMS,
-                                     PolicyConfig, autoscale_value, flow_control_value)
+                                     PolicyConfig, autoscale_value, flow_control_value, flow_entry_value)
 from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
@@ -37,6 +37,8 @@ class CompiledPolicies:
     prefill_routing: tuple[int, np.ndarray] | None = None
     pd_decider: str | None = None
     pd_threshold: int | None = None
+    # flow control of some served models instead of the FLOW slot's: (served model, detector, FLOW row)
+    flow_per_model: tuple[tuple[str, int, np.ndarray], ...] = ()
 
     @property
     def scheduler_kind(self) -> int:
@@ -52,6 +54,22 @@ class CompiledPolicies:
         for model, kind, row in self.per_model:
             if model not in served_models:  # (the config checks this first: check_routing_models)
                 raise ConfigError(f"policy.routing_per_model.{key_name(model)}", "no deployment serves it; served "
+                                  f"models: {', '.join(show(m) for m in served_models)}")
+            m = served_models.index(model)
+            kinds[m] = kind
+            params[m] = row
+        return kinds, params
+
+
+    def flow_rows(self, served_models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(detector per served model, FLOW parameter row per served model): the FLOW slot's
+        for every model but those of ``flow_per_model`` (``State.flow_kind``, ``flow_param``)."""
+        n = len(served_models)
+        kinds = np.full(n, self.kinds[S.PolicySlot.FLOW], np.int64)
+        params = np.tile(np.asarray(self.params[S.PolicySlot.FLOW], np.float64), (n, 1))
+        for model, kind, row in self.flow_per_model:
+            if model not in served_models:  # (the config checks this first: check_flow_models)
+                raise ConfigError(f"policy.flow_per_model.{key_name(model)}", "no deployment serves it; served "
                                   f"models: {', '.join(show(m) for m in served_models)}")
             m = served_models.index(model)
             kinds[m] = kind
@@ -111,8 +129,10 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
                                                      else DEFAULT_SCORERS)
         prefill = (int(kind), row)
         uses_index = uses_index or prefill_uses_index
+    flow_per_model = tuple((model, *flow_entry_row(entry)) for model, entry in (p.flow_per_model or {}).items())
     return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model),
-                            prefill_routing=prefill, pd_decider=p.pd_decider, pd_threshold=p.pd_threshold)
+                            prefill_routing=prefill, pd_decider=p.pd_decider, pd_threshold=p.pd_threshold,
+                            flow_per_model=flow_per_model)
 
 
 # the columns of the AUTOSCALE row each autoscaler fills (its parameters in force, defaults included)
@@ -148,16 +168,25 @@ _FLOW_CODES = {"dispatch_order": (S.FlowParam.DISPATCH_ORDER, DISPATCH_ORDERS),
 def flow_control_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
     """(FlowDetector, FLOW parameter row) of the gateway's flow control: its detector's
     parameters in force in their FlowParam columns; all zeros with ``never``."""
+    return _flow_row(p.flow_control, lambda name: flow_control_value(p, name))
+
+
+def flow_entry_row(entry: dict) -> tuple[int, np.ndarray]:
+    """(FlowDetector, FLOW parameter row) of one ``flow_per_model`` entry."""
+    return _flow_row(entry["policy"], lambda name: flow_entry_value(entry, name))
+
+
+def _flow_row(detector: str, value_of) -> tuple[int, np.ndarray]:
     row = np.zeros(S.POLICY_WIDTH, np.float64)
     for name, column in _FLOW_COLUMNS.items():
-        value = flow_control_value(p, name)
+        value = value_of(name)
         if value is not None:
             row[column] = value
     for name, (column, codes) in _FLOW_CODES.items():
-        value = flow_control_value(p, name)
+        value = value_of(name)
         if value is not None:
             row[column] = codes[value]
-    return FLOW_DETECTORS[p.flow_control], row
+    return FLOW_DETECTORS[detector], row
 
 
 def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:

@@ -95,14 +95,18 @@ def _digest(parts) -> str:
 
 def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
               routing_kind: np.ndarray | None = None, routing_param: np.ndarray | None = None,
-              pd_decider: str | None = None, pd_threshold: int | None = None) -> str:
+              pd_decider: str | None = None, pd_threshold: int | None = None,
+              flow_kind: np.ndarray | None = None, flow_param: np.ndarray | None = None) -> str:
     """Hash of a compiled policy candidate (module docstring).  ``routing_kind`` and
     ``routing_param``: the routing row of each routing group (``State.routing_kind``,
     ``routing_param``: served models, P/D prefill legs); hashed only when some row is not
     the ROUTING slot's, so a policy without routing per model keeps its id.  The P/D
     decider settings (``PolicyConfig.pd_decider``, ``pd_threshold``) are hashed when set, and
-    the AUTOSCALE and FLOW slots when they hold a policy."""
+    the AUTOSCALE and FLOW slots when they hold a policy; ``flow_kind`` / ``flow_param``
+    (``State.flow_kind``, ``flow_param``: each served model's flow control) only when some
+    row is not the FLOW slot's (flow control per model)."""
     kinds, params = np.asarray(kinds, np.int64), np.asarray(params, np.float64)
+    kinds_all, params_all = kinds, params
     # trailing slots that hold nothing (no flow control, no autoscaler) are left out, so a policy
     # keeps the id it had before those slots existed
     used = len(kinds)
@@ -115,6 +119,10 @@ def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
         parts += [np.asarray(routing_kind, np.int64), np.asarray(routing_param, np.float64)]
     if pd_decider is not None or pd_threshold is not None:
         parts += ["pd", pd_decider, pd_threshold]
+    full_kinds, full_params = np.asarray(kinds_all, np.int64), np.asarray(params_all, np.float64)
+    if flow_kind is not None and (np.any(flow_kind != full_kinds[PolicySlot.FLOW])
+                                  or np.any(flow_param != full_params[PolicySlot.FLOW])):
+        parts += ["flow", np.asarray(flow_kind, np.int64), np.asarray(flow_param, np.float64)]
     return _digest(parts)
 
 
@@ -158,7 +166,8 @@ def evaluate(result, objectives=None, summarize: bool = False) -> EvaluationResu
         objectives=normalized,
         metrics=metrics,
         policy_id=policy_id(st.policy_kind, st.policy_param, cfg.policy.prefix_index_capacity, st.routing_kind,
-                            st.routing_param, cfg.policy.pd_decider, cfg.policy.pd_threshold),
+                            st.routing_param, cfg.policy.pd_decider, cfg.policy.pd_threshold, st.flow_kind,
+                            st.flow_param),
         workload_id=workload_id(result.workload),
         seed=result.seed,
         simulated_duration_s=float(metrics["simulated_duration_s"]),

@@ -23,7 +23,7 @@ class FlowLayout:
 
     flow: bool = False
     deadlines: bool = False
-    round_robin: bool = False
+    round_robin: tuple[bool, ...] = ()  # per served model: one gateway queue per tenant
     n_models: int = 1
     n_tenants: int = 1
     n_ttl: int = 0  # requests with a TTL (an EXPIRE each in the heap at most)
@@ -35,18 +35,25 @@ class FlowLayout:
     def on(self) -> bool:
         return self.flow or self.deadlines
 
+    def groups_of(self, model: int) -> int:
+        """Gateway queues of served model ``model``."""
+        return self.n_tenants if self.round_robin[model] else 1
+
     @property
     def n_groups(self) -> int:
-        return self.n_models * (self.n_tenants if self.round_robin else 1) if self.flow else 1
+        return sum(self.groups_of(m) for m in range(self.n_models)) if self.flow else 1
 
 
-def flow_layout(policy, workload, n_models: int, n_tenants: int) -> FlowLayout:
-    """The FlowLayout of a run of ``workload`` under ``policy`` (CompiledPolicies)."""
-    flow = int(policy.kinds[S.PolicySlot.FLOW]) != S.FlowDetector.NEVER
+def flow_layout(flow_kind: np.ndarray, flow_param: np.ndarray, workload, n_tenants: int) -> FlowLayout:
+    """The FlowLayout of a run of ``workload`` whose served models have detectors
+    ``flow_kind`` and FLOW rows ``flow_param`` (``CompiledPolicies.flow_rows``)."""
+    n_models = len(flow_kind)
+    flow = bool(np.any(flow_kind != S.FlowDetector.NEVER))
     deadlines = workload.has_deadlines
     if not (flow or deadlines):
         return FlowLayout(n_models=n_models, n_tenants=n_tenants)
-    rr = flow and int(policy.params[S.PolicySlot.FLOW][S.FlowParam.FAIRNESS]) == S.Fairness.ROUND_ROBIN
+    rr = tuple(bool(k != S.FlowDetector.NEVER and int(row[S.FlowParam.FAIRNESS]) == S.Fairness.ROUND_ROBIN)
+               for k, row in zip(flow_kind, flow_param))
     n_ttl, rows, attempts = 0, 1, 0
     if deadlines:
         ttl = workload.ttl_us >= 0
@@ -95,18 +102,18 @@ def flow_rows(layout: FlowLayout, workload, reqs: np.ndarray, n_models: int) -> 
         fr["sheddable"] = workload.sheddable
         backoff = np.ascontiguousarray(workload.retry_backoff, np.float64)
     if layout.flow:
-        per_model = layout.n_groups // max(n_models, 1)
-        group = reqs["model"].astype(np.int64) * per_model
-        if layout.round_robin:
-            group += reqs["tenant"].astype(np.int64)
+        per_model = np.array([layout.groups_of(m) for m in range(layout.n_models)], np.int64)
+        first = np.concatenate(([0], np.cumsum(per_model)[:-1]))
+        model = reqs["model"].astype(np.int64)
+        group = first[model] + np.where(per_model[model] > 1, reqs["tenant"].astype(np.int64), 0)
         fr["group"] = group
         count = np.bincount(group, minlength=layout.n_groups)
         groups["offset"] = np.concatenate(([0], np.cumsum(count)[:-1]))
-        groups["model"] = np.arange(layout.n_groups) // per_model
-        if layout.round_robin:
-            groups["tenant"] = np.arange(layout.n_groups) % per_model
-        models["first_group"] = np.arange(len(models)) * per_model
-        models["n_groups"] = per_model
+        groups["model"] = np.repeat(np.arange(layout.n_models), per_model)
+        groups["tenant"] = np.where(np.repeat(per_model, per_model) > 1,
+                                    np.arange(layout.n_groups) - np.repeat(first, per_model), -1)
+        models["first_group"][:layout.n_models] = first
+        models["n_groups"][:layout.n_models] = per_model
     return {"flow_reqs": fr, "flow_groups": groups, "flow_models": models, "retry_backoff": backoff}
 
 

@@ -20,6 +20,7 @@ from blis_fast.config import (
 )
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
+from blis_fast.config.policy import any_flow_control
 from blis_fast.config.flow_control import ClientDeadlines, deadline_columns, resolve_deadlines
 from blis_fast.config.disaggregation import PDSpec, PoolSpec
 from blis_fast.config.autoscale import ResolvedAutoscale, check_pool_support, resolve_autoscale
@@ -323,7 +324,9 @@ def config_deadlines(config: SimConfig) -> list[ClientDeadlines] | None:
     """Each workload client's deadlines in force (config.flow_control.resolve_deadlines:
     a spec's SLO classes and clients, ``--request-ttl-s``), None when no request has any."""
     spec = workload_spec(config) if config.workload.spec_filepath else None
-    return resolve_deadlines(config.policy.flow_control, config.workload.request_ttl_s, spec)
+    # (sheddable classes need a detector somewhere: the run-wide one or a model's own)
+    flow = "per-model" if any_flow_control(config.policy) else "never"
+    return resolve_deadlines(flow, config.workload.request_ttl_s, spec)
 
 
 def with_deadlines(workload: Workload, per_client: list[ClientDeadlines] | None) -> Workload:

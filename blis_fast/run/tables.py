@@ -684,7 +684,8 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     n_keys = len(workload.block_keys)
     pd = any_disaggregated(deps)
     factor = 2 if pd else 1  # the prefill legs' block slots: at most the requests' (run/disaggregation.py)
-    flay = flow_layout(pol, workload, max(fl.models) + 1, n_tenants)
+    flow_kind, flow_param = pol.flow_rows(setup.served_models)
+    flay = flow_layout(flow_kind, flow_param, workload, n_tenants)
     check_flow_support(flay, pd, tier_layout(fl, n_shared or 0).enabled)
     parts = estimate_state_bytes(cfg, lat, n, n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
@@ -749,6 +750,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "tier_reqs": tier_request_rows(sizes["n_tier_requests"]),
         "life": life_rows(fl), "scale_pools": scale_pool_rows(fl),
         "scale_wish": scale_wish_rows(fl, sizes["scale_window"]), "slo_targets": slo_targets,
-        **flow_rows(flay, workload, reqs, sizes["n_models"]),
+        **flow_rows(flay, workload, reqs, sizes["n_models"]), "flow_kind": flow_kind, "flow_param": flow_param,
     }
     return allocate_state(sizes, given, arrays)

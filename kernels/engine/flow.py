@@ -1,6 +1,7 @@
 """Gateway flow control and request deadlines (docs/semantics.md §16).
 
-**Gateway queue.**  With a saturation detector (the FLOW policy slot, ``settings.flow``)
+**Gateway queue.**  With a saturation detector (``flow_kind[m]``: the FLOW policy slot's or
+the model's own, ``settings.flow`` when some model has one)
 an admitted request of served model m is routed at once only while m's instances are not
 saturated and m's gateway queue is empty; otherwise it waits in the queue (state GATEWAY)
 -- or, if its SLO class is sheddable, it is shed (state SHED).  The queue is a heap per
@@ -80,9 +81,12 @@ def slot_free(st, i, t):
 
 @helper
 def saturated(st, m, t):
-    """True if model m's ready instances are saturated at time t (the FLOW slot's detector)."""
-    kind = st.policy_kind[PolicySlot.FLOW]
-    par = st.policy_param[PolicySlot.FLOW]
+    """True if model m's ready instances are saturated at time t (its detector: ``flow_kind``;
+    never with NEVER, a model without flow control when others have it)."""
+    kind = st.flow_kind[m]
+    par = st.flow_param[m]
+    if kind == FlowDetector.NEVER:
+        return False
     inst = st.inst
     n = 0
     headroom = np.int64(0)
@@ -119,7 +123,7 @@ def order_key(st, r):
     """Request r's dispatch-order key (lower first; ties by gateway entry): 0 (fifo); the
     priority policy's priority at any common time, negated (priority = w·(now − arrival)
     + class weight, so −priority orders as w·arrival − class weight); its TTFT deadline."""
-    order = np.int64(st.policy_param[PolicySlot.FLOW][FlowParam.DISPATCH_ORDER])
+    order = np.int64(st.flow_param[st.reqs[r]["model"]][FlowParam.DISPATCH_ORDER])
     reqs = st.reqs
     if order == DispatchOrder.PRIORITY:
         pp = st.policy_param[PolicySlot.PRIORITY]

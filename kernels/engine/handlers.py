@@ -72,7 +72,7 @@ def on_routing(st, r, t):
     model = reqs[r]["model"]
     kind = st.routing_kind[model]  # the routing of the request's model (routing per model)
     flow = s[0]["flow"] != 0
-    hidden = flow and st.policy_kind[PolicySlot.FLOW] == FlowDetector.FREE_SLOT
+    hidden = flow and st.flow_kind[model] == FlowDetector.FREE_SLOT
     if hidden and not hide_busy_instances(st, model, t):  # late binding: the free instances only
         back_to_gateway(st, r, t)  # none left: it waits again, in its place
         return
