@@ -397,6 +397,7 @@ def on_expire(st, r, t):
     """Request r's EXPIRE event at t: cancel its attempt if it is live and due now."""
     fr = st.flow_reqs
     fr[r]["expire_at_us"] = -1
+    st.loop[0]["expiry_events"] -= 1
     if not live(st.reqs[r]["state"]):
         return  # completed, ended otherwise, or between attempts (its next arrival pushes one)
     d = fr[r]["deadline_us"]

@@ -42,6 +42,36 @@ def unknown_event(st, kind, instance, r):
 
 
 @helper
+def queued_event(st, i, r, t, flow):
+    """Queued of request r at instance i (and, with flow control, its gateway's look)."""
+    on_queued(st, i, r, t)
+    if flow:
+        after_queued(st, i, r, t)
+
+
+@helper
+def step_event(st, i, t, flow):
+    """Step of instance i (and, with flow control, its gateway's look at the step's end)."""
+    if flow:
+        steps_before = st.inst[i]["steps"]
+        on_step(st, i, t)
+        after_step(st, i, steps_before, t)
+    else:
+        on_step(st, i, t)
+
+
+@helper
+def life_event(st, i, r, t, step, flow):
+    """LIFE event of instance i (autoscaling; with flow control, its gateway's look: the
+    instance may have become ready)."""
+    if counts_as_scaler(step):
+        st.loop[0]["scaler_events"] -= 1
+    on_life(st, i, r, step, t)
+    if flow:
+        after_life(st, i, t)
+
+
+@helper
 def idle_expiries(st):
     """EXPIRE events in the heap that do not keep the run alive: all of them while no
     request waits in a gateway queue (every live request has an event of its own then)."""
@@ -103,8 +133,7 @@ def event_loop(st):
             kind = np.int64(ClusterEvent.ARRIVAL)
             ev_inst = np.int64(-1)
         elif size > 0 and (size > lp[0]["scaler_events"] + idle_expiries(st) or ap < order.shape[0]):
-            # (autoscaler events alone never keep a run alive: engine/autoscale.py; nor
-            # do TTL expiries unless the gateway holds requests: engine/flow.py)
+            # (nor do autoscaler events alone, engine/autoscale.py, nor idle expiries, engine/flow.py)
             t = h_time[0]
             kind, ev_inst = event_kind_instance(h_prio[0])
         else:
@@ -145,13 +174,12 @@ def event_loop(st):
             if kind == ClusterEvent.ARRIVAL:
                 on_arrival(st, r, t)
             elif kind == ClusterEvent.ADMISSION:
-                if not stale(st, r, arg2):  # (an attempt that ended early: engine/flow.py)
+                if not stale(st, r, arg2):
                     on_admission(st, r, t)
             elif kind == ClusterEvent.ROUTING:
                 if not stale(st, r, arg2):
                     on_routing(st, r, t)
             elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
-                lp[0]["expiry_events"] -= 1
                 on_expire(st, r, t)
             elif kind == ClusterEvent.DISPATCH:  # r = the model
                 on_dispatch(st, r, t)
@@ -164,25 +192,14 @@ def event_loop(st):
             else:
                 unknown_event(st, kind, ev_inst, r)
         elif kind == InstanceEvent.QUEUED:
-            if not stale(st, r, arg2):
-                on_queued(st, ev_inst, r, t)
-                if flow:
-                    after_queued(st, ev_inst, r, t)
+            if not stale(st, r, arg2):  # (an attempt that ended early: engine/flow.py)
+                queued_event(st, ev_inst, r, t, flow)
         elif kind == InstanceEvent.STEP:
-            if flow:
-                steps_before = st.inst[ev_inst]["steps"]
-                on_step(st, ev_inst, t)
-                after_step(st, ev_inst, steps_before, t)
-            else:
-                on_step(st, ev_inst, t)
+            step_event(st, ev_inst, t, flow)
         elif InstanceEvent.TRANSFER_DONE <= kind <= InstanceEvent.LEG_DONE:  # P/D's three (engine/disaggregation.py)
             on_pd_event(st, kind, ev_inst, r, t, arg2)
         elif kind == InstanceEvent.LIFE:  # autoscaling: r = the life of the row the event belongs to
-            if counts_as_scaler(arg2):
-                lp[0]["scaler_events"] -= 1
-            on_life(st, ev_inst, r, arg2, t)
-            if flow:
-                after_life(st, ev_inst, t)
+            life_event(st, ev_inst, r, t, arg2, flow)
         elif kind == InstanceEvent.TIER_LINK or kind == InstanceEvent.LOAD_DONE:  # KV tiers (engine/tiers.py)
             on_tier_event(st, kind, ev_inst, r, t, arg2)
         else:

@@ -16,7 +16,8 @@ from states import make_state
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 PHASE_WRITES = {
-    "first token time": r'\["first_token_us"\]\s*=[^=]',
+    # (setting it back to -1, "none", is not a phase end: a retry's new attempt, engine/flow.py)
+    "first token time": r'\["first_token_us"\]\s*=\s*(?!-1\b)[^=\s]',
     "completion": r"=\s*RequestState\.COMPLETED",
     "closed-loop release": r"release_follower\(st",
 }
