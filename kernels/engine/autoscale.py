@@ -210,6 +210,8 @@ def pool_signal(st, p, signal, ready, t):
             total += inst[i]["routed_pending"] + inst[i]["wq_len"] + inst[i]["batch_len"]
     if signal == Signal.ARRIVAL_RATE:
         total = (queued - sp[p]["last_queued"]) / (sp[p]["interval_us"] / 1e6)
+    elif (signal == Signal.WAITING or signal == Signal.IN_FLIGHT) and st.settings[0]["flow"] != 0:
+        total += st.flow_models[inst[first]["model"]]["depth"]  # flow control: its model's gateway queue waits too
     return total / ready
 
 
