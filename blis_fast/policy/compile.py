@@ -48,28 +48,20 @@ class CompiledPolicies:
         """(routing kind per served model, routing parameter row per served model): the
         ROUTING slot's for every model but those with an override (``State.routing_kind``,
         ``State.routing_param``; model ids index ``served_models``)."""
-        n = len(served_models)
-        kinds = np.full(n, self.kinds[S.PolicySlot.ROUTING], np.int64)
-        params = np.tile(np.asarray(self.params[S.PolicySlot.ROUTING], np.float64), (n, 1))
-        for model, kind, row in self.per_model:
-            if model not in served_models:  # (the config checks this first: check_routing_models)
-                raise ConfigError(f"policy.routing_per_model.{key_name(model)}", "no deployment serves it; served "
-                                  f"models: {', '.join(show(m) for m in served_models)}")
-            m = served_models.index(model)
-            kinds[m] = kind
-            params[m] = row
-        return kinds, params
-
+        return self._per_model_rows(S.PolicySlot.ROUTING, self.per_model, "routing_per_model", served_models)
 
     def flow_rows(self, served_models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(detector per served model, FLOW parameter row per served model): the FLOW slot's
         for every model but those of ``flow_per_model`` (``State.flow_kind``, ``flow_param``)."""
+        return self._per_model_rows(S.PolicySlot.FLOW, self.flow_per_model, "flow_per_model", served_models)
+
+    def _per_model_rows(self, slot: int, overrides, field: str, served_models: tuple[str, ...]):
         n = len(served_models)
-        kinds = np.full(n, self.kinds[S.PolicySlot.FLOW], np.int64)
-        params = np.tile(np.asarray(self.params[S.PolicySlot.FLOW], np.float64), (n, 1))
-        for model, kind, row in self.flow_per_model:
-            if model not in served_models:  # (the config checks this first: check_flow_models)
-                raise ConfigError(f"policy.flow_per_model.{key_name(model)}", "no deployment serves it; served "
+        kinds = np.full(n, self.kinds[slot], np.int64)
+        params = np.tile(np.asarray(self.params[slot], np.float64), (n, 1))
+        for model, kind, row in overrides:
+            if model not in served_models:  # (the config checks this first: check_routing_models, check_flow_models)
+                raise ConfigError(f"policy.{field}.{key_name(model)}", "no deployment serves it; served "
                                   f"models: {', '.join(show(m) for m in served_models)}")
             m = served_models.index(model)
             kinds[m] = kind
