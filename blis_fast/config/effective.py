@@ -255,7 +255,7 @@ def check_seed_used(cfg, workload) -> None:
         clients = np.unique(workload.column("client")[workload.max_retries > 0])
         if np.any(workload.retry_backoff[clients, S.RetryBackoff.JITTER] > 0):
             return
-    raise ConfigError("simulation.simulation_seed", SEED_UNUSED)
+    raise ConfigError("simulation_seed", SEED_UNUSED)
 
 
 def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):

@@ -151,6 +151,8 @@ EFFECTS = {
     "routing_policy": ("always-busiest", {}),
     "routing_scorers": ("prefix-affinity:1", dict(routing_policy="weighted")),
     "routing_per_model": ({"meta-llama/llama-3.1-8b-instruct": "always-busiest"}, {}),
+    "flow_per_model": ({"meta-llama/llama-3.1-8b-instruct": {"policy": "concurrency",
+                                                            "params": {"concurrency_limit": 1}}}, {}),
     "priority_policy": ("inverted-slo", dict(scheduler="priority-fcfs", **QUEUE)),
     "scheduler": ("sjf", QUEUE),
     "scheduler_weights": ("prompt_len:1", dict(scheduler="sort", **QUEUE)),
