@@ -270,11 +270,22 @@ def dispatch_at_step_ends(st, m, t):
 @helper
 def after_step(st, i, steps_before, t):
     """Instance i's Step event at t is done: if it ran a step and its model's gateway holds
-    requests, they are looked at again when the step ends."""
-    if st.inst[i]["steps"] == steps_before:
+    requests, they are looked at again when the step ends -- unless the detector cannot
+    change its mind then: concurrency frees room only when the step completes a request;
+    free-slot finds the instance free at the end only if it has room and nothing waits
+    there (utilization reads queue and KV levels: always)."""
+    inst = st.inst
+    if inst[i]["steps"] == steps_before:
         return
-    if st.flow_models[st.inst[i]["model"]]["depth"] > 0:
-        dispatch_at_step_end(st, i)
+    m = inst[i]["model"]
+    if st.flow_models[m]["depth"] == 0:
+        return
+    kind = st.flow_kind[m]
+    if kind == FlowDetector.CONCURRENCY and inst[i]["batch_len"] >= st.flow_inst[i]["step_batch"]:
+        return
+    if kind == FlowDetector.FREE_SLOT and (inst[i]["wq_len"] > 0 or inst[i]["batch_len"] >= inst[i]["max_num_seqs"]):
+        return
+    dispatch_at_step_end(st, i)
 
 
 @helper
@@ -341,18 +352,23 @@ def show_instances(st):
 
 
 @helper
-def routing_done(st, r):
-    """Request r's routing decision is made: it no longer counts as released to routing."""
+def routing_done(st, r, t):
+    """Request r's routing decision is made at t: it no longer counts as released to
+    routing.  (Under concurrency, a request the router sent to an instance already at the
+    limit leaves the others' headroom as it was: the model may take another now.)"""
     if st.flow_reqs[r]["routing"] != 0:
+        m = st.reqs[r]["model"]
         st.flow_reqs[r]["routing"] = 0
-        st.flow_models[st.reqs[r]["model"]]["in_routing"] -= 1
+        st.flow_models[m]["in_routing"] -= 1
+        if st.flow_kind[m] == FlowDetector.CONCURRENCY and st.flow_models[m]["depth"] > 0:
+            push_dispatch(st, m, t)
 
 
 @helper
 def back_to_gateway(st, r, t):
     """Free-slot routing found no free instance: request r goes back to its place in the
     gateway queue."""
-    routing_done(st, r)
+    routing_done(st, r, t)
     enter_gateway(st, r, t, False)
 
 
@@ -417,7 +433,7 @@ def cancel(st, r, t):
     i = np.int64(reqs[r]["instance"])
     m = reqs[r]["model"]
     if state == RequestState.ADMITTING:
-        routing_done(st, r)
+        routing_done(st, r, t)
         i = np.int64(-1)  # (routed before? it left that instance)
     elif state == RequestState.GATEWAY:
         leave_gateway(st, r, t)

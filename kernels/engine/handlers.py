@@ -104,7 +104,7 @@ def on_routing(st, r, t):
                 return
     st.rr_cursor[model] = cursor
     if flow:
-        routing_done(st, r)
+        routing_done(st, r, t)
     if forced:  # a counterfactual replay: only this decision changes (the cursor moves as chosen)
         target = s[0]["forced_instance"]
     if target >= 0 and tracing(st):
