@@ -8,9 +8,12 @@ saturated and m's gateway queue is empty; otherwise it waits in the queue (state
 model, or per (model, tenant) with round-robin fairness (``flow_groups``,
 structs/keyed_heap.py), ordered by the dispatch order's key.  A DISPATCH(m) event releases
 waiting requests to routing, one by one while the detector says m is not saturated; it is
-pushed when capacity may have freed: at the end of each step of m's instances while m's
-queue holds requests (and, when the queue fills from empty, at the end of every step in
-flight), when a request is cancelled, and when an instance becomes ready (autoscaling).
+pushed when the detector may change its mind, while m's queue holds requests: at the end of
+a step of m's instances (utilization: every step; concurrency: a step that completes a
+request; free-slot: a step after which the instance has room and nothing waits there; and,
+when the queue fills from empty, at the end of every step in flight), when a request is
+cancelled or dropped, when a routing decision under concurrency sent its request to an
+instance already at the limit, and when an instance becomes ready (autoscaling).
 
 The detectors read each ready instance of m; a step's slots count as taken until the step
 ends (``flow_inst.step_batch``: a request completing in a step leaves the batch when the
