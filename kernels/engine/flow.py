@@ -12,8 +12,9 @@ pushed when the detector may change its mind, while m's queue holds requests: at
 a step of m's instances (utilization: every step; concurrency: a step that completes a
 request; free-slot: a step after which the instance has room and nothing waits there; and,
 when the queue fills from empty, at the end of every step in flight), when a request is
-cancelled or dropped, when a routing decision under concurrency sent its request to an
-instance already at the limit, and when an instance becomes ready (autoscaling).
+cancelled or dropped, after each routing decision under concurrency (the router may have
+sent its request to an instance already at the limit, leaving the others' headroom), and
+when an instance becomes ready (autoscaling).
 
 The detectors read each ready instance of m; a step's slots count as taken until the step
 ends (``flow_inst.step_batch``: a request completing in a step leaves the batch when the
