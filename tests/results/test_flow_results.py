@@ -155,6 +155,11 @@ def test_shedding_counts_apart_from_rejections():
 
 
 def test_objectives_and_capacity_predicate(timed_out):
+    from blis_fast.results.scorecard import AUTOSCALE_METRICS, FLOW_METRICS, TIER_METRICS, known_metrics
+
+    # a flow run reports every flow metric itself, and nothing an objective may not name
+    known = set(known_metrics()[0]) - set(TIER_METRICS) - set(AUTOSCALE_METRICS)
+    assert set(FLOW_METRICS) <= known == set(timed_out.evaluation_metrics)
     assert metric_value(timed_out, "timeout_fraction") == pytest.approx(1 / 3)
     assert metric_value(timed_out, "shed_fraction") == 0.0
     assert metric_value(timed_out, "gateway_wait_mean_ms") == pytest.approx(9.9)
