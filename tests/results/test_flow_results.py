@@ -78,6 +78,7 @@ def test_hand_run_summary_fields(timed_out):
     assert c["attempts_mean"] == 1.0
     assert c["exchange_e2e_mean_ms"] == pytest.approx((10.0 + 19.9) / 2)
     assert c["completed_requests"] == 2 and c["still_in_flight"] == 0 and conserved(c)
+    assert timed_out.adequacy.in_flight_at_end == 0  # (a timed-out request has left: not in flight)
     group = timed_out.summary()["flow_control"]
     assert (group["detector"], group["dispatch_order"], group["fairness"]) == ("free-slot", "fifo", "strict")
     assert list(group["models"].values()) == [{"dispatched": 2, "sheds": 0, "depth_peak": 2}]
