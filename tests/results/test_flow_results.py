@@ -194,6 +194,7 @@ def test_timeout_storm_and_gateway_bound_summary():
     text = r.summary_text()
     assert "**gateway-bound**" in text and "**Timeout storm**" in text
     assert "Flow control: gateway wait" in text
+    assert "**gateway saturation, timeouts and shedding** -- 19 requests, 19 missed" in text  # all but the first
     assert timeout_storm(sim(hand_workload(), **HAND)) is None  # one timeout: no storm
 
 
