@@ -142,6 +142,8 @@ def request_outcomes(result) -> dict[str, np.ndarray]:
     state = reqs["state"]
     # arrived = released at the cluster (closed-loop turns never released stay PENDING)
     tab["arrived"] = state != RequestState.PENDING
+    if result.flow_on:  # (between two attempts a request is pending again: it has arrived)
+        tab["arrived"] |= result.full_state.flow_reqs["attempt"][: len(state)] > 0
     tab["met"] = tab["met"] & tab["arrived"]
     tab["rejected"] = state == RequestState.REJECTED
     return tab

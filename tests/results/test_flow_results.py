@@ -240,3 +240,26 @@ def test_attempts_out_refused_without_deadlines(tmp_path):
     assert_clean_error(*cli_in_process(*SMALL_CLI, "--request-ttl-s", "1", "--attempts-out", tmp_path / "a.txt"),
                        ("--attempts-out", ".parquet"))
     assert not list(tmp_path.iterdir())
+
+
+def test_per_class_report_sheds_only_the_sheddable_class(tmp_path):
+    spec = {"seed": 3, "rate": 50, "num_requests": 60,
+            "slo_classes": {"interactive": {"ttft_ms": 300, "ttl_s": 0.5}, "batch": {"e2e_ms": 60000, "sheddable": True}},
+            "clients": [{"name": "chat", "slo_class": "interactive", "rate_fraction": 0.5, "prompt_tokens": 64,
+                         "output_tokens": 32},
+                        {"name": "jobs", "slo_class": "batch", "rate_fraction": 0.5, "prompt_tokens": 64,
+                         "output_tokens": 32}]}
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    r = sim(workload_spec=str(path), num_instances=1, flow_control="concurrency", flow_concurrency_limit=1)
+    classes = r.slo["slo_classes"]
+    assert classes["batch"]["shed"] > 0 and classes["interactive"]["shed"] == 0
+    assert classes["batch"]["timed_out"] == 0 and classes["interactive"]["timed_out"] == r.cluster["timed_out"]
+    assert sum(g["shed"] for g in classes.values()) == r.cluster["shed"] == r.cluster["sheds"]
+    for g in classes.values():  # every arrived request of a class ended somehow (the run went to its end)
+        assert g["completed"] + g["rejected"] + g["dropped_unservable"] + g["timed_out"] + g["shed"] == g["arrived"]
+    assert conserved(r.cluster)
+    spec["slo_classes"] = {"interactive": {"ttft_ms": 300}, "batch": {"e2e_ms": 60000}}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    plain = sim(workload_spec=str(path), num_instances=1).slo["slo_classes"]  # (no deadlines: the report as before)
+    assert not {"timed_out", "shed"} & {k for g in plain.values() for k in g}
