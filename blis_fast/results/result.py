@@ -461,8 +461,8 @@ class Result:
 
     def summary(self) -> dict:
         """The JSON printed on stdout: {"cluster", "instances", ("deployments", "models" with
-        two or more deployments), ("disaggregation", "kv_tiers", "autoscale" when the run
-        has them), "run"} (+ "fitness", "slo",
+        two or more deployments), ("disaggregation", "kv_tiers", "autoscale", "flow_control"
+        when the run has them), "run"} (+ "fitness", "slo",
         "counterfactuals", "evaluation" when they apply), then "adequacy"."""
         out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
         if is_disaggregated(self.setup):

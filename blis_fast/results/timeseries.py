@@ -132,9 +132,8 @@ class TimeSeriesRecorder:
         if self.gateway_at >= 0:
             a[:-1, self.gateway_at] = 0
             a[-1, self.gateway_at] = lp["gateway_depth"]  # (sampled after every event at or before t: exact)
-        if self.deadlines:  # requests that ended timed out or shed (a retrying one is PENDING again)
-            st = state.reqs["state"]
-            a[-1, 3] -= int(np.count_nonzero((st == RequestState.TIMED_OUT) | (st == RequestState.SHED)))
+        if self.deadlines:  # requests that ended timed out or shed: every failed attempt not retried
+            a[-1, 3] -= lp["timeouts"] + lp["sheds"] - lp["retries"]
         self.times.append(int(t_us))
         self.repeats.append(int(repeats))
         self.rows.append(a)
