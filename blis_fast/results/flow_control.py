@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from blis_fast_kernels.schema import (AttemptEnd, DISPATCH_ORDER_NAMES, FAIRNESS_NAMES, FLOW_DETECTOR_NAMES,
-                                      FlowParam, PolicySlot, RequestState)
+                                      REQUEST_STATE_NAMES, FlowParam, PolicySlot, RequestState)
 
 from .metrics import percentiles_us
 
@@ -184,8 +184,6 @@ def attempts_table(result):
     ``outcome`` (timed_out / shed), ``place`` (the state it was cancelled in) and the
     instance it held (-1 = none)."""
     import pyarrow as pa  # deferred: pyarrow
-
-    from blis_fast_kernels.schema import REQUEST_STATE_NAMES
 
     log = attempt_rows(result)
     outcome = np.array(["timed_out", "shed"], dtype=object)
