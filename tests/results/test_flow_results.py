@@ -263,3 +263,16 @@ def test_per_class_report_sheds_only_the_sheddable_class(tmp_path):
     path.write_text(json.dumps(spec), encoding="utf-8")
     plain = sim(workload_spec=str(path), num_instances=1).slo["slo_classes"]  # (no deadlines: the report as before)
     assert not {"timed_out", "shed"} & {k for g in plain.values() for k in g}
+
+
+def test_terminal_summary_has_a_flow_control_line(timed_out):
+    import io
+
+    from rich.console import Console
+
+    from blis_fast.cli.output import render
+
+    out = io.StringIO()
+    render(timed_out.summary(), console=Console(file=out, width=200))
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("flow control free-slot:"))
+    assert "gateway wait 9.9 ms mean" in line and "timeouts 1 (1 requests, 33.3%)" in line
