@@ -276,3 +276,10 @@ def test_terminal_summary_has_a_flow_control_line(timed_out):
     render(timed_out.summary(), console=Console(file=out, width=200))
     line = next(x for x in out.getvalue().splitlines() if x.startswith("flow control free-slot:"))
     assert "gateway wait 9.9 ms mean" in line and "timeouts 1 (1 requests, 33.3%)" in line
+
+
+@pytest.mark.parametrize("cut", [dict(warmup_s=1, cooldown_s=1), dict(horizon=2_000_000)])
+def test_conservation_with_a_window_or_a_horizon(cut):
+    r = sim(num_requests=200, rate=40, seed=3, flow_control="concurrency", flow_concurrency_limit=1,
+            request_ttl_s=0.5, **cut)
+    assert r.cluster["timed_out"] > 0 and conserved(r.cluster)
