@@ -13,7 +13,7 @@ FRACTIONS = frozenset({
     "slo_attainment", "jain_fairness", "jain_fairness_throughput", "utilization", "utilization_min",
     "utilization_max", "kv_utilization_mean", "kv_utilization_peak", "kv_peak_utilization", "prefix_cache_hit_rate",
     "busy_fraction", "rejected_fraction", "cached_token_fraction", "token_budget_occupancy", "batch_slot_occupancy",
-    "kv_occupancy_mean",
+    "kv_occupancy_mean", "timeout_fraction", "shed_fraction",
 })
 
 

@@ -79,6 +79,8 @@ def render(summary: dict, per_instance: bool = False, console=None) -> None:
     console.print(_anomalies(c), highlight=False)
     if summary.get("autoscale"):  # a run with an autoscaler
         console.print(_autoscaling(summary["autoscale"]), highlight=False)
+    if "timeouts" in c:  # a run with flow control or deadlines (results.flow_control)
+        console.print(_flow_control(c, summary.get("flow_control")), highlight=False)
     if summary.get("fitness"):
         console.print(_fitness(summary["fitness"]), highlight=False)
     if summary.get("evaluation"):  # --objectives
@@ -234,6 +236,17 @@ def _autoscaling(a: dict) -> str:
         if a.get(key):
             seen.append(f"{label} {a[key]:.4g} s")
     return " · ".join([text, *seen])
+
+
+def _flow_control(c: dict, group: dict | None) -> str:
+    """One line of a run with flow control or deadlines: the detector, the gateway wait and
+    queue peak, timeouts, sheds, retries and attempts per request."""
+    head = f"flow control {group.get('detector')}" if group else "deadlines"
+    return (f"{head}: gateway wait {c.get('gateway_wait_mean_ms', 0):.4g} ms mean (p99 "
+            f"{c.get('gateway_wait_p99_ms', 0):.4g} ms), queue peak {count(c.get('gateway_depth_peak'))} · "
+            f"timeouts {count(c.get('timeouts'))} ({count(c.get('timed_out'))} requests, "
+            f"{c.get('timeout_fraction', 0):.1%}) · sheds {count(c.get('sheds'))} ({count(c.get('shed'))} requests) · "
+            f"retries {count(c.get('retries'))} · {c.get('attempts_mean', 0):.3g} attempts per request")
 
 
 def _evaluation(ev: dict) -> str:

@@ -30,6 +30,7 @@ def run(
     per_request_out: Annotated[Optional[Path], typer.Option("--per-request-out", rich_help_panel=OUTPUT, help="write the per-request table here; the suffix picks the format: .parquet, .csv or .jsonl (the fields of the --results-path records)")] = None,
     scale_events_out: Annotated[Optional[Path], typer.Option("--scale-events-out", rich_help_panel=OUTPUT, help="write the autoscaler's scale events (one row per tick that decided a change: time, pool, from -> to instances, signal, reason, act time; docs/autoscaling.md) here; the suffix picks the format: .parquet, .csv or .jsonl; needs an autoscaler")] = None,
     scale_ticks_out: Annotated[Optional[Path], typer.Option("--scale-ticks-out", rich_help_panel=OUTPUT, help="write every autoscaler tick (the columns of --scale-events-out) here; .parquet, .csv or .jsonl; needs an autoscaler")] = None,
+    attempts_out: Annotated[Optional[Path], typer.Option("--attempts-out", rich_help_panel=OUTPUT, help="write the failed-attempt log (one row per attempt that timed out or was shed: request, attempt, arrival, gateway entry / release / wait, end, outcome, the state it was cancelled in, its instance; docs/policies.md) here; .parquet, .csv or .jsonl; needs request deadlines (ttl_s, --request-ttl-s) or shedding")] = None,
     json_out: Annotated[bool, typer.Option("--json", rich_help_panel=OUTPUT, help="print the summary as JSON even on a terminal (it is JSON whenever stdout is not a terminal)")] = False,
     per_instance: Annotated[bool, typer.Option("--per-instance", rich_help_panel=OUTPUT, help=f"list every instance in the terminal summary (it lists them up to {PER_INSTANCE_LIMIT})")] = False,
     quiet: Quiet = False,
@@ -52,7 +53,8 @@ def run(
                                 sample_interval_ms=settings.get("sample_interval_ms"),
                                 timeseries_out=timeseries_out, trace_out=trace_out, summarize_trace=summarize_trace)
     scale_tables = {flag: path for flag, path in (("--scale-events-out", scale_events_out),
-                                                  ("--scale-ticks-out", scale_ticks_out)) if path is not None}
+                                                  ("--scale-ticks-out", scale_ticks_out),
+                                                  ("--attempts-out", attempts_out)) if path is not None}
     outputs = (("--results-path", results_path), ("--per-request-out", per_request_out),
                ("--evaluation-out", evaluation_out), ("--timeseries-out", timeseries_out), ("--trace-out", trace_out),
                *scale_tables.items())
@@ -65,9 +67,15 @@ def run(
         if per_request_out is not None:
             table_format = request_table_format(per_request_out, "--per-request-out")
         scale_tables = {flag: (path, request_table_format(path, flag)) for flag, path in scale_tables.items()}
-        if scale_tables and cfg.policy.autoscaler == "none":
+        if (scale_events_out or scale_ticks_out) and cfg.policy.autoscaler == "none":
             raise ConfigError(next(iter(scale_tables)), "needs an autoscaler (--autoscaler threshold|target|saturation|"
                                                         "oscillator): a run without one makes no scale decisions")
+    if attempts_out is not None:
+        from blis_fast.run.resolve import config_deadlines  # deferred: blis_fast.workload
+
+        if config_deadlines(cfg) is None:
+            raise ConfigError("--attempts-out", "needs request deadlines (ttl_s, --request-ttl-s) or a sheddable "
+                                                "SLO class: without them no attempt times out or is shed")
     from blis_fast.run.api import run_config  # deferred: blis_fast.rng, blis_fast.run, blis_fast.workload (not loaded by blis-fast --help)
 
     # the output files hold one record per request: reserve their memory up front
@@ -97,7 +105,8 @@ def run(
 def _write_outputs(result, report, *, results_path, per_request_out, table_format, evaluation_out,
                    summarize_trace, timeseries_out, trace_out, scale_tables) -> None:
     """Write the run's output files (``report`` shows which on the progress bar);
-    ``scale_tables``: {flag: (path, format)} of --scale-events-out / --scale-ticks-out."""
+    ``scale_tables``: {flag: (path, format)} of --scale-events-out / --scale-ticks-out /
+    --attempts-out."""
     with staged_outputs():  # all outputs or none: a failed write leaves every target as it was
         if results_path:
             report(f"writing {results_path}", 0, None)
@@ -118,9 +127,12 @@ def _write_outputs(result, report, *, results_path, per_request_out, table_forma
             report(f"writing {trace_out}", 0, None)
             atomic_write(trace_out, lambda p: write_decision_trace(result, p), "--trace-out")
         for flag, (path, fmt) in scale_tables.items():
-            from blis_fast.results.autoscale import write_scale_table  # deferred: blis_fast_kernels
+            from blis_fast.results.autoscale import write_scale_table, write_table  # deferred: blis_fast_kernels
 
             report(f"writing {path}", 0, None)
+            if flag == "--attempts-out":
+                atomic_write(path, lambda p: write_table(result.attempts_table(), p, fmt), flag)
+                continue
             events_only = flag == "--scale-events-out"
             atomic_write(path, lambda p: write_scale_table(result, p, fmt, events_only), flag)
 

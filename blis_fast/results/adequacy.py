@@ -23,8 +23,8 @@ finished run for both, from the request table alone (O(requests), no extra simul
   at least ``MIN_COMPLETIONS``): the cluster delivers its capacity and the queue grows by
   the difference.  A
   run still ramping up (its completions rising) is too short, not saturated.
-- ``in_flight_at_end``: requests arrived but neither completed nor rejected when the run
-  ended (only a ``--horizon`` leaves any); the run is **unfinished** when they are more than
+- ``in_flight_at_end``: requests arrived but neither completed nor rejected (nor dropped,
+  timed out or shed) when the run ended (only a ``--horizon`` leaves any); the run is **unfinished** when they are more than
   ``MAX_IN_FLIGHT_FRACTION`` (5 %) of the arrivals: the statistics leave them out.
 
 ``verdict`` is the first of saturated, too_short, unfinished that applies, else ok;
@@ -48,7 +48,8 @@ MIN_COMPLETIONS = 20  # ... and each of the two quarters completed at least this
 MAX_IN_FLIGHT_FRACTION = 0.05  # requests in flight at the end / arrivals above this: unfinished
 VERDICTS = ("ok", "unfinished", "too_short", "saturated")  # from the best to the worst
 
-_LEFT = (RequestState.REJECTED, RequestState.DROPPED)  # leave the cluster as they arrive
+# leave the cluster without completing: as they arrive, or (flow control, deadlines) timed out or shed
+_LEFT = (RequestState.REJECTED, RequestState.DROPPED, RequestState.TIMED_OUT, RequestState.SHED)
 _BY_REQUESTS = "--num-requests"  # what lengthens a generated workload's run
 
 

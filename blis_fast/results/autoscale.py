@@ -433,7 +433,11 @@ def with_scale_records(trace, result):
 def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) -> None:
     """Write the scale events (``changes_only``) or every tick (``scale_table``) as ``fmt``:
     parquet, csv or jsonl (one JSON record per line)."""
-    table = scale_table(result, changes_only)
+    write_table(scale_table(result, changes_only), path, fmt)
+
+
+def write_table(table, path: str | Path, fmt: str) -> None:
+    """Write a pyarrow Table as ``fmt``: parquet, csv or jsonl (one JSON record per line)."""
     if fmt == "parquet":
         import pyarrow.parquet as pq  # deferred: pyarrow
 
@@ -452,4 +456,4 @@ def write_scale_table(result, path: str | Path, fmt: str, changes_only: bool) ->
 __all__ = ["PoolTimeline", "UNDER_PROVISIONED_ATTAINMENT", "act_times_us", "billing",
            "gpu_hours", "has_autoscaler", "pool_name", "request_met", "scale_table", "scale_oscillations",
            "scaling_lag", "summary", "tick_log", "timelines", "with_scale_records",
-           "write_scale_table"]
+           "write_scale_table", "write_table"]

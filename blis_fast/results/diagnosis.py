@@ -14,6 +14,8 @@ twice the run's 10th-percentile TTFT (taken as at least 1 ms).  Detectors (each 
   its clients) whose peak arrival rate (windows of 1/50 of the run, at least 0.1 s) reaches
   4x its mean was admitted (< 10 % of its burst rejected): the requests arriving during
   its burst windows and the window after;
+- ``gateway`` (flow control; runs with flow control or deadlines): requests that waited in
+  a gateway queue, timed out or were shed (results.flow_control);
 - ``kv_pressure`` (preemption / KV): preempted or dropped-unservable requests;
 - ``hol_blocking`` (scheduler): with the scheduling records (``trace_level full``) --
   requests that waited through an episode in which their instance's wait-queue head could
@@ -37,7 +39,7 @@ from blis_fast.results.regret import estimated_regret, routing_log
 from blis_fast.results.trace_table import scheduling_records
 
 
-CAUSE_ORDER = ("routing_cache", "load_imbalance", "bursty_admitted", "kv_pressure", "hol_blocking",
+CAUSE_ORDER = ("routing_cache", "load_imbalance", "bursty_admitted", "gateway", "kv_pressure", "hol_blocking",
                "priority_inversions")
 
 
@@ -215,6 +217,27 @@ def _kv_pressure(result, miss) -> list[Issue]:
         f"peak {fmt_value(m['kv_utilization_peak'])}.")]
 
 
+def _gateway(result, miss) -> list[Issue]:
+    """Requests the gateway held (waited in its queue), timed out or shed (a run with flow
+    control or deadlines)."""
+    if not result.flow_on:
+        return []
+    c = result.request_columns()
+    blamed = (c["gateway_wait_us"] > 0) | (c["timeouts"] > 0) | (c["sheds"] > 0)
+    if not blamed.any():
+        return []
+    s = result.cluster
+    return [Issue(
+        "gateway", "gateway saturation, timeouts and shedding", "flow control",
+        "add capacity (instances) or let the detector pass more requests (--flow-concurrency-limit, "
+        "--flow-queue-threshold), order the gateway by deadline (--dispatch-order deadline), give requests longer "
+        "TTLs, or mark a class sheddable to protect the others",
+        int(blamed.sum()), int((blamed & miss).sum()),
+        f"{int((c['gateway_wait_us'] > 0).sum())} requests waited in the gateway ({fmt_value(s['gateway_wait_mean_ms'])} "
+        f"ms mean per attempt, p99 {fmt_value(s['gateway_wait_p99_ms'])} ms, queue peak {s['gateway_depth_peak']}); "
+        f"{s['timeouts']} attempts timed out, {s['sheds']} shed, {s['retries']} retries.")]
+
+
 def _held_behind_blocked_heads(result, sched) -> tuple[np.ndarray, np.ndarray]:
     """(per-request flags of the requests held back, the head-of-line episodes): requests
     admitted after a kv-blocks episode of their instance with ``fits_behind`` > 0 began,
@@ -336,7 +359,7 @@ def diagnose(result) -> Diagnosis:
     issues = _routing_issues(result, miss, log) if traced else _untraced_imbalance(result, miss)
 
     sched = scheduling_records(result) if int(result.state.settings[0]["trace_level"]) >= TraceLevel.FULL else None
-    issues += (_bursty(result, miss) + _kv_pressure(result, miss) + _hol(result, miss, sched)
+    issues += (_bursty(result, miss) + _gateway(result, miss) + _kv_pressure(result, miss) + _hol(result, miss, sched)
                + _inversions(result, miss, sched))
     issues = [i for i in issues if i.requests > 0]
     # most misses first; ties go to the cause upstream (a busy instance's long queue is the

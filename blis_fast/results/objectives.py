@@ -63,6 +63,8 @@ _LOWER_IS_BETTER = frozenset({
     "hol_blocking_instances", "queue_depth_mean", "queue_depth_peak", "mean_wait_queue_len", "wait_queue_peak",
     "kv_utilization_peak", "kv_peak_utilization", "utilization_imbalance", "vllm_estimated_duration_s",
     "simulated_duration_s", "gpu_hours", "cost",
+    "timeout_fraction", "shed_fraction", "attempts_mean", "timeouts", "timed_out", "sheds", "shed", "retries",
+    "gateway_depth_peak",
 })
 _SCALES = {"responses_per_sec": 100.0, "goodput_rps": 100.0, "tokens_per_sec": 10000.0}
 
@@ -273,6 +275,8 @@ def metric_value(result, name: str) -> float:
             return float(scorecard.untiered_metric(result, base))
         if base not in table and base in scorecard.AUTOSCALE_METRICS:  # a run without an autoscaler: billed now
             return float(scorecard.billed_metric(result, base))
+        if base not in table and base in scorecard.FLOW_METRICS:  # a run without flow control or deadlines
+            return float(scorecard.unflowed_metric(result, base))
         if base not in table:
             raise ConfigError("objectives.metric", f"unknown metric {show(base)}; known: {', '.join(overall)}")
         return float(table[base])

@@ -31,6 +31,7 @@ from .kv_tiers import TIER_REQUEST_FIELD_TYPES, has_tiers, hit_fields
 from .kv_tiers import request_fields as tier_request_fields
 from .kv_tiers import summary as tier_summary
 from .fitness import fitness
+from . import flow_control
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
 from .window import measurement_window, window_mask
@@ -54,7 +55,7 @@ REQUEST_FIELD_TYPES = {
     "itl_ms": "float64", "e2e_ms": "float64", "scheduling_delay_ms": "float64", "preemptions": "int64",
     "cached_prompt_tokens": "int64", "generated_tokens": "int64", "first_token_s": "float64",
     "completion_s": "float64", "session": "int64", "turn": "int64", "session_id": "int64", "round_index": "int64",
-    **PD_REQUEST_FIELD_TYPES, **TIER_REQUEST_FIELD_TYPES,
+    **PD_REQUEST_FIELD_TYPES, **TIER_REQUEST_FIELD_TYPES, **flow_control.FLOW_REQUEST_FIELD_TYPES,
 }
 REQUEST_TABLE_FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
 
@@ -340,14 +341,33 @@ class Result:
         arrived, rejected = self._arrived_rejected()
         out["arrived_requests"] = arrived
         out["rejected_requests"] = rejected
-        out["still_in_flight"] = arrived - rejected - out["injected_requests"]
+        # (timed out or shed: ended, not in flight -- 0 without flow control or deadlines)
+        timed_out, shed = flow_control.ended_counts(self) if self.flow_on else (0, 0)
+        out["still_in_flight"] = arrived - rejected - out["injected_requests"] - timed_out - shed
         out["num_instances"] = int(st.inst["active"].sum())
         out["engine_steps"] = int(stats["steps"])
         out["events"] = int(stats["events"])
         if has_tiers(self.setup):  # (a run without tiers keeps its fields)
             out.update(hit_fields(self))
+        if self.flow_on:  # (a run without flow control or deadlines keeps its fields)
+            out.update(flow_control.cluster_fields(self, arrived))
         out.update(self.anomalies())
         return out
+
+    @cached_property
+    def flow_on(self) -> bool:
+        """True when the run had gateway flow control or request deadlines (results.flow_control)."""
+        return flow_control.flow_on(self)
+
+    @cached_property
+    def flow_control(self) -> dict | None:
+        """The ``flow_control`` summary group of a run with a gateway queue (results.flow_control), else None."""
+        return flow_control.summary(self) if flow_control.gateway_on(self) else None
+
+    def attempts_table(self):
+        """The failed-attempt log as a pyarrow Table (``--attempts-out``; results.flow_control):
+        one row per attempt that timed out or was shed (empty without deadlines)."""
+        return flow_control.attempts_table(self)
 
     @cached_property
     def kv_tiers(self) -> dict | None:
@@ -441,8 +461,8 @@ class Result:
 
     def summary(self) -> dict:
         """The JSON printed on stdout: {"cluster", "instances", ("deployments", "models" with
-        two or more deployments), ("disaggregation", "kv_tiers", "autoscale" when the run
-        has them), "run"} (+ "fitness", "slo",
+        two or more deployments), ("disaggregation", "kv_tiers", "autoscale", "flow_control"
+        when the run has them), "run"} (+ "fitness", "slo",
         "counterfactuals", "evaluation" when they apply), then "adequacy"."""
         out = self._with_groups({"cluster": self.cluster, "instances": self.instances})
         if is_disaggregated(self.setup):
@@ -451,6 +471,8 @@ class Result:
             out["kv_tiers"] = self.kv_tiers
         if has_autoscaler(self.setup):  # (a run without an autoscaler keeps its summary)
             out["autoscale"] = self.autoscale
+        if self.flow_control is not None:  # (a run without a gateway queue keeps its summary)
+            out["flow_control"] = self.flow_control
         out["run"] = self.run_info()
         if self.fitness is not None:
             out["fitness"] = self.fitness
@@ -515,7 +537,7 @@ class Result:
         else:
             multi = done & (reqs["generated"] > 1)
             itl_us[multi] = reqs["itl_sum_us"][multi] / (reqs["generated"][multi] - 1)
-        return {
+        out = {
             "request_index": np.arange(len(reqs), dtype=np.int64),
             "arrival_us": reqs["arrival_us"],
             "prompt_tokens": reqs["prompt_len"],
@@ -532,6 +554,9 @@ class Result:
             "preemptions": reqs["preemptions"],
             "cached_prompt_tokens": reqs["cached_tokens"],
         }
+        if self.flow_on:  # (a run without flow control or deadlines keeps its columns)
+            out.update(flow_control.request_columns(self))
+        return out
 
     def _fields(self, sel: np.ndarray, missing: float | None = None) -> dict[str, list]:
         """The per-request fields of rows ``sel``, one list per field, shared by the JSON
@@ -571,6 +596,8 @@ class Result:
             cols.update(pd_request_fields(self, sel, missing))
         if has_tiers(self.setup):  # (as a run without tiers)
             cols.update(tier_request_fields(self, sel, missing))
+        if self.flow_on:  # (as a run without flow control or deadlines)
+            cols.update(flow_control.request_fields(self, sel, missing))
         if ids is not None:
             cols["source_id"] = [ids[i] for i in rows]
         for key, values in labels.items():

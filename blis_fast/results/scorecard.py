@@ -99,6 +99,24 @@ def billed_metric(result, name: str) -> float:
     return cost
 
 
+# Flow control and deadlines (results.flow_control): the cluster summary's fields of a run with
+# them; a run without them has no timeouts, sheds, retries or gateway wait (``unflowed_metric``:
+# asked for, not in its tables, so its outputs stay as they were)
+FLOW_METRICS = ("timeout_fraction", "shed_fraction", "gateway_wait_mean_ms", "gateway_wait_p99_ms", "attempts_mean",
+                "timeouts", "timed_out", "sheds", "shed", "retries", "gateway_depth_peak", "exchange_e2e_mean_ms",
+                "exchange_e2e_p99_ms")
+
+
+def unflowed_metric(result, name: str) -> float:
+    """Flow-control metric ``name`` of a run without flow control or deadlines: one attempt
+    per arrived request, the exchange is the request (its E2E), nothing else happened."""
+    if name == "attempts_mean":
+        return 1.0 if result.cluster["arrived_requests"] > 0 else 0.0
+    if name.startswith("exchange_e2e_"):
+        return float(result.cluster[name[len("exchange_"):]])
+    return 0.0
+
+
 CLUSTER_METRICS = ("jain_fairness", "jain_fairness_throughput", "utilization_min", "utilization_max",
                    "utilization_imbalance", "simulated_duration_s")
 
@@ -124,6 +142,8 @@ def request_outcomes(result) -> dict[str, np.ndarray]:
     state = reqs["state"]
     # arrived = released at the cluster (closed-loop turns never released stay PENDING)
     tab["arrived"] = state != RequestState.PENDING
+    if result.flow_on:  # (between two attempts a request is pending again: it has arrived)
+        tab["arrived"] |= result.full_state.flow_reqs["attempt"][: len(state)] > 0
     tab["met"] = tab["met"] & tab["arrived"]
     tab["rejected"] = state == RequestState.REJECTED
     return tab
@@ -310,5 +330,5 @@ def known_metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                "still_in_flight",
                "num_instances", "engine_steps", "events", "priority_inversions", "hol_blocking_instances"]
     overall = tuple(dict.fromkeys([*summary, *GROUP_METRICS, *INSTANCE_METRICS, *CLUSTER_METRICS, *TIER_METRICS,
-                                     *AUTOSCALE_METRICS]))
+                                     *AUTOSCALE_METRICS, *FLOW_METRICS]))
     return overall, GROUP_METRICS, INSTANCE_METRICS

@@ -69,17 +69,25 @@ def request_slo_table(reqs: np.ndarray, slo_names: list[str], slo_targets: dict,
     return {"arrived": arrived, "done": done, "ttft_us": ttft, "tpot_us": tpot, "e2e_us": e2e, "met": met}
 
 
-def _group(reqs, tab, mask, judged: bool) -> dict:
-    """``judged``: some request of the group has a class with targets (else no attainment)."""
+def _group(reqs, tab, mask, judged: bool, deadlines: bool = False) -> dict:
+    """``judged``: some request of the group has a class with targets (else no attainment);
+    ``deadlines``: the run had flow control or deadlines (then ``timed_out`` and ``shed``:
+    the group's requests that ended so)."""
     arrived = mask & tab["arrived"]
     done = mask & tab["done"]
     n_arr = int(arrived.sum())
     attained = (float((mask & tab["met"]).sum() / n_arr) if n_arr else 0.0) if judged else None
-    return {
+    out = {
         "arrived": n_arr,
         "completed": int(done.sum()),
         "rejected": int((mask & (reqs["state"] == RequestState.REJECTED)).sum()),
         "dropped_unservable": int((mask & (reqs["state"] == RequestState.DROPPED)).sum()),
+    }
+    if deadlines:  # (a run without them keeps its report)
+        out["timed_out"] = int((mask & (reqs["state"] == RequestState.TIMED_OUT)).sum())
+        out["shed"] = int((mask & (reqs["state"] == RequestState.SHED)).sum())
+    return {
+        **out,
         "slo_attainment": attained,
         "ttft_ms": _pcts(tab["ttft_us"][mask & (tab["ttft_us"] >= 0)]),
         "tpot_ms": _pcts(tab["tpot_us"][done]),
@@ -108,7 +116,7 @@ def slo_report(result) -> dict:
             m = ids == i if win is None else (ids == i) & win
             if not m.any():
                 continue
-            g = _group(reqs, tab, m, bool((m & targeted).any()))
+            g = _group(reqs, tab, m, bool((m & targeted).any()), result.flow_on)
             if col == "slo_class":
                 g = {"targets": dict(wl.slo_targets.get(name) or {}), **g}
             groups[name] = g

@@ -13,7 +13,7 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 | waiting | requests | in the wait queue (cluster: summed) |
 | running | requests | in the running batch |
 | routed_pending | requests | routed here, queueing overhead (α) not yet elapsed |
-| in_system | requests | cluster: arrived, not yet completed, rejected or dropped (includes requests in admission / routing latency); instance: waiting + running + routed_pending |
+| in_system | requests | cluster: arrived, not yet completed, rejected or dropped (nor timed out or shed, with deadlines; includes requests in admission / routing latency, in a gateway queue and between attempts); instance: waiting + running + routed_pending |
 | kv_blocks_used | blocks | KV blocks allocated |
 | kv_utilization | fraction | kv_blocks_used / KV blocks (cluster: pooled) |
 | arrivals | requests, cumulative | cluster: arrived at the cluster; instance: entered its queue (injected) |
@@ -23,6 +23,7 @@ Columns (one row per sample time and instance; the cluster's row has instance = 
 | dropped | requests, cumulative | dropped as unservable |
 | kv_cpu_blocks, kv_disk_blocks | blocks | entries held in the CPU / disk KV tier (cluster: summed); only in a run with KV tiers |
 | loading | requests | loading blocks from a KV tier before they can run (RequestState.LOADING); only in a run with KV tiers |
+| gateway_waiting | requests | cluster: in the gateway queues of flow control (RequestState.GATEWAY; 0 per instance); only in a run with a flow-control detector |
 | provisioning, loading_model, warming, active, draining | instances | instances in that lifecycle state (kernels/schema/enums.py LifeState; instance: 1 or 0; cluster: summed over every row, pools without an autoscaler counted active); only in a run with an autoscaler |
 """
 
@@ -40,6 +41,7 @@ TIER_COLUMNS = ("kv_cpu_blocks", "kv_disk_blocks", "loading")  # (runs with KV t
 # (runs with an autoscaler only) instances per lifecycle state, LifeState PROVISIONING..DRAINING; the
 # model-loading state is ``loading_model`` (``loading`` is the KV tiers' column)
 LIFE_COLUMNS = ("provisioning", "loading_model", "warming", "active", "draining")
+GATEWAY_COLUMNS = ("gateway_waiting",)  # (runs with a flow-control detector only)
 ROW_BYTES = 8 * (len(COLUMNS) + 4)
 CHUNK = 1024  # samples charged to the memory budget at a time
 # A run's time series: at most MAX_SAMPLES sample times and MAX_SAMPLE_ROWS rows (sample times x
@@ -66,14 +68,21 @@ class TimeSeriesRecorder:
     instance row in use and of the cluster."""
 
     def __init__(self, n_inst: int, every_us: int, tier_names: list[list[str]] | None = None,
-                 lifecycle: bool = False):
+                 lifecycle: bool = False, gateway: bool = False, deadlines: bool = False):
         self.n_inst = n_inst
         # KV tiers (``tier_names``: each instance's, results.kv_tiers): the tier columns too;
-        # an autoscaler (``lifecycle``): the lifecycle columns
+        # an autoscaler (``lifecycle``): the lifecycle columns; a flow-control detector
+        # (``gateway``): the gateway queue's; ``deadlines`` (flow control or deadlines on):
+        # timed-out and shed requests leave ``in_system``
         self.columns = COLUMNS + TIER_COLUMNS if tier_names is not None else COLUMNS
         self.life_at = len(self.columns)  # the first lifecycle column
+        self.lifecycle = lifecycle
         if lifecycle:
             self.columns += LIFE_COLUMNS
+        self.gateway_at = len(self.columns) if gateway else -1
+        if gateway:
+            self.columns += GATEWAY_COLUMNS
+        self.deadlines = deadlines
         self.tier_rows = None
         if tier_names is not None:  # per tier column: each instance's State.tiers row (-1: it has none)
             self.tier_rows = [np.array([i * N_TIERS + t.index(name) if name in t else -1
@@ -112,7 +121,7 @@ class TimeSeriesRecorder:
             for j, rows in enumerate(self.tier_rows):
                 a[:-1, 10 + j] = np.where(rows >= 0, used[np.maximum(rows, 0)], 0)
             a[:-1, 12] = state.kv_tier_inst["loading"]
-        if len(self.columns) > self.life_at:
+        if self.lifecycle:
             life = state.life["state"]
             for j in range(len(LIFE_COLUMNS)):
                 a[:-1, self.life_at + j] = life == LifeState.PROVISIONING + j
@@ -120,6 +129,11 @@ class TimeSeriesRecorder:
         a[-1, 5] = lp["injected"]
         a[-1, 8] = lp["rejected"]
         a[-1, 3] = a[-1, 5] - a[-1, 6] - a[-1, 8] - a[-1, 9]
+        if self.gateway_at >= 0:
+            a[:-1, self.gateway_at] = 0
+            a[-1, self.gateway_at] = lp["gateway_depth"]  # (sampled after every event at or before t: exact)
+        if self.deadlines:  # requests that ended timed out or shed: every failed attempt not retried
+            a[-1, 3] -= lp["timeouts"] + lp["sheds"] - lp["retries"]
         self.times.append(int(t_us))
         self.repeats.append(int(repeats))
         self.rows.append(a)
@@ -228,4 +242,4 @@ class TimeSeries:
         pq.write_table(self.table(), str(path))
 
 
-__all__ = ["COLUMNS", "LIFE_COLUMNS", "TimeSeries", "TimeSeriesRecorder"]
+__all__ = ["COLUMNS", "GATEWAY_COLUMNS", "LIFE_COLUMNS", "TimeSeries", "TimeSeriesRecorder"]

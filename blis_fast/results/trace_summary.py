@@ -20,6 +20,7 @@ from blis_fast.results.objectives import judge, parse_objectives, weighted_score
 from blis_fast.results.slo import has_targets
 from blis_fast.results.kv_tiers import LOAD_BOUND_SHARE, TIER_NAMES, load_share
 from blis_fast.results.autoscale import has_autoscaler, scaling_lag
+from blis_fast.results.flow_control import GATEWAY_BOUND_SHARE, STORM_WINDOW_US, gateway_share, timeout_storm
 
 MAX_ROWS = 8  # groups / instances listed (the rest summarized): the text stays short
 
@@ -136,6 +137,33 @@ def _autoscale_lines(result) -> list[str]:
     return lines
 
 
+def _flow_lines(result) -> list[str]:
+    """A run with flow control or deadlines: gateway waits, timeouts, sheds and retries;
+    **gateway-bound** when the gateway queue takes at least GATEWAY_BOUND_SHARE of the TTFT of
+    the requests that waited there, and a **timeout storm** when many attempts timed out
+    within STORM_WINDOW_US (results.flow_control)."""
+    if not result.flow_on:
+        return []
+    c = result.cluster
+    lines = ["", f"Flow control: gateway wait {_fmt(c['gateway_wait_mean_ms'])} ms mean (p99 "
+                 f"{_fmt(c['gateway_wait_p99_ms'])} ms), gateway queue peak {c['gateway_depth_peak']}; "
+                 f"{c['timeouts']} attempts timed out ({c['timed_out']} requests ended so, "
+                 f"{_fmt(c['timeout_fraction'])} of those arrived), {c['sheds']} shed ({c['shed']} ended so), "
+                 f"{c['retries']} retries, {_fmt(c['attempts_mean'])} attempts per request."]
+    share, n = gateway_share(result)
+    if n and share >= GATEWAY_BOUND_SHARE:
+        lines.append(f"The run is **gateway-bound**: the gateway queue takes {_fmt(share)} of the TTFT of the {n} "
+                     "requests that waited there -- the instances are saturated behind it; more capacity, or a "
+                     "detector that lets more requests through (a higher concurrency limit), would pay.")
+    storm = timeout_storm(result)
+    if storm is not None:
+        count, first, last = storm
+        lines.append(f"**Timeout storm**: {count} attempts timed out within {_fmt(STORM_WINDOW_US / 1e6)} s "
+                     f"({_fmt(first / 1e6)}-{_fmt(last / 1e6)} s) -- the load outran the TTLs; retries into the "
+                     "same overload add to it (a longer backoff, shedding or more capacity would pay).")
+    return lines
+
+
 def summary_text(result, objectives=None) -> str:
     """The markdown summary of ``result`` judged against ``objectives`` (as
     ``Result.evaluate``)."""
@@ -166,7 +194,7 @@ def summary_text(result, objectives=None) -> str:
                   f"runs), token budget {_fmt(m['token_budget_occupancy'])} and batch slots "
                   f"{_fmt(m['batch_slot_occupancy'])} occupied per step."]
     lines += _group_lines(result) + _instance_lines(result) + _disaggregation_lines(result) + _tier_lines(result)
-    lines += _autoscale_lines(result)
+    lines += _autoscale_lines(result) + _flow_lines(result)
     diag = diagnose(result)
     lines += ["", "## Key issues", ""]
     lines.append(f"Misses: {diag.misses} of {diag.arrived} arrived requests ({diag.miss_definition}).")

@@ -16,7 +16,7 @@ at ``full``, so a ``decisions`` trace is the same file with or without them.
 | admitted | bool | admission | admitted (false = rejected) |
 | cost_tokens | tokens | admission | prompt tokens charged to the tenant's bucket |
 | bucket_tokens | tokens | admission | the token bucket after the decision (token-bucket admission) |
-| reason | text | admission | always-admit, reject-all, or (token-bucket) bucket / bucket-short |
+| reason | text | admission, gateway | always-admit, reject-all, or (token-bucket) bucket / bucket-short; gateway: queued, dispatched or shed (below) |
 | instance | id | routing, preemption | the chosen instance / where the preemption happened |
 | deployment | name | routing, preemption, scheduled, blocked | the deployment of the record's instance; only in a run of two or more deployments |
 | candidates | count | routing | active instances chosen among |
@@ -36,6 +36,15 @@ at ``full``, so a ``decisions`` trace is the same file with or without them.
 | cached_tokens | tokens | all | prompt tokens found in the prefix cache at its first admission |
 | slo_met | bool | all | the request met its SLO class's targets |
 | final_state | text | all | the request's state at the end of the run |
+
+A run with gateway flow control (a detector other than never) adds a ``gateway`` record per
+decision of the gateway (State.gateway_log), between the admission and the routing records
+of its time: ``reason`` the action (``queued``: the request entered its model's gateway
+queue; ``dispatched``: the gateway released it to routing; ``shed``: the saturated gateway
+shed it), and the columns ``attempt`` (the request's attempt, 0 = first), ``gateway_depth``
+(its model's gateway queue after the decision) and ``gateway_wait_us`` (dispatched: its
+time in the queue) -- null on the other records; a trace without flow control has neither
+the records nor the columns.
 
 A run with an autoscaler adds a ``scale`` record per autoscaler tick (every tick, a hold
 too), after the other records of its time: ``time_us`` and ``reason`` (the tick's: hold,
@@ -71,7 +80,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, N_TRACE_ALTERNATIVES, REQUEST_STATE_NAMES, PolicySlot,
+from blis_fast_kernels.schema import (BLOCK_REASON_NAMES, GATEWAY_ACTION_NAMES, N_TRACE_ALTERNATIVES,
+                                     REQUEST_STATE_NAMES, PolicySlot,
                                      SchedRecord,
                                      SchedulerKind, TraceLevel)
 from blis_fast.results.regret import estimated_regret
@@ -80,7 +90,10 @@ from .deployments import deployment_names_of, has_groups
 from .autoscale import has_autoscaler, with_scale_records
 from .kv_tiers import has_tiers
 
-RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing", "load")
+RECORDS = ("admission", "routing", "preemption", "scheduled", "blocked", "prefill_routing", "load", "gateway")
+# the order of records of equal time: as RECORDS, but a gateway decision comes between the
+# admission and the routing it leads to
+_TIE_RANK = np.array([0, 2, 3, 4, 5, 6, 7, 1])
 # (a run with an autoscaler adds a ``scale`` record per tick: results.autoscale.with_scale_records)
 
 
@@ -101,19 +114,20 @@ def decision_table(result):
     blk = sched[sched["kind"] == SchedRecord.BLOCKED]
     vic = sched[sched["kind"] == SchedRecord.VICTIM]  # one per preemption row, in the same order
     lod = sched[sched["kind"] == SchedRecord.LOAD]  # KV tiers: a request left the queue to load blocks
-    n_a, n_r, n_p, n_s, n_b, n_x, n_l = len(adm), len(rte), len(pre), len(sch), len(blk), len(prt), len(lod)
-    n = n_a + n_r + n_p + n_s + n_b + n_x + n_l
-    kind = np.repeat(np.arange(7), [n_a, n_r, n_p, n_s, n_b, n_x, n_l])
+    gated = int(st.settings[0]["flow"]) != 0  # gateway flow control: its decisions
+    gw = st.gateway_log[: int(lp["gateway_records"])] if gated else st.gateway_log[:0]
+    sizes = [len(adm), len(rte), len(pre), len(sch), len(blk), len(prt), len(lod), len(gw)]
+    n_a, n_r, n_p, n_s, n_b, n_x, n_l, _ = sizes
+    n = sum(sizes)
+    kind = np.repeat(np.arange(len(sizes)), sizes)
     time_us = np.concatenate([adm["time_us"], rte["time_us"], pre["time_us"], sch["time_us"],
-                              blk["time_us"], prt["time_us"], lod["time_us"]]).astype(np.int64)
+                              blk["time_us"], prt["time_us"], lod["time_us"], gw["time_us"]]).astype(np.int64)
     request = np.concatenate([adm["request"], rte["request"], pre["victim"], sch["request"],
-                              blk["request"], prt["request"], lod["request"]]).astype(np.int64)
-    seq = np.concatenate([np.arange(n_a), np.arange(n_r), np.arange(n_p), np.arange(n_s), np.arange(n_b),
-                          np.arange(n_x), np.arange(n_l)])
-    order = np.lexsort((seq, kind, time_us))
+                              blk["request"], prt["request"], lod["request"], gw["request"]]).astype(np.int64)
+    seq = np.concatenate([np.arange(k) for k in sizes])
+    order = np.lexsort((seq, _TIE_RANK[kind], time_us))
 
-    starts = {0: 0, 1: n_a, 2: n_a + n_r, 3: n_a + n_r + n_p, 4: n_a + n_r + n_p + n_s,
-              5: n_a + n_r + n_p + n_s + n_b, 6: n_a + n_r + n_p + n_s + n_b + n_x}
+    starts = dict(enumerate(np.concatenate(([0], np.cumsum(sizes)[:-1])).tolist()))
 
     def col(values_by_kind: dict, dtype, valid_by_kind: dict | None = None):
         """One column: the values of the record kinds that have it (where valid), null elsewhere."""
@@ -137,7 +151,7 @@ def decision_table(result):
         "admitted": col({0: adm["admitted"] != 0}, bool),
         "cost_tokens": col({0: adm["cost"]}, np.int64),
         "bucket_tokens": col({0: adm["bucket_tokens"]}, np.float64),
-        "reason": _admission_reasons(result.setup.config.policy.admission, adm, n, order, n_a),
+        "reason": _admission_reasons(result.setup.config.policy.admission, adm, n, order, n_a, gw, starts[7]),
         "instance": col({1: rte["chosen_instance"], 2: pre["instance"], 5: prt["chosen_instance"], 6: lod["instance"]},
                         np.int64),
         "candidates": col({1: rte["candidates"], 5: prt["candidates"]}, np.int64),
@@ -160,6 +174,11 @@ def decision_table(result):
     cols["for_request"] = col({2: pre["for_request"]}, np.int64)
     cols["victim_generated"] = col({2: pre["victim_generated"]}, np.int64)
     cols["victim_blocks"] = col({2: pre["victim_blocks"]}, np.int64)
+    if gated:  # (a trace without flow control keeps its columns)
+        cols["attempt"] = col({7: gw["attempt"]}, np.int64)
+        cols["gateway_depth"] = col({7: gw["depth"]}, np.int64)
+        cols["gateway_wait_us"] = col({7: gw["wait_us"]}, np.int64,
+                                      {7: gw["action"] == GATEWAY_ACTION_NAMES.index("dispatched")})
     if has_groups(result.setup):  # (a single-deployment trace keeps its columns)
         where = np.full(n, -1, np.int64)  # each record's instance, -1 for admissions
         for k, v in {1: rte["chosen_instance"], 2: pre["instance"], 3: sch["instance"], 4: blk["instance"],
@@ -238,10 +257,12 @@ def _scheduling_columns(result, col, sch, blk, vic, lod) -> dict:
     return out
 
 
-def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, n_a: int):
-    """Why each admission went as it did (null on other records): ``always-admit``,
-    ``reject-all``, or for token-bucket ``bucket`` (the tenant's bucket covered the prompt)
-    / ``bucket-short`` (it did not: rejected)."""
+def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, n_a: int, gw: np.ndarray,
+                       gw_start: int):
+    """Why each admission went as it did: ``always-admit``, ``reject-all``, or for
+    token-bucket ``bucket`` (the tenant's bucket covered the prompt) / ``bucket-short`` (it
+    did not: rejected); the gateway's action on its records (rows ``gw_start`` on); null on
+    other records."""
     import pyarrow as pa  # deferred: pyarrow
 
     if policy == "token-bucket":
@@ -249,6 +270,8 @@ def _admission_reasons(policy: str, adm: np.ndarray, n: int, order: np.ndarray, 
     else:
         why = np.full(len(adm), policy, dtype=object)
     values = why.tolist() + [None] * (n - n_a)  # admission rows come first before sorting
+    actions = [GATEWAY_ACTION_NAMES[a] for a in gw["action"].tolist()]
+    values[gw_start: gw_start + len(actions)] = actions
     return pa.array([values[k] for k in order.tolist()], pa.string())
 
 

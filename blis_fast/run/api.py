@@ -177,8 +177,11 @@ def run_config(cfg: SimConfig, workload: Workload | None = None, *, output_bytes
 
             from blis_fast.results.autoscale import has_autoscaler  # deferred: blis_fast_kernels
 
+            flow = session.state.settings[0]
             recorder = TimeSeriesRecorder(len(session.state.inst), interval_us,
-                                          tier_names(setup) if has_tiers(setup) else None, has_autoscaler(setup))
+                                          tier_names(setup) if has_tiers(setup) else None, has_autoscaler(setup),
+                                          gateway=int(flow["flow"]) != 0,
+                                          deadlines=int(flow["flow"]) != 0 or int(flow["deadlines"]) != 0)
         on_chunk = None
         if progress is not None:
             on_chunk = _kernel_progress(progress, len(wl), cfg.simulation.horizon)
