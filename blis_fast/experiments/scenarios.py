@@ -56,9 +56,9 @@ DIURNAL_AUTOSCALER = {"num_instances": 2, "min_instances": 1, "max_instances": 1
                       "stabilization_down_s": 60}
 
 # The flow-control scenarios' workload (docs/flow-control.md): overload.yaml's chat + batch
-# mix with TTLs and retries, at 4 times its rate on 16 instances -- 3,420 req/s, three
-# times the 16 instances' capacity on the mix (4 x 285 req/s x 3); its first 100K requests
-# arrive in ~29 s.
+# mix with TTLs and retries, at 4 times its rate on 16 instances -- 3,028 req/s, three
+# times the 16 instances' capacity on the mix (4 x 252 req/s x 3); its first 100K requests
+# arrive in ~33 s.
 OVERLOAD = {"workload_spec": str(configs_dir() / "examples" / "flow-control" / "overload.yaml"),
             "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0}
 
