@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import blis_fast
+from blis_fast.config.validate import MAX_REQUESTS, as_int
 from blis_fast.errors import ConfigError
 from blis_fast.studies.plots import check_plot_path, save
 from blis_fast.studies.runs import check_jobs
@@ -48,8 +49,9 @@ RUNS = (
 PLOTTED = ("never", "utilization", "free-slot", "utilization, batch sheddable")
 
 
-def run_one(spec: Path, flow: dict):
-    return blis_fast.simulate(workload_spec=str(spec), **SETTINGS, **flow)
+def run_one(spec: Path, flow: dict, num_requests: int | None = None):
+    """One run of the study (``num_requests``: keep the spec's first N requests)."""
+    return blis_fast.simulate(workload_spec=str(spec), num_requests=num_requests, **SETTINGS, **flow)
 
 
 def metrics(result) -> dict:
@@ -127,12 +129,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("what", choices=("compare",), help="compare: every detector on the overload specs")
     parser.add_argument("--plot", default=None, help="draw the figure into this .png or .svg file")
     parser.add_argument("--jobs", default="2", help="runs side by side (default 2)")
+    parser.add_argument("--num-requests", default=None, help="keep the first N requests of each spec")
     args = parser.parse_args(argv)
     try:  # every setting checked before anything runs
         jobs = check_jobs(args.jobs)
+        num_requests = (None if args.num_requests is None
+                        else as_int(args.num_requests, "--num-requests", 1, MAX_REQUESTS))
         plot = check_plot_path(args.plot) if args.plot else None
         with ThreadPoolExecutor(jobs) as pool:
-            done = list(pool.map(lambda run: run_one(run[1], run[2]), RUNS))
+            done = list(pool.map(lambda run: run_one(run[1], run[2], num_requests), RUNS))
     except ConfigError as exc:
         print(f"error: {exc.field}: {exc.message}", file=sys.stderr)
         sys.exit(2)
