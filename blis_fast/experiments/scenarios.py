@@ -55,6 +55,13 @@ DIURNAL_AUTOSCALER = {"num_instances": 2, "min_instances": 1, "max_instances": 1
                       "instance_warmup_factor": 1.5, "instance_warmup_curve": "linear", "instance_warmup_requests": 50,
                       "stabilization_down_s": 60}
 
+# The flow-control scenarios' workload (docs/flow-control.md): overload.yaml's chat + batch
+# mix with TTLs and retries, at 4 times its rate on 16 instances -- 3,028 req/s, three
+# times the 16 instances' capacity on the mix (4 x 252 req/s x 3); its first 100K requests
+# arrive in ~33 s.
+OVERLOAD = {"workload_spec": str(configs_dir() / "examples" / "flow-control" / "overload.yaml"),
+            "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0}
+
 # name -> overrides on top of BASE (flat setting names as on the CLI).  Add a key (e.g. a
 # routing policy) to one row to benchmark it; rate = round(TARGET_LOAD x
 # SATURATION_RPS_PER_INSTANCE x num_instances, 1).
@@ -99,17 +106,26 @@ SCENARIOS: dict[str, dict] = {
     # day with the threshold autoscaler between 1 and 12 instances (lifecycle events, ticks)
     "100k-diurnal": {**DIURNAL_DAY, "num_instances": 12},
     "100k-diurnal-autoscale": {**DIURNAL_DAY, **DIURNAL_AUTOSCALER},
+    # gateway flow control and deadlines: the overload without flow control (requests
+    # time out in the instances' queues and batches, and retry), and with the utilization
+    # detector holding them in the gateway queue (the same TTLs and retries)
+    "100k-overload": {**OVERLOAD},
+    "100k-overload-flow": {**OVERLOAD, "flow_control": "utilization"},
 }
 # scenarios run only when named (--scenarios): each run of the long-chat pair simulates
 # 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
 # kernel on the development machine), minutes of a default `blis-fast bench`; the diurnal
-# pair is a study of its own (docs/autoscaling.md), named when wanted
-NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
+# pair is a study of its own (docs/autoscaling.md), and so is the overload pair
+# (docs/flow-control.md), named when wanted
+NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale", "100k-overload",
+               "100k-overload-flow"}
 # scenarios whose rate is given (or set by their workload spec), not derived from the calibration
-FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
+FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale",
+              "100k-overload", "100k-overload-flow"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
 BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
-             "100k-tiers": "100k-chat", "100k-diurnal-autoscale": "100k-diurnal"}
+             "100k-tiers": "100k-chat", "100k-diurnal-autoscale": "100k-diurnal",
+             "100k-overload-flow": "100k-overload"}
 
 
 def scenario_overrides(name: str) -> dict:

@@ -156,12 +156,33 @@ def test_diurnal_scenarios_are_twins_with_and_without_the_autoscaler(monkeypatch
     assert scaled_run["relative_to"]["scenario"] == "small-diurnal"
 
 
+def test_overload_scenarios_are_twins_with_and_without_flow_control(monkeypatch):
+    """100k-overload-flow is 100k-overload (overload.yaml's TTLs and retries at three times
+    16 instances' capacity) with the utilization detector; the bench reports it against
+    100k-overload.  A small copy runs although requests time out: a request may end
+    completed or timed out, and the gateway lets more of them complete."""
+    plain, flow = scenario_overrides("100k-overload"), scenario_overrides("100k-overload-flow")
+    assert {k: v for k, v in flow.items() if k != "flow_control"} == plain
+    assert flow["flow_control"] == "utilization" and "flow_control" not in plain
+    assert plain["workload_spec"].endswith("flow-control/overload.yaml") and plain["num_instances"] == 16
+    assert BASELINES["100k-overload-flow"] == "100k-overload"
+    small = {"num_requests": 6000, "num_instances": 1, "rate_scale": 0.25}
+    monkeypatch.setitem(SCENARIOS, "small-overload", {**SCENARIOS["100k-overload"], **small})
+    monkeypatch.setitem(SCENARIOS, "small-overload-flow", {**SCENARIOS["100k-overload-flow"], **small})
+    monkeypatch.setitem(BASELINES, "small-overload-flow", "small-overload")
+    report = run_bench(scenarios=["small-overload", "small-overload-flow"], repeats=1, startup=False)
+    plain_run, flow_run = report["scenarios"]
+    assert 0 < plain_run["metrics"]["completed_requests"] < flow_run["metrics"]["completed_requests"] <= 6000
+    assert flow_run["relative_to"]["scenario"] == "small-overload"
+
+
 def test_default_run_leaves_out_the_long_chat_pair(monkeypatch):
     """`blis-fast bench` without --scenarios runs every scenario but NOT_DEFAULT's (minutes)."""
     monkeypatch.setattr(bench, "bench_scenario", lambda name, repeats: {"name": name, "kernel_best_s": 1.0})
     monkeypatch.setattr(bench, "bench_batch", lambda name, *args: {"name": name})
     report = run_bench(repeats=1, startup=False)
-    assert NOT_DEFAULT == {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale"}
+    assert NOT_DEFAULT == {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale", "100k-overload",
+                           "100k-overload-flow"}
     assert [r["name"] for r in report["scenarios"]] == [n for n in SCENARIOS if n not in NOT_DEFAULT]
     assert [r["name"] for r in report["batch"]] == ["batch-10k"]
 
