@@ -8,10 +8,11 @@ saturated and m's gateway queue is empty; otherwise it waits in the queue (state
 model, or per (model, tenant) with round-robin fairness (``flow_groups``,
 structs/keyed_heap.py), ordered by the dispatch order's key.  A DISPATCH(m) event releases
 waiting requests to routing, one by one while the detector says m is not saturated; it is
-pushed when the detector may change its mind, while m's queue holds requests: at the end of
-a step of m's instances (utilization: every step; concurrency: a step that completes a
-request; free-slot: a step after which the instance has room and nothing waits there; and,
-when the queue fills from empty, at the end of every step in flight), when a request is
+pushed when the detector may change its mind, while m's queue holds requests: after a step
+of m's instances forms (utilization: then; free-slot: then if the instance is free, else
+at the step's end if it will have room and nothing waiting; concurrency: at the step's end
+if it completes a request; and, when the queue fills from empty, at the end of every step
+in flight), when a request is
 cancelled or dropped, after each routing decision under concurrency (the router may have
 sent its request to an instance already at the limit, leaving the others' headroom), and
 when an instance becomes ready (autoscaling).
@@ -23,8 +24,11 @@ step starts but its slot frees when it ends):
 - concurrency: in flight = routed + waiting + slots taken; saturated when the headroom
   Σ max(0, limit - in flight) is no more than the requests released to routing whose
   decision is pending (``in_routing``);
-- utilization: mean over instances of max(waiting / queue threshold, KV utilization / KV
-  threshold) >= 1;
+- utilization: mean over instances of max(queued / queue threshold, KV utilization / KV
+  threshold) >= 1, where an instance's queued requests are those waiting there and those
+  routed to it on their way, and the requests released to routing whose decision is
+  pending count as queued too (one more each / queue threshold in the sum) -- so one
+  dispatch cannot release more than the thresholds allow;
 - free-slot: an instance is free when nothing is routed to it or waiting there and its
   slots taken are fewer than max_num_seqs; saturated when the free instances are no more
   than ``in_routing``.  Routing then chooses among the free instances only (late binding);
@@ -105,7 +109,7 @@ def saturated(st, m, t):
             if room > 0:
                 headroom += room
         elif kind == FlowDetector.UTILIZATION:
-            q = inst[i]["wq_len"] / par[FlowParam.QUEUE_THRESHOLD]
+            q = (inst[i]["wq_len"] + inst[i]["routed_pending"]) / par[FlowParam.QUEUE_THRESHOLD]
             kv = 0.0
             if inst[i]["kv_total"] > 0:
                 kv = inst[i]["kv_allocated"] / inst[i]["kv_total"] / par[FlowParam.KV_THRESHOLD]
@@ -114,7 +118,8 @@ def saturated(st, m, t):
             headroom += 1
     if n == 0:
         return True
-    if kind == FlowDetector.UTILIZATION:
+    if kind == FlowDetector.UTILIZATION:  # (the requests it released, not routed yet, queue somewhere too)
+        load += st.flow_models[m]["in_routing"] / par[FlowParam.QUEUE_THRESHOLD]
         return load / n >= 1.0
     return headroom <= st.flow_models[m]["in_routing"]
 
@@ -274,10 +279,11 @@ def dispatch_at_step_ends(st, m, t):
 @helper
 def after_step(st, i, steps_before, t):
     """Instance i's Step event at t is done: if it ran a step and its model's gateway holds
-    requests, they are looked at again when the step ends -- unless the detector cannot
-    change its mind then: concurrency frees room only when the step completes a request;
-    free-slot finds the instance free at the end only if it has room and nothing waits
-    there (utilization reads queue and KV levels: always)."""
+    requests, they are looked at again when the detector may change its mind -- the state
+    a step changes is the one it formed at t (admissions, KV), but its slots stay taken
+    until it ends.  Utilization: now.  Free-slot: now if the instance is free now (its
+    waiting requests all admitted with room to spare), else at the step's end if it has
+    room then and nothing waits.  Concurrency: at the step's end if it completes a request."""
     inst = st.inst
     if inst[i]["steps"] == steps_before:
         return
@@ -285,11 +291,15 @@ def after_step(st, i, steps_before, t):
     if st.flow_models[m]["depth"] == 0:
         return
     kind = st.flow_kind[m]
-    if kind == FlowDetector.CONCURRENCY and inst[i]["batch_len"] >= st.flow_inst[i]["step_batch"]:
-        return
-    if kind == FlowDetector.FREE_SLOT and (inst[i]["wq_len"] > 0 or inst[i]["batch_len"] >= inst[i]["max_num_seqs"]):
-        return
-    dispatch_at_step_end(st, i)
+    if kind == FlowDetector.UTILIZATION:
+        push_dispatch(st, m, t)
+    elif kind == FlowDetector.FREE_SLOT:
+        if slot_free(st, i, t):
+            push_dispatch(st, m, t)
+        elif inst[i]["wq_len"] == 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"]:
+            dispatch_at_step_end(st, i)
+    elif inst[i]["batch_len"] < st.flow_inst[i]["step_batch"]:
+        dispatch_at_step_end(st, i)
 
 
 @helper
