@@ -227,12 +227,9 @@ def test_jittered_backoff_is_deterministic_and_within_its_range():
         st = run(wl, admission_latency=3000, seed=seed)
         rows = attempts(st)
         assert len(rows) == 4 * 5
-        out = {}
-        for (r, k, a, end, *_), nxt in zip(rows, rows[1:] + [None]):
-            by_r = [row for row in rows if row[0] == r]
-            if k + 1 < len(by_r):
-                out[(r, k)] = by_r[k + 1][2] - end
-        return out
+        ends = {(r, k): end for r, k, _, end, *_ in rows}
+        # the gap between an attempt's end and the next attempt's arrival, per (request, k)
+        return {(r, k - 1): arrival - ends[(r, k - 1)] for r, k, arrival, *_ in rows if k > 0}
 
     first = gaps(7)
     assert gaps(7) == first
