@@ -99,9 +99,9 @@ def mmc_ratios(tmp_path, rho, c, n, seeds):
 @pytest.mark.slow
 @pytest.mark.parametrize("rho", [0.5, 0.8])
 def test_mean_wait_matches_erlang_c(tmp_path, rho):
-    """c = 4: within 2 % of Erlang C at rho 0.5 and 0.8 (three seeds)."""
-    n = (300_000 if rho == 0.5 else 400_000) // 3
-    ratios = mmc_ratios(tmp_path, rho, 4, n, (31, 32, 33))
+    """c = 4: within 2 % of Erlang C at rho 0.5 and 0.8 (three seeds of 400 000 requests:
+    at rho 0.5 a seed's ratio still scatters by about 2 %)."""
+    ratios = mmc_ratios(tmp_path, rho, 4, 400_000, (31, 32, 33))
     assert abs(np.mean(ratios) - 1) < 0.02, ratios
 
 
