@@ -329,7 +329,7 @@ def log_room(growth: Growth, max_num_seqs: int, n_inst: int = 1) -> int:
 
 
 def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0, n_ttl: int = 0,
-                   n_gateways: int = 0) -> int:
+                   n_gateways: int = 0, n_stale: int = 0) -> int:
     """The most events the heap can hold at once, from the event sources
     (engine/handlers.py, engine/step.py, engine/disaggregation.py); a new event source
     adds its term here:
@@ -347,6 +347,9 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: 
         events (at most its loads in flight + 1);
       * deadlines (``n_ttl``: the requests with a TTL): at most one EXPIRE each (an attempt's
         expiry moves later, never earlier: a pending one is pushed again when it fires);
+        and an attempt that times out while admitting, routing or routed leaves its pending
+        event in the heap (stale) while its retry's events follow (``n_stale``: the retries
+        of the requests with a TTL, one stale event each at most);
       * flow control (``n_gateways``: served models with a gateway queue): DISPATCH events,
         at most one per model and time, pushed at the end of a step (one per instance in
         flight) or now (engine/flow.py)."""
@@ -355,7 +358,7 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: 
     per_link = n_transfers + n_inst if n_transfers else 0
     per_tier_link = 2 * n_loads + n_inst * N_TIERS if n_loads else 0
     per_gateway = n_inst + 2 * n_gateways if n_gateways else 0
-    return per_request + per_instance + per_link + per_tier_link + n_ttl + per_gateway
+    return per_request + per_instance + per_link + per_tier_link + n_ttl + n_stale + per_gateway
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

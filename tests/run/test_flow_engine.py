@@ -208,6 +208,16 @@ def test_retries_arrive_after_base_times_factor_to_the_k():
     assert (lp["retries"], lp["timeouts"], lp["injected"]) == (3, 4, 1)
 
 
+def test_retries_of_attempts_cancelled_on_their_way_fit_the_event_heap():
+    # each attempt times out while admitting and retries at once: the stale admissions of
+    # the failed attempts (due at 300, 400, 500) are still in the heap with the retry's own
+    wl = workload([0] * 12, ttl_us=100, retries=2, backoff=(0.0, 1.0, 0.0))
+    st = run(wl, admission_latency=300)
+    assert (st.reqs["state"] == S.TIMED_OUT).all() and st.loop[0]["timeouts"] == 36
+    assert sorted(attempts(st)) == sorted((r, k, 100 * k, 100 * k + 100, TO, S.ADMITTING, -1)
+                                          for r in range(12) for k in range(3))
+
+
 def test_a_retry_that_completes_keeps_its_last_attempt_on_the_row():
     # TTL 3 ms: the first attempt queues behind a 10-token request and times out at 3000;
     # the retry arrives at 3000 + 500 and waits again... r0 finishes at 10205, so a 12 ms
