@@ -90,7 +90,7 @@ def runs(wl, settings_, skipping):
     return state, json.dumps(Result(setup, wl, state).results_document(), sort_keys=True)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flow_settings)
 def test_requests_and_blocks_are_conserved_and_runs_repeat(p):
     wl = random_workload(p)
