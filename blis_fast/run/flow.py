@@ -27,6 +27,7 @@ class FlowLayout:
     n_models: int = 1
     n_tenants: int = 1
     n_ttl: int = 0  # requests with a TTL (an EXPIRE each in the heap at most)
+    n_stale: int = 0  # retries of requests with a TTL (a timed-out attempt may leave one stale event in the heap)
     attempt_rows: int = 1  # attempts that may fail: 1 + retries of each request with a TTL or that may be shed
     attempts: int = 0  # every attempt the requests may make (decision-trace rows), 0 = one per request
     backoff_rows: int = 1  # rows of Workload.retry_backoff (one per client id)
@@ -54,16 +55,17 @@ def flow_layout(flow_kind: np.ndarray, flow_param: np.ndarray, workload, n_tenan
         return FlowLayout(n_models=n_models, n_tenants=n_tenants)
     rr = tuple(bool(k != S.FlowDetector.NEVER and int(row[S.FlowParam.FAIRNESS]) == S.Fairness.ROUND_ROBIN)
                for k, row in zip(flow_kind, flow_param))
-    n_ttl, rows, attempts = 0, 1, 0
+    n_ttl, n_stale, rows, attempts = 0, 0, 1, 0
     if deadlines:
         ttl = workload.ttl_us >= 0
         may_fail = ttl | ((workload.sheddable != 0) & flow)
         tries = 1 + workload.max_retries.astype(np.int64)
         n_ttl = int(np.count_nonzero(ttl))
+        n_stale = int(workload.max_retries[ttl].astype(np.int64).sum())
         rows = max(1, int(tries[may_fail].sum()))
         attempts = int(tries.sum())
     backoff_rows = len(workload.retry_backoff) if deadlines else 1
-    return FlowLayout(flow, deadlines, rr, n_models, n_tenants, n_ttl, rows, attempts, backoff_rows)
+    return FlowLayout(flow, deadlines, rr, n_models, n_tenants, n_ttl, n_stale, rows, attempts, backoff_rows)
 
 
 def flow_sizes(layout: FlowLayout | None, n: int, n_inst: int, traced: bool = False) -> dict[str, int]:

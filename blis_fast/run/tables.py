@@ -496,8 +496,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
     sizes["heap_rows"] += scaler_event_capacity(fl)
     if flow is not None and flow.on:
         sizes["heap_rows"] = event_capacity(n + n_pd, n_inst, n_pd, n_loads, flow.n_ttl,
-                                            flow.n_models if flow.flow else 0,
-                                            max(flow.attempts - n, 0)) + scaler_event_capacity(fl)
+                                            flow.n_models if flow.flow else 0, flow.n_stale) + scaler_event_capacity(fl)
         if decisions and flow.attempts:  # each attempt is admitted (and routed) once
             sizes["decision_rows"] = max(flow.attempts, 1)
     if uses_prefix_index:

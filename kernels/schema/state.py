@@ -333,7 +333,7 @@ def log_room(growth: Growth, max_num_seqs: int, n_inst: int = 1) -> int:
 
 
 def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: int = 0, n_ttl: int = 0,
-                   n_gateways: int = 0, n_retries: int = 0) -> int:
+                   n_gateways: int = 0, n_stale: int = 0) -> int:
     """The most events the heap can hold at once, from the event sources
     (engine/handlers.py, engine/step.py, engine/disaggregation.py); a new event source
     adds its term here:
@@ -350,9 +350,10 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: 
         request and tier): a LOAD_DONE per load whose data is through, and each link's TIER_LINK
         events (at most its loads in flight + 1);
       * deadlines (``n_ttl``: the requests with a TTL): at most one EXPIRE each (an attempt's
-        expiry moves later, never earlier: a pending one is pushed again when it fires); and
-        an attempt that ends early may leave its pending lifecycle event behind, stale, while
-        the next attempt has its own (``n_retries``: the retries the requests may make);
+        expiry moves later, never earlier: a pending one is pushed again when it fires);
+        and an attempt that times out while admitting, routing or routed leaves its pending
+        event in the heap (stale) while its retry's events follow (``n_stale``: the retries
+        of the requests with a TTL, one stale event each at most);
       * flow control (``n_gateways``: served models with a gateway queue): DISPATCH events,
         at most one per instance (at the end of its step in flight) and one per model (now:
         a cancellation, an instance coming up), engine/flow.py."""
@@ -361,7 +362,7 @@ def event_capacity(n_requests: int, n_inst: int, n_transfers: int = 0, n_loads: 
     per_link = n_transfers + n_inst if n_transfers else 0
     per_tier_link = 2 * n_loads + n_inst * N_TIERS if n_loads else 0
     per_gateway = n_inst + n_gateways if n_gateways else 0
-    return per_request + per_instance + per_link + per_tier_link + n_ttl + n_retries + per_gateway
+    return per_request + per_instance + per_link + per_tier_link + n_ttl + n_stale + per_gateway
 
 
 def copy_array(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -3,8 +3,9 @@ blis_fast.config.flow_control, the flow-control policy in blis_fast.config.polic
 blis_fast.policy.compile): the flags, the policy section and the bundle's ``flow_control:``
 section, the compiled FLOW row, a workload spec's ``ttl_s`` / ``sheddable`` / ``retries``
 and ``--request-ttl-s`` as the Workload's deadline columns, the config echo, and every
-rule's one-line error naming the field.  Until the kernel part lands every run with flow
-control or deadlines is refused "not yet"; what they do in a run is the kernel part's."""
+rule's one-line error naming the field, and the one refusal left: flow control or
+deadlines with prefill/decode disaggregation or KV tiers (blis_fast.run.flow
+check_flow_support).  What they do in a run is tests/run/test_flow_engine.py's."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from blis_fast.config.flow_control import (
     MAX_RETRIES,
     ClientDeadlines,
     deadline_columns,
-    refuse_flow_control_until_kernel,
     resolve_deadlines,
 )
 from blis_fast.config.policy import PolicyConfig, bundle_to_settings
@@ -217,38 +217,37 @@ def test_workload_validation_refuses_bad_deadline_columns():
 # ----------------------------------------------------------------------------- refusals
 
 
-def test_every_run_with_flow_control_or_deadlines_is_refused_not_yet(tmp_path):
-    with pytest.raises(ConfigError, match="not yet") as exc:
-        refuse_flow_control_until_kernel(S.FlowDetector.FREE_SLOT, None)
-    assert exc.value.field == "flow_control"
-    with pytest.raises(ConfigError, match="not yet") as exc:
-        refuse_flow_control_until_kernel(S.FlowDetector.NEVER, "request_ttl_s")
-    assert exc.value.field == "request_ttl_s"
-    refuse_flow_control_until_kernel(S.FlowDetector.NEVER, None)  # (the run without any of it)
+def test_runs_with_flow_control_or_deadlines_run(tmp_path):
     spec = write_spec(tmp_path, _spec_with(slo_classes__batch__sheddable=False, slo_classes__batch__retries=0))
-    for args, field in ((["--flow-control", "utilization"], "flow_control"), (["--request-ttl-s", "5"], "request_ttl_s"),
-                        (["--workload-spec", spec, "--flow-control", "concurrency"], "flow_control"),
-                        (["--workload-spec", spec], "workload_spec")):
-        line = assert_clean_error(*cli_in_process("run", "--num-requests", "5", *args), needles=("not yet",))
-        assert line.startswith(f"error: {field}: "), line
+    for args in (["--flow-control", "utilization"], ["--request-ttl-s", "5"],
+                 ["--workload-spec", spec, "--flow-control", "concurrency"], ["--workload-spec", spec]):
+        code, out, err = cli_in_process("run", "--num-requests", "5", *args)
+        assert code == 0 and "error" not in err, (args, err)
 
 
-def test_a_workload_is_not_built_for_a_run_that_is_refused(monkeypatch):
-    import blis_fast.run.api as api
-
-    def fail(cfg):
-        raise AssertionError("the workload was built")
-
-    monkeypatch.setattr(api, "build_workload", fail)
-    with pytest.raises(ConfigError, match="not yet"):
-        simulate(num_requests=5, request_ttl_s=3)
+# (arguments after run --num-requests 5 that turn flow control or deadlines on, the field named)
+FLOW_OR_DEADLINES = [(["--flow-control", "free-slot"], "flow_control"), (["--request-ttl-s", "5"], "workload.ttl_s")]
+# (arguments, words of the refusal) of the deployments flow control does not cover yet
+UNSUPPORTED = [(["--prefill-instances", "1", "--decode-instances", "1"], "prefill/decode disaggregation"),
+               (["--kv-cpu-blocks", "1000"], "KV cache tiers")]
 
 
-def test_a_ready_workload_with_deadlines_is_refused():
+@pytest.mark.parametrize("deployment,words", UNSUPPORTED, ids=["pd", "kv-tiers"])
+@pytest.mark.parametrize("flow,field", FLOW_OR_DEADLINES, ids=["flow-control", "ttl"])
+def test_flow_control_and_deadlines_with_pd_or_kv_tiers_are_refused(deployment, words, flow, field):
+    line = assert_clean_error(*cli_in_process("run", "--num-requests", "5", *deployment, *flow), needles=(words,))
+    assert line.startswith(f"error: {field}: "), line
+    api = {"--flow-control": "flow_control", "--request-ttl-s": "request_ttl_s", "--kv-cpu-blocks": "kv_cpu_blocks",
+           "--prefill-instances": "prefill_instances", "--decode-instances": "decode_instances"}
+    settings = {api[k]: v for k, v in zip((deployment + flow)[::2], (deployment + flow)[1::2])}
+    with pytest.raises(ConfigError) as exc:
+        simulate(num_requests=5, **settings)
+    assert exc.value.field == field and words in exc.value.message, exc.value
+
+
+def test_a_ready_workload_with_deadlines_runs_and_a_run_ttl_with_one_is_refused():
     wl = build_workload(build_config({}, {"request_ttl_s": "1", "num_requests": "4"}))
-    with pytest.raises(ConfigError, match="not yet") as exc:
-        simulate(workload=wl)
-    assert exc.value.field == "workload"
+    assert simulate(workload=wl).state.loop[0]["injected"] == 4
     plain = build_workload(build_config({}, {"num_requests": "4"}))
     with pytest.raises(ConfigError, match="Workload passed in") as exc:  # (the TTL describes the workload to build)
         simulate(workload=plain, request_ttl_s=3)
@@ -386,9 +385,9 @@ def test_retries_that_nothing_triggers_are_refused(tmp_path):
     spec = write_spec(tmp_path, data)
     line = assert_clean_error(*cli_in_process("run", "--workload-spec", spec), needles=("nothing triggers",))
     assert line.startswith("error: slo_classes.batch.retries: "), line
-    # a run TTL triggers them: then it is only "not yet"
-    assert_clean_error(*cli_in_process("run", "--workload-spec", spec, "--request-ttl-s", "30"),
-                       needles=("not yet",))
+    # a run TTL triggers them: then the run goes ahead
+    code, _, err = cli_in_process("run", "--workload-spec", spec, "--request-ttl-s", "30")
+    assert code == 0 and "error" not in err, err
     # retries: 0 asks for none (and alone leaves the run without deadlines)
     quiet = {**SPEC, "slo_classes": {"interactive": {"retries": 0}, "batch": {}},
              "clients": [{k: v for k, v in c.items() if k not in ("ttl_s", "retries")} for c in SPEC["clients"]]}

@@ -217,9 +217,9 @@ AUTOSCALE_SETTINGS = {
     "cost_per_gpu_hour": (3.0, dict(autoscaler="threshold")),
 }
 # gateway flow control and deadlines (blis_fast.config.flow_control): a detector's parameters are refused
-# without flow control (each naming --flow-control), and until issue 25's kernel part lands every run WITH flow
-# control or a TTL is refused too ("not yet": test_flow_control_settings_are_refused_without_and_not_yet_with_it);
-# value, and the flow control (with its companions) under which it counts
+# without flow control (each naming --flow-control); with it each changes the run
+# (test_every_flow_setting_changes_an_overloaded_run); value, and the flow control (with its companions) under
+# which it counts
 FLOW_SETTINGS = {
     "flow_control": ("free-slot", {}),
     "flow_concurrency_limit": (8, dict(flow_control="concurrency")),
@@ -343,19 +343,54 @@ def test_autoscale_settings_are_refused_without_an_autoscaler():
         assert any(words in alone.value.message for words in (remedy, *warmup)), alone.value
 
 
-def test_flow_control_settings_are_refused_without_and_not_yet_with_it():
-    """Alone, each detector parameter is refused naming it with the remedy --flow-control;
-    the flow control itself and a TTL (and each parameter with its detector) are refused
-    "not yet" until the kernel part runs them."""
+def test_flow_control_parameters_are_refused_without_it():
+    """Alone, each detector parameter is refused naming it with the remedy --flow-control."""
     for setting, (value, companions) in FLOW_SETTINGS.items():
         if companions:
             with pytest.raises(ConfigError) as alone:
                 blis_fast.simulate(**BASE, num_requests=5, **{setting: value})
             assert alone.value.field == setting and "--flow-control" in alone.value.message, (setting, alone.value)
-        with pytest.raises(ConfigError) as with_it:
-            blis_fast.simulate(**BASE, num_requests=5, **companions, **{setting: value})
-        assert "not yet" in with_it.value.message, (setting, with_it.value)
-        assert with_it.value.field in (setting, *companions), (setting, with_it.value)
+
+
+# With flow control, each setting changes the run: two tenants and two SLO classes (a tight
+# and a loose TTFT target) overload three small instances at twice their capacity, so the
+# gateway queue holds requests for most of the run.
+OVERLOAD = """seed: 7
+rate: 60
+num_requests: 120
+slo_classes:
+  tight: {ttft_ms: 200}
+  loose: {ttft_ms: 20000}
+clients:
+  - {name: chat, tenant: acme, slo_class: tight, rate_fraction: 0.5,
+     prompt_tokens: {type: lognormal, p50: 300, p90: 1500, max: 4000},
+     output_tokens: {type: lognormal, p50: 150, p90: 500, max: 1500}}
+  - {name: jobs, tenant: globex, slo_class: loose, rate_fraction: 0.5,
+     prompt_tokens: {type: lognormal, p50: 800, p90: 3000, max: 6000},
+     output_tokens: {type: lognormal, p50: 100, p90: 400, max: 1500}}
+"""
+FLOW_BASE = dict(num_instances=3, max_num_seqs=4, total_kv_blocks=800)
+# setting: (value, companions) -- the base runs under the companions, then with the setting changed
+FLOW_CHANGES = {
+    "flow_control": ("free-slot", {}),
+    "flow_concurrency_limit": (3, dict(flow_control="concurrency", flow_concurrency_limit=8)),
+    "flow_queue_threshold": (1, dict(flow_control="utilization")),
+    "flow_kv_threshold": (0.3, dict(flow_control="utilization", flow_queue_threshold=100)),
+    "dispatch_order": ("deadline", dict(flow_control="free-slot")),
+    "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
+    "request_ttl_s": (5, dict(flow_control="free-slot")),
+}
+
+
+def test_every_flow_setting_changes_an_overloaded_run(tmp_path):
+    assert set(FLOW_CHANGES) == set(FLOW_SETTINGS)
+    spec = tmp_path / "overload.yaml"
+    spec.write_text(OVERLOAD)
+    for setting, (value, companions) in FLOW_CHANGES.items():
+        base = {**FLOW_BASE, **companions, "workload_spec": str(spec)}
+        kind, before = outcome(base)
+        assert kind == "ok", (setting, before)
+        assert outcome({**base, setting: value}) != (kind, before), f"{setting}={value!r} changed nothing"
 
 
 # With an autoscaler, each setting changes the run: a 70B pool of 2-5 TP4 instances through a
