@@ -17,7 +17,7 @@ import numpy as np
 from blis_fast.config import memory
 from blis_fast.config.validate import INT32_MAX, MAX_KEYS, MAX_REQUEST_TOKENS, MAX_TIME_US, show
 from blis_fast.errors import WorkloadError
-from blis_fast.config.flow_control import MAX_BACKOFF_FACTOR, MAX_BACKOFF_S, MAX_RETRIES
+from blis_fast.config.flow_control import MAX_BACKOFF_FACTOR, MAX_BACKOFF_S, MAX_RETRIES, MAX_TTL_S
 from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema import KeyFlagMode
 
@@ -408,8 +408,9 @@ class Workload:
 
     def _validate_deadlines(self) -> None:
         """The deadline columns: all None, or each 1-D of its dtype and length, TTLs -1 or
-        in 1..2^62 µs, sheddable 0/1, retries 0..MAX_RETRIES, one finite backoff row per
-        client id (base >= 0 µs, factor >= 1, jitter 0..1)."""
+        in 1 µs..MAX_TTL_S, sheddable 0/1, retries 0..MAX_RETRIES, one finite backoff row per
+        client id (base >= 0 µs, factor >= 1, jitter 0..1) whose last retry waits at most
+        MAX_BACKOFF_S (as a spec's: so no time overflows)."""
         given = [name for name in (*self.DEADLINE_COLUMNS, "retry_backoff") if getattr(self, name) is not None]
         if not given:
             return
@@ -422,8 +423,10 @@ class Workload:
             a = getattr(self, name)
             if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (n,):
                 raise WorkloadError(f"workload.{name}", f"must be a 1-D {np.dtype(dtype).name} array of {n} entries")
-        if n and (self.ttl_us.min() < -1 or self.ttl_us.max() > MAX_TIME_US or np.any(self.ttl_us == 0)):
-            raise WorkloadError("workload.ttl_us", "TTLs must be -1 (none) or 1..2^62 µs")
+        max_ttl_us = round(MAX_TTL_S * 1e6)  # (arrival + TTL and the retries' delays stay far inside int64)
+        if n and (self.ttl_us.min() < -1 or self.ttl_us.max() > max_ttl_us or np.any(self.ttl_us == 0)):
+            raise WorkloadError("workload.ttl_us", f"TTLs must be -1 (none) or 1..{max_ttl_us} µs "
+                                                   f"({MAX_TTL_S:g} s)")
         if n and self.sheddable.max() > 1:
             raise WorkloadError("workload.sheddable", "entries must be 0 or 1")
         if n and (self.max_retries.min() < 0 or self.max_retries.max() > MAX_RETRIES):
@@ -441,3 +444,12 @@ class Workload:
                 and (jitter <= 1).all()):
             raise WorkloadError("workload.retry_backoff", f"rows must be finite: base 0..{MAX_BACKOFF_S:g}e6 µs, "
                                                           f"factor 1..{MAX_BACKOFF_FACTOR:g}, jitter 0..1")
+        if n:  # the last retry's delay of each client that retries, as a spec's retries are checked
+            retries = np.zeros(len(b), np.int64)
+            np.maximum.at(retries, self.column("client"), self.max_retries.astype(np.int64))
+            last = base * factor ** np.maximum(retries - 1, 0) * (1 + jitter)
+            if np.any((retries > 0) & (last > MAX_BACKOFF_S * 1e6)):
+                raise WorkloadError("workload.retry_backoff", f"a client's last retry would wait "
+                                                              f"base·factor^(retries-1)·(1+jitter) > "
+                                                              f"{MAX_BACKOFF_S:g} s; lower its base, factor or "
+                                                              f"retries")

@@ -209,6 +209,14 @@ def test_workload_validation_refuses_bad_deadline_columns():
         replace(wl, retry_backoff=None).validate()
     with pytest.raises(WorkloadError, match="factor"):
         replace(wl, retry_backoff=np.array([[1.0, 0.5, 0.0]])).validate()
+    # a hand-built workload cannot overflow the clock: a TTL beyond 10^6 s, or a backoff whose last
+    # retry waits beyond 3600 s (base 3600 s x factor 10^15 would not fit an int64 of µs)
+    with pytest.raises(WorkloadError, match="ttl_us"):
+        replace(wl, ttl_us=np.full(4, 2**62, np.int64)).validate()
+    with pytest.raises(WorkloadError, match="last retry") as exc:
+        replace(wl, max_retries=np.full(4, 16, np.int32), retry_backoff=np.array([[3.6e9, 10.0, 0.0]])).validate()
+    assert exc.value.field == "workload.retry_backoff"
+    replace(wl, max_retries=np.full(4, 2, np.int32), retry_backoff=np.array([[1e6, 2.0, 0.5]])).validate()  # (fine)
     with pytest.raises(WorkloadError) as exc:
         deadline_columns([ClientDeadlines(-1, False, None)], np.array([0, 1], np.int32))
     assert exc.value.field == "workload.client"
