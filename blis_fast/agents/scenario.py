@@ -228,6 +228,12 @@ def _entries(value: Any, path: str, what: str, max_len: int) -> dict:
     return d
 
 
+def _check_description(d: dict, path: str) -> None:
+    """A ``description`` (free text, for the reader) must be a string when given."""
+    if d.get("description") is not None:
+        as_str(d["description"], _join(path, "description"), nonempty=False)
+
+
 def _refuse_negative(dist: Distribution, path: str, what: str) -> None:
     """Refuse a distribution whose given values are negative (the spec's parser clamps
     them to ``min``; a negative work or count is a mistake, not something to clamp)."""
@@ -249,6 +255,7 @@ def _parse_resources(value: Any) -> tuple[Resource, ...]:
         path = _join("resources", name)
         spec = v if isinstance(v, dict) else {"capacity": v}
         spec = as_mapping(spec, path, _RESOURCE_KEYS)
+        _check_description(spec, path)
         cap_path = _join(path, "capacity") if isinstance(v, dict) else path
         if spec.get("capacity") is None:
             raise ConfigError(cap_path, "is required: the resource's capacity (units per second, > 0)")
@@ -343,6 +350,7 @@ def _topological_order(names: list[str], after: dict[str, list[str]], path: str)
 def _parse_type(name: str, index: int, value: Any, path: str, resources: dict[str, int],
                 groups: dict[str, PrefixGroupSpec], base: Path | None) -> AgentType:
     d = as_mapping(value, path, _TYPE_KEYS)
+    _check_description(d, path)
     if d.get("nodes") is None:
         raise ConfigError(_join(path, "nodes"), "is required: the type's nodes (name: {work | llm, after})")
     weight = 1.0 if d.get("weight") is None else as_float(d["weight"], _join(path, "weight"), 0, MAX_WEIGHT,
@@ -354,6 +362,7 @@ def _parse_type(name: str, index: int, value: Any, path: str, resources: dict[st
     for n, v in raw_nodes.items():
         npath = _join(_join(path, "nodes"), n)
         nd = as_mapping(v, npath, _NODE_KEYS)
+        _check_description(nd, npath)
         has_work, has_llm = nd.get("work") is not None, nd.get("llm") is not None
         if has_work == has_llm:
             raise ConfigError(npath, "give exactly one of work (a tool: {resource: units}) or llm (a model call)")
@@ -419,8 +428,7 @@ def parse_scenario(data: Any, base_dir: str | Path | None = None, source: str | 
         if d.get(k) is None:
             raise ConfigError(k, "is required (a scenario: resources, types, arrivals, duration_s)")
     name = None if d.get("name") is None else as_str(d["name"], "name", max_len=MAX_NAME_LEN)
-    if d.get("description") is not None:
-        as_str(d["description"], "description", nonempty=False)
+    _check_description(d, "")
     resources = _parse_resources(d["resources"])
     groups = _parse_prefix_groups(d.get("prefix_groups"), base)
     raw_types = _entries(d["types"], "types", "request types", MAX_TYPES)

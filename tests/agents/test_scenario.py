@@ -188,6 +188,8 @@ REFUSALS = [
     ("too many nodes", scenario_with(lambda d: d["types"]["solo"].update(
         nodes={f"n{k}": {"work": {"cpu": 1}} for k in range(MAX_NODES_PER_TYPE + 1)})),
      "types.solo.nodes", [f"at most {MAX_NODES_PER_TYPE}"]),
+    ("node description not text", scenario_with(_set_node("a", {"work": {"cpu": 1}, "description": 5})),
+     "types.t.nodes.a.description", ["string"]),
     ("not a mapping", ["resources"], "", ["mapping"]),
 ]
 
