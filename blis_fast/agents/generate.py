@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blis_fast.config import memory
-from blis_fast.config.validate import MAX_REQUEST_TOKENS, fmt_num
+from blis_fast.config.validate import MAX_REQUEST_TOKENS, fmt_num, key_name
 from blis_fast.errors import ConfigError
 from blis_fast.workload import sampling as S
 from blis_fast.workload.distribution import round_half_away
@@ -191,14 +191,10 @@ def generate_run(scenario: Scenario, run_index: int = 0) -> AgentRun:
         streams = Streams(seed, f"agents.type.{t.name}")
         times_s = _poisson_arrivals_s(t.rate_per_min / 60.0, scenario.duration_s, streams("arrivals"))
         if times_s.size > MAX_AGENT_REQUESTS:
-            raise ConfigError(_rate_field(t), f"gives more than {MAX_AGENT_REQUESTS} requests in a run")
+            raise ConfigError(f"arrivals.{key_name(t.name)}", f"gives more than {MAX_AGENT_REQUESTS} requests in a run")
         per_type.append((round_half_away(times_s * 1e6).astype(np.int64),
                          _type_draws(t, times_s.size, streams, scenario)))
     return _assemble(scenario, run_index, seed, per_type)
-
-
-def _rate_field(t: AgentType) -> str:
-    return f"arrivals.{t.path.split('.', 1)[1]}"
 
 
 def _assemble(scenario: Scenario, run_index: int, seed: int, per_type: list) -> AgentRun:
