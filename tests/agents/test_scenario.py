@@ -342,3 +342,48 @@ def test_founding_scenarios_parameters():
     mixed = load_scenario(CONFIGS / "mixed.yaml")
     assert {t.name: t.rate_per_min for t in mixed.types} == {"web-search": 60, "product-matching": 30,
                                                              "deep-research": 10}
+
+
+# ----------------------------------------------------------------------------- hostile values
+
+HOSTILE = [None, True, -1, 0, 1e308, float("nan"), float("inf"), "x", "", "\x00", [], {}, [1, 2],
+           {"type": "constant"}, {"type": "lognormal", "mu": 99, "sigma": 99}, 2**70, "1e6", {"a": 1}, ["c", "c"],
+           {"capacity": None}, 5e-324]
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for k, v in enumerate(value):
+            yield from _paths(v, prefix + (k,))
+
+
+def test_hostile_values_anywhere_give_a_one_line_config_error_or_a_valid_run():
+    import random
+
+    rng = random.Random(26)
+    paths = [p for p in _paths(BASE) if p]
+    outcomes = set()
+    for _ in range(300):
+        data = copy.deepcopy(BASE)
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(paths)
+            parent = data
+            try:
+                for k in path[:-1]:
+                    parent = parent[k]
+                parent[path[-1]] = rng.choice(HOSTILE)
+            except (KeyError, IndexError, TypeError):
+                continue  # an earlier change removed the path
+        try:
+            run = generate_run(parse_scenario(data), 0)
+        except ConfigError as err:
+            assert "\n" not in str(err) and len(str(err)) < 1000
+            outcomes.add("refused")
+        else:
+            assert np.all(np.isfinite(run.node_work)) and np.all(run.node_work >= 0)
+            outcomes.add("ran")
+    assert outcomes == {"refused", "ran"}
