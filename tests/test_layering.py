@@ -23,7 +23,7 @@ LAYERS = {
     "errors": 0, "paths": 0, "rng": 0, "version": 0, "text": 0,
     "config": 1,
     "workload": 2, "results": 2, "policy": 2,
-    "run": 3,
+    "run": 3, "agents": 3,
     "batch": 4,
     "studies": 5, "adapters": 5, "experiments": 5,
     "cli": 6,

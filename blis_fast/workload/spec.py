@@ -700,6 +700,12 @@ def _parse_group(value: Any, path: str, name: str, stream: str, base: Path | Non
                                                                              _join(path, "popularity"), count))
 
 
+def parse_prefix_group(value: Any, path: str, name: str, stream: str, base: Path | None) -> PrefixGroupSpec:
+    """A ``{count, length, popularity}`` prefix group at YAML path ``path`` whose draws use
+    the random streams under ``stream`` (also the agent scenarios' ``prefix_groups``)."""
+    return _parse_group(value, path, name, stream, base)
+
+
 def _parse_session(value: Any, path: str, base: Path | None, defaults: dict | None) -> SessionSpec:
     _mapping(value or {}, path, ("turns", "think_time_s", "user_tokens", "max_prompt_tokens"))
     d = {**(defaults or {}), **(value or {})}
