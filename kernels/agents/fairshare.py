@@ -27,7 +27,11 @@ finish on r is one formula of the heap's minimum.
 Units and rounding.  Time is integer µs.  r is "advanced" to T (``fs_advance``) only when
 its consumer set changes at T, and then exactly once per instant:
 
-    V_r += float(T - t_r) * C_r / (float(W_r) * 1e6);   t_r = T     (V_r = 0 when W_r = 0)
+    V_r += float(T - t_r) * C_r / (float(W_r) * 1e6);   t_r = T
+
+and V_r = 0 instead if r was idle (W_r = 0) over [t_r, T): a clock restarted only after
+an idle stretch of at least 1 µs, never in the middle of an instant, where it would
+depend on whether a join or a leave at T is handled first.
 
 The finish time of a load with virtual finish v on r (``fs_finish_us``) is the first µs at
 which its work is done, rounded up:
@@ -93,7 +97,6 @@ RESOURCE_DT = np.dtype(
         ("wait_size", np.int64),
         ("event_seq", np.int64),  # seq of r's live finish event, -1 = none (older ones are stale)
         ("busy_us", np.int64),  # µs with at least one consumer
-        ("work_done", np.float64),  # sum of the work of r's done loads
     ],
     align=True,
 )
@@ -148,6 +151,8 @@ def fs_advance(res, r, t):
         if w > 0:
             res[r]["vclock"] += np.float64(dt) * res[r]["capacity"] / (np.float64(w) * 1e6)
             res[r]["busy_us"] += dt
+        else:  # idle since t_r: restart the clock (keeps its precision over a long run)
+            res[r]["vclock"] = 0.0
         res[r]["t_us"] = t
 
 
@@ -163,7 +168,6 @@ def fs_settle(res, r, t, slots, loads, done, n_done):
         if fs_finish_us(res, r, vfin[l]) > t:
             break
         res[r]["heap_size"] = kh_remove(slots, off, res[r]["heap_size"], vfin, loads["node"], pos, l)
-        res[r]["work_done"] += loads[l]["work"]
         done[n_done] = l
         n_done += 1
     return n_done
@@ -200,8 +204,6 @@ def fs_leave(res, l, t, slots, loads, done, n_done):
     n_done = fs_touch(res, r, t, slots, loads, done, n_done)
     res[r]["weight_sum"] -= loads[l]["weight"]
     res[r]["members"] -= 1
-    if res[r]["weight_sum"] == 0:
-        res[r]["vclock"] = 0.0  # idle: restart the clock (keeps its precision over a long run)
     return n_done
 
 
@@ -313,7 +315,8 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
     are validated by the caller (an acyclic DAG inside each request, ids in range).
 
     Returns (node_start_us int64[N], node_finish_us int64[N] (-1: never started/finished),
-    busy_us int64[R] (µs with at least one consumer), work_done float64[R], events int64
+    busy_us int64[R] (µs with at least one consumer), work_done float64[R] (the work of
+    the finished nodes, summed in load order), events int64
     (arrivals + resource finish events handled), status int64 (0 = ok))."""
     n_req = arrival_us.shape[0]
     n_nodes_total = pending.shape[0]
@@ -418,9 +421,12 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
                     n_dirty = _mark(dirty, dirty_list, n_dirty, r)
             if admitted == 0:
                 break
-    work_done = np.empty(n_res, np.float64)
+    work_done = np.zeros(n_res, np.float64)  # summed in load order: the same float whatever the event order
+    for n in range(n_nodes_total):
+        if node_finish[n] >= 0:
+            for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
+                work_done[load_res[l]] += load_work[l]
     busy_us = np.empty(n_res, np.int64)
     for r in range(n_res):
-        work_done[r] = res[r]["work_done"]
         busy_us[r] = res[r]["busy_us"]
     return node_start, node_finish, busy_us, work_done, events, status

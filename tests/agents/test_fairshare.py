@@ -39,7 +39,7 @@ def build(requests, n_res):
         for k, node in enumerate(nodes):
             pending.append(preds[k])
             weight.append(node.get("weight", 1))
-            for r, w in sorted(node["work"].items()):
+            for r, w in sorted((int(r), w) for r, w in node["work"].items()):  # int: JSON keys are strings
                 assert 0 <= r < n_res
                 load_res.append(r)
                 load_work.append(w)
@@ -156,6 +156,19 @@ def test_a_cap_queues_the_rest_in_order(mode):
 def test_a_node_without_work_passes_through():
     start, finish, _, _ = both([(5, [tool(), tool(r0=0.0), tool(r0=1.0)], [(0, 1), (1, 2)])], [1.0])
     assert list(start) == [5, 5, 5] and list(finish) == [5, 5, 5 + S]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_join_at_the_instant_of_the_last_leave_does_not_depend_on_order(mode):
+    # a and b leave cpu at the same µs at which c (a's successor) joins it: the clock must
+    # not restart in between (it would if c joined after the last leave, not before)
+    a = {"work": {0: 1.0}, "weight": 2}
+    b = {"work": {0: 1.0, 1: 1e-7}, "weight": 2}
+    c = {"work": {0: 0.1, 1: 0.1}, "weight": 2}
+    for order in ([(0, [a, c], [(0, 1)]), (0, [b], [])], [(0, [b], []), (0, [a, c], [(0, 1)])]):
+        start, finish, _, _ = both(order, [1000.0, 1000.0], mode, max_members=[0, 2])
+        c_row = 1 if order[0][1][0] is a else 2
+        assert start[c_row] == 2000 and finish[c_row] - start[c_row] in (100, 101)
 
 
 # ----------------------------------------------------------------------------- random DAGs vs the reference

@@ -10,7 +10,7 @@ then capped resources admit waiters (sorted by (µs queued, node id)) and it rep
 It shares with the kernel only the definition of the arithmetic (the kernel module's
 docstring says why that is what makes "equal, exactly" hold): per resource a virtual
 clock V_r advanced, at the instants r's consumer set changes, by
-``float(T - t_r) * C_r / (float(W_r) * 1e6)``, a load's virtual finish
+``float(T - t_r) * C_r / (float(W_r) * 1e6)`` (reset to 0 after an idle stretch), a load's virtual finish
 ``V_r + work / weight``, and the finish µs ``t_r + ceil(float(v - V_r) * float(W_r) * 1e6 / C_r)``
 (``t_r`` when ``v <= V_r``), in that order of operations.
 """
@@ -55,6 +55,8 @@ def reference_run(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
             if w > 0:
                 vclock[r] += float(t - t_res[r]) * float(capacity[r]) / (float(w) * 1e6)
                 busy[r] += t - t_res[r]
+            else:
+                vclock[r] = 0.0
             t_res[r] = t
 
     def finish_us(l):
@@ -76,8 +78,6 @@ def reference_run(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
         r = int(load_res[l])
         advance(r, t)
         members[r].discard(l)
-        if not members[r]:
-            vclock[r] = 0.0
         state[l] = LEFT
 
     def start_node(n, t, finished_nodes):
@@ -122,8 +122,6 @@ def reference_run(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
         while True:
             while due or finished_nodes:
                 for l in due:
-                    r = int(load_res[l])
-                    work_done[r] += float(load_work[l])
                     state[l] = HELD
                 for l in due:
                     if not static:
@@ -147,4 +145,8 @@ def reference_run(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
             if not admitted:
                 break
             due = [l for l in range(len(load_res)) if state[l] == WORKING and finish_us(l) <= t]
+    for n in range(n_nodes):  # the work of the finished nodes, in load order
+        if finish[n] >= 0:
+            for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
+                work_done[int(load_res[l])] += float(load_work[l])
     return start, finish, busy, work_done
