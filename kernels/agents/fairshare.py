@@ -300,6 +300,70 @@ def _start_node(n, t, res, loads, slots, node_load_ptr, node_start, node_left, d
     return n_done, n_nodes, n_dirty
 
 
+@helper
+def _skip_stale(heap, hsize, res):
+    """Drop the stale events (an older event of a resource that has been rescheduled since)
+    from the top of the heap; returns its new size."""
+    while hsize > 0 and heap[0]["seq"] != res[heap[0]["request"]]["event_seq"]:
+        hsize = heap_pop(heap, hsize)[0]
+    return hsize
+
+
+@helper
+def _reschedule(res, slots, loads, heap, hsize, seq, dirty, dirty_list, n_dirty):
+    """One finish event per resource that changed, at its next finish (older ones become
+    stale).  Returns (heap size, next seq); the size is -1 if the heap is full."""
+    for i in range(n_dirty):
+        r = dirty_list[i]
+        dirty[r] = 0
+        nf = fs_next_finish_us(res, r, slots, loads)
+        res[r]["event_seq"] = -1
+        if nf < NEVER_US:
+            hsize = heap_push(heap, hsize, nf, np.int64(0), seq, r, np.int64(0))
+            if hsize < 0:
+                break
+            res[r]["event_seq"] = seq
+            seq += 1
+    return hsize, seq
+
+
+@helper
+def _close_instant(t, mode, res, loads, slots, done, n_done, node_stack, n_nodes, node_left, node_load_ptr, succ_ptr,
+                   succ, pend, node_start, dirty, dirty_list, n_dirty, node_finish):
+    """Handle the done loads and nodes at µs t until none is left: a node whose loads are
+    all done finishes and starts the successors it was the last predecessor of.  Returns
+    the new size of the dirty list."""
+    while n_done > 0 or n_nodes > 0:
+        if n_done > 0:
+            n_done -= 1
+            l = done[n_done]
+            if mode == DYNAMIC:
+                n_done = fs_leave(res, l, t, slots, loads, done, n_done)
+                n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
+            n = loads[l]["node"]
+            node_left[n] -= 1
+            if node_left[n] == 0:
+                node_stack[n_nodes] = n
+                n_nodes += 1
+        else:
+            n_nodes -= 1
+            n = node_stack[n_nodes]
+            node_finish[n] = t
+            if mode == STATIC:
+                for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
+                    if loads[l]["work"] > 0.0:
+                        n_done = fs_leave(res, l, t, slots, loads, done, n_done)
+                        n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
+            for k in range(succ_ptr[n], succ_ptr[n + 1]):
+                s = succ[k]
+                pend[s] -= 1
+                if pend[s] == 0:
+                    n_done, n_nodes, n_dirty = _start_node(s, t, res, loads, slots, node_load_ptr,
+                                                           node_start, node_left, done, n_done, node_stack,
+                                                           n_nodes, dirty, dirty_list, n_dirty)
+    return n_dirty
+
+
 @kernel
 def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr, load_res, load_work, succ_ptr, succ,
                   capacity, max_members, mode):
@@ -342,8 +406,7 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
     n_dirty = np.int64(0)
     q = 0
     while status == 0:
-        while hsize > 0 and heap[0]["seq"] != res[heap[0]["request"]]["event_seq"]:  # stale: skip
-            hsize = heap_pop(heap, hsize)[0]
+        hsize = _skip_stale(heap, hsize, res)
         t = NEVER_US
         if hsize > 0:
             t = heap[0]["time_us"]
@@ -360,51 +423,17 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
             q += 1
             events += 1
         while True:  # the instant t, to its closure
-            while n_done > 0 or n_nodes > 0:
-                if n_done > 0:
-                    n_done -= 1
-                    l = done[n_done]
-                    if mode == DYNAMIC:
-                        n_done = fs_leave(res, l, t, slots, loads, done, n_done)
-                        n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
-                    n = loads[l]["node"]
-                    node_left[n] -= 1
-                    if node_left[n] == 0:
-                        node_stack[n_nodes] = n
-                        n_nodes += 1
-                else:
-                    n_nodes -= 1
-                    n = node_stack[n_nodes]
-                    node_finish[n] = t
-                    if mode == STATIC:
-                        for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
-                            if loads[l]["work"] > 0.0:
-                                n_done = fs_leave(res, l, t, slots, loads, done, n_done)
-                                n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
-                    for k in range(succ_ptr[n], succ_ptr[n + 1]):
-                        s = succ[k]
-                        pend[s] -= 1
-                        if pend[s] == 0:
-                            n_done, n_nodes, n_dirty = _start_node(s, t, res, loads, slots, node_load_ptr,
-                                                                   node_start, node_left, done, n_done, node_stack,
-                                                                   n_nodes, dirty, dirty_list, n_dirty)
-            for i in range(n_dirty):  # reschedule the resources that changed
-                r = dirty_list[i]
-                dirty[r] = 0
-                nf = fs_next_finish_us(res, r, slots, loads)
-                res[r]["event_seq"] = -1
-                if nf < NEVER_US:
-                    hsize = heap_push(heap, hsize, nf, np.int64(0), seq, r, np.int64(0))
-                    if hsize < 0:
-                        status = 1
-                        break
-                    res[r]["event_seq"] = seq
-                    seq += 1
+            n_dirty = _close_instant(t, mode, res, loads, slots, done, n_done, node_stack, n_nodes, node_left,
+                                     node_load_ptr, succ_ptr, succ, pend, node_start, dirty, dirty_list, n_dirty,
+                                     node_finish)
+            n_done = 0
+            n_nodes = 0
+            hsize, seq = _reschedule(res, slots, loads, heap, hsize, seq, dirty, dirty_list, n_dirty)
             n_dirty = 0
-            if status != 0:
+            if hsize < 0:
+                status = 1
                 break
-            while hsize > 0 and heap[0]["seq"] != res[heap[0]["request"]]["event_seq"]:
-                hsize = heap_pop(heap, hsize)[0]
+            hsize = _skip_stale(heap, hsize, res)
             if hsize > 0 and heap[0]["time_us"] == t:  # a resource with loads done at t
                 r = np.int64(heap[0]["request"])
                 hsize = heap_pop(heap, hsize)[0]
