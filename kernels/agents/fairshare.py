@@ -310,15 +310,42 @@ def _skip_stale(heap, hsize, res):
 
 
 @helper
+def _compact(heap, hsize, res):
+    """Drop every stale event of a full heap and rebuild it in place from the live ones
+    (at most one per resource); returns the new size."""
+    time = heap["time_us"]
+    prio = heap["priority"]
+    seq = heap["seq"]
+    req = heap["request"]
+    arg2 = heap["arg2"]
+    kept = 0
+    for i in range(hsize):
+        if seq[i] == res[req[i]]["event_seq"]:
+            time[kept] = time[i]
+            prio[kept] = prio[i]
+            seq[kept] = seq[i]
+            req[kept] = req[i]
+            arg2[kept] = arg2[i]
+            kept += 1
+    size = np.int64(0)
+    for i in range(kept):  # a push writes only at indices <= i, all read already
+        size = heap_push(heap, size, time[i], prio[i], seq[i], np.int64(req[i]), np.int64(arg2[i]))
+    return size
+
+
+@helper
 def _reschedule(res, slots, loads, heap, hsize, seq, dirty, dirty_list, n_dirty):
     """One finish event per resource that changed, at its next finish (older ones become
-    stale).  Returns (heap size, next seq); the size is -1 if the heap is full."""
+    stale; a full heap is compacted).  Returns (heap size, next seq); the size is -1 if
+    the heap is full of live events (it has room for 2 R + 64: it cannot be)."""
     for i in range(n_dirty):
         r = dirty_list[i]
         dirty[r] = 0
         nf = fs_next_finish_us(res, r, slots, loads)
         res[r]["event_seq"] = -1
         if nf < NEVER_US:
+            if hsize == heap.shape[0]:
+                hsize = _compact(heap, hsize, res)
             hsize = heap_push(heap, hsize, nf, np.int64(0), seq, r, np.int64(0))
             if hsize < 0:
                 break
@@ -395,8 +422,8 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
     node_stack = np.empty(max(n_nodes_total, 1), np.int64)
     dirty = np.zeros(n_res, np.int64)
     dirty_list = np.empty(max(n_res, 1), np.int64)
-    # one push per change of a resource (join, leave, settle pop): 3 L bounds the pushes
-    heap = np.zeros(3 * n_loads + n_res + 1, EVENT_DT)
+    # at most one live event per resource: stale ones are compacted away when it fills up
+    heap = np.zeros(2 * n_res + 64, EVENT_DT)
     hsize = np.int64(0)
     seq = np.int64(0)
     events = np.int64(0)
