@@ -12,10 +12,12 @@ arrival) and finishes when its work on every resource it loads is done.
            max over r of remaining / share, recomputed at every change of the sets).
 
 A load of zero work is no load: it neither joins nor takes a share.  An optional cap
-``max_members`` per resource (0 = none) bounds r's consumers; a load finding r at its cap
-(or any load, when r has a cap: admission is one step, see "one instant" below) waits in
-r's FIFO queue, ordered by (time it queued, node id), and joins when a member leaves.  The
-cap is per resource: a node may progress on one resource while it waits on another.
+``max_members`` per resource (0 = none) bounds r's consumers: on a capped resource every
+load first enters r's FIFO queue, ordered by (µs it queued, node id), and the instant's
+admission step (see "one instant" below) lets waiters join in that order while r is under
+its cap.  The cap is per resource: a node may progress on one resource while it waits on
+another.  A node's start is when it is released (its last predecessor done), not when a
+capped resource admits it.
 
 Virtual clock.  V_r is the work per unit weight r has done since it was last idle; between
 two changes of r's consumer set it grows at C_r / W_r.  A load of work x joining r at
@@ -38,7 +40,8 @@ which its work is done, rounded up:
 
     t_r + ceil(float(v - V_r) * float(W_r) * 1e6 / C_r)      (t_r if v <= V_r),
 
-evaluated in float64 in exactly that order (capped at ``NEVER_US``).  A load is done at
+evaluated in float64 in exactly that order (capped at ``NEVER_US``; numba compiles it
+without fast-math, so no multiply-add is fused: compiled and interpreted runs agree).  A load is done at
 instant T if this is <= T with r's parameters as they stand when it is examined: the
 heap is settled (its due loads popped) before every change of r, so a load due under the
 old share is never delayed by a join at the same µs.
@@ -68,6 +71,11 @@ resource, LOAD_DT per (node, resource) load -- the loads of node n are rows
 ``node_load_ptr[n] : node_load_ptr[n+1]`` --, and one int64 array ``slots`` holding each
 resource's heap and wait queue at offset ``RESOURCE_DT.slot_off`` (room for every load of r).
 The helpers push loads that become done onto a caller's stack (``done``, ``n_done``).
+
+The driver ``run_tool_dags`` keeps one finish event per resource in an EVENT_DT heap
+(structs/heap.py; ``request`` = the resource, ``seq`` = its version: an event whose seq is
+not ``RESOURCE_DT.event_seq`` of its resource is stale and skipped); the event loop of
+the simulator will hold the same events among its own.
 """
 
 import math
