@@ -22,7 +22,7 @@ PLUMBING_IMPORTS = {"cache.py": {"hashlib", "os", "pathlib"}, "schema": {"typing
                     "native.py": {"importlib", "os"}}
 # the package's plumbing: plain Python by design (byref: a numba type extension)
 PYTHON_ONLY = {"aot.py", "byref.py", "cache.py", "jit.py", "native.py"}
-SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload", "results"}
+SUBPACKAGES = {"schema", "structs", "engine", "kv", "policies", "latency", "workload", "results", "agents"}
 
 
 def _modules():
