@@ -14,7 +14,7 @@ with work w there takes w / C seconds).
 - ``template_is_llm`` bool[G];
 - successors as CSR over templates, in *local* node indices: the successors of template g
   are ``template_succ[template_succ_offset[g]:template_succ_offset[g+1]]`` (int32);
-- ``type_weight`` float64[T] (fair-share weight), ``resource_capacity`` float64[R] (units
+- ``type_weight`` int64[T] (fair-share weight, an integer >= 1), ``resource_capacity`` float64[R] (units
   per second), ``resource_max_consumers`` int64[R] (-1: no cap).
 
 ``AgentRun`` (Q requests, N nodes):
@@ -126,7 +126,7 @@ def build_templates(scenario: Scenario) -> AgentTemplates:
         template_is_llm=np.array([n.is_llm for n in nodes], dtype=np.bool_),
         template_succ_offset=succ_offset,
         template_succ=succ,
-        type_weight=np.array([t.weight for t in scenario.types], dtype=np.float64),
+        type_weight=np.array([t.weight for t in scenario.types], dtype=np.int64),
         resource_capacity=np.array([r.capacity for r in scenario.resources], dtype=np.float64),
         resource_max_consumers=np.array([-1 if r.max_consumers is None else r.max_consumers
                                          for r in scenario.resources], dtype=np.int64),

@@ -10,7 +10,7 @@ units, so a tool alone on a resource takes work / capacity seconds)::
       network: {capacity: 10000, max_consumers: 64, unit: MB/s}
     types:                          # request types
       web-search:
-        weight: 1                   # fair-share weight of its tools (default 1)
+        weight: 1                   # fair-share weight of its tools: an integer >= 1 (default 1)
         nodes:                      # node name -> a tool (work) or an LLM call (llm)
           plan: {llm: {model: m, prompt_tokens: 800, output_tokens: {type: exponential, mean: 100}}}
           fetch: {work: {network: 50, cpu: {type: lognormal, p50: 2, p90: 8}}, after: [plan]}
@@ -83,7 +83,7 @@ MAX_WORK = 1e15  # units, per node and resource
 MAX_RATE_PER_MIN = 6e7  # requests per minute of one type (10^6 per second)
 MAX_DURATION_S = MAX_SECONDS
 MAX_RUNS = 10_000
-MAX_WEIGHT = 1e6
+MAX_WEIGHT = 1_000_000  # an integer weight (the fair share's weight sums stay exact)
 MAX_CONSUMERS = INT32_MAX
 MAX_AGENT_REQUESTS = MAX_REQUESTS  # expected requests of one run
 MAX_AGENT_NODES = MAX_REQUESTS  # expected nodes of one run (all types' requests x their nodes)
@@ -151,13 +151,13 @@ class AgentNode:
 
 @dataclass(frozen=True, eq=False)
 class AgentType:
-    """A request type: its DAG (``nodes`` in topological order), fair-share ``weight`` and
+    """A request type: its DAG (``nodes`` in topological order), fair-share ``weight`` (an integer) and
     Poisson arrival rate (requests per minute, 0 when ``arrivals`` does not name it)."""
 
     name: str
     index: int
     path: str
-    weight: float
+    weight: int
     nodes: tuple[AgentNode, ...]
     rate_per_min: float
 
@@ -353,8 +353,9 @@ def _parse_type(name: str, index: int, value: Any, path: str, resources: dict[st
     _check_description(d, path)
     if d.get("nodes") is None:
         raise ConfigError(_join(path, "nodes"), "is required: the type's nodes (name: {work | llm, after})")
-    weight = 1.0 if d.get("weight") is None else as_float(d["weight"], _join(path, "weight"), 0, MAX_WEIGHT,
-                                                          lo_open=True, text=False)
+    # an integer: the fair share sums the weights of a resource's consumers, exact only in integers
+    weight = 1 if d.get("weight") is None else as_int(d["weight"], _join(path, "weight"), 1, MAX_WEIGHT, text=False,
+                                                        integral_float=False)
     raw_nodes = _entries(d["nodes"], _join(path, "nodes"), "nodes", MAX_NODES_PER_TYPE)
     names = list(raw_nodes)
     after: dict[str, list[str]] = {}

@@ -1,0 +1,235 @@
+"""Results of an agent scenario's runs (issue 26), built on ``run.AgentRunOutput`` only.
+
+Per run:
+- per request type: ``completed`` (requests whose every node finished) and the latency
+  of those requests -- end (its last node's finish) minus arrival -- as mean, p50, p95 and
+  p99 in seconds (percentiles linear-interpolated over µs, as ``blis_fast.results.metrics``);
+  ``None`` (JSON null) for a type without a completed request;
+- per resource: ``utilization`` = work done / (capacity x span), the exact time average of
+  the fraction of its capacity in use, where the span is the run's first arrival to its
+  last node finish and the work done is that of the finished nodes (all of them in a
+  tools-only run); 0 for a span of 0 (no work at all).
+
+Over N runs each value is the mean over the runs where it is defined, with its sample
+standard deviation (``std``; None with fewer than two such runs).  The JSON (``to_dict``):
+
+    {"scenario": NAME, "share": MODE, "runs": N, "seed": S (run k used S + k),
+     "types": {TYPE: {completed, latency_mean_s, latency_p50_s, latency_p95_s, latency_p99_s,
+                      "std": {the same keys}}},
+     "resources": {NAME: {utilization, "std": {"utilization": ...}}},
+     "per_run": [{"seed", "requests", "span_s", "events", "types": {...}, "resources": {...}}]}
+
+The per-request table (``requests_table``, kept with ``keep_requests``) has one row per node
+of every request: run, request (its index in the run, by arrival), type, arrival_us, end_us
+(null while unfinished), latency_s, node, start_us, finish_us (null: never started /
+finished).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from blis_fast.agents.run import AgentRunOutput, run_runs, scenario_of, with_runs
+from blis_fast.agents.scenario import Scenario
+from blis_fast.config import memory
+from blis_fast.results.metrics import percentiles_us
+
+TYPE_METRICS = ("completed", "latency_mean_s", "latency_p50_s", "latency_p95_s", "latency_p99_s")
+RESOURCE_METRICS = ("utilization",)
+TABLE_BYTES_PER_NODE = 8 * 8 + 2 * 8  # its columns (8 bytes each) and the two dictionary-coded names
+
+
+def _type_summary(latency_us: np.ndarray) -> dict:
+    """The issue's per-type metrics of one run from its completed requests' latencies."""
+    if latency_us.size == 0:
+        return {"completed": 0, **{k: None for k in TYPE_METRICS[1:]}}
+    p50, p95, p99 = percentiles_us(latency_us, (50, 95, 99))
+    return {"completed": int(latency_us.size), "latency_mean_s": float(np.mean(latency_us)) / 1e6,
+            "latency_p50_s": p50 / 1e6, "latency_p95_s": p95 / 1e6, "latency_p99_s": p99 / 1e6}
+
+
+def _request_ends(out: AgentRunOutput) -> tuple[np.ndarray, np.ndarray]:
+    """(end µs, completed) per request: its last node's finish; completed when every node
+    finished."""
+    run = out.run
+    if run.num_requests == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.bool_)
+    first = run.request_first_node[:-1]  # every request has at least one node
+    end = np.maximum.reduceat(out.node_finish_us, first)
+    completed = np.minimum.reduceat(out.node_finish_us, first) >= 0
+    return end, completed
+
+
+def summarize_run(scenario: Scenario, out: AgentRunOutput) -> dict:
+    """One run's per-type and per-resource metrics (module docstring)."""
+    run = out.run
+    end, completed = _request_ends(out)
+    latency = end - run.request_arrival_us
+    types = {t.name: _type_summary(latency[completed & (run.request_type == t.index)]) for t in scenario.types}
+    finished = out.node_finish_us[out.node_finish_us >= 0]
+    span_us = int(finished.max() - run.request_arrival_us[0]) if finished.size else 0
+    resources = {}
+    for r in scenario.resources:
+        util = float(out.work_done[r.index]) / (r.capacity * (span_us / 1e6)) if span_us > 0 else 0.0
+        resources[r.name] = {"utilization": util}
+    return {"seed": run.seed, "requests": run.num_requests, "span_s": span_us / 1e6, "events": out.events,
+            "types": types, "resources": resources}
+
+
+def _mean_std(values: list) -> tuple:
+    """(mean, sample std) of the values that are not None; None where undefined."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None, None
+    mean = math.fsum(xs) / len(xs)
+    if len(xs) < 2:
+        return mean, None
+    return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _aggregate(per_run: list[dict], group: str, names: list[str], metrics: tuple) -> dict:
+    out = {}
+    for name in names:
+        entry, std = {}, {}
+        for m in metrics:
+            entry[m], std[m] = _mean_std([r[group][name][m] for r in per_run])
+        entry["std"] = std
+        out[name] = entry
+    return out
+
+
+def _requests_columns(scenario: Scenario, out: AgentRunOutput) -> dict:
+    """One run's rows of the per-request table (module docstring) as numpy columns."""
+    run = out.run
+    end, completed = _request_ends(out)
+    req = run.node_request
+    type_offset = np.cumsum([0] + [len(t.nodes) for t in scenario.types])
+    node_names = np.array([n.name for t in scenario.types for n in t.nodes], dtype=object)
+    type_names = np.array([t.name for t in scenario.types], dtype=object)
+    rtype = run.request_type[req]
+    return {"run": np.full(run.num_nodes, run.run_index, np.int64), "request": req.astype(np.int64),
+            "type": type_names[rtype], "arrival_us": run.request_arrival_us[req],
+            "end_us": (end[req], ~completed[req]),
+            "latency_s": ((end - run.request_arrival_us)[req] / 1e6, ~completed[req]),
+            "node": node_names[type_offset[rtype] + run.node_template],
+            "start_us": (out.node_start_us, out.node_start_us < 0),
+            "finish_us": (out.node_finish_us, out.node_finish_us < 0)}
+
+
+@dataclass(eq=False)
+class AgentResult:
+    """The outcome of a scenario's runs: ``per_run`` summaries (``summarize_run``) and, when
+    kept, the per-request table's columns per run."""
+
+    scenario: Scenario
+    per_run: list[dict] = field(default_factory=list)
+    request_columns: list[dict] | None = None
+
+    def add(self, out: AgentRunOutput) -> None:
+        """Fold in the next run."""
+        self.per_run.append(summarize_run(self.scenario, out))
+        if self.request_columns is not None:
+            self.request_columns.append(_requests_columns(self.scenario, out))
+
+    @property
+    def types(self) -> dict:
+        """TYPE -> its metrics' means over the runs, with ``std``."""
+        return _aggregate(self.per_run, "types", [t.name for t in self.scenario.types], TYPE_METRICS)
+
+    @property
+    def resources(self) -> dict:
+        """RESOURCE -> its utilization's mean over the runs, with ``std``."""
+        return _aggregate(self.per_run, "resources", [r.name for r in self.scenario.resources], RESOURCE_METRICS)
+
+    def to_dict(self) -> dict:
+        """The JSON of ``blis-fast agents run --json`` (module docstring)."""
+        return {"scenario": self.scenario.name, "share": self.scenario.share, "runs": len(self.per_run),
+                "seed": self.scenario.seed, "types": self.types, "resources": self.resources,
+                "per_run": self.per_run}
+
+    def requests_table(self):
+        """The per-request table (one row per node, module docstring) as a pyarrow Table;
+        needs the result made with ``keep_requests``."""
+        import pyarrow as pa  # deferred: pyarrow
+
+        if self.request_columns is None:
+            raise ValueError("the per-request table was not kept (run_scenario(..., keep_requests=True))")
+        names = ("run", "request", "type", "arrival_us", "end_us", "latency_s", "node", "start_us", "finish_us")
+        arrays = []
+        for name in names:
+            parts = [cols[name] for cols in self.request_columns]
+            if isinstance(parts[0] if parts else None, tuple):
+                values = np.concatenate([v for v, _ in parts])
+                arrays.append(pa.array(values, mask=np.concatenate([m for _, m in parts])))
+            elif name in ("type", "node"):
+                values = np.concatenate(parts) if parts else np.zeros(0, object)
+                arrays.append(pa.array(values, type=pa.string()).dictionary_encode())
+            else:
+                arrays.append(pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int64)))
+        return pa.table(dict(zip(names, arrays)))
+
+    def write_requests(self, path: str | Path, fmt: str) -> None:
+        """Write the per-request table as ``fmt``: parquet, csv or jsonl."""
+        from blis_fast.results.autoscale import write_table  # deferred: pyarrow behind it
+
+        write_table(self.requests_table(), path, fmt)
+
+    def table(self) -> str:
+        """The terminal summary: one line per type, then one per resource."""
+        n = len(self.per_run)
+        pm = n > 1
+
+        def cell(entry: dict, key: str, scale: float = 1.0, digits: int = 3) -> str:
+            v, s = entry[key], entry["std"][key]
+            if v is None:
+                return "-"
+            text = f"{v * scale:.{digits}f}"
+            return f"{text} ± {s * scale:.{digits}f}" if pm and s is not None else text
+
+        title = self.scenario.name or "agents"
+        lines = [f"{title}: {n} run{'s' if n != 1 else ''} (seed {self.scenario.seed} + k), share "
+                 f"{self.scenario.share}" + ("; mean ± std over runs" if pm else "")]
+        head = ("type", "completed", "mean s", "p50 s", "p95 s", "p99 s")
+        rows = [(name, cell(e, "completed", digits=1 if pm else 0), cell(e, "latency_mean_s"),
+                 cell(e, "latency_p50_s"), cell(e, "latency_p95_s"), cell(e, "latency_p99_s"))
+                for name, e in self.types.items()]
+        lines += _columns(head, rows)
+        rows = [(name, cell(e, "utilization", 100.0, 1)) for name, e in self.resources.items()]
+        lines += [""] + _columns(("resource", "utilization %"), rows)
+        return "\n".join(lines)
+
+
+def _columns(head: tuple, rows: list[tuple]) -> list[str]:
+    """Left-aligned first column, right-aligned others."""
+    widths = [max(len(str(r[k])) for r in [head, *rows]) for k in range(len(head))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if k == 0 else str(c).rjust(w)  # noqa: E731
+                              for k, (c, w) in enumerate(zip(r, widths)))
+    return [fmt(head)] + [fmt(r) for r in rows]
+
+
+def check_table_memory(scenario: Scenario) -> None:
+    """ConfigError if keeping every run's per-request table would exceed the memory budget."""
+    _, nodes = scenario.expected_size()
+    memory.check(nodes * scenario.runs * TABLE_BYTES_PER_NODE,
+                 f"the per-request table of {scenario.runs} runs ({nodes * scenario.runs:.3g} expected nodes)",
+                 "write it for fewer runs (--runs) or a shorter duration_s")
+
+
+def run_scenario(path_or_dict, runs=None, *, keep_requests: bool = False) -> AgentResult:
+    """Run an agent scenario (a YAML path, a dict of its settings or a Scenario) ``runs``
+    times (None: the scenario's ``runs``; run k uses seed + k) and summarize the runs;
+    ``keep_requests`` keeps the per-request table (``AgentResult.requests_table``).
+    Bad input raises ``ConfigError`` naming the field."""
+    scenario = with_runs(scenario_of(path_or_dict), runs)
+    if keep_requests:
+        check_table_memory(scenario)
+    result = AgentResult(scenario, request_columns=[] if keep_requests else None)
+    run_runs(scenario, result.add)
+    return result
+
+
+__all__ = ["AgentResult", "run_scenario", "TYPE_METRICS", "RESOURCE_METRICS", "summarize_run", "check_table_memory"]
