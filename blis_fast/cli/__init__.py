@@ -11,6 +11,7 @@
     workload.py  blis-fast workload generate | stats
     cache.py     blis-fast clear-cache
     studies.py   blis-fast capacity (study commands)
+    agents.py    blis-fast agents run (agent DAG scenarios)
     runflags.py  the run flags shared by run and the study commands
 
 Each command parses its options, calls one ``blis_fast`` function and writes its result

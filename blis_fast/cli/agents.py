@@ -1,0 +1,56 @@
+"""``blis-fast agents run``: agent workflows as DAGs of tools sharing resources (issue 26,
+docs/agents.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from blis_fast.cli import feedback
+from blis_fast.cli.app import Quiet, Verbose, app, number_option
+from blis_fast.config.outputs import atomic_write, check_outputs
+
+agents_app = typer.Typer(no_args_is_help=True, help="Agent workflows: DAGs of tool calls sharing resources.")
+app.add_typer(agents_app, name="agents")
+
+
+@agents_app.command("run")
+def agents_run(
+    scenario: Annotated[Path, typer.Option("--scenario", help="agent scenario YAML (docs/agents.md)")],
+    runs: Annotated[Optional[str], number_option("--runs", help="runs (run k uses the scenario's seed + k; default: "
+                                                               "the scenario's runs)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON instead of a table")] = False,
+    per_request_out: Annotated[Optional[Path], typer.Option(
+        "--per-request-out", metavar="FILE", help="write the per-request table (one row per node of every request: "
+                                                  "run, request, type, arrival, end, latency, node, start, finish) "
+                                                  "here; the suffix picks the format: .parquet, .csv or .jsonl")] = None,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
+) -> None:
+    """Run an agent scenario's runs and print each request type's latency (mean, p50, p95,
+    p99) and each resource's utilization, as mean ± std over the runs."""
+    from blis_fast.agents.results import AgentResult, check_table_memory  # deferred: numpy, the kernels
+    from blis_fast.agents.run import run_runs, scenario_of, with_runs  # deferred: numpy, the kernels
+    from blis_fast.results.result import request_table_format  # deferred: numpy
+
+    table_format = None
+    if per_request_out is not None:
+        table_format = request_table_format(per_request_out, "--per-request-out")
+        check_outputs([("--per-request-out", per_request_out)], [("--scenario", scenario)])
+    sc = with_runs(scenario_of(scenario), runs, "--runs")
+    if per_request_out is not None:
+        check_table_memory(sc)
+    result = AgentResult(sc, request_columns=[] if per_request_out is not None else None)
+    with feedback.progress("agents run", sc.runs, "runs") as bar:
+        def on_run(out) -> None:
+            result.add(out)
+            bar.advance()
+
+        run_runs(sc, on_run)
+        if per_request_out is not None:
+            bar.report(f"writing {per_request_out}", 0, None)
+            atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
+    typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else result.table())
