@@ -85,6 +85,29 @@ def test_c_after_a_and_b_starts_at_the_later_finish():
             assert start == max(rows[q, "a"][2], rows[q, "b"][2]) == arrival + 200_000
 
 
+@pytest.mark.parametrize("share, seconds", [("dynamic", 0.5), ("static", 0.6)])
+def test_the_share_mode_reaches_the_kernel(share, seconds):
+    # a: cpu 0.4 s alone, io 5 units; b: io 20 units.  dynamic: a leaves io at 0.2 s (io shared: 5 / 25),
+    # b has 15 left alone (0.3 s): 0.5 s.  static: a holds its io share until 0.4 s, b has 10 left: 0.6 s
+    nodes = {"a": {"work": {"cpu": 40, "io": 5}}, "b": {"work": {"io": 20}}}
+    assert_every_latency(run_scenario(scenario(nodes, share=share)), seconds)
+
+
+def test_a_run_without_requests_or_with_nodes_that_never_finish_reports_nulls_not_nan():
+    # capacity 10^-300 with work 10^15: a finish beyond 2^62 µs, never; b finishes (1 µs)
+    nodes = {"a": {"work": {"cpu": 1e15}}, "b": {"work": {"io": 1}}}
+    data = scenario(nodes, rate_per_min=10, duration_s=60, resources={"cpu": 1e-300, "io": 1e6})
+    result = run_scenario(data, keep_requests=True)
+    doc = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert doc["per_run"][0]["requests"] > 0 and doc["types"]["t"]["completed"] == 0
+    assert doc["types"]["t"]["latency_p99_s"] is None and doc["resources"]["cpu"]["utilization"] == 0.0
+    rows = result.requests_table().to_pylist()
+    assert all(r["end_us"] is None and (r["finish_us"] is None) == (r["node"] == "a") for r in rows)
+    empty = run_scenario(scenario(nodes, rate_per_min=0), keep_requests=True)
+    assert empty.to_dict()["types"]["t"]["completed"] == 0 and empty.requests_table().num_rows == 0
+    assert empty.to_dict()["resources"]["io"]["utilization"] == 0.0
+
+
 def test_the_json_shape_and_mean_std_over_runs(tmp_path):
     code, out, err = cli_in_process("agents", "run", "--scenario", CONFIGS / "tools-only.yaml", "--runs", "3", "--json")
     assert code == 0, err
