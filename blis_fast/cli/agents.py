@@ -11,7 +11,7 @@ import typer
 
 from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
-from blis_fast.config.outputs import atomic_write, check_outputs
+from blis_fast.config.outputs import atomic_write, check_outputs, named_files
 
 agents_app = typer.Typer(no_args_is_help=True, help="Agent workflows: DAGs of tool calls sharing resources.")
 app.add_typer(agents_app, name="agents")
@@ -39,9 +39,10 @@ def agents_run(
     table_format = None
     if per_request_out is not None:
         table_format = request_table_format(per_request_out, "--per-request-out")
-        check_outputs([("--per-request-out", per_request_out)], [("--scenario", scenario)])
     sc = with_runs(scenario_of(scenario), runs, "--runs")
-    if per_request_out is not None:
+    if per_request_out is not None:  # never overwrite the scenario or a file it names
+        inputs = [("--scenario", p) for p in [scenario, *named_files(sc.raw, scenario.resolve().parent)]]
+        check_outputs([("--per-request-out", per_request_out)], inputs)
         check_table_memory(sc)
     result = AgentResult(sc, request_columns=[] if per_request_out is not None else None)
     with feedback.progress("agents run", sc.runs, "runs") as bar:

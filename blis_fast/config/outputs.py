@@ -34,7 +34,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from blis_fast.config.validate import MAX_STR_LEN, show
 from blis_fast.config.yamlfile import read_yaml_mapping
@@ -304,8 +304,12 @@ def spec_files(path: str | Path) -> list[Path]:
     distributions), resolved against the spec's folder: inputs an output must not
     overwrite.  Reads only the spec's YAML."""
     p = Path(path)
-    data = read_yaml_mapping(p, "--workload-spec", WorkloadError)
-    base = p.resolve().parent
+    return named_files(read_yaml_mapping(p, "--workload-spec", WorkloadError), p.resolve().parent)
+
+
+def named_files(data: Any, base: Path) -> list[Path]:
+    """The files a parsed spec or agent scenario names (``file:`` keys at any depth),
+    resolved against ``base`` (its folder)."""
     out: list[Path] = []
     todo = [data]
     seen: set[int] = set()

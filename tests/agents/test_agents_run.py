@@ -202,6 +202,13 @@ def test_refusals_leave_the_scenario_alone_and_name_missing_files(tmp_path):
                        ["input"])
     assert path.read_bytes() == before
     assert_clean_error(*cli_in_process("agents", "run", "--scenario", tmp_path / "nope.yaml"), ["--scenario"])
+    # nor a file the scenario names (an empirical work distribution)
+    works = tmp_path / "works.csv"
+    works.write_text("10\n20\n")
+    named = write_yaml(tmp_path, scenario({"a": {"work": {"cpu": {"type": "empirical", "file": "works.csv"}}}}))
+    assert_clean_error(*cli_in_process("agents", "run", "--scenario", named, "--per-request-out", works),
+                       ["--per-request-out", "input"])
+    assert works.read_text() == "10\n20\n"
 
 
 def test_the_api_refuses_with_config_errors():
