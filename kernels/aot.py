@@ -88,6 +88,11 @@ ENTRIES: tuple[Entry, ...] = (
           (I64, I64, Arr(_i64, 2), Arr(_i64, 2), Arr(_u8, 2), Arr(_i64), Arr(_i64))),
     # compiled ahead of time, its prange loops run serially (the JIT kernel is parallel)
     Entry("parse_int_lists", "workload.trace_csv", (Arr(_u8), Arr(_i64), Arr(_i64), BOOL), (Arr(_i64), Arr(_i64), I64)),
+    # the agents' tools-only driver: plain arrays (requests, node DAG CSR, loads, resources), a mode
+    Entry("run_tool_dags", "agents.fairshare",
+          (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_i64), Arr(_f64), Arr(_i64), Arr(_i64),
+           Arr(_f64), Arr(_i64), I64),
+          (Arr(_i64), Arr(_i64), Arr(_i64), Arr(_f64), I64, I64)),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 

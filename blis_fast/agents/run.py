@@ -23,6 +23,12 @@ from blis_fast.config.validate import INT64_MAX, as_int, key_name
 from blis_fast.errors import ConfigError, SimulationError
 
 
+# the driver's ``mode`` argument (kernels/agents/fairshare.py DYNAMIC, STATIC), spelled out
+# here: importing the kernel module for them would load numba even when the compiled
+# driver runs
+SHARE_MODE_CODES = {"dynamic": 0, "static": 1}
+
+
 @dataclass(frozen=True, eq=False)
 class AgentRunOutput:
     """One run's outcome: the generated ``run`` and, per node (rows of the run's node
@@ -50,7 +56,7 @@ def refuse_llm_nodes(scenario: Scenario) -> None:
 
 def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -> AgentRunOutput:
     """Run one generated run of a tools-only scenario through the fair-share driver."""
-    from blis_fast_kernels.agents.fairshare import DYNAMIC, STATIC, run_tool_dags  # deferred: the kernels
+    from blis_fast_kernels.native import run_tool_dags  # deferred: the kernels, compiled ahead of time where possible
 
     n = run.num_nodes
     rows, cols = np.nonzero(run.node_work > 0)  # row-major: a node's loads in resource order
@@ -63,7 +69,7 @@ def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -
         load_ptr, cols.astype(np.int64), np.ascontiguousarray(run.node_work[rows, cols]),
         succ_ptr.astype(np.int64), succ.astype(np.int64), templates.resource_capacity,
         np.maximum(templates.resource_max_consumers, 0).astype(np.int64),
-        STATIC if scenario.share == "static" else DYNAMIC)
+        SHARE_MODE_CODES[scenario.share])
     if status != 0:
         raise SimulationError(f"agents: the fair-share driver stopped with status {int(status)} (run "
                               f"{run.run_index}, seed {run.seed})")

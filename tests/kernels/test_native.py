@@ -192,3 +192,34 @@ def test_a_run_with_the_compiled_kernels_loads_no_numba_and_says_nothing(tmp_pat
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "False"] and out.stderr == ""
+
+
+def test_the_agents_share_modes_are_the_drivers_codes():
+    from blis_fast.agents.run import SHARE_MODE_CODES
+    from blis_fast_kernels.agents.fairshare import DYNAMIC, STATIC
+
+    assert SHARE_MODE_CODES == {"dynamic": DYNAMIC, "static": STATIC}
+    assert aot.args_match(aot.BY_NAME["run_tool_dags"], tuple(
+        np.zeros(1, np.float64 if k in (6, 9) else np.int64) for k in range(11)) + (SHARE_MODE_CODES["static"],))
+
+
+@pytest.mark.slow  # two fresh processes, the JIT one compiling the driver
+def test_compiled_agents_driver_equals_the_jit_one_and_loads_no_numba(tmp_path):
+    """``blis-fast agents run`` calls the compiled fair-share driver (run_tool_dags): its
+    results equal the JIT ones, byte for byte, and the run never imports numba."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _need_module()
+    scenario = Path(__file__).resolve().parents[2] / "configs" / "agents" / "tools-only.yaml"
+    code = ("import json, sys; from blis_fast.agents import run_scenario; "
+            f"print(json.dumps(run_scenario({str(scenario)!r}).to_dict())); print('numba' in sys.modules)")
+    out = {}
+    for mode in ("native", "jit"):
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / mode), "BLIS_FAST_KERNELS": mode}
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out[mode] = run.stdout.split("\n")[:2]
+    assert out["native"][0] == out["jit"][0]
+    assert out["native"][1] == "False" and out["jit"][1] == "True"
