@@ -55,3 +55,29 @@ def agents_run(
             bar.report(f"writing {per_request_out}", 0, None)
             atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
     typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else result.table())
+
+
+@agents_app.command("capacity")
+def agents_capacity_cmd(
+    scenario: Annotated[Path, typer.Option("--scenario", help="agent scenario YAML (docs/agents.md)")],
+    slo: Annotated[str, typer.Option("--slo", help="predicates, e.g. 'p95_latency_s[type=deep-research]<=30' "
+                                                   "(comma-separated; docs/agents.md 'Capacity')")],
+    runs: Annotated[Optional[str], number_option("--runs", help="runs per probe (default: the scenario's runs)")] = None,
+    tolerance: Annotated[Optional[str], number_option("--tolerance", metavar="NUMBER", help="stop when failed / met multiplier <= "
+                                                                          "1 + this (default 0.01)")] = None,
+    max_probes: Annotated[Optional[str], number_option("--max-probes", help="at most this many probes "
+                                                                            "(default 40)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON instead of a table")] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = 0,
+) -> None:
+    """The highest multiplier of the scenario's arrival rates (all types scaled together)
+    meeting every SLO predicate; prints the rate per type and every probe."""
+    from blis_fast.studies.agents_capacity import agents_capacity  # deferred: numpy, the kernels
+    from blis_fast.studies.capacity import DEFAULT_TOLERANCE, MAX_PROBES  # deferred: numpy
+
+    with feedback.progress("agents capacity", None, "runs") as bar:
+        result = agents_capacity(scenario, slo, runs=runs,
+                                 tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance,
+                                 max_probes=MAX_PROBES if max_probes is None else max_probes, on_run=bar.advance)
+    typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else result.table())

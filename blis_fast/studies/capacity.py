@@ -274,8 +274,14 @@ def _round_rate(r: float) -> float:
     return float(f"{min(max(r, 1e-9), MAX_RATE):.6g}")
 
 
-def _search_rate(s: _Searcher, cfg: SimConfig, tol: float, rate_min: float | None, rate_max: float | None):
-    """(highest met probe, lowest failed probe above it) -- either may be None."""
+def search_rate(s, tol: float, rate_min: float | None, rate_max: float | None):
+    """The rate search's core (module docstring): bracket, then ITP on log(rate).
+    (highest met probe, lowest failed probe above it) -- either may be None.
+
+    ``s`` is any prober: ``s.start`` (the rate to start from), ``s.probe([rates])`` (a
+    list of probes, each with ``value``, ``met``, ``margin`` and ``uncertain`` as
+    ``Probe``) and ``s.exhausted`` (True: probe no more).  ``_Searcher`` probes cluster
+    runs; blis_fast/agents/capacity.py probes agent scenarios with the same core."""
     lo = hi = None  # met probe, failed probe
     if rate_min is not None or rate_max is not None:
         given = [r for r in (rate_min, rate_max) if r is not None]
@@ -417,7 +423,7 @@ def capacity(slo, config=None, *, search: str = "rate", slo_classes=None, seeds:
     _check_classes(preds, cfg)
     s = _Searcher(cfg, search, preds, seed_list(cfg, n_seeds), jobs, on_run, max_probes)
     if search == "rate":
-        good, bad = _search_rate(s, cfg, tol, rate_min, rate_max)
+        good, bad = search_rate(s, tol, rate_min, rate_max)
     else:
         if cfg.deployment.num_instances > max_instances:
             raise ConfigError("--search-max-instances", f"must be >= num_instances ({cfg.deployment.num_instances}), "

@@ -55,11 +55,12 @@ class SloPredicate:
         return f"{self.metric}{self.op}{self.threshold:g}"
 
 
-def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicate]:
+def parse_slos(spec, slo_classes=None, field: str = "--slo", check_name=None) -> list[SloPredicate]:
     """The predicates of ``spec`` (text, or a list of texts / SloPredicate), each metric
-    checked against the known metric names; with ``slo_classes``, every predicate without
-    a selector is repeated once per class with ``[class=NAME]``.  ConfigError naming
-    ``field`` on anything malformed."""
+    checked against the known metric names (``check_name(metric, field)``, default
+    ``check_metric_name``: the cluster's metrics); with ``slo_classes``, every predicate
+    without a selector is repeated once per class with ``[class=NAME]``.  ConfigError
+    naming ``field`` on anything malformed."""
     if isinstance(spec, SloPredicate):
         spec = [spec]
     if isinstance(spec, str):
@@ -88,7 +89,7 @@ def parse_slos(spec, slo_classes=None, field: str = "--slo") -> list[SloPredicat
         else:
             out.append(p)
     for p in out:
-        check_metric_name(p.metric, field)
+        (check_name or check_metric_name)(p.metric, field)
     return out
 
 

@@ -1,0 +1,99 @@
+"""``blis-fast agents capacity`` and ``studies.agents_capacity``: the highest multiplier of
+a scenario's arrival rates meeting SLO predicates, found by the cluster capacity search's
+core (``studies.capacity.search_rate``).  An M/M/1 processor-sharing case whose answer is
+known analytically, the shipped SLA scenario within 10 probes, the JSON, and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blis_fast.errors import ConfigError
+from blis_fast.studies.agents_capacity import agents_capacity, parse_agent_slos
+from blis_fast.agents.run import scenario_of
+from tests.hardening.hardening_helpers import assert_clean_error, cli_in_process
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs/agents"
+SLA = CONFIGS / "deep-research-sla.yaml"
+
+
+def mm1(rate_per_min: float = 240.0, duration_s: float = 2000.0, runs: int = 3) -> dict:
+    """One tool of exponential work (mean 0.1 units) on one resource of capacity 1 unit/s:
+    an M/M/1 queue under processor sharing, mu = 10 requests/s; its mean latency is
+    1 / (mu - lambda) whatever the discipline."""
+    return {"resources": {"cpu": 1}, "types": {"t": {"nodes": {"work": {
+        "work": {"cpu": {"type": "exponential", "mean": 0.1}}}}}},
+            "arrivals": {"t": rate_per_min}, "duration_s": duration_s, "seed": 11, "runs": runs}
+
+
+def test_mm1_ps_mean_latency_bound_gives_mu_minus_one_over_t():
+    # mean latency <= 0.5 s  <=>  lambda <= mu - 1/0.5 = 8 requests/s = 480/min: 2 x the 240/min start
+    r = agents_capacity(mm1(), "latency_mean_s[type=t]<=0.5", tolerance=0.02)
+    assert r.answer == pytest.approx(2.0, rel=0.05)
+    assert r.failed_neighbour > r.answer
+    assert r.to_dict()["answer_rates_per_min"]["t"] == pytest.approx(480.0, rel=0.05)
+    met = [p for p in r.probes if p.met]
+    assert max(p.value for p in met) == r.answer and all(p.value <= r.answer for p in met)
+    assert all(p.stats["latency_mean_s[type=t]"].mean > 0.5 for p in r.probes if not p.met)
+
+
+def test_the_sla_scenario_is_answered_within_ten_probes_and_by_the_cli():
+    code, out, err = cli_in_process("agents", "capacity", "--scenario", SLA,
+                                    "--slo", "p95_latency_s[type=deep-research]<=30", "--json")
+    assert code == 0, err[-2000:]
+    d = json.loads(out)
+    assert d["probes_count"] <= 10 and d["probes"][0]["multiplier"] == 1.0
+    rate = d["answer_rates_per_min"]["deep-research"]
+    assert 10 < rate < 33  # above the start (p95 5.6 s there), below npu saturation (256 / 470 x 60)
+    assert d["answer_multiplier"] * 10 == pytest.approx(rate)
+    last_met = [p for p in d["probes"] if p["multiplier"] == d["answer_multiplier"]][0]
+    assert last_met["met"] and last_met["metrics"]["latency_p95_s[type=deep-research]"]["mean"] <= 30
+    assert d["slos"] == ["latency_p95_s[type=deep-research]<=30"]
+
+
+def test_a_bound_never_met_and_one_met_everywhere_say_so():
+    low = agents_capacity(mm1(duration_s=200, runs=1), "latency_mean_s<=0.01", max_probes=6)
+    assert low.answer is None and "no rate meets" in low.message  # 0.1 s alone: never
+    high = agents_capacity(mm1(duration_s=200, runs=1), "completed[type=t]>=0", max_probes=3)
+    assert high.answer == max(p.value for p in high.probes) and high.failed_neighbour is None
+    assert "every probed rate meets" in high.message
+
+
+def test_a_predicate_without_a_selector_applies_to_every_type_with_arrivals():
+    sc = scenario_of(CONFIGS / "mixed.yaml")
+    preds = parse_agent_slos("p99_latency_s<=60, utilization[resource=npu]<0.9", sc)
+    assert [str(p) for p in preds] == [f"latency_p99_s[type={t}]<=60" for t in
+                                       ("web-search", "product-matching", "deep-research")] + \
+                                      ["utilization[resource=npu]<0.9"]
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--slo", "bogus<=3"], ("--slo", "unknown agent metric 'bogus'")),
+    (["--slo", "p95_latency_s[type=nope]<=3"], ("--slo", "[type=NAME]", "deep-research")),
+    (["--slo", "utilization<=0.5"], ("--slo", "[resource=NAME]", "npu")),
+    (["--slo", "p95_latency_s[resource=npu]<=3"], ("--slo", "[type=NAME]")),
+    (["--slo", "p95_latency_s<=-1"], ("--slo", "finite number")),
+    (["--slo", "p95_latency_s"], ("--slo", "expected metric<=value")),
+    (["--slo", "p95_latency_s<=30", "--tolerance", "0"], ("--tolerance",)),
+    (["--slo", "p95_latency_s<=30", "--max-probes", "0"], ("--max-probes",)),
+    (["--slo", "p95_latency_s<=30", "--runs", "0"], ("--runs",)),
+])
+def test_refusals_are_one_line_naming_the_field(args, needles):
+    assert_clean_error(*cli_in_process("agents", "capacity", "--scenario", SLA, *args), needles=needles)
+
+
+def test_a_scenario_without_arrivals_is_refused():
+    bare = mm1(rate_per_min=0)
+    with pytest.raises(ConfigError) as e:
+        agents_capacity(bare, "latency_mean_s<=1")
+    assert e.value.field == "arrivals"
+
+
+def test_a_multiplier_beyond_the_run_limits_is_not_run():
+    # 4e7 requests/min (for 10 µs: a few requests) is under the 6e7/min limit of a type's rate; 2 x is not
+    big = {**mm1(rate_per_min=4e7, duration_s=1e-5, runs=1), "resources": {"cpu": 1e9}}
+    r = agents_capacity(big, "completed[type=t]>=0", max_probes=3)
+    assert r.probes[-1].too_large and not r.probes[-1].met
+    assert "size limits" in r.message
