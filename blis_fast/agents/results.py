@@ -120,6 +120,35 @@ def _requests_columns(scenario: Scenario, out: AgentRunOutput) -> dict:
             "finish_us": (out.node_finish_us, out.node_finish_us < 0)}
 
 
+def utilization_windows(scenario: Scenario, out: AgentRunOutput, windows: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """(edges_s float64[windows + 1], utilization float64[R, windows]) of one run: the
+    fraction of each resource's capacity in use per time window over the run's span (first
+    arrival to last finish).  A node's work on a resource is spread evenly over its
+    lifetime (start to finish): the run keeps no finer record, so a window's value is
+    exact only where every node's rate on the resource was constant (a node alone, or
+    shares that did not change); over the whole span it is exact (``utilization``)."""
+    finished = (out.node_finish_us > out.node_start_us) & (out.node_start_us >= 0)
+    start = out.node_start_us[finished].astype(np.float64) / 1e6
+    finish = out.node_finish_us[finished].astype(np.float64) / 1e6
+    lo = float(out.run.request_arrival_us[0]) / 1e6 if out.run.request_arrival_us.size else 0.0
+    hi = float(finish.max()) if finish.size else lo + 1.0
+    edges = np.linspace(lo, max(hi, lo + 1e-6), windows + 1)
+    util = np.zeros((len(scenario.resources), windows))
+    for r, res in enumerate(scenario.resources):
+        work = out.run.node_work[finished, r]
+        keep = work > 0
+        rate = work[keep] / (finish[keep] - start[keep])  # units per second while the node ran
+        times = np.concatenate([start[keep], finish[keep]])
+        order = np.argsort(times, kind="stable")
+        t = times[order]
+        level = np.cumsum(np.concatenate([rate, -rate])[order])  # the summed rate after each change
+        done = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])  # work done by each change time
+        at_edges = np.interp(edges, t, done) if t.size else np.zeros_like(edges)  # piecewise linear: exact
+        # a window with no work differences two equal sums: rounding may leave -1e-17
+        util[r] = np.maximum(np.diff(at_edges), 0.0) / (res.capacity * np.diff(edges))
+    return edges, util
+
+
 @dataclass(eq=False)
 class AgentResult:
     """The outcome of a scenario's runs: ``per_run`` summaries (``summarize_run``) and, when
@@ -128,9 +157,13 @@ class AgentResult:
     scenario: Scenario
     per_run: list[dict] = field(default_factory=list)
     request_columns: list[dict] | None = None
+    keep_windows: bool = False  # keep the first run's utilization per time window (a plot's heatmap)
+    windows: tuple[np.ndarray, np.ndarray] | None = None  # utilization_windows of the first run
 
     def add(self, out: AgentRunOutput) -> None:
         """Fold in the next run."""
+        if self.keep_windows and not self.per_run:
+            self.windows = utilization_windows(self.scenario, out)
         self.per_run.append(summarize_run(self.scenario, out))
         if self.request_columns is not None:
             self.request_columns.append(_requests_columns(self.scenario, out))
@@ -232,4 +265,4 @@ def run_scenario(path_or_dict, runs=None, *, keep_requests: bool = False) -> Age
     return result
 
 
-__all__ = ["AgentResult", "run_scenario", "TYPE_METRICS", "RESOURCE_METRICS", "summarize_run", "check_table_memory"]
+__all__ = ["AgentResult", "run_scenario", "utilization_windows", "TYPE_METRICS", "RESOURCE_METRICS", "summarize_run", "check_table_memory"]

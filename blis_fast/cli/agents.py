@@ -27,6 +27,9 @@ def agents_run(
         "--per-request-out", metavar="FILE", help="write the per-request table (one row per node of every request: "
                                                   "run, request, type, arrival, end, latency, node, start, finish) "
                                                   "here; the suffix picks the format: .parquet, .csv or .jsonl")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each resource's utilization "
+                                                                        "over time (run 0) to FILE (.png or .svg; "
+                                                                        "needs matplotlib)")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -40,11 +43,18 @@ def agents_run(
     if per_request_out is not None:
         table_format = request_table_format(per_request_out, "--per-request-out")
     sc = with_runs(scenario_of(scenario), runs, "--runs")
-    if per_request_out is not None:  # never overwrite the scenario or a file it names
+    outputs = [(flag, p) for flag, p in (("--per-request-out", per_request_out), ("--plot", plot)) if p is not None]
+    if plot is not None:
+        from blis_fast.studies.plots import check_plot_path  # deferred: matplotlib
+
+        check_plot_path(plot)
+    if outputs:  # never overwrite the scenario or a file it names
         inputs = [("--scenario", p) for p in [scenario, *named_files(sc.raw, scenario.resolve().parent)]]
-        check_outputs([("--per-request-out", per_request_out)], inputs)
+        check_outputs(outputs, inputs)
+    if per_request_out is not None:
         check_table_memory(sc)
-    result = AgentResult(sc, request_columns=[] if per_request_out is not None else None)
+    result = AgentResult(sc, request_columns=[] if per_request_out is not None else None,
+                         keep_windows=plot is not None)
     with feedback.progress("agents run", sc.runs, "runs") as bar:
         def on_run(out) -> None:
             result.add(out)
@@ -54,6 +64,10 @@ def agents_run(
         if per_request_out is not None:
             bar.report(f"writing {per_request_out}", 0, None)
             atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
+    if plot is not None:
+        from blis_fast.studies.plots import agents_run_figure  # deferred: matplotlib
+
+        agents_run_figure(result, plot)
     typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else result.table())
 
 
@@ -68,6 +82,9 @@ def agents_capacity_cmd(
     max_probes: Annotated[Optional[str], number_option("--max-probes", help="at most this many probes "
                                                                             "(default 40)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON instead of a table")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each type's latency (p50, "
+                                                                        "p95) against its rate over the probes to "
+                                                                        "FILE (.png or .svg; needs matplotlib)")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -76,8 +93,17 @@ def agents_capacity_cmd(
     from blis_fast.studies.agents_capacity import agents_capacity  # deferred: numpy, the kernels
     from blis_fast.studies.capacity import DEFAULT_TOLERANCE, MAX_PROBES  # deferred: numpy
 
+    if plot is not None:
+        from blis_fast.studies.plots import check_plot_path  # deferred: matplotlib
+
+        check_plot_path(plot)
+        check_outputs([("--plot", plot)], [("--scenario", scenario)])
     with feedback.progress("agents capacity", None, "runs") as bar:
         result = agents_capacity(scenario, slo, runs=runs,
                                  tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance,
                                  max_probes=MAX_PROBES if max_probes is None else max_probes, on_run=bar.advance)
+    if plot is not None:
+        from blis_fast.studies.plots import agents_capacity_figure  # deferred: matplotlib
+
+        agents_capacity_figure(result, plot)
     typer.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else result.table())

@@ -51,6 +51,7 @@ class AgentProbe:
     margin: float
     uncertain: bool
     too_large: bool = False
+    types: dict | None = None  # AgentResult.types at this probe (every type's latencies: the plot)
 
     def to_dict(self, scenario: Scenario) -> dict:
         return {"multiplier": self.value, "met": self.met, "uncertain": self.uncertain,
@@ -189,7 +190,7 @@ class _AgentProber:
         met = all(stats[p.metric] is not None and p.holds(stats[p.metric].mean) for p in self.slos)
         uncertain = any(s is not None and s.half_width > 0 and s.low <= p.threshold <= s.high
                         for p, s in ((p, stats[p.metric]) for p in self.slos))
-        return AgentProbe(m, stats, met, min(margins), uncertain)
+        return AgentProbe(m, stats, met, min(margins), uncertain, types=result.types)
 
     def probe(self, values: list[float]) -> list[AgentProbe]:
         out = [self._one(m) for m in values]

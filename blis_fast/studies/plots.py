@@ -238,3 +238,44 @@ def study_figure(study, path: Path, title: str) -> None:
                  + (" (95 % confidence intervals)" if seeds > 1 else ""))
     fig.tight_layout(rect=(0, 0.05 if len(series) > 1 else 0, 1, 1))
     save(fig, path)
+
+
+def agents_run_figure(result, path: Path) -> None:
+    """Utilization per resource over time, a heatmap of the first run
+    (``AgentResult.windows``: ``agents.results.utilization_windows``)."""
+    plt = _pyplot()
+    edges, util = result.windows
+    names = [r.name for r in result.scenario.resources]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.6))
+    image = ax.imshow(util, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0.0, vmax=1.0,
+                      extent=(edges[0], edges[-1], len(names) - 0.5, -0.5))
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{result.scenario.name or 'agents'}: utilization per resource, run 0 (seed {result.scenario.seed})")
+    fig.colorbar(image, ax=ax, label="fraction of capacity in use")
+    fig.tight_layout()
+    save(fig, path)
+
+
+def agents_capacity_figure(result, path: Path) -> None:
+    """Latency (p50 and p95, mean over the runs) against the offered rate per type, one
+    panel per type, from the probes of an agents capacity search (a rate sweep)."""
+    plt = _pyplot()
+    probes = sorted((p for p in result.probes if p.types is not None), key=lambda p: p.value)
+    names = [t for t in result.scenario.types if t.rate_per_min > 0]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for ax, t in zip(axes[0], names):
+        for key, style in (("latency_p50_s", "o-"), ("latency_p95_s", "s--")):
+            pts = [(t.rate_per_min * p.value, p.types[t.name][key]) for p in probes
+                   if p.types[t.name][key] is not None]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], style, label=key.split("_")[1])
+        if result.answer is not None:
+            ax.axvline(t.rate_per_min * result.answer, color="grey", linestyle=":", label="answer")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{t.name} arrivals (requests/min)")
+        ax.set_ylabel("latency (s)")
+        ax.legend(fontsize="small")
+    fig.suptitle(f"{result.scenario.name or 'agents'}: latency vs rate")
+    fig.tight_layout()
+    save(fig, path)

@@ -97,3 +97,45 @@ def test_a_multiplier_beyond_the_run_limits_is_not_run():
     r = agents_capacity(big, "completed[type=t]>=0", max_probes=3)
     assert r.probes[-1].too_large and not r.probes[-1].met
     assert "size limits" in r.message
+
+
+def test_utilization_windows_add_up_to_the_runs_utilization():
+    """Windows of the spread-out work: their time average is the run's utilization, and a
+    lone request's tool (constant rate) shows exactly its work / capacity in its window."""
+    from blis_fast.agents.generate import build_templates, generate_run
+    from blis_fast.agents.results import summarize_run, utilization_windows
+    from blis_fast.agents.run import simulate_run
+
+    sc = scenario_of(CONFIGS / "tools-only.yaml")
+    out = simulate_run(sc, build_templates(sc), generate_run(sc, 0))
+    edges, util = utilization_windows(sc, out, windows=50)
+    assert util.shape == (len(sc.resources), 50) and (util >= 0).all()
+    whole = summarize_run(sc, out)["resources"]
+    for r in sc.resources:
+        assert util[r.index].mean() == pytest.approx(whole[r.name]["utilization"], rel=1e-9, abs=1e-12)
+    lone = {"resources": {"cpu": 10}, "types": {"t": {"nodes": {"a": {"work": {"cpu": 5}}}}},
+            "arrivals": {"t": 0.2}, "duration_s": 6000, "seed": 1}  # ~20 requests, far apart
+    sc1 = scenario_of(lone)
+    out1 = simulate_run(sc1, build_templates(sc1), generate_run(sc1, 0))
+    edges1, util1 = utilization_windows(sc1, out1, windows=200_000)  # windows of ~0.03 s
+    # a request alone runs 0.5 s at the full capacity: the windows inside it are exactly full, none above
+    assert util1.max() == pytest.approx(1.0) and (util1 <= 1.0 + 1e-9).all()
+
+
+@pytest.mark.parametrize("command,extra", [
+    ("run", ["--runs", "1"]),
+    ("capacity", ["--slo", "latency_p95_s<=5", "--max-probes", "3"]),
+])
+def test_plots_are_drawn(tmp_path, command, extra):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "figure.png"
+    code, _, err = cli_in_process("agents", command, "--scenario", CONFIGS / "tools-only.yaml", *extra, "--plot", out)
+    assert code == 0, err[-2000:]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_path_is_checked_before_running(tmp_path):
+    assert_clean_error(*cli_in_process("agents", "run", "--scenario", CONFIGS / "tools-only.yaml", "--plot",
+                                       tmp_path / "f.gif"), needles=("--plot", ".png or .svg"))
+    assert_clean_error(*cli_in_process("agents", "capacity", "--scenario", SLA, "--slo", "latency_p95_s<=5",
+                                       "--plot", SLA), needles=("--plot",))
