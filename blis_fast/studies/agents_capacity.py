@@ -29,7 +29,7 @@ from blis_fast.agents.scenario import MAX_AGENT_NODES, MAX_AGENT_REQUESTS, MAX_R
 from blis_fast.config.validate import as_float, as_int, show
 from blis_fast.errors import ConfigError
 from blis_fast.studies.capacity import DEFAULT_TOLERANCE, MAX_PROBES, search_rate
-from blis_fast.studies.runs import SeedStats, seed_stats
+from blis_fast.studies.runs import SeedStats, check_simulations, seed_stats
 from blis_fast.studies.slo import SloPredicate, parse_slos
 
 # the spelling (p95_latency_s) of the result keys (latency_p95_s)
@@ -209,6 +209,7 @@ def agents_capacity(scenario, slo, *, runs=None, tolerance=DEFAULT_TOLERANCE, ma
     preds = parse_agent_slos(slo, sc)
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 1000)
+    check_simulations(max_probes * sc.runs, "--max-probes", f"{max_probes} probes x {sc.runs} runs")
     prober = _AgentProber(sc, preds, max_probes, on_run)
     good, bad = search_rate(prober, tol, None, None)
     out = AgentCapacityResult(sc, preds, tol, good.value if good else None, bad.value if bad else None,

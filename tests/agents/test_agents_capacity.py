@@ -79,6 +79,7 @@ def test_a_predicate_without_a_selector_applies_to_every_type_with_arrivals():
     (["--slo", "p95_latency_s<=30", "--tolerance", "0"], ("--tolerance",)),
     (["--slo", "p95_latency_s<=30", "--max-probes", "0"], ("--max-probes",)),
     (["--slo", "p95_latency_s<=30", "--runs", "0"], ("--runs",)),
+    (["--slo", "p95_latency_s<=30", "--runs", "1000", "--max-probes", "40"], ("--max-probes", "40 probes x 1000 runs")),
 ])
 def test_refusals_are_one_line_naming_the_field(args, needles):
     assert_clean_error(*cli_in_process("agents", "capacity", "--scenario", SLA, *args), needles=needles)
