@@ -344,14 +344,16 @@ def hide_busy_instances(st, m, t):
     inst = st.inst
     free = 0
     for i in range(inst.shape[0]):
-        if inst[i]["active"] != 0 and inst[i]["model"] == m and slot_free(st, i, t):
+        if inst[i]["active"] == 0 or inst[i]["model"] != m:
+            continue
+        if slot_free(st, i, t):
             free += 1
-    if free == 0:
-        return False
-    for i in range(inst.shape[0]):
-        if inst[i]["active"] != 0 and inst[i]["model"] == m and not slot_free(st, i, t):
+        else:
             st.flow_inst[i]["saved_active"] = inst[i]["active"]
             inst[i]["active"] = 0
+    if free == 0:
+        show_instances(st)
+        return False
     return True
 
 
