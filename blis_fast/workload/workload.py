@@ -77,6 +77,9 @@ class Workload:
                  arrives follow_delay_us[i] µs after i's last token.  A request that is
                  some other request's next_request has arrival_us == -1 (decided at run
                  time) and next_request[i] > i.
+    agent_node:  int64 [n] or None: the agent DAG node (blis_fast/agents) whose LLM call the
+                 request is, -1 for an ordinary request.  An agent's request has
+                 arrival_us == -1: it arrives when its node starts (every predecessor done).
     ttl_us, sheddable, max_retries: int64 / uint8 / int32 [n] or all None (no deadlines):
                  the request's time to live, µs after its arrival (-1 = none), whether flow
                  control may shed it (its SLO class's ``sheddable``), its retries;
@@ -119,6 +122,7 @@ class Workload:
     sheddable: np.ndarray | None = None
     max_retries: np.ndarray | None = None
     retry_backoff: np.ndarray | None = None
+    agent_node: np.ndarray | None = None
 
     # request deadlines, shedding and retries (blis_fast/config/flow_control.py), all None or all
     # set: kept apart from ATTRIBUTES, so a workload without them has the request table and the
@@ -139,11 +143,14 @@ class Workload:
 
     @property
     def is_dependent(self) -> np.ndarray:
-        """True for requests released by another request's completion (closed loop)."""
+        """True for requests released at run time: by another request's completion (closed
+        loop) or by an agent DAG (``agent_node``)."""
         dep = np.zeros(len(self), bool)
         if self.next_request is not None:
             nxt = self.next_request[self.next_request >= 0]
             dep[nxt] = True
+        if self.agent_node is not None:
+            dep |= self.agent_node >= 0
         return dep
 
     def __len__(self) -> int:
@@ -366,6 +373,12 @@ class Workload:
             if linked.size and np.bincount(nxt[linked], minlength=n).max() > 1:
                 raise WorkloadError("workload.next_request", "a request can follow only one other request")
             dep[nxt[linked]] = True
+        if self.agent_node is not None:
+            if self.agent_node.shape != (n,) or (n and (self.agent_node.min() < -1 or self.agent_node.max() > MAX_TIME_US)):
+                raise WorkloadError("workload.agent_node", "must hold one entry per request: -1 or a node id")
+            if self.next_request is not None and np.any(dep & (self.agent_node >= 0)):
+                raise WorkloadError("workload.agent_node", "an agent's LLM call cannot also follow another request")
+            dep |= self.agent_node >= 0
         if self.follow_delay_us is not None and n and self.follow_delay_us.min() < 0:
             raise WorkloadError("workload.follow_delay_us", "delays must be >= 0 µs")
         if n and self.arrival_us[~dep].size and self.arrival_us[~dep].min() < 0:
