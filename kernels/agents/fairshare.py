@@ -66,16 +66,19 @@ when that closure is done, every capped resource admits waiters, in queue order,
 is under its cap, and the closure runs again.  Results do not depend on the order the
 events of one instant are handled in.
 
-Tables (plain numpy structured arrays, ``fs_tables`` builds them): RESOURCE_DT per
-resource, LOAD_DT per (node, resource) load -- the loads of node n are rows
-``node_load_ptr[n] : node_load_ptr[n+1]`` --, and one int64 array ``slots`` holding each
-resource's heap and wait queue at offset ``RESOURCE_DT.slot_off`` (room for every load of r).
-The helpers push loads that become done onto a caller's stack (``done``, ``n_done``).
+Tables (plain numpy structured arrays, declared in kernels/schema/tables.py; ``fs_tables``
+and ``fs_nodes`` build them): AGENT_RESOURCE_DT per resource, AGENT_LOAD_DT per (node,
+resource) load, AGENT_NODE_DT per node (its loads are rows ``load_lo : load_hi``, its
+successors ``succ[succ_lo : succ_hi]``, an llm node's request row), and one int64 array
+``slots`` holding each resource's heap and wait queue at offset ``slot_off`` (room for every
+load of r).  The helpers push loads that become done onto a stack (``done``).
 
-The driver ``run_tool_dags`` keeps one finish event per resource in an EVENT_DT heap
+The resources' finish events are one per resource in an EVENT_DT heap of their own
 (structs/heap.py; ``request`` = the resource, ``seq`` = its version: an event whose seq is
-not ``RESOURCE_DT.event_seq`` of its resource is stale and skipped); the event loop of
-the simulator will hold the same events among its own.
+not ``event_seq`` of its resource is stale and skipped).  ``fs_instant`` runs one instant
+to its closure and ``fs_next_us`` says when the next is; the tools-only driver
+``run_tool_dags`` alternates the two, and the simulator's event loop (engine/agents.py)
+merges ``fs_next_us`` with its own events, its llm nodes being requests to the cluster.
 """
 
 import math
@@ -83,45 +86,16 @@ import math
 import numpy as np
 
 from ..jit import helper, kernel
-from ..schema import EVENT_DT
+from ..schema import AGENT_LOAD_DT, AGENT_NODE_DT, AGENT_RESOURCE_DT, EVENT_DT, AgentCounter
 from ..structs.heap import heap_pop, heap_push
 from ..structs.keyed_heap import kh_push, kh_remove
 
-NEVER_US = np.int64(1) << np.int64(62)  # a finish this far away (~146,000 years) means "never"
+NEVER_US = np.int64(1) << np.int64(62)  # a finish this far away (~146,000 years) means "never" (AGENT_NEVER_US)
 DYNAMIC = np.int64(0)
 STATIC = np.int64(1)
 
-RESOURCE_DT = np.dtype(
-    [
-        ("capacity", np.float64),  # C_r, work units per second (> 0, finite)
-        ("vclock", np.float64),  # V_r: work per unit weight done since r was last idle
-        ("t_us", np.int64),  # t_r: the instant V_r is at
-        ("weight_sum", np.int64),  # W_r: sum of the weights of r's consumers
-        ("members", np.int64),  # number of r's consumers
-        ("max_members", np.int64),  # the cap on r's consumers, 0 = none
-        ("slot_off", np.int64),  # r's heap is slots[off : off + heap_size], its queue follows at off + n_loads
-        ("n_loads", np.int64),  # loads on r in the whole run (room of the heap and of the queue)
-        ("heap_size", np.int64),
-        ("wait_size", np.int64),
-        ("event_seq", np.int64),  # seq of r's live finish event, -1 = none (older ones are stale)
-        ("busy_us", np.int64),  # µs with at least one consumer
-    ],
-    align=True,
-)
-
-LOAD_DT = np.dtype(
-    [
-        ("node", np.int64),
-        ("res", np.int64),
-        ("work", np.float64),  # work units on res (>= 0, finite; 0 = no load)
-        ("weight", np.int64),  # the node's weight (>= 1)
-        ("vfin", np.float64),  # virtual finish on res (the heap key)
-        ("heap_pos", np.int64),  # index in res's heap, -1 = not in it
-        ("wait_key", np.float64),  # the µs it queued at (the queue key)
-        ("wait_pos", np.int64),  # index in res's queue, -1 = not in it
-    ],
-    align=True,
-)
+RESOURCE_DT = AGENT_RESOURCE_DT  # (declared in kernels/schema/tables.py: State fields too)
+LOAD_DT = AGENT_LOAD_DT
 
 
 # ----------------------------------------------------------------------------- one resource
@@ -272,49 +246,140 @@ def fs_tables(capacity, max_members, node_weight, node_load_ptr, load_res, load_
     return res, loads, np.zeros(off, np.int64)
 
 
-# ----------------------------------------------------------------------------- tools-only driver
+@kernel
+def fs_nodes(pending, node_load_ptr, succ_ptr, node_request):
+    """The node table (AGENT_NODE_DT[N]) of a run: ``pending`` int64[N] (predecessors; 0 =
+    a root), loads and successors in CSR (``node_load_ptr``, ``succ_ptr``: int64[N + 1]),
+    ``node_request`` int64[N] (an llm node's request row, -1 for a tool)."""
+    n = pending.shape[0]
+    nodes = np.zeros(n, AGENT_NODE_DT)
+    for k in range(n):
+        nodes[k]["pending"] = pending[k]
+        nodes[k]["start_us"] = -1
+        nodes[k]["finish_us"] = -1
+        nodes[k]["load_lo"] = node_load_ptr[k]
+        nodes[k]["load_hi"] = node_load_ptr[k + 1]
+        nodes[k]["succ_lo"] = succ_ptr[k]
+        nodes[k]["succ_hi"] = succ_ptr[k + 1]
+        nodes[k]["request"] = node_request[k]
+    return nodes
+
+
+# ----------------------------------------------------------------------------- instants
+#
+# An instant's state lives in arrays only (the counters ``c``, columns AgentCounter), so the
+# same helpers run the tools-only driver below and the simulator's event loop
+# (kernels/engine/agents.py), which keeps these arrays in its State.
 
 
 @helper
-def _mark(dirty, dirty_list, n_dirty, r):
-    """Note that r's next finish may have changed; returns the new list size."""
-    if dirty[r] == 0:
-        dirty[r] = 1
-        dirty_list[n_dirty] = r
-        n_dirty += 1
-    return n_dirty
+def _mark(res, dirty_list, c, r):
+    """Note that r's next finish may have changed."""
+    if res[r]["dirty"] == 0:
+        res[r]["dirty"] = 1
+        dirty_list[c[AgentCounter.N_DIRTY]] = r
+        c[AgentCounter.N_DIRTY] += 1
 
 
 @helper
-def _start_node(n, t, res, loads, slots, node_load_ptr, node_start, node_left, done, n_done, node_stack, n_nodes,
-                dirty, dirty_list, n_dirty):
+def _push_load(done, c, l):
+    done[c[AgentCounter.N_DONE]] = l
+    c[AgentCounter.N_DONE] += 1
+
+
+@helper
+def _settle_into(res, r, t, slots, loads, done, c):
+    """fs_settle onto the instant's stack of done loads."""
+    c[AgentCounter.N_DONE] = fs_settle(res, r, t, slots, loads, done, c[AgentCounter.N_DONE])
+
+
+@helper
+def _join_into(res, l, t, slots, loads, done, c):
+    c[AgentCounter.N_DONE] = fs_join(res, l, t, slots, loads, done, c[AgentCounter.N_DONE])
+
+
+@helper
+def _leave_into(res, l, t, slots, loads, done, c):
+    c[AgentCounter.N_DONE] = fs_leave(res, l, t, slots, loads, done, c[AgentCounter.N_DONE])
+
+
+@helper
+def _node_done(nodes, stack, c, n):
+    """Node n has nothing left to do: it finishes at the current instant."""
+    stack[c[AgentCounter.N_STACK]] = n
+    c[AgentCounter.N_STACK] += 1
+
+
+@helper
+def _start_node(n, t, res, loads, slots, nodes, done, stack, dirty_list, released, c):
     """Node n starts at µs t: each of its loads joins (or, on a capped resource, queues);
-    a node without work is done at once.  Returns (n_done, n_nodes, n_dirty)."""
-    node_start[n] = t
+    an llm node's request is to be sent (``released``); a node with nothing to do is done
+    at once."""
+    nodes[n]["start_us"] = t
     left = 0
-    for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
+    for l in range(nodes[n]["load_lo"], nodes[n]["load_hi"]):
         if loads[l]["work"] > 0.0:
             left += 1
             r = loads[l]["res"]
             if res[r]["max_members"] > 0:
                 fs_enqueue(res, l, t, slots, loads)  # admitted by the instant's admission step
             else:
-                n_done = fs_join(res, l, t, slots, loads, done, n_done)
-                n_dirty = _mark(dirty, dirty_list, n_dirty, r)
-    node_left[n] = left
+                _join_into(res, l, t, slots, loads, done, c)
+                _mark(res, dirty_list, c, r)
+    if nodes[n]["request"] >= 0:  # its LLM call: done when the request's last token is out
+        left += 1
+        released[c[AgentCounter.N_RELEASED]] = n
+        c[AgentCounter.N_RELEASED] += 1
+    nodes[n]["left"] = left
     if left == 0:
-        node_stack[n_nodes] = n
-        n_nodes += 1
-    return n_done, n_nodes, n_dirty
+        _node_done(nodes, stack, c, n)
 
 
 @helper
-def _skip_stale(heap, hsize, res):
+def fs_part_done(nodes, stack, c, n):
+    """One of started node n's parts (a load, its llm call) is done; the node finishes at
+    the current instant when it was the last."""
+    nodes[n]["left"] -= 1
+    if nodes[n]["left"] == 0:
+        _node_done(nodes, stack, c, n)
+
+
+@helper
+def _close_instant(t, mode, res, loads, slots, nodes, succ, done, stack, dirty_list, released, c):
+    """Handle the done loads and nodes at µs t until none is left: a node whose parts are
+    all done finishes and starts the successors it was the last predecessor of."""
+    while c[AgentCounter.N_DONE] > 0 or c[AgentCounter.N_STACK] > 0:
+        if c[AgentCounter.N_DONE] > 0:
+            c[AgentCounter.N_DONE] -= 1
+            l = done[c[AgentCounter.N_DONE]]
+            if mode == DYNAMIC:
+                _leave_into(res, l, t, slots, loads, done, c)
+                _mark(res, dirty_list, c, loads[l]["res"])
+            fs_part_done(nodes, stack, c, loads[l]["node"])
+        else:
+            c[AgentCounter.N_STACK] -= 1
+            n = stack[c[AgentCounter.N_STACK]]
+            nodes[n]["finish_us"] = t
+            if mode == STATIC:
+                for l in range(nodes[n]["load_lo"], nodes[n]["load_hi"]):
+                    if loads[l]["work"] > 0.0:
+                        _leave_into(res, l, t, slots, loads, done, c)
+                        _mark(res, dirty_list, c, loads[l]["res"])
+            for k in range(nodes[n]["succ_lo"], nodes[n]["succ_hi"]):
+                s = succ[k]
+                nodes[s]["pending"] -= 1
+                if nodes[s]["pending"] == 0:
+                    _start_node(s, t, res, loads, slots, nodes, done, stack, dirty_list, released, c)
+
+
+@helper
+def _skip_stale(heap, res, c):
     """Drop the stale events (an older event of a resource that has been rescheduled since)
-    from the top of the heap; returns its new size."""
+    from the top of the heap."""
+    hsize = c[AgentCounter.HEAP_SIZE]
     while hsize > 0 and heap[0]["seq"] != res[heap[0]["request"]]["event_seq"]:
         hsize = heap_pop(heap, hsize)[0]
-    return hsize
+    c[AgentCounter.HEAP_SIZE] = hsize
 
 
 @helper
@@ -342,61 +407,105 @@ def _compact(heap, hsize, res):
 
 
 @helper
-def _reschedule(res, slots, loads, heap, hsize, seq, dirty, dirty_list, n_dirty):
+def _reschedule(res, slots, loads, heap, dirty_list, c):
     """One finish event per resource that changed, at its next finish (older ones become
-    stale; a full heap is compacted).  Returns (heap size, next seq); the size is -1 if
-    the heap is full of live events (it has room for 2 R + 64: it cannot be)."""
-    for i in range(n_dirty):
+    stale; a full heap is compacted).  A heap full of live events (it has room for
+    2 R + 64: it cannot be) sets the STATUS counter."""
+    hsize = c[AgentCounter.HEAP_SIZE]
+    seq = c[AgentCounter.SEQ]
+    for i in range(c[AgentCounter.N_DIRTY]):
         r = dirty_list[i]
-        dirty[r] = 0
+        res[r]["dirty"] = 0
         nf = fs_next_finish_us(res, r, slots, loads)
         res[r]["event_seq"] = -1
         if nf < NEVER_US:
             if hsize == heap.shape[0]:
                 hsize = _compact(heap, hsize, res)
-            hsize = heap_push(heap, hsize, nf, np.int64(0), seq, r, np.int64(0))
-            if hsize < 0:
+            size = heap_push(heap, hsize, nf, np.int64(0), seq, r, np.int64(0))
+            if size < 0:
+                c[AgentCounter.STATUS] = 1
                 break
+            hsize = size
             res[r]["event_seq"] = seq
             seq += 1
-    return hsize, seq
+    c[AgentCounter.N_DIRTY] = 0
+    c[AgentCounter.HEAP_SIZE] = hsize
+    c[AgentCounter.SEQ] = seq
 
 
 @helper
-def _close_instant(t, mode, res, loads, slots, done, n_done, node_stack, n_nodes, node_left, node_load_ptr, succ_ptr,
-                   succ, pend, node_start, dirty, dirty_list, n_dirty, node_finish):
-    """Handle the done loads and nodes at µs t until none is left: a node whose loads are
-    all done finishes and starts the successors it was the last predecessor of.  Returns
-    the new size of the dirty list."""
-    while n_done > 0 or n_nodes > 0:
-        if n_done > 0:
-            n_done -= 1
-            l = done[n_done]
-            if mode == DYNAMIC:
-                n_done = fs_leave(res, l, t, slots, loads, done, n_done)
-                n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
-            n = loads[l]["node"]
-            node_left[n] -= 1
-            if node_left[n] == 0:
-                node_stack[n_nodes] = n
-                n_nodes += 1
-        else:
-            n_nodes -= 1
-            n = node_stack[n_nodes]
-            node_finish[n] = t
-            if mode == STATIC:
-                for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
-                    if loads[l]["work"] > 0.0:
-                        n_done = fs_leave(res, l, t, slots, loads, done, n_done)
-                        n_dirty = _mark(dirty, dirty_list, n_dirty, loads[l]["res"])
-            for k in range(succ_ptr[n], succ_ptr[n + 1]):
-                s = succ[k]
-                pend[s] -= 1
-                if pend[s] == 0:
-                    n_done, n_nodes, n_dirty = _start_node(s, t, res, loads, slots, node_load_ptr,
-                                                           node_start, node_left, done, n_done, node_stack,
-                                                           n_nodes, dirty, dirty_list, n_dirty)
-    return n_dirty
+def fs_next_us(arrival_us, res, heap, c):
+    """The agents' next instant: their next arrival or resource finish, NEVER_US if none
+    (llm completions come as events of the simulator's own)."""
+    _skip_stale(heap, res, c)
+    t = NEVER_US
+    if c[AgentCounter.HEAP_SIZE] > 0:
+        t = heap[0]["time_us"]
+    q = c[AgentCounter.NEXT_ARRIVAL]
+    if q < arrival_us.shape[0] and arrival_us[q] < t:
+        t = arrival_us[q]
+    return t
+
+
+@helper
+def fs_instant(t, arrival_us, first_node, mode, res, loads, slots, nodes, succ, done, stack, dirty_list, released,
+               heap, c):
+    """Run the instant µs t to its closure (the module docstring's "one instant"): the
+    arrivals at t start their roots; done loads and nodes cascade; the resources with
+    loads due at t settle; capped resources admit their waiters; until nothing more
+    happens at t.  Nodes already on the done stack (an llm node's completion) are part of
+    it.  The llm nodes it starts are left in ``released`` for the caller to send."""
+    q = c[AgentCounter.NEXT_ARRIVAL]
+    while q < arrival_us.shape[0] and arrival_us[q] == t:
+        for n in range(first_node[q], first_node[q + 1]):
+            if nodes[n]["pending"] == 0:
+                _start_node(n, t, res, loads, slots, nodes, done, stack, dirty_list, released, c)
+        q += 1
+        c[AgentCounter.EVENTS] += 1
+    c[AgentCounter.NEXT_ARRIVAL] = q
+    n_res = res.shape[0]
+    while True:
+        _close_instant(t, mode, res, loads, slots, nodes, succ, done, stack, dirty_list, released, c)
+        _reschedule(res, slots, loads, heap, dirty_list, c)
+        if c[AgentCounter.STATUS] != 0:
+            return
+        _skip_stale(heap, res, c)
+        if c[AgentCounter.HEAP_SIZE] > 0 and heap[0]["time_us"] == t:  # a resource with loads done at t
+            r = np.int64(heap[0]["request"])
+            c[AgentCounter.HEAP_SIZE] = heap_pop(heap, c[AgentCounter.HEAP_SIZE])[0]
+            res[r]["event_seq"] = -1
+            c[AgentCounter.EVENTS] += 1
+            _settle_into(res, r, t, slots, loads, done, c)
+            _mark(res, dirty_list, c, r)
+            continue
+        admitted = 0  # the closure is done: capped resources admit their waiters
+        for r in range(n_res):
+            if res[r]["wait_size"] > 0 and res[r]["members"] < res[r]["max_members"]:
+                c[AgentCounter.N_DONE], k = fs_admit(res, r, t, slots, loads, done, c[AgentCounter.N_DONE])
+                admitted += k
+                _mark(res, dirty_list, c, r)
+        if admitted == 0:
+            return
+
+
+@helper
+def fs_work_done(nodes, loads, work_done):
+    """Per resource, the work of the finished nodes into ``work_done`` (zeros), summed in
+    load order (the same float whatever order the events came in)."""
+    for n in range(nodes.shape[0]):
+        if nodes[n]["finish_us"] >= 0:
+            for l in range(nodes[n]["load_lo"], nodes[n]["load_hi"]):
+                work_done[loads[l]["res"]] += loads[l]["work"]
+
+
+@helper
+def heap_rows(n_res):
+    """Rows of the agents' finish-event heap: one live event per resource at most, and
+    room for stale ones (compacted away when it fills up)."""
+    return 2 * n_res + 64
+
+
+# ----------------------------------------------------------------------------- tools-only driver
 
 
 @kernel
@@ -417,80 +526,27 @@ def run_tool_dags(arrival_us, req_node_ptr, pending, node_weight, node_load_ptr,
     busy_us int64[R] (µs with at least one consumer), work_done float64[R] (the work of
     the finished nodes, summed in load order), events int64
     (arrivals + resource finish events handled), status int64 (0 = ok))."""
-    n_req = arrival_us.shape[0]
-    n_nodes_total = pending.shape[0]
+    n_nodes = pending.shape[0]
     n_res = capacity.shape[0]
     n_loads = load_res.shape[0]
     res, loads, slots = fs_tables(capacity, max_members, node_weight, node_load_ptr, load_res, load_work)
-    pend = pending.copy()
-    node_start = np.full(n_nodes_total, -1, np.int64)
-    node_finish = np.full(n_nodes_total, -1, np.int64)
-    node_left = np.zeros(n_nodes_total, np.int64)
+    nodes = fs_nodes(pending, node_load_ptr, succ_ptr, np.full(n_nodes, -1, np.int64))
     done = np.empty(max(n_loads, 1), np.int64)
-    node_stack = np.empty(max(n_nodes_total, 1), np.int64)
-    dirty = np.zeros(n_res, np.int64)
+    stack = np.empty(max(n_nodes, 1), np.int64)
+    released = np.empty(max(n_nodes, 1), np.int64)  # (no llm node here: stays empty)
     dirty_list = np.empty(max(n_res, 1), np.int64)
-    # at most one live event per resource: stale ones are compacted away when it fills up
-    heap = np.zeros(2 * n_res + 64, EVENT_DT)
-    hsize = np.int64(0)
-    seq = np.int64(0)
-    events = np.int64(0)
-    status = np.int64(0)
-    n_done = np.int64(0)
-    n_nodes = np.int64(0)
-    n_dirty = np.int64(0)
-    q = 0
-    while status == 0:
-        hsize = _skip_stale(heap, hsize, res)
-        t = NEVER_US
-        if hsize > 0:
-            t = heap[0]["time_us"]
-        if q < n_req and arrival_us[q] < t:
-            t = arrival_us[q]
+    heap = np.zeros(heap_rows(n_res), EVENT_DT)
+    c = np.zeros(len(AgentCounter), np.int64)
+    while c[AgentCounter.STATUS] == 0:
+        t = fs_next_us(arrival_us, res, heap, c)
         if t == NEVER_US:
             break
-        while q < n_req and arrival_us[q] == t:
-            for n in range(req_node_ptr[q], req_node_ptr[q + 1]):
-                if pend[n] == 0:
-                    n_done, n_nodes, n_dirty = _start_node(n, t, res, loads, slots, node_load_ptr, node_start,
-                                                           node_left, done, n_done, node_stack, n_nodes, dirty,
-                                                           dirty_list, n_dirty)
-            q += 1
-            events += 1
-        while True:  # the instant t, to its closure
-            n_dirty = _close_instant(t, mode, res, loads, slots, done, n_done, node_stack, n_nodes, node_left,
-                                     node_load_ptr, succ_ptr, succ, pend, node_start, dirty, dirty_list, n_dirty,
-                                     node_finish)
-            n_done = 0
-            n_nodes = 0
-            hsize, seq = _reschedule(res, slots, loads, heap, hsize, seq, dirty, dirty_list, n_dirty)
-            n_dirty = 0
-            if hsize < 0:
-                status = 1
-                break
-            hsize = _skip_stale(heap, hsize, res)
-            if hsize > 0 and heap[0]["time_us"] == t:  # a resource with loads done at t
-                r = np.int64(heap[0]["request"])
-                hsize = heap_pop(heap, hsize)[0]
-                res[r]["event_seq"] = -1
-                events += 1
-                n_done = fs_settle(res, r, t, slots, loads, done, n_done)
-                n_dirty = _mark(dirty, dirty_list, n_dirty, r)
-                continue
-            admitted = 0  # the closure is done: capped resources admit their waiters
-            for r in range(n_res):
-                if res[r]["wait_size"] > 0 and res[r]["members"] < res[r]["max_members"]:
-                    n_done, k = fs_admit(res, r, t, slots, loads, done, n_done)
-                    admitted += k
-                    n_dirty = _mark(dirty, dirty_list, n_dirty, r)
-            if admitted == 0:
-                break
-    work_done = np.zeros(n_res, np.float64)  # summed in load order: the same float whatever the event order
-    for n in range(n_nodes_total):
-        if node_finish[n] >= 0:
-            for l in range(node_load_ptr[n], node_load_ptr[n + 1]):
-                work_done[load_res[l]] += load_work[l]
+        fs_instant(t, arrival_us, req_node_ptr, mode, res, loads, slots, nodes, succ, done, stack, dirty_list,
+                   released, heap, c)
     busy_us = np.empty(n_res, np.int64)
     for r in range(n_res):
         busy_us[r] = res[r]["busy_us"]
-    return node_start, node_finish, busy_us, work_done, events, status
+    work_done = np.zeros(n_res, np.float64)
+    fs_work_done(nodes, loads, work_done)
+    return (nodes["start_us"].copy(), nodes["finish_us"].copy(), busy_us, work_done, c[AgentCounter.EVENTS],
+            c[AgentCounter.STATUS])

@@ -57,6 +57,9 @@ class _ClusterEvent(NamedTuple):
 
     ARRIVAL: int = 0
     EXPIRE: int = 1  # a request's TTL is up: cancelled wherever it is unless it completed (engine/flow.py)
+    AGENT_LLM_DONE: int = 2  # an agent DAG's llm node: its request's last token is out (engine/agents.py)
+    AGENT: int = 3  # agent DAGs' instant: arrivals, tool finishes, successors start (engine/agents.py; never in
+    #                 the heap: the loop merges the agents' own next time, State.agent_ctr, like the arrivals)
     ADMISSION: int = 4
     AUTOSCALE_TICK: int = 5  # a pool's autoscaler collects its signals and decides (engine/autoscale.py)
     ACTUATE: int = 6  # a pool's decision acts, a metrics delay after its tick
@@ -87,7 +90,8 @@ InstanceEvent = _InstanceEvent()
 #   band      code  kind                 free codes for a new kind (its place in the order)
 #   cluster      0  ARRIVAL              (also a closed-loop follower's or a retry's)
 #                1  EXPIRE               (flow control: a TTL that ends at an arrival's time sees it arrive)
-#                                        2-3: after an arrival (e.g. a session/DAG release)
+#                2  AGENT_LLM_DONE       (agent DAGs: an llm node is done: the instant below sees it)
+#                3  AGENT                (agent DAGs: one instant of the fair-share resources and the DAGs)
 #                4  ADMISSION
 #                5  AUTOSCALE_TICK       (autoscaling: a tick sees the admissions of its time)
 #                6  ACTUATE              7: free
@@ -133,9 +137,31 @@ class _Status(NamedTuple):
     #                         says how); the routing event is back in the heap, unprocessed
     UNKNOWN_EVENT: int = 12  # an event of a kind the loop has no handler for (loop error_kind /
     #                          error_instance say which): an internal error
+    AGENT_HEAP_FULL: int = 13  # the agents' finish-event heap is full of live events (an internal sizing error)
 
 
 Status = _Status()
+
+
+class _AgentCounter(NamedTuple):
+    """Columns of ``State.agent_ctr`` (and of the tools-only driver's own counters,
+    kernels/agents/fairshare.py): the agents' part of the loop state."""
+
+    HEAP_SIZE: int = 0  # live + stale finish events in the agents' heap (one live per resource at most)
+    SEQ: int = 1  # the next finish event's sequence number (its resource's version)
+    NEXT_ARRIVAL: int = 2  # position in the agents' sorted arrival stream
+    N_DONE: int = 3  # loads done at the current instant, not yet handled (a stack)
+    N_STACK: int = 4  # nodes done at the current instant, not yet handled (a stack)
+    N_DIRTY: int = 5  # resources whose next finish may have changed
+    N_RELEASED: int = 6  # llm nodes started at the current instant, their requests not yet sent
+    EVENTS: int = 7  # agent arrivals and resource finish events handled
+    NEXT_US: int = 8  # the agents' next instant (their next arrival, finish or llm completion), NEVER_US = none
+    STATUS: int = 9  # 0 = ok, 1 = the finish-event heap is full
+
+
+AgentCounter = _AgentCounter()
+N_AGENT_COUNTERS = len(AgentCounter)
+AGENT_NEVER_US = 1 << 62  # "no next instant": as far as the clock ever goes
 
 
 class _PhaseEnd(NamedTuple):
@@ -670,5 +696,5 @@ __all__ = [
     "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
     "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
     "AttemptEnd", "GatewayAction", "GATEWAY_ACTION_NAMES", "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
-    "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF",
+    "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF", "AgentCounter", "N_AGENT_COUNTERS", "AGENT_NEVER_US",
 ]

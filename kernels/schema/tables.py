@@ -491,6 +491,8 @@ SETTINGS_DT = np.dtype(
         ("flow", np.int32),  # 1 = a gateway queue with a saturation detector (FLOW slot not NEVER; engine/flow.py)
         ("deadlines", np.int32),  # 1 = some request has a TTL, is sheddable or retries (State.flow_reqs)
         ("flow_seed", np.int64),  # the seed of the retries' backoff jitter draws (engine/flow.py)
+        ("agents", np.int32),  # 1 = agent DAGs run with the cluster (engine/agents.py; State.agent_*)
+        ("agent_share", np.int32),  # the agents' fair-share mode: 0 dynamic, 1 static (kernels/agents/fairshare.py)
     ],
     align=True,
 )
@@ -719,4 +721,59 @@ SCALE_LOG_DT = np.dtype(
     align=True,
 )
 
-__all__ = ["GATEWAY_LOG_DT", "FLOW_REQ_DT", "FLOW_GROUP_DT", "FLOW_MODEL_DT", "FLOW_INST_DT", "ATTEMPT_DT", "LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT"]
+
+
+# ----------------------------------------------------------------------------- agent DAGs
+# (kernels/agents/fairshare.py: the fair-share resources; engine/agents.py: the DAGs in the
+# event loop).  The tools-only driver builds the same tables for its own runs.
+
+AGENT_RESOURCE_DT = np.dtype(
+    [
+        ("capacity", np.float64),  # C_r, work units per second (> 0, finite)
+        ("vclock", np.float64),  # V_r: work per unit weight done since r was last idle
+        ("t_us", np.int64),  # t_r: the instant V_r is at
+        ("weight_sum", np.int64),  # W_r: sum of the weights of r's consumers
+        ("members", np.int64),  # number of r's consumers
+        ("max_members", np.int64),  # the cap on r's consumers, 0 = none
+        ("slot_off", np.int64),  # r's heap is slots[off : off + heap_size], its queue follows at off + n_loads
+        ("n_loads", np.int64),  # loads on r in the whole run (room of the heap and of the queue)
+        ("heap_size", np.int64),
+        ("wait_size", np.int64),
+        ("event_seq", np.int64),  # seq of r's live finish event, -1 = none (older ones are stale)
+        ("busy_us", np.int64),  # µs with at least one consumer
+        ("dirty", np.int64),  # 1 = r is on the dirty list (its next finish may have changed)
+    ],
+    align=True,
+)
+
+AGENT_LOAD_DT = np.dtype(
+    [
+        ("node", np.int64),
+        ("res", np.int64),
+        ("work", np.float64),  # work units on res (>= 0, finite; 0 = no load)
+        ("weight", np.int64),  # the node's weight (>= 1)
+        ("vfin", np.float64),  # virtual finish on res (the heap key)
+        ("heap_pos", np.int64),  # index in res's heap, -1 = not in it
+        ("wait_key", np.float64),  # the µs it queued at (the queue key)
+        ("wait_pos", np.int64),  # index in res's queue, -1 = not in it
+    ],
+    align=True,
+)
+
+AGENT_NODE_DT = np.dtype(
+    [
+        ("pending", np.int64),  # predecessors not finished yet (0: it starts / has started)
+        ("left", np.int64),  # once started: its loads not done yet (+1 for an llm node's request)
+        ("start_us", np.int64),  # -1 = not started
+        ("finish_us", np.int64),  # -1 = not finished
+        ("load_lo", np.int64),  # its loads: rows [load_lo, load_hi) of the load table
+        ("load_hi", np.int64),
+        ("succ_lo", np.int64),  # its successors: agent_succ[succ_lo : succ_hi]
+        ("succ_hi", np.int64),
+        ("request", np.int64),  # an llm node's request row, -1 for a tool
+    ],
+    align=True,
+)
+
+
+__all__ = ["GATEWAY_LOG_DT", "FLOW_REQ_DT", "FLOW_GROUP_DT", "FLOW_MODEL_DT", "FLOW_INST_DT", "ATTEMPT_DT", "LIFE_DT", "SCALE_POOL_DT", "LIFE_LOG_DT", "SCALE_LOG_DT","ALL_NAMED", "ADMIT_DT", "N_TRACE_ALTERNATIVES", "PREEMPT_DT", "ROUTE_DT", "SCHED_DT", "SCHED_SCAN_DEPTH", "EVENT_DT", "INSTANCE_DT", "IRR_DT", "KV_BLOCK_DT", "LOOP_DT", "PD_INST_DT", "PD_MODEL_DT", "PD_REQ_DT", "KV_TIER_INST_DT", "TIER_DT", "TIER_SLOT_DT", "TIER_WRITE_DT", "TIER_REQ_DT", "TIER_JOB_DT", "REQUEST_DT", "SETTINGS_DT", "STEP_DT", "AGENT_RESOURCE_DT", "AGENT_LOAD_DT", "AGENT_NODE_DT"]
