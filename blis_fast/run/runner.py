@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from blis_fast.errors import SimulationError
+from blis_fast_kernels import schema as S
 from blis_fast_kernels.schema import State, Status
 from blis_fast_kernels.schema.state import STATE_FIELDS, log_room
 from blis_fast.config import memory
@@ -29,6 +30,7 @@ STATUS_MESSAGES = {
     Status.INVARIANT_BATCH: "batch size exceeded max_num_seqs",
     Status.MAX_EVENTS: "the run reached max_events before finishing; raise simulation.max_events",
     Status.UNKNOWN_EVENT: "an event of unknown kind {kind} reached the event loop (internal error; please report)",
+    Status.AGENT_HEAP_FULL: "the agents' finish-event heap overflowed (internal sizing error; please report)",
 }
 
 
@@ -150,7 +152,7 @@ def run_to_end(state: State, progress: Callable[[State], None] | None = None,
 
 
 def next_event_us(state: State) -> int | None:
-    """When the loop's next event happens (the arrival stream's or the heap's), None if
+    """When the loop's next event happens (the arrival stream's, the heap's or the agents'), None if
     no event is left."""
     lp = state.loop[0]
     times = []
@@ -158,6 +160,8 @@ def next_event_us(state: State) -> int | None:
         times.append(int(state.reqs["arrival_us"][state.arrival_order[int(lp["next_arrival"])]]))
     if int(lp["heap_size"]) > 0:
         times.append(int(state.heap["time_us"][0]))
+    if state.settings[0]["agents"] and int(state.agent_ctr[S.AgentCounter.NEXT_US]) < S.AGENT_NEVER_US:
+        times.append(int(state.agent_ctr[S.AgentCounter.NEXT_US]))  # the agents' next instant (engine/agents.py)
     return min(times) if times else None
 
 

@@ -42,12 +42,13 @@ class RunSession:
     config's); ``trace_level``: the kernel's TraceLevel; ``event_skipping=False``: the
     reference path that visits every running request every step; ``scenario``
     (``tables.scenario_tables``) and ``arrays`` (``tables.StateArrays``): what many runs of
-    one scenario share, and where the large arrays come from (a batch reuses a thread's).
-    ``kernel_s`` sums the wall seconds the loop has run in this session."""
+    one scenario share, and where the large arrays come from (a batch reuses a thread's);
+    ``agents``: agent DAGs run with the cluster (run/agents.py ``AgentTables``; the
+    workload holds their llm nodes' requests).  ``kernel_s`` sums the wall seconds the loop has run in this session."""
 
     def __init__(self, setup, workload, policy=None, *, trace_level: int = TraceLevel.NONE,
                  event_skipping: bool = True, scenario: ScenarioTables | None = None,
-                 arrays: StateArrays | None = None) -> None:
+                 arrays: StateArrays | None = None, agents=None) -> None:
         self.setup = setup
         self.workload = workload
         self.policy = policy
@@ -55,6 +56,7 @@ class RunSession:
         self.event_skipping = event_skipping
         self.scenario = scenario
         self.arrays = arrays
+        self.agents = agents
         self.state: State | None = None
         self.kernel_s = 0.0
 
@@ -62,7 +64,8 @@ class RunSession:
         """Allocate and fill the run's State (``tables.build_state``: sized, checked and
         charged to the memory budget before anything large is allocated)."""
         self.state = build_state(self.setup, self.workload, self.policy, event_skipping=self.event_skipping,
-                                 trace_level=self.trace_level, scenario=self.scenario, arrays=self.arrays)
+                                 trace_level=self.trace_level, scenario=self.scenario, arrays=self.arrays,
+                                 agents=self.agents)
         return self
 
     def _ready(self) -> State:
@@ -122,7 +125,7 @@ class RunSession:
     def copy(self) -> "RunSession":
         """An independent session continuing from this one's state (its own arrays)."""
         twin = RunSession(self.setup, self.workload, self.policy, trace_level=self.trace_level,
-                          event_skipping=self.event_skipping, scenario=self.scenario)
+                          event_skipping=self.event_skipping, scenario=self.scenario, agents=self.agents)
         twin.state = copy_state(self._ready())
         twin.kernel_s = self.kernel_s
         return twin

@@ -18,6 +18,7 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
+from blis_fast.run.agents import AgentTables, agent_event_budget, agent_rows, agent_sizes
 from blis_fast.run.flow import FlowLayout, check_flow_support, flow_layout, flow_rows, flow_sizes
 from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.sizing import next_pow2
@@ -453,7 +454,7 @@ def check_kv_blocks(cfg, latency, deployments: tuple = ()) -> None:
 def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int, uses_prefix_index: bool,
                 scheduler_kind: int, trace_level: int = 0, caching: bool | None = None, n_tenants: int = 1,
                 n_arrivals: int | None = None, deployments: tuple = (), n_slo_classes: int = 1,
-                flow: FlowLayout | None = None) -> dict[str, int]:
+                flow: FlowLayout | None = None, agents: AgentTables | None = None) -> dict[str, int]:
     """The named sizes (``schema.state.SIZE_NAMES``) of a run of ``n`` requests with
     ``n_keys`` block keys (``n_shared`` distinct shared values at most) and ``n_blocks``
     request-block slots: what every State field's shape is computed from.  ``caching``:
@@ -492,6 +493,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         **tier_sizes(tiers, n + n_pd, n_blocks),
         **autoscale_sizes(fl, n_slo_classes),
         **flow_sizes(flow, n + n_pd, n_inst, decisions),
+        **agent_sizes(agents, n + n_pd),
     }
     sizes["heap_rows"] += scaler_event_capacity(fl)
     if flow is not None and flow.on:
@@ -518,7 +520,7 @@ def field_bytes(sizes: dict[str, int]) -> dict[str, int]:
 def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_prefix_index: bool,
                          scheduler_kind: int, shared_known: bool = True, n_shared: int | None = None,
                          trace_level: int = 0, n_tenants: int = 1, deployments: tuple = (),
-                         flow: FlowLayout | None = None) -> dict[str, int]:
+                         flow: FlowLayout | None = None, agents: AgentTables | None = None) -> dict[str, int]:
     """Bytes ``build_state`` allocates for ``n`` requests with ``n_keys`` block keys (of
     which ``n_shared`` are shared; default all) and ``n_blocks`` request-block slots, by
     family (``Field.family``: the memory budget's estimate); when the keys' sharing is not
@@ -526,7 +528,7 @@ def estimate_state_bytes(cfg, latency, n: int, n_keys: int, n_blocks: int, uses_
     ``state_sizes``."""
     sizes = state_sizes(cfg, latency, n, n_keys, n_blocks, n_keys if n_shared is None else n_shared,
                         uses_prefix_index, scheduler_kind, trace_level, n_tenants=n_tenants, deployments=deployments,
-                        flow=flow)
+                        flow=flow, agents=agents)
     parts: dict[str, int] = {}
     for f, nbytes in zip(STATE_FIELDS, field_bytes(sizes).values()):
         if f.family:
@@ -640,7 +642,8 @@ def _memory_hint(parts: dict[str, int]) -> str:
 
 
 def build_state(setup, workload, policy=None, *, event_skipping: bool = True, trace_level: int = 0,
-                scenario: ScenarioTables | None = None, arrays: StateArrays | None = None) -> S.State:
+                scenario: ScenarioTables | None = None, arrays: StateArrays | None = None,
+                agents: AgentTables | None = None) -> S.State:
     """Allocate and fill the State of one run of ``workload`` under ``setup`` (a resolved
     config); ``policy`` (blis_fast.policy.CompiledPolicies) defaults to the config's.
     ``event_skipping=False`` visits every running request every step (the reference path
@@ -688,7 +691,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     check_flow_support(flay, pd, tier_layout(fl, n_shared or 0).enabled)
     parts = estimate_state_bytes(cfg, lat, n, n_keys, factor * n_blocks, use_index, pol.scheduler_kind,
                                  shared_known=shared_known, n_shared=n_shared, trace_level=trace_level,
-                                 n_tenants=n_tenants, deployments=deps, flow=flay)
+                                 n_tenants=n_tenants, deployments=deps, flow=flay, agents=agents)
     memory.charge(sum(parts.values()), describe_estimate(parts, cfg, lat, n, n_keys, deps), _memory_hint(parts))
     caching = prefix_caching(cfg, workload)
     arrays = arrays if arrays is not None else StateArrays()
@@ -707,12 +710,14 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         reqs, n_blocks = add_prefill_legs(reqs, n_blocks, pd_models, bs)
     slo_targets = slo_target_rows(workload)
     sizes = state_sizes(cfg, lat, n, len(keys), n_blocks, n_shared, use_index, pol.scheduler_kind, trace_level,
-                        caching, n_tenants, len(order), deps, len(slo_targets), flay)
+                        caching, n_tenants, len(order), deps, len(slo_targets), flay, agents)
     n_inst = fl.n_inst
     s = cfg.simulation
     max_events = s.max_events if s.max_events is not None else 16 * factor * (work_tokens + 8 * n) + 1_000_000
     if s.max_events is None and flay.attempts > n:  # retries: each attempt may redo its request's work
         max_events *= -(-flay.attempts // n)
+    if s.max_events is None:
+        max_events += agent_event_budget(agents)
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
     settings = settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
@@ -726,6 +731,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     settings["deadlines"] = int(flay.deadlines)
     settings["flow_seed"] = (sim.workload_seed if sim.simulation_seed is None else sim.simulation_seed) \
         if flay.deadlines else 0
+    if agents is not None:
+        agents.check(workload)
+        settings["agents"] = 1
+        settings["agent_share"] = agents.share
     given = {
         "settings": settings,
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,
@@ -750,5 +759,6 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
         "life": life_rows(fl), "scale_pools": scale_pool_rows(fl),
         "scale_wish": scale_wish_rows(fl, sizes["scale_window"]), "slo_targets": slo_targets,
         **flow_rows(flay, workload, reqs, sizes["n_models"]), "flow_kind": flow_kind, "flow_param": flow_param,
+        **agent_rows(agents, n + (n if pd else 0), sizes),
     }
     return allocate_state(sizes, given, arrays)

@@ -23,8 +23,10 @@ from .flow import after_life, after_queued, after_step, on_dispatch, on_expire
 from .disaggregation import on_pd_event
 from .tiers import on_tier_event, tier_catch_up
 from .autoscale import counts_as_scaler, on_actuate, on_life, on_tick, start_autoscalers
+from .agents import agents_next_us, on_agent_instant, on_agent_llm_done
 
-_END_OF_TIME = np.int64(1) << 62
+_END_OF_TIME = np.int64(1) << 62  # (== AGENT_NEVER_US: the agents' "no next instant")
+_AGENT_PRIORITY = np.int64(ClusterEvent.AGENT)  # the agents' instant ranks as a cluster event of that kind
 from .handlers import on_admission, on_arrival, on_queued, on_routing
 from .step import on_step
 from .trace import log_room, scale_log_room
@@ -111,6 +113,7 @@ def event_loop(st):
     drained = False  # every event done
     autoscaled = st.settings[0]["autoscaled"] != 0
     flow = st.settings[0]["flow"] != 0
+    agents = st.settings[0]["agents"] != 0
     if autoscaled and lp[0]["scale_started"] == 0:
         start_autoscalers(st)
     while True:
@@ -129,10 +132,22 @@ def event_loop(st):
             r = order[ap]
             t = arrival[r]
             from_stream = size == 0 or t <= h_time[0]
-        if from_stream:
+        from_agents = False
+        agent_t = _END_OF_TIME
+        if agents:  # agent DAGs: their next instant is a third source, ordered as a cluster event (engine/agents.py)
+            agent_t = agents_next_us(st)
+            from_agents = agent_t < _END_OF_TIME and (ap >= order.shape[0] or agent_t < t) and (
+                size == 0 or agent_t < h_time[0] or (agent_t == h_time[0] and _AGENT_PRIORITY < h_prio[0]))
+        if from_agents:
+            from_stream = False
+            t = agent_t
+            kind = np.int64(ClusterEvent.AGENT)
+            ev_inst = np.int64(-1)
+        elif from_stream:
             kind = np.int64(ClusterEvent.ARRIVAL)
             ev_inst = np.int64(-1)
-        elif size > 0 and (size > lp[0]["scaler_events"] + idle_expiries(st) or ap < order.shape[0]):
+        elif size > 0 and (size > lp[0]["scaler_events"] + idle_expiries(st) or ap < order.shape[0]
+                           or agent_t < _END_OF_TIME):
             # (nor do autoscaler events alone, engine/autoscale.py, nor idle expiries, engine/flow.py)
             t = h_time[0]
             kind, ev_inst = event_kind_instance(h_prio[0])
@@ -157,6 +172,8 @@ def event_loop(st):
         # ---- consume it
         if from_stream:
             lp[0]["next_arrival"] = ap + 1
+        elif from_agents:
+            r = np.int64(-1)  # (the agents' instant is not in the heap)
         else:
             size, t, prio, seq, r, arg2 = heap_pop(st.heap, size)
             lp[0]["heap_size"] = size
@@ -181,6 +198,10 @@ def event_loop(st):
                     on_routing(st, r, t)
             elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
                 on_expire(st, r, t)
+            elif kind == ClusterEvent.AGENT:  # agent DAGs (engine/agents.py)
+                on_agent_instant(st, t)
+            elif kind == ClusterEvent.AGENT_LLM_DONE:  # r = the llm node's request
+                on_agent_llm_done(st, r, t)
             elif kind == ClusterEvent.DISPATCH:  # r = the model
                 on_dispatch(st, r, t)
             elif kind == ClusterEvent.AUTOSCALE_TICK:  # autoscaling (engine/autoscale.py): r = the pool

@@ -22,6 +22,7 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import anonymous_held, is_prefill_leg, kv_release
 from ..schema import ClusterEvent, InstanceEvent, PhaseEnd, RequestState
+from .agents import agent_call_complete
 from .autoscale import maybe_terminate, note_completion, note_first_token
 from .events import event_priority, push_event
 from .queueing import ensure_step
@@ -56,6 +57,8 @@ def end_phase(st, i, r, phase, now, step_idx):
             if st.pd_models[reqs[r]["model"]]["first_token_prefill"] != 0:
                 when = max(now, reqs[r]["first_token_us"])  # ... and the client has its first token
             push_event(st, when, event_priority(InstanceEvent.LEG_DONE, i), r)
+        elif st.settings[0]["agents"] != 0 and st.agent_req_node[r] >= 0:
+            agent_call_complete(st, r)  # an agent DAG's llm node (engine/agents.py)
         else:
             release_follower(st, r)
     elif phase == PhaseEnd.KV_HANDED_OVER:  # (a prefill leg on its prefill instance i)

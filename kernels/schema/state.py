@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .enums import (N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+from .enums import (N_AGENT_COUNTERS, N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
-from .tables import (ADMIT_DT, ATTEMPT_DT, GATEWAY_LOG_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
+from .tables import (ADMIT_DT, AGENT_LOAD_DT, AGENT_NODE_DT, AGENT_RESOURCE_DT, ATTEMPT_DT, GATEWAY_LOG_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
                      LOOP_DT, PD_INST_DT, SCALE_LOG_DT, SCALE_POOL_DT,
                      PD_MODEL_DT, PD_REQ_DT, TIER_DT, TIER_JOB_DT, TIER_REQ_DT, TIER_SLOT_DT, TIER_WRITE_DT,
                      PREEMPT_DT, REQUEST_DT,
@@ -91,11 +91,18 @@ SIZE_NAMES = {
     "gateway_rows": "gateway decision-log rows: two per attempt with flow control when decisions are traced, else 1",
     "attempt_rows": "failed-attempt log rows: the attempts that may time out or be shed (1 + retries each), at least 1",
     "scale_rows": "tick-log rows to start with (1 without an autoscaler)",
+    "n_agent_requests": "agent DAG requests of the run (0 without agents)",
+    "n_agent_nodes": "their nodes (tools and llm calls), at least 1",
+    "n_agent_loads": "their tools' (node, resource) loads, at least 1",
+    "n_agent_edges": "their DAG edges, at least 1",
+    "n_agent_res": "the agents' shared resources, at least 1",
+    "n_agent_req_rows": "n_requests with agents (request row -> its llm node), else 1",
 }
 SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
     "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
     "N_TIERS": N_TIERS, "N_RETRY_BACKOFF": N_RETRY_BACKOFF, "MAX_WINDOW_TICKS": MAX_WINDOW_TICKS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
+    "N_AGENT_COUNTERS": N_AGENT_COUNTERS,
 }
 
 
@@ -287,6 +294,26 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("scale_log", SCALE_LOG_DT, ("scale_rows",), LOG, "logs", "one row per autoscaler tick",
           Growth("scale_records", "1", TraceLevel.NONE,
                  "the autoscaler's tick log ({used} records so far, growing to {rows})", _SMALLER, True)),
+    # --- agent DAGs: tools sharing resources, llm calls sent to the cluster (engine/agents.py,
+    #     kernels/agents/fairshare.py)
+    Field("agent_res", AGENT_RESOURCE_DT, ("n_agent_res",), GIVEN, "agents", "each shared resource"),
+    Field("agent_loads", AGENT_LOAD_DT, ("n_agent_loads",), GIVEN, "agents", "each tool's load on a resource"),
+    Field("agent_slots", _I64, ("2 * n_agent_loads",), ZEROS, "agents",
+          "each resource's heap of loads and queue of waiters (AGENT_RESOURCE_DT.slot_off)"),
+    Field("agent_nodes", AGENT_NODE_DT, ("n_agent_nodes",), GIVEN, "agents", "each DAG node of every agent request"),
+    Field("agent_succ", _I64, ("n_agent_edges",), GIVEN, "agents", "the nodes' successors (AGENT_NODE_DT.succ_lo/hi)"),
+    Field("agent_arrival", _I64, ("n_agent_requests",), GIVEN, "agents", "agent requests' arrivals, µs, sorted"),
+    Field("agent_first_node", _I64, ("n_agent_requests + 1",), GIVEN, "agents",
+          "agent request q owns nodes [agent_first_node[q], agent_first_node[q + 1])"),
+    Field("agent_req_node", _I64, ("n_agent_req_rows",), GIVEN, "agents",
+          "per request row: the llm node it is the call of, -1 = an ordinary request"),
+    Field("agent_heap", EVENT_DT, ("2 * n_agent_res + 64",), SCRATCH, "agents",
+          "the resources' finish events (one live per resource; stale ones compacted away)"),
+    Field("agent_done", _I64, ("n_agent_loads",), SCRATCH, "agents", "the instant's stack of done loads"),
+    Field("agent_stack", _I64, ("n_agent_nodes",), SCRATCH, "agents", "the instant's stack of done nodes"),
+    Field("agent_released", _I64, ("n_agent_nodes",), SCRATCH, "agents", "the instant's started llm nodes"),
+    Field("agent_dirty", _I64, ("n_agent_res",), SCRATCH, "agents", "resources whose next finish may have changed"),
+    Field("agent_ctr", _I64, ("N_AGENT_COUNTERS",), GIVEN, "agents", "the agents' counters (AgentCounter)"),
 )
 FIELDS_BY_NAME = {f.name: f for f in STATE_FIELDS}
 
