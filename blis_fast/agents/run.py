@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from blis_fast.agents.generate import AgentRun, AgentTemplates, build_templates,
 from blis_fast.agents.scenario import MAX_RUNS, Scenario, load_scenario, parse_scenario
 from blis_fast.config.validate import INT64_MAX, as_int, key_name
 from blis_fast.errors import ConfigError, SimulationError
+
+if TYPE_CHECKING:
+    from blis_fast.run.agents import AgentTables
 
 
 # the driver's ``mode`` argument (kernels/agents/fairshare.py DYNAMIC, STATIC), spelled out
@@ -54,22 +57,38 @@ def refuse_llm_nodes(scenario: Scenario) -> None:
                                                    "run on the cluster: not yet (give it work on a resource instead)")
 
 
-def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -> AgentRunOutput:
-    """Run one generated run of a tools-only scenario through the fair-share driver."""
-    from blis_fast_kernels.native import run_tool_dags  # deferred: the kernels, compiled ahead of time where possible
+def agent_tables(scenario: Scenario, templates: AgentTemplates, run: AgentRun,
+                 node_request: np.ndarray | None = None) -> "AgentTables":
+    """One run's agent tables (blis_fast.run.agents.AgentTables): its requests, nodes, loads
+    (a node's in resource order), successors and the resources; ``node_request``: each llm
+    node's request row in the cluster workload (None: tools only)."""
+    from blis_fast.run.agents import AgentTables
 
     n = run.num_nodes
     rows, cols = np.nonzero(run.node_work > 0)  # row-major: a node's loads in resource order
     load_ptr = np.zeros(n + 1, dtype=np.int64)
     load_ptr[1:] = np.cumsum(np.bincount(rows, minlength=n))
     succ_ptr, succ = successors_csr(run, templates)
-    weights = templates.type_weight[run.request_type[run.node_request]].astype(np.int64)
+    return AgentTables(
+        arrival_us=run.request_arrival_us.astype(np.int64), first_node=run.request_first_node.astype(np.int64),
+        pending=run.node_n_pred.astype(np.int64),
+        weight=templates.type_weight[run.request_type[run.node_request]].astype(np.int64), load_ptr=load_ptr,
+        load_res=cols.astype(np.int64), load_work=np.ascontiguousarray(run.node_work[rows, cols]),
+        succ_ptr=succ_ptr.astype(np.int64), succ=succ.astype(np.int64),
+        node_request=(np.full(n, -1, np.int64) if node_request is None else node_request.astype(np.int64)),
+        capacity=np.ascontiguousarray(templates.resource_capacity, np.float64),
+        max_consumers=np.maximum(templates.resource_max_consumers, 0).astype(np.int64),
+        share=SHARE_MODE_CODES[scenario.share])
+
+
+def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -> AgentRunOutput:
+    """Run one generated run of a tools-only scenario through the fair-share driver."""
+    from blis_fast_kernels.native import run_tool_dags  # deferred: the kernels, compiled ahead of time where possible
+
+    t = agent_tables(scenario, templates, run)
     start, finish, busy, work, events, status = run_tool_dags(
-        run.request_arrival_us, run.request_first_node.astype(np.int64), run.node_n_pred.astype(np.int64), weights,
-        load_ptr, cols.astype(np.int64), np.ascontiguousarray(run.node_work[rows, cols]),
-        succ_ptr.astype(np.int64), succ.astype(np.int64), templates.resource_capacity,
-        np.maximum(templates.resource_max_consumers, 0).astype(np.int64),
-        SHARE_MODE_CODES[scenario.share])
+        t.arrival_us, t.first_node, t.pending, t.weight, t.load_ptr, t.load_res, t.load_work, t.succ_ptr, t.succ,
+        t.capacity, t.max_consumers, t.share)
     if status != 0:
         raise SimulationError(f"agents: the fair-share driver stopped with status {int(status)} (run "
                               f"{run.run_index}, seed {run.seed})")
