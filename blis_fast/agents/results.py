@@ -252,16 +252,17 @@ def check_table_memory(scenario: Scenario) -> None:
                  "write it for fewer runs (--runs) or a shorter duration_s")
 
 
-def run_scenario(path_or_dict, runs=None, *, keep_requests: bool = False) -> AgentResult:
+def run_scenario(path_or_dict, runs=None, *, keep_requests: bool = False, config=None) -> AgentResult:
     """Run an agent scenario (a YAML path, a dict of its settings or a Scenario) ``runs``
     times (None: the scenario's ``runs``; run k uses seed + k) and summarize the runs;
-    ``keep_requests`` keeps the per-request table (``AgentResult.requests_table``).
-    Bad input raises ``ConfigError`` naming the field."""
+    ``keep_requests`` keeps the per-request table (``AgentResult.requests_table``);
+    ``config``: the cluster for the llm nodes (a simulator config path or mapping),
+    overriding the scenario's ``cluster``.  Bad input raises ``ConfigError`` naming the field."""
     scenario = with_runs(scenario_of(path_or_dict), runs)
     if keep_requests:
         check_table_memory(scenario)
     result = AgentResult(scenario, request_columns=[] if keep_requests else None)
-    run_runs(scenario, result.add)
+    run_runs(scenario, result.add, config)
     return result
 
 

@@ -1,11 +1,10 @@
 """Running an agent scenario's runs (issue 26): run k draws its requests from seed + k
-(``generate.generate_run``) and runs them through the tools-only fair-share driver
-(kernels/agents/fairshare.py ``run_tool_dags``); ``results.py`` turns the runs into the
-per-type latencies and per-resource utilizations.
-
-The driver call is ``simulate_run`` alone: when llm nodes run on the cluster's event loop,
-that one function changes and everything built on ``AgentRunOutput`` stays.  Until then a
-scenario with an llm node is refused (``refuse_llm_nodes``).
+(``generate.generate_run``) and runs them -- a scenario with llm nodes in the simulator's
+event loop beside its cluster (``simulate_cluster_run``: kernels/engine/agents.py), a
+tools-only one through the fair-share driver (kernels/agents/fairshare.py
+``run_tool_dags``: the same arithmetic without a cluster); ``results.py`` turns the runs
+into the per-type latencies and per-resource utilizations.  ``simulate_run`` is the one
+place that chooses.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from blis_fast.config.validate import INT64_MAX, as_int, key_name
 from blis_fast.errors import ConfigError, SimulationError
 
 if TYPE_CHECKING:
+    from blis_fast.results.result import Result
     from blis_fast.run.agents import AgentTables
 
 
@@ -37,7 +37,8 @@ class AgentRunOutput:
     """One run's outcome: the generated ``run`` and, per node (rows of the run's node
     table), its start and finish in µs (-1: never started / finished); per resource the
     µs it had a consumer (``busy_us``) and the work units its finished nodes did there
-    (``work_done``); ``events`` the driver handled."""
+    (``work_done``); ``events``: the agents' arrivals and resource finish events handled;
+    ``cluster``: the Result of the cluster run its llm nodes were requests of."""
 
     run: AgentRun
     node_start_us: np.ndarray
@@ -45,16 +46,12 @@ class AgentRunOutput:
     busy_us: np.ndarray
     work_done: np.ndarray
     events: int
+    cluster: "Result | None" = None  # the cluster run of the llm nodes' requests (None: tools only)
 
 
-def refuse_llm_nodes(scenario: Scenario) -> None:
-    """ConfigError at the first llm node: only tools run for now (the cluster's event
-    loop will run llm nodes)."""
-    for t in scenario.types:
-        for n in t.nodes:
-            if n.llm is not None:
-                raise ConfigError(f"{n.path}.llm", f"node {key_name(n.name)} of type {key_name(t.name)}: llm nodes "
-                                                   "run on the cluster: not yet (give it work on a resource instead)")
+def has_llm_nodes(scenario: Scenario) -> bool:
+    """True if some request type has an llm node (its runs then need the cluster)."""
+    return any(n.llm is not None for t in scenario.types for n in t.nodes)
 
 
 def agent_tables(scenario: Scenario, templates: AgentTemplates, run: AgentRun,
@@ -81,8 +78,13 @@ def agent_tables(scenario: Scenario, templates: AgentTemplates, run: AgentRun,
         share=SHARE_MODE_CODES[scenario.share])
 
 
-def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -> AgentRunOutput:
-    """Run one generated run of a tools-only scenario through the fair-share driver."""
+def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun, setup=None) -> AgentRunOutput:
+    """Run one generated run: with ``setup`` (a resolved cluster config, blis_fast.run.resolve)
+    its llm nodes are requests to that cluster, in the simulator's event loop
+    (``simulate_cluster_run``); without, a tools-only run goes through the fair-share driver
+    (the same arithmetic, kernels/agents/fairshare.py, without a cluster beside it)."""
+    if setup is not None:
+        return simulate_cluster_run(scenario, templates, run, setup)
     from blis_fast_kernels.native import run_tool_dags  # deferred: the kernels, compiled ahead of time where possible
 
     t = agent_tables(scenario, templates, run)
@@ -94,6 +96,31 @@ def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun) -
                               f"{run.run_index}, seed {run.seed})")
     return AgentRunOutput(run=run, node_start_us=start, node_finish_us=finish, busy_us=busy, work_done=work,
                           events=int(events))
+
+
+def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun, setup) -> AgentRunOutput:
+    """One run in the simulator's event loop: the tools share the scenario's resources, each
+    llm node is a request of a cluster workload (``llm.llm_workload``) sent when the node
+    starts (kernels/engine/agents.py)."""
+    from blis_fast.agents.llm import llm_workload  # deferred: the workload machinery
+    from blis_fast.run.session import RunSession
+    from blis_fast_kernels.schema import AgentCounter
+
+    workload = llm_workload(scenario, run, setup)
+    node_request = np.full(run.num_nodes, -1, np.int64)
+    llm = np.flatnonzero(run.node_prompt_tokens >= 0)  # one request per llm node, in node order
+    node_request[llm] = np.arange(llm.size, dtype=np.int64)
+    tables = agent_tables(scenario, templates, run, node_request)
+    session = RunSession(setup, workload, agents=tables).run()
+    st = session.state
+    n, n_loads, n_res = run.num_nodes, tables.load_res.shape[0], tables.capacity.shape[0]
+    nodes = st.agent_nodes[:n]
+    finished = np.repeat(nodes["finish_us"] >= 0, np.diff(tables.load_ptr))
+    # summed load by load in load order, as the driver's kernel does: the same floats
+    work = np.bincount(tables.load_res[finished], weights=tables.load_work[finished], minlength=n_res)
+    return AgentRunOutput(run=run, node_start_us=nodes["start_us"].copy(), node_finish_us=nodes["finish_us"].copy(),
+                          busy_us=st.agent_res["busy_us"][:n_res].copy(), work_done=work[:n_res].astype(np.float64),
+                          events=int(st.agent_ctr[AgentCounter.EVENTS]), cluster=session.finish())
 
 
 def scenario_of(path_or_dict: str | Path | dict | Scenario) -> Scenario:
@@ -119,13 +146,26 @@ def with_runs(scenario: Scenario, runs: Any, field: str = "runs") -> Scenario:
     return dataclasses.replace(scenario, runs=n)
 
 
-def run_runs(scenario: Scenario, on_run: Callable[[AgentRunOutput], None]) -> None:
+def cluster_setup(scenario: Scenario, config=None):
+    """The resolved cluster a scenario's llm nodes are sent to (``config``: a simulator
+    config path or mapping overriding the scenario's ``cluster``), None for a tools-only
+    scenario.  ConfigError if it is missing or does not serve a node's model."""
+    if not has_llm_nodes(scenario):
+        return None
+    from blis_fast.agents.scenario import cluster_config  # deferred: the config machinery
+    from blis_fast.run.resolve import resolve
+
+    return resolve(cluster_config(scenario, config))
+
+
+def run_runs(scenario: Scenario, on_run: Callable[[AgentRunOutput], None], config=None) -> None:
     """Generate and simulate each of the scenario's runs in order, handing each to
-    ``on_run`` (one run's arrays are alive at a time)."""
-    refuse_llm_nodes(scenario)
+    ``on_run`` (one run's arrays are alive at a time); ``config``: as ``cluster_setup``."""
+    setup = cluster_setup(scenario, config)
     templates = build_templates(scenario)
     for k in range(scenario.runs):
-        on_run(simulate_run(scenario, templates, generate_run(scenario, k)))
+        on_run(simulate_run(scenario, templates, generate_run(scenario, k), setup))
 
 
-__all__ = ["AgentRunOutput", "refuse_llm_nodes", "simulate_run", "scenario_of", "with_runs", "run_runs"]
+__all__ = ["AgentRunOutput", "has_llm_nodes", "agent_tables", "simulate_run", "simulate_cluster_run", "scenario_of",
+           "with_runs", "cluster_setup", "run_runs"]

@@ -176,7 +176,7 @@ LLM_NODE = {"llm": {"model": "m", "prompt_tokens": 100, "output_tokens": 10}}
 
 
 @pytest.mark.parametrize("data, flags, field, needles", [
-    (scenario({"a": {"work": {"cpu": 1}}, "plan": LLM_NODE}), (), "types.t.nodes.plan.llm", ["not yet"]),
+    (scenario({"a": {"work": {"cpu": 1}}, "plan": LLM_NODE}), (), "cluster", ["required"]),
     (scenario({"a": {"work": {"cpu": 1}}}), ("--runs", "0"), "--runs", ["[1, 10000]"]),
     (scenario({"a": {"work": {"cpu": 1}}}), ("--runs", "x"), "--runs", ["integer"]),
     (scenario({"a": {"work": {"cpu": -1}}}), (), "types.t.nodes.a.work.cpu", [">= 0"]),
@@ -213,8 +213,8 @@ def test_refusals_leave_the_scenario_alone_and_name_missing_files(tmp_path):
 
 def test_the_api_refuses_with_config_errors():
     with pytest.raises(ConfigError) as exc:
-        run_scenario(scenario({"plan": LLM_NODE}))
-    assert exc.value.field == "types.t.nodes.plan.llm"
+        run_scenario(scenario({"plan": LLM_NODE}))  # llm nodes need a cluster to be sent to
+    assert exc.value.field == "cluster"
     with pytest.raises(ConfigError) as exc:
         run_scenario(scenario({"a": {"work": {"cpu": 1}}}), runs=0)
     assert exc.value.field == "runs"
