@@ -10,6 +10,7 @@ place that chooses.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -47,6 +48,7 @@ class AgentRunOutput:
     work_done: np.ndarray
     events: int
     cluster: "Result | None" = None  # the cluster run of the llm nodes' requests (None: tools only)
+    kernel_s: float = 0.0  # wall seconds in the kernel (the driver, or the event loop)
 
 
 def has_llm_nodes(scenario: Scenario) -> bool:
@@ -88,14 +90,16 @@ def simulate_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun, s
     from blis_fast_kernels.native import run_tool_dags  # deferred: the kernels, compiled ahead of time where possible
 
     t = agent_tables(scenario, templates, run)
+    started = time.perf_counter()
     start, finish, busy, work, events, status = run_tool_dags(
         t.arrival_us, t.first_node, t.pending, t.weight, t.load_ptr, t.load_res, t.load_work, t.succ_ptr, t.succ,
         t.capacity, t.max_consumers, t.share)
+    kernel_s = time.perf_counter() - started
     if status != 0:
         raise SimulationError(f"agents: the fair-share driver stopped with status {int(status)} (run "
                               f"{run.run_index}, seed {run.seed})")
     return AgentRunOutput(run=run, node_start_us=start, node_finish_us=finish, busy_us=busy, work_done=work,
-                          events=int(events))
+                          events=int(events), kernel_s=kernel_s)
 
 
 def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: AgentRun, setup) -> AgentRunOutput:
@@ -120,7 +124,8 @@ def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: Age
     work = np.bincount(tables.load_res[finished], weights=tables.load_work[finished], minlength=n_res)
     return AgentRunOutput(run=run, node_start_us=nodes["start_us"].copy(), node_finish_us=nodes["finish_us"].copy(),
                           busy_us=st.agent_res["busy_us"][:n_res].copy(), work_done=work[:n_res].astype(np.float64),
-                          events=int(st.agent_ctr[AgentCounter.EVENTS]), cluster=session.finish())
+                          events=int(st.agent_ctr[AgentCounter.EVENTS]), cluster=session.finish(),
+                          kernel_s=session.kernel_s)
 
 
 def scenario_of(path_or_dict: str | Path | dict | Scenario) -> Scenario:
