@@ -40,6 +40,10 @@ from blis_fast.results.metrics import percentiles_us
 
 TYPE_METRICS = ("completed", "latency_mean_s", "latency_p50_s", "latency_p95_s", "latency_p99_s")
 RESOURCE_METRICS = ("utilization",)
+# the llm nodes' requests on the cluster (a run with llm nodes): counts, the cluster's view of
+# their latency (TTFT, E2E: from the request's arrival at the cluster) and its prefix cache
+LLM_METRICS = ("requests", "completed", "ttft_mean_s", "ttft_p95_s", "e2e_mean_s", "e2e_p95_s",
+               "prefix_cache_hit_rate")
 TABLE_BYTES_PER_NODE = 2 * (9 * 8 + 4)  # its 9 columns of 8 bytes and 4 null masks, kept and copied to arrow
 
 
@@ -76,8 +80,31 @@ def summarize_run(scenario: Scenario, out: AgentRunOutput) -> dict:
     for r in scenario.resources:
         util = float(out.work_done[r.index]) / (r.capacity * (span_us / 1e6)) if span_us > 0 else 0.0
         resources[r.name] = {"utilization": util}
-    return {"seed": run.seed, "requests": run.num_requests, "span_s": span_us / 1e6, "events": out.events,
-            "types": types, "resources": resources}
+    summary = {"seed": run.seed, "requests": run.num_requests, "span_s": span_us / 1e6, "events": out.events,
+               "types": types, "resources": resources}
+    if out.cluster is not None:
+        summary["llm"] = {"calls": llm_summary(out)}
+    return summary
+
+
+def llm_summary(out: AgentRunOutput) -> dict:
+    """The llm nodes' requests of one run on its cluster (LLM_METRICS): how many were sent
+    and completed, their TTFT and E2E (mean, p95; None without a completed one) and the
+    cluster's prefix cache hit rate."""
+    from blis_fast_kernels.schema import RequestState  # (the schema only: no kernel)
+
+    reqs = out.cluster.state.reqs[:len(out.cluster.workload)]  # (a P/D run's prefill legs follow)
+    sent = reqs["arrival_us"] >= 0
+    done = reqs["state"] == RequestState.COMPLETED
+    ttft = (reqs["first_token_us"] - reqs["arrival_us"])[done]
+    e2e = (reqs["last_token_us"] - reqs["arrival_us"])[done]
+    cluster = out.cluster.cluster
+    entry = {"requests": int(np.count_nonzero(sent)), "completed": int(np.count_nonzero(done)),
+             "prefix_cache_hit_rate": float(cluster.get("prefix_cache_hit_rate", 0.0))}
+    for name, v in (("ttft", ttft), ("e2e", e2e)):
+        entry[f"{name}_mean_s"] = float(np.mean(v)) / 1e6 if v.size else None
+        entry[f"{name}_p95_s"] = percentiles_us(v, (95,))[0] / 1e6 if v.size else None
+    return entry
 
 
 def _mean_std(values: list) -> tuple:
@@ -178,11 +205,22 @@ class AgentResult:
         """RESOURCE -> its utilization's mean over the runs, with ``std``."""
         return _aggregate(self.per_run, "resources", [r.name for r in self.scenario.resources], RESOURCE_METRICS)
 
+    @property
+    def llm(self) -> dict | None:
+        """The llm nodes' requests on the cluster (``llm_summary``), means over the runs with
+        ``std``; None for a tools-only scenario."""
+        if not self.per_run or "llm" not in self.per_run[0]:
+            return None
+        return _aggregate(self.per_run, "llm", ["calls"], LLM_METRICS)["calls"]
+
     def to_dict(self) -> dict:
         """The JSON of ``blis-fast agents run --json`` (module docstring)."""
-        return {"scenario": self.scenario.name, "share": self.scenario.share, "runs": len(self.per_run),
-                "seed": self.scenario.seed, "types": self.types, "resources": self.resources,
-                "per_run": self.per_run}
+        out = {"scenario": self.scenario.name, "share": self.scenario.share, "runs": len(self.per_run),
+               "seed": self.scenario.seed, "types": self.types, "resources": self.resources}
+        if self.llm is not None:
+            out["llm"] = self.llm
+        out["per_run"] = self.per_run
+        return out
 
     def requests_table(self):
         """The per-request table (one row per node, module docstring) as a pyarrow Table;
@@ -233,6 +271,13 @@ class AgentResult:
         lines += _columns(head, rows)
         rows = [(name, cell(e, "utilization", 100.0, 1)) for name, e in self.resources.items()]
         lines += [""] + _columns(("resource", "utilization %"), rows)
+        llm = self.llm
+        if llm is not None:
+            head = ("llm calls", "completed", "ttft mean s", "ttft p95 s", "e2e mean s", "e2e p95 s", "prefix hit %")
+            lines += [""] + _columns(head, [(cell(llm, "requests", digits=1 if pm else 0),
+                                             cell(llm, "completed", digits=1 if pm else 0), cell(llm, "ttft_mean_s"),
+                                             cell(llm, "ttft_p95_s"), cell(llm, "e2e_mean_s"), cell(llm, "e2e_p95_s"),
+                                             cell(llm, "prefix_cache_hit_rate", 100.0, 1))])
         return "\n".join(lines)
 
 

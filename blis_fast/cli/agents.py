@@ -30,6 +30,9 @@ def agents_run(
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each resource's utilization "
                                                                         "over time (run 0) to FILE (.png or .svg; "
                                                                         "needs matplotlib)")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="the simulated cluster the llm "
+                                                  "nodes are sent to (a simulator config YAML), instead of the "
+                                                  "scenario's cluster")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -50,6 +53,7 @@ def agents_run(
         check_plot_path(plot)
     if outputs:  # never overwrite the scenario or a file it names
         inputs = [("--scenario", p) for p in [scenario, *named_files(sc.raw, scenario.resolve().parent)]]
+        inputs += [("--config", config)] if config is not None else []
         check_outputs(outputs, inputs)
     if per_request_out is not None:
         check_table_memory(sc)
@@ -60,7 +64,7 @@ def agents_run(
             result.add(out)
             bar.advance()
 
-        run_runs(sc, on_run)
+        run_runs(sc, on_run, config)
         if per_request_out is not None:
             bar.report(f"writing {per_request_out}", 0, None)
             atomic_write(per_request_out, lambda p: result.write_requests(p, table_format), "--per-request-out")
@@ -85,6 +89,9 @@ def agents_capacity_cmd(
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each type's latency (p50, "
                                                                         "p95) against its rate over the probes to "
                                                                         "FILE (.png or .svg; needs matplotlib)")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="the simulated cluster the llm "
+                                                  "nodes are sent to (a simulator config YAML), instead of the "
+                                                  "scenario's cluster")] = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -97,11 +104,12 @@ def agents_capacity_cmd(
         from blis_fast.studies.plots import check_plot_path  # deferred: matplotlib
 
         check_plot_path(plot)
-        check_outputs([("--plot", plot)], [("--scenario", scenario)])
+        check_outputs([("--plot", plot)], [("--scenario", scenario)] + ([("--config", config)] if config else []))
     with feedback.progress("agents capacity", None, "runs") as bar:
         result = agents_capacity(scenario, slo, runs=runs,
                                  tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance,
-                                 max_probes=MAX_PROBES if max_probes is None else max_probes, on_run=bar.advance)
+                                 max_probes=MAX_PROBES if max_probes is None else max_probes, on_run=bar.advance,
+                                 config=config)
     if plot is not None:
         from blis_fast.studies.plots import agents_capacity_figure  # deferred: matplotlib
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from blis_fast.agents.results import RESOURCE_METRICS, TYPE_METRICS, AgentResult
-from blis_fast.agents.run import run_runs, scenario_of, with_runs
+from blis_fast.agents.run import cluster_setup, run_runs, scenario_of, with_runs
 from blis_fast.agents.scenario import MAX_AGENT_NODES, MAX_AGENT_REQUESTS, MAX_RATE_PER_MIN, Scenario
 from blis_fast.config.validate import as_float, as_int, show
 from blis_fast.errors import ConfigError
@@ -161,8 +161,9 @@ def _values(per_run: list[dict], metric: str) -> list:
 class _AgentProber:
     """Probes multipliers for ``search_rate`` (its prober protocol)."""
 
-    def __init__(self, scenario: Scenario, slos: list[SloPredicate], max_probes: int, on_run=None):
+    def __init__(self, scenario: Scenario, slos: list[SloPredicate], max_probes: int, on_run=None, config=None):
         self.scenario, self.slos, self.max_probes, self.on_run = scenario, slos, max_probes, on_run
+        self.config = config  # the cluster of the llm nodes (a config path or mapping; None: the scenario's)
         self.start = 1.0
         self.limit = max_multiplier(scenario)
         self.probes: list[AgentProbe] = []
@@ -181,7 +182,7 @@ class _AgentProber:
             if self.on_run is not None:
                 self.on_run()
 
-        run_runs(result.scenario, add)
+        run_runs(result.scenario, add, self.config)
         stats: dict[str, SeedStats | None] = {}
         for p in self.slos:
             vs = _values(result.per_run, p.metric)
@@ -199,10 +200,11 @@ class _AgentProber:
 
 
 def agents_capacity(scenario, slo, *, runs=None, tolerance=DEFAULT_TOLERANCE, max_probes=MAX_PROBES,
-                    on_run=None) -> AgentCapacityResult:
+                    on_run=None, config=None) -> AgentCapacityResult:
     """The highest multiplier of ``scenario``'s arrival rates meeting every predicate of
-    ``slo`` (module docstring).  ``runs`` per probe (None: the scenario's).  Bad input
-    raises ConfigError naming the field."""
+    ``slo`` (module docstring).  ``runs`` per probe (None: the scenario's); ``config``: the
+    cluster of the llm nodes, overriding the scenario's ``cluster``.  Bad input raises
+    ConfigError naming the field."""
     sc = with_runs(scenario_of(scenario), runs, "--runs")
     if not rates_at(sc, 1.0):
         raise ConfigError("arrivals", "capacity scales the arrival rates: give at least one type a rate above 0")
@@ -210,7 +212,8 @@ def agents_capacity(scenario, slo, *, runs=None, tolerance=DEFAULT_TOLERANCE, ma
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 1000)
     check_simulations(max_probes * sc.runs, "--max-probes", f"{max_probes} probes x {sc.runs} runs")
-    prober = _AgentProber(sc, preds, max_probes, on_run)
+    cluster_setup(sc, config)  # a missing or wrong cluster fails here, before any probe
+    prober = _AgentProber(sc, preds, max_probes, on_run, config)
     good, bad = search_rate(prober, tol, None, None)
     out = AgentCapacityResult(sc, preds, tol, good.value if good else None, bad.value if bad else None,
                               prober.probes)
