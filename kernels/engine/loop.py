@@ -198,7 +198,7 @@ def event_loop(st):
                     on_routing(st, r, t)
             elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
                 on_expire(st, r, t)
-            elif kind == ClusterEvent.AGENT:  # agent DAGs (engine/agents.py)
+            elif kind == ClusterEvent.AGENT and from_agents:  # agent DAGs (engine/agents.py); never a heap event
                 on_agent_instant(st, t)
             elif kind == ClusterEvent.AGENT_LLM_DONE:  # r = the llm node's request
                 on_agent_llm_done(st, r, t)

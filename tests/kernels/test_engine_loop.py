@@ -243,10 +243,12 @@ def test_copy_array_copies_tables_of_records_and_plain_arrays():
     assert rows["computed"][0] == 0  # a copy, not a view
 
 
-@pytest.mark.parametrize("kind,instance,name", [(3, -1, "cluster kind 3"), (9, 1, "instance kind 9")])
+@pytest.mark.parametrize("kind,instance,name", [(7, -1, "cluster kind 7"), (3, -1, "cluster kind 3"),
+                                                (9, 1, "instance kind 9")])
 def test_an_unknown_event_kind_stops_the_loop_naming_it(kind, instance, name):
     """Dispatch is exhaustive: an event of a kind without a handler is an error status whose
-    message names the kind, not a silent fall-through into another handler."""
+    message names the kind, not a silent fall-through into another handler.  (Kind 3, the
+    agents' instant, is never a heap event: one in the heap is unknown too.)"""
     from blis_fast.errors import SimulationError
     from blis_fast_kernels.schema import N_CLUSTER_KINDS, N_INSTANCE_KINDS
 
