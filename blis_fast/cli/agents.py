@@ -85,6 +85,9 @@ def agents_capacity_cmd(
                                                                           "1 + this (default 0.01)")] = None,
     max_probes: Annotated[Optional[str], number_option("--max-probes", help="at most this many probes "
                                                                             "(default 40)")] = None,
+    by: Annotated[str, typer.Option("--by", metavar="ci|mean", help="a probe meets the SLOs when the whole 95 % "
+                                                               "CI of each metric over the runs does (ci, the "
+                                                               "default) or when its mean does (mean)")] = "ci",
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON instead of a table")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each type's latency (p50, "
                                                                         "p95) against its rate over the probes to "
@@ -109,7 +112,7 @@ def agents_capacity_cmd(
         result = agents_capacity(scenario, slo, runs=runs,
                                  tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance,
                                  max_probes=MAX_PROBES if max_probes is None else max_probes, on_run=bar.advance,
-                                 config=config)
+                                 config=config, by=by)
     if plot is not None:
         from blis_fast.studies.plots import agents_capacity_figure  # deferred: matplotlib
 
