@@ -37,6 +37,7 @@ from blis_fast.agents.run import AgentRunOutput, run_runs, scenario_of, with_run
 from blis_fast.agents.scenario import Scenario
 from blis_fast.config import memory
 from blis_fast.results.metrics import percentiles_us
+from blis_fast_kernels.schema import RequestState
 
 TYPE_METRICS = ("completed", "latency_mean_s", "latency_p50_s", "latency_p95_s", "latency_p99_s")
 RESOURCE_METRICS = ("utilization",)
@@ -91,8 +92,6 @@ def llm_summary(out: AgentRunOutput) -> dict:
     """The llm nodes' requests of one run on its cluster (LLM_METRICS): how many were sent
     and completed, their TTFT and E2E (mean, p95; None without a completed one) and the
     cluster's prefix cache hit rate."""
-    from blis_fast_kernels.schema import RequestState  # (the schema only: no kernel)
-
     reqs = out.cluster.state.reqs[:len(out.cluster.workload)]  # (a P/D run's prefill legs follow)
     sent = reqs["arrival_us"] >= 0
     done = reqs["state"] == RequestState.COMPLETED

@@ -21,10 +21,11 @@ from blis_fast.agents.generate import AgentRun, AgentTemplates, build_templates,
 from blis_fast.agents.scenario import MAX_RUNS, Scenario, load_scenario, parse_scenario
 from blis_fast.config.validate import INT64_MAX, as_int, key_name
 from blis_fast.errors import ConfigError, SimulationError
+from blis_fast.run.agents import AgentTables
+from blis_fast_kernels.schema import AgentCounter
 
 if TYPE_CHECKING:
     from blis_fast.results.result import Result
-    from blis_fast.run.agents import AgentTables
 
 
 # the driver's ``mode`` argument (kernels/agents/fairshare.py DYNAMIC, STATIC), spelled out
@@ -57,12 +58,10 @@ def has_llm_nodes(scenario: Scenario) -> bool:
 
 
 def agent_tables(scenario: Scenario, templates: AgentTemplates, run: AgentRun,
-                 node_request: np.ndarray | None = None) -> "AgentTables":
+                 node_request: np.ndarray | None = None) -> AgentTables:
     """One run's agent tables (blis_fast.run.agents.AgentTables): its requests, nodes, loads
     (a node's in resource order), successors and the resources; ``node_request``: each llm
     node's request row in the cluster workload (None: tools only)."""
-    from blis_fast.run.agents import AgentTables
-
     n = run.num_nodes
     rows, cols = np.nonzero(run.node_work > 0)  # row-major: a node's loads in resource order
     load_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -107,8 +106,7 @@ def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: Age
     llm node is a request of a cluster workload (``llm.llm_workload``) sent when the node
     starts (kernels/engine/agents.py)."""
     from blis_fast.agents.llm import llm_workload  # deferred: the workload machinery
-    from blis_fast.run.session import RunSession
-    from blis_fast_kernels.schema import AgentCounter
+    from blis_fast.run.session import RunSession  # deferred: the run machinery and its kernels
 
     workload = llm_workload(scenario, run, setup)
     node_request = np.full(run.num_nodes, -1, np.int64)
@@ -158,7 +156,7 @@ def cluster_setup(scenario: Scenario, config=None):
     if not has_llm_nodes(scenario):
         return None
     from blis_fast.agents.scenario import cluster_config  # deferred: the config machinery
-    from blis_fast.run.resolve import resolve
+    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
 
     return resolve(cluster_config(scenario, config))
 

@@ -37,9 +37,9 @@ AGENT_SCENARIOS = {
 def bench_agents(name: str, repeats: int = 3) -> dict:
     """Timings of one agent bench scenario (module docstring)."""
     from blis_fast.agents.generate import build_templates, generate_run  # deferred: yaml, the kernels
-    from blis_fast.agents.run import cluster_setup, scenario_of, simulate_cluster_run, simulate_run
-    from blis_fast.run.api import as_config
-    from blis_fast.run.resolve import resolve
+    from blis_fast.agents.run import cluster_setup, scenario_of, simulate_cluster_run, simulate_run  # deferred: as above
+    from blis_fast.run.api import as_config  # deferred: yaml
+    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
 
     file, path, _ = AGENT_SCENARIOS[name]
     scenario = scenario_of(configs_dir() / "agents" / "bench" / file)

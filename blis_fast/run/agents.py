@@ -75,6 +75,16 @@ def agent_event_budget(tables: AgentTables | None) -> int:
     return 2 * (int(tables.arrival_us.shape[0]) + int(tables.load_res.shape[0]) + 2 * tables.n_nodes)
 
 
+def agent_settings(tables: AgentTables | None, workload, settings: np.ndarray) -> None:
+    """Switch the agents on in a run's SETTINGS_DT record (after checking that the
+    workload's agent rows are the tables' llm nodes); nothing without agents."""
+    if tables is None:
+        return
+    tables.check(workload)
+    settings["agents"] = 1
+    settings["agent_share"] = tables.share
+
+
 def agent_rows(tables: AgentTables | None, n_requests: int, sizes: dict[str, int]) -> dict[str, np.ndarray]:
     """The GIVEN agent fields of the State (minimal ones without agents)."""
     res = np.zeros(sizes["n_agent_res"], S.AGENT_RESOURCE_DT)
@@ -121,4 +131,4 @@ def agent_rows(tables: AgentTables | None, n_requests: int, sizes: dict[str, int
             "agent_ctr": ctr}
 
 
-__all__ = ["AgentTables", "agent_sizes", "agent_rows", "agent_event_budget"]
+__all__ = ["AgentTables", "agent_sizes", "agent_rows", "agent_event_budget", "agent_settings"]

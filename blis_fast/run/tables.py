@@ -18,7 +18,7 @@ from blis_fast_kernels.schema.state import (GIVEN, LOG, MINUS_ONE, STATE_FIELDS,
                                             state_shapes)
 from blis_fast.config import memory
 from blis_fast.config.deployments import model_block_sizes
-from blis_fast.run.agents import AgentTables, agent_event_budget, agent_rows, agent_sizes
+from blis_fast.run.agents import AgentTables, agent_event_budget, agent_rows, agent_settings, agent_sizes
 from blis_fast.run.flow import FlowLayout, check_flow_support, flow_layout, flow_rows, flow_sizes
 from blis_fast.config.disaggregation import any_disaggregated
 from blis_fast.run.sizing import next_pow2
@@ -713,11 +713,10 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
                         caching, n_tenants, len(order), deps, len(slo_targets), flay, agents)
     n_inst = fl.n_inst
     s = cfg.simulation
-    max_events = s.max_events if s.max_events is not None else 16 * factor * (work_tokens + 8 * n) + 1_000_000
+    max_events = s.max_events if s.max_events is not None else (16 * factor * (work_tokens + 8 * n) + 1_000_000
+                                                                + agent_event_budget(agents))
     if s.max_events is None and flay.attempts > n:  # retries: each attempt may redo its request's work
         max_events *= -(-flay.attempts // n)
-    if s.max_events is None:
-        max_events += agent_event_budget(agents)
     if not event_skipping:  # the reference path: every block named (kernels/kv/cache.py)
         reqs["named_upto"] = S.ALL_NAMED
     settings = settings_record(cfg, fl.max_block_size, use_index, sizes["pi_table_rows"] // n_inst if use_index else 1,
@@ -731,10 +730,7 @@ def build_state(setup, workload, policy=None, *, event_skipping: bool = True, tr
     settings["deadlines"] = int(flay.deadlines)
     settings["flow_seed"] = (sim.workload_seed if sim.simulation_seed is None else sim.simulation_seed) \
         if flay.deadlines else 0
-    if agents is not None:
-        agents.check(workload)
-        settings["agents"] = 1
-        settings["agent_share"] = agents.share
+    agent_settings(agents, workload, settings)
     given = {
         "settings": settings,
         "loop": loop_record(), "reqs": reqs, "arrival_order": order, "keys": keys, "key_shared": key_shared,

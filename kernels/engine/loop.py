@@ -83,6 +83,38 @@ def idle_expiries(st):
     return lp[0]["expiry_events"]
 
 
+@helper
+def cluster_event(st, kind, r, t, arg2, from_agents):
+    """Dispatch a cluster event (every kind by name: enums.py's ordering table; an unknown
+    one stops the run).  ``from_agents``: the event is the agents' instant (never a heap
+    event: a kind-3 event from the heap is unknown)."""
+    lp = st.loop
+    if kind == ClusterEvent.ARRIVAL:
+        on_arrival(st, r, t)
+    elif kind == ClusterEvent.ADMISSION:
+        if not stale(st, r, arg2):
+            on_admission(st, r, t)
+    elif kind == ClusterEvent.ROUTING:
+        if not stale(st, r, arg2):
+            on_routing(st, r, t)
+    elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
+        on_expire(st, r, t)
+    elif kind == ClusterEvent.AGENT and from_agents:  # agent DAGs (engine/agents.py)
+        on_agent_instant(st, t)
+    elif kind == ClusterEvent.AGENT_LLM_DONE:  # r = the llm node's request
+        on_agent_llm_done(st, r, t)
+    elif kind == ClusterEvent.DISPATCH:  # r = the model
+        on_dispatch(st, r, t)
+    elif kind == ClusterEvent.AUTOSCALE_TICK:  # autoscaling (engine/autoscale.py): r = the pool
+        lp[0]["scaler_events"] -= 1
+        on_tick(st, r, t)
+    elif kind == ClusterEvent.ACTUATE:
+        lp[0]["scaler_events"] -= 1
+        on_actuate(st, r, arg2, t)
+    else:
+        unknown_event(st, kind, np.int64(-1), r)
+
+
 @kernel
 def run_events(st):
     """Process events in (time, priority, seq) order.  Sets ``st.loop[0]["status"]``:
@@ -188,30 +220,7 @@ def event_loop(st):
             break
         # ---- dispatch: every kind by name (enums.py's ordering table); an unknown one stops the run
         if ev_inst < 0:
-            if kind == ClusterEvent.ARRIVAL:
-                on_arrival(st, r, t)
-            elif kind == ClusterEvent.ADMISSION:
-                if not stale(st, r, arg2):
-                    on_admission(st, r, t)
-            elif kind == ClusterEvent.ROUTING:
-                if not stale(st, r, arg2):
-                    on_routing(st, r, t)
-            elif kind == ClusterEvent.EXPIRE:  # flow control and deadlines (engine/flow.py)
-                on_expire(st, r, t)
-            elif kind == ClusterEvent.AGENT and from_agents:  # agent DAGs (engine/agents.py); never a heap event
-                on_agent_instant(st, t)
-            elif kind == ClusterEvent.AGENT_LLM_DONE:  # r = the llm node's request
-                on_agent_llm_done(st, r, t)
-            elif kind == ClusterEvent.DISPATCH:  # r = the model
-                on_dispatch(st, r, t)
-            elif kind == ClusterEvent.AUTOSCALE_TICK:  # autoscaling (engine/autoscale.py): r = the pool
-                lp[0]["scaler_events"] -= 1
-                on_tick(st, r, t)
-            elif kind == ClusterEvent.ACTUATE:
-                lp[0]["scaler_events"] -= 1
-                on_actuate(st, r, arg2, t)
-            else:
-                unknown_event(st, kind, ev_inst, r)
+            cluster_event(st, kind, r, t, arg2, from_agents)
         elif kind == InstanceEvent.QUEUED:
             if not stale(st, r, arg2):  # (an attempt that ended early: engine/flow.py)
                 queued_event(st, ev_inst, r, t, flow)
