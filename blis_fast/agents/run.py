@@ -105,12 +105,12 @@ def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: Age
     """One run in the simulator's event loop: the tools share the scenario's resources, each
     llm node is a request of a cluster workload (``llm.llm_workload``) sent when the node
     starts (kernels/engine/agents.py)."""
-    from blis_fast.agents.llm import llm_workload  # deferred: the workload machinery
+    from blis_fast.agents.llm import llm_nodes, llm_workload  # deferred: the workload generator and its kernels
     from blis_fast.run.session import RunSession  # deferred: the run machinery and its kernels
 
     workload = llm_workload(scenario, run, setup)
     node_request = np.full(run.num_nodes, -1, np.int64)
-    llm = np.flatnonzero(run.node_prompt_tokens >= 0)  # one request per llm node, in node order
+    llm = llm_nodes(run)  # one request per llm node, in node order
     node_request[llm] = np.arange(llm.size, dtype=np.int64)
     tables = agent_tables(scenario, templates, run, node_request)
     session = RunSession(setup, workload, agents=tables).run()

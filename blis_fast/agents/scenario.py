@@ -90,7 +90,7 @@ MAX_AGENT_NODES = MAX_REQUESTS  # expected nodes of one run (all types' requests
 
 SHARE_MODES = ("dynamic", "static")
 
-_TOP_KEYS = ("name", "description", "resources", "types", "prefix_groups", "arrivals", "duration_s", "seed", "runs",
+_TOP_KEYS = ("name", "description", "cluster", "resources", "types", "prefix_groups", "arrivals", "duration_s", "seed", "runs",
              "share")
 _RESOURCE_KEYS = ("capacity", "max_consumers", "unit", "description")
 _TYPE_KEYS = ("nodes", "weight", "description")
@@ -183,6 +183,8 @@ class Scenario:
     share: str
     raw: dict = field(repr=False, default_factory=dict)
     source: str | None = None
+    cluster: dict | str | None = None  # the llm nodes' cluster: a simulator config mapping or a path (cluster_config)
+    base_dir: str | None = None  # the directory relative paths of the file are relative to
 
     def run_seed(self, run_index: int) -> int:
         """The seed of run ``run_index`` (0-based): seed + run_index."""
@@ -449,8 +451,12 @@ def parse_scenario(data: Any, base_dir: str | Path | None = None, source: str | 
     if seed + runs - 1 > INT64_MAX:
         raise ConfigError("seed", f"seed + runs - 1 must be <= 2^63-1 (run k uses seed + k), got {show(seed)}")
     share = "dynamic" if d.get("share") is None else as_choice(d["share"], "share", SHARE_MODES)
+    cluster = d.get("cluster")
+    if cluster is not None and not isinstance(cluster, (dict, str)):
+        raise ConfigError("cluster", f"must be a simulator config: a YAML file path or a mapping, got {show(cluster)}")
     scenario = Scenario(name=name, resources=resources, types=tuple(types), prefix_groups=groups,
-                        duration_s=duration, seed=seed, runs=runs, share=share, raw=data, source=source)
+                        duration_s=duration, seed=seed, runs=runs, share=share, raw=data, source=source,
+                        cluster=cluster, base_dir=None if base is None else str(base))
     requests, nodes = scenario.expected_size()
     if requests > MAX_AGENT_REQUESTS:
         raise ConfigError("arrivals", f"the rates over duration_s ({duration:g} s) give about {requests:.3g} requests "
@@ -470,6 +476,35 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, base_dir=p.resolve().parent, source=str(p))
 
 
+def cluster_config(scenario: Scenario, override=None):
+    """The simulator config (SimConfig) of the cluster ``scenario``'s llm nodes are sent to:
+    ``override`` (a config path or mapping, the CLI's ``--config``) or else the scenario's
+    ``cluster`` (a path relative to the scenario file, or a mapping), its served models
+    checked against the llm nodes' (``check_models``).  ConfigError: none given, a bad
+    file or setting (named under ``cluster`` or ``--config``), an unserved model."""
+    from blis_fast.run.api import as_config  # deferred: yaml and the config machinery
+    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
+
+    where, value = ("--config", override) if override is not None else ("cluster", scenario.cluster)
+    if value is None:
+        first = next(f"{key_name(t.name)}.{key_name(n.name)}" for t in scenario.types for n in t.nodes
+                     if n.llm is not None)
+        raise ConfigError("cluster", f"is required: the llm nodes (the first: {first}) are requests to a simulated "
+                                     "cluster; give a simulator config (a YAML path or a mapping) or --config")
+    if isinstance(value, (str, Path)) and where == "cluster" and scenario.base_dir is not None:
+        value = Path(scenario.base_dir) / value  # (an absolute path stays as it is)
+    if isinstance(value, (str, Path)) and not Path(value).is_file():
+        raise ConfigError(where, f"no simulator config file at {show_text(str(value), 200)}")
+    try:
+        config = as_config(value)
+        served = resolve(config).served_models
+    except ConfigError as exc:
+        field_name = exc.field if exc.field.startswith(where) else f"{where}.{exc.field}"
+        raise ConfigError(field_name, exc.message) from None
+    check_models(scenario, served)
+    return config
+
+
 def check_models(scenario: Scenario, served: Iterable[str]) -> None:
     """Refuse an llm node whose model no deployment serves: ``ConfigError`` at
     ``types.T.nodes.N.llm.model`` naming the served models."""
@@ -487,5 +522,5 @@ __all__ = [
     "MAX_RESOURCES", "MAX_TYPES", "MAX_NODES_PER_TYPE", "MAX_TEMPLATE_NODES", "MAX_PREFIX_GROUPS", "MAX_CAPACITY",
     "MAX_WORK", "MAX_RATE_PER_MIN", "MAX_DURATION_S", "MAX_RUNS", "MAX_WEIGHT", "MAX_CONSUMERS",
     "MAX_AGENT_REQUESTS", "MAX_AGENT_NODES", "SHARE_MODES", "Resource", "LlmCall", "AgentNode", "AgentType",
-    "Scenario", "parse_scenario", "load_scenario", "check_models",
+    "Scenario", "parse_scenario", "load_scenario", "check_models", "cluster_config",
 ]

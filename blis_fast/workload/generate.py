@@ -347,10 +347,13 @@ def _names(spec: WorkloadSpec) -> dict[str, list[str]]:
             "slo_class": slo, "priority_class": prio}
 
 
-def _prefixes(spec: WorkloadSpec, seed: int):
-    """Per group: (first prefix id, lengths int64[count]); plus all prefix token arrays and names."""
+def prefix_tables(groups: dict, seed: int):
+    """Per prefix group of ``groups`` (name -> PrefixGroupSpec): (first prefix id, lengths
+    int64[count], the spec); plus all prefix token arrays and their names.  A group's
+    lengths and tokens come from its own stream: the same in every workload of that seed
+    (a workload spec's, an agent scenario's llm nodes)."""
     base, tokens, names, info = 0, [], [], {}
-    for name, g in spec.prefix_groups.items():
+    for name, g in groups.items():
         st = Streams(seed, g.stream)
         lens = np.maximum(sample(g.length, g.count, st, "length", True), 1)
         memory.charge(int(lens.sum()) * PREFIX_TOKEN_BYTES, f"{g.path}: {g.count} prefixes of "
@@ -480,7 +483,7 @@ def generate_requests(spec: WorkloadSpec, seed: int | None = None) -> Requests:
         raise WorkloadError("seed", f"must be >= 0, got {seed}")
     check_expected_size(spec)
     names = _names(spec)
-    prefixes, prefix_tokens, prefix_names = _prefixes(spec, seed)
+    prefixes, prefix_tokens, prefix_names = prefix_tables(spec.prefix_groups, seed)
     if spec.duration_s is not None:
         tally = [0]
         blocks = [_client_block(c, spec, seed, spec.duration_s, prefixes, tally) for c in spec.clients]

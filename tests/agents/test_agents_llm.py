@@ -65,7 +65,8 @@ def test_llm_nodes_are_cluster_requests_released_at_their_start_and_done_at_thei
     # request k is llm node llm[k]: it arrives when the node starts, the node ends at its last token
     assert np.array_equal(reqs["arrival_us"], out.node_start_us[llm])
     assert np.array_equal(reqs["last_token_us"], out.node_finish_us[llm])
-    assert np.array_equal(reqs["prompt_len"], run.node_prompt_tokens[llm])
+    # the prompt: the group's 1,024-token system prompt, then the node's own (and predecessors') tokens
+    assert np.array_equal(reqs["prompt_len"], 1024 + run.node_prompt_tokens[llm])
     assert (reqs["first_token_us"] > reqs["arrival_us"]).all()
     # every node starts when its last predecessor finishes (roots: at their request's arrival)
     templates = build_templates(sc)
@@ -89,7 +90,7 @@ def test_an_llm_node_that_includes_its_predecessors_outputs_sends_them_in_its_pr
     assert not np.array_equal(run.node_prompt_tokens[act], own)
     reqs = out.cluster.state.reqs
     rows = np.cumsum(run.node_prompt_tokens >= 0) - 1  # request row of each llm node
-    assert np.array_equal(reqs["prompt_len"][rows[act]], run.node_prompt_tokens[act])
+    assert np.array_equal(reqs["prompt_len"][rows[act]], 1024 + run.node_prompt_tokens[act])
 
 
 def test_llm_nodes_of_a_prefix_group_hit_the_clusters_prefix_cache():
