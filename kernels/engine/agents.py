@@ -7,7 +7,9 @@ instant (``State.agent_ctr[AgentCounter.NEXT_US]``: an agent request's arrival, 
 next finish, or an llm node just done) is merged by the loop as a cluster event of kind
 AGENT, never held in the heap.  One AGENT event runs its µs to its closure (``fs_instant``),
 then sends the llm nodes it started to the cluster: each one's request arrives at that µs
-(an ARRIVAL event, as a closed-loop follower's).  When such a request's last token is out
+(an ARRIVAL event, as a closed-loop follower's), in node order -- the order of the arrival
+stream at a tie, so the cluster sees exactly what it would see if the same requests were an
+ordinary workload arriving at those times (a test replays them so).  When such a request's last token is out
 (engine/phases.py: its step has ended), an AGENT_LLM_DONE event at that token's time marks
 its node's part done; the node finishes at the AGENT instant that follows at the same µs.
 
@@ -41,8 +43,17 @@ def on_agent_instant(st, t):
         st.loop[0]["status"] = Status.AGENT_HEAP_FULL
         return
     reqs = st.reqs
-    for k in range(c[AgentCounter.N_RELEASED]):
-        r = st.agent_nodes[st.agent_released[k]]["request"]
+    released = st.agent_released
+    n = c[AgentCounter.N_RELEASED]
+    for k in range(1, n):  # in node order (= request row order), whatever order the cascade started them in
+        v = released[k]
+        j = k - 1
+        while j >= 0 and released[j] > v:
+            released[j + 1] = released[j]
+            j -= 1
+        released[j + 1] = v
+    for k in range(n):
+        r = st.agent_nodes[released[k]]["request"]
         reqs[r]["arrival_us"] = t
         push_event(st, t, event_priority(ClusterEvent.ARRIVAL, np.int64(-1)), r)
     c[AgentCounter.N_RELEASED] = 0

@@ -150,3 +150,22 @@ def test_refusals_name_the_node_or_the_cluster(tmp_path):
     with pytest.raises(ConfigError) as exc:
         run_scenario(missing)
     assert exc.value.field == "cluster"
+
+
+def test_the_clusters_answer_to_an_agents_calls_is_that_to_the_same_requests_sent_at_those_times():
+    """Exact: replaying the llm nodes' requests as an ordinary workload, each arriving when
+    its node started, gives every request the same first and last token to the µs (the
+    cluster cannot tell where a request came from)."""
+    from dataclasses import replace
+
+    from blis_fast.agents.llm import llm_workload
+    from blis_fast.run.session import RunSession
+
+    sc, run, out = one_run(scenario(rate_agent=600.0, duration_s=10.0))
+    agent_reqs = out.cluster.state.reqs
+    wl = llm_workload(sc, run, cluster_setup(sc))
+    plain = replace(wl, agent_node=None, arrival_us=agent_reqs["arrival_us"][:len(wl)].copy())
+    st = RunSession(cluster_setup(sc), plain).run().state
+    for f in ("arrival_us", "first_token_us", "last_token_us", "instance"):
+        assert np.array_equal(st.reqs[f][:len(wl)], agent_reqs[f][:len(wl)]), f
+    assert len(wl) > 100 and st.loop[0]["steps"] == out.cluster.state.loop[0]["steps"]
