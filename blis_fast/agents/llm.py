@@ -29,10 +29,20 @@ from blis_fast.workload.generate import Requests, prefix_tables
 from blis_fast.workload.workload import Workload
 
 
-def llm_nodes(run: AgentRun) -> np.ndarray:
+def llm_node_rows(scenario: Scenario, run: AgentRun) -> np.ndarray:
     """The rows of ``run``'s llm nodes, in node order: request k of the llm workload is node
-    ``llm_nodes(run)[k]``."""
-    return np.flatnonzero(run.node_prompt_tokens >= 0)
+    ``llm_node_rows(scenario, run)[k]``."""
+    type_offset = np.cumsum([0] + [len(t.nodes) for t in scenario.types])
+    is_llm = np.array([n.llm is not None for t in scenario.types for n in t.nodes], bool)
+    return np.flatnonzero(is_llm[type_offset[run.request_type[run.node_request]] + run.node_template])
+
+
+def node_requests(workload: Workload, num_nodes: int) -> np.ndarray:
+    """int64[num_nodes]: each node's request row in ``workload`` (an llm workload), -1 for a
+    tool."""
+    out = np.full(num_nodes, -1, np.int64)
+    out[workload.agent_node] = np.arange(len(workload), dtype=np.int64)
+    return out
 
 
 def _template_models(scenario: Scenario, served: tuple[str, ...]) -> tuple[np.ndarray, list]:
@@ -49,7 +59,7 @@ def llm_workload(scenario: Scenario, run: AgentRun, setup) -> Workload:
     token limit."""
     served = tuple(setup.served_models)
     check_models(scenario, served)
-    idx = llm_nodes(run)
+    idx = llm_node_rows(scenario, run)
     n = idx.size
     type_offset = np.cumsum([0] + [len(t.nodes) for t in scenario.types])
     template = type_offset[run.request_type[run.node_request[idx]]] + run.node_template[idx]
@@ -65,8 +75,13 @@ def llm_workload(scenario: Scenario, run: AgentRun, setup) -> Workload:
             base, lens, _ = info[name]
             k = run.node_prefix_index[idx][mine].astype(np.int64)
             prefix_id[mine], prefix_len[mine] = base + k, lens[k]
-    prompt = prefix_len + run.node_prompt_tokens[idx]
-    output = run.node_output_tokens[idx]
+    own, output = run.node_prompt_tokens[idx], run.node_output_tokens[idx]
+    for values, what, low in ((own, "prompt_tokens", 1), (output, "output_tokens", 0)):
+        if n and int(values.min()) < low:  # (a distribution's draws are checked when drawn: a hand-built run)
+            node = templates[int(template[int(np.argmin(values))])]
+            raise ConfigError(f"{node.llm.path}.{what}", f"node {key_name(node.name)}: must be >= {low} tokens, "
+                                                         f"got {int(values.min())}")
+    prompt = prefix_len + own
     if n and int((prompt + output).max()) > MAX_REQUEST_TOKENS:
         worst = int(np.argmax(prompt + output))
         node = templates[int(template[worst])]
@@ -97,4 +112,4 @@ def llm_workload(scenario: Scenario, run: AgentRun, setup) -> Workload:
     return wl
 
 
-__all__ = ["llm_nodes", "llm_workload"]
+__all__ = ["llm_node_rows", "node_requests", "llm_workload"]

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from blis_fast.agents.generate import AgentRun, AgentTemplates, build_templates, generate_run, successors_csr
-from blis_fast.agents.scenario import MAX_RUNS, Scenario, load_scenario, parse_scenario
+from blis_fast.agents.scenario import MAX_RUNS, Scenario, cluster_setup, load_scenario, parse_scenario
 from blis_fast.config.validate import INT64_MAX, as_int, key_name
 from blis_fast.errors import ConfigError, SimulationError
-from blis_fast.run.agents import AgentTables
 from blis_fast_kernels.schema import AgentCounter
 
 if TYPE_CHECKING:
     from blis_fast.results.result import Result
+    from blis_fast.run.agents import AgentTables
 
 
 # the driver's ``mode`` argument (kernels/agents/fairshare.py DYNAMIC, STATIC), spelled out
@@ -58,10 +58,12 @@ def has_llm_nodes(scenario: Scenario) -> bool:
 
 
 def agent_tables(scenario: Scenario, templates: AgentTemplates, run: AgentRun,
-                 node_request: np.ndarray | None = None) -> AgentTables:
+                 node_request: np.ndarray | None = None) -> "AgentTables":
     """One run's agent tables (blis_fast.run.agents.AgentTables): its requests, nodes, loads
     (a node's in resource order), successors and the resources; ``node_request``: each llm
     node's request row in the cluster workload (None: tools only)."""
+    from blis_fast.run.agents import AgentTables  # deferred: blis_fast.run's package loads the config machinery
+
     n = run.num_nodes
     rows, cols = np.nonzero(run.node_work > 0)  # row-major: a node's loads in resource order
     load_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -105,14 +107,11 @@ def simulate_cluster_run(scenario: Scenario, templates: AgentTemplates, run: Age
     """One run in the simulator's event loop: the tools share the scenario's resources, each
     llm node is a request of a cluster workload (``llm.llm_workload``) sent when the node
     starts (kernels/engine/agents.py)."""
-    from blis_fast.agents.llm import llm_nodes, llm_workload  # deferred: the workload generator and its kernels
+    from blis_fast.agents.llm import llm_workload, node_requests  # deferred: the workload generator and its kernels
     from blis_fast.run.session import RunSession  # deferred: the run machinery and its kernels
 
     workload = llm_workload(scenario, run, setup)
-    node_request = np.full(run.num_nodes, -1, np.int64)
-    llm = llm_nodes(run)  # one request per llm node, in node order
-    node_request[llm] = np.arange(llm.size, dtype=np.int64)
-    tables = agent_tables(scenario, templates, run, node_request)
+    tables = agent_tables(scenario, templates, run, node_requests(workload, run.num_nodes))
     session = RunSession(setup, workload, agents=tables).run()
     st = session.state
     n, n_loads, n_res = run.num_nodes, tables.load_res.shape[0], tables.capacity.shape[0]
@@ -149,26 +148,22 @@ def with_runs(scenario: Scenario, runs: Any, field: str = "runs") -> Scenario:
     return dataclasses.replace(scenario, runs=n)
 
 
-def cluster_setup(scenario: Scenario, config=None):
-    """The resolved cluster a scenario's llm nodes are sent to (``config``: a simulator
-    config path or mapping overriding the scenario's ``cluster``), None for a tools-only
-    scenario.  ConfigError if it is missing or does not serve a node's model."""
-    if not has_llm_nodes(scenario):
-        return None
-    from blis_fast.agents.scenario import cluster_config  # deferred: the config machinery
-    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
-
-    return resolve(cluster_config(scenario, config))
+def run_setup(scenario: Scenario, config=None):
+    """The resolved cluster a scenario's llm nodes are sent to (``scenario.cluster_setup``;
+    ``config``: a simulator config path, mapping or SimConfig replacing the scenario's
+    ``cluster``), None for a tools-only scenario (its runs need no cluster).  ConfigError
+    if it is missing or does not serve a node's model."""
+    return cluster_setup(scenario, config) if has_llm_nodes(scenario) else None
 
 
 def run_runs(scenario: Scenario, on_run: Callable[[AgentRunOutput], None], config=None) -> None:
     """Generate and simulate each of the scenario's runs in order, handing each to
     ``on_run`` (one run's arrays are alive at a time); ``config``: as ``cluster_setup``."""
-    setup = cluster_setup(scenario, config)
+    setup = run_setup(scenario, config)
     templates = build_templates(scenario)
     for k in range(scenario.runs):
         on_run(simulate_run(scenario, templates, generate_run(scenario, k), setup))
 
 
 __all__ = ["AgentRunOutput", "has_llm_nodes", "agent_tables", "simulate_run", "simulate_cluster_run", "scenario_of",
-           "with_runs", "cluster_setup", "run_runs"]
+           "with_runs", "run_setup", "run_runs"]

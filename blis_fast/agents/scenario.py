@@ -22,6 +22,8 @@ units, so a tool alone on a resource takes work / capacity seconds)::
     seed: 42                        # run k uses seed + k
     runs: 10
     share: dynamic                  # dynamic | static (docs: the fair-share modes)
+    cluster: cluster.yaml           # the simulated LLM cluster the llm nodes are sent to: a
+                                    # simulator config YAML path or an inline mapping of one
 
 ``work`` values and llm token counts are the workload spec's length distributions
 (``blis_fast.workload.spec.parse_distribution``: a number or ``{type: ..., ...}``).  A node
@@ -33,6 +35,10 @@ every predecessor has a smaller index.
 Every problem raises ``ConfigError(field, message)`` (spec distributions raise its subclass
 ``WorkloadError``) whose field is the YAML path (``types.deep-research.nodes.summarize.after``).
 The served models are checked by ``check_models`` once the cluster is known.
+
+``cluster:`` is kept as given (an inline mapping) or as a path (resolved against the
+scenario file's directory) and only turned into a simulator config by ``cluster_config``
+/ ``cluster_setup``, so a tools-only scenario never loads the config machinery.
 """
 
 from __future__ import annotations
@@ -87,11 +93,12 @@ MAX_WEIGHT = 1_000_000  # an integer weight (the fair share's weight sums stay e
 MAX_CONSUMERS = INT32_MAX
 MAX_AGENT_REQUESTS = MAX_REQUESTS  # expected requests of one run
 MAX_AGENT_NODES = MAX_REQUESTS  # expected nodes of one run (all types' requests x their nodes)
+MAX_CLUSTER_PATH_LEN = 4096  # characters of the cluster: path (a file name, not a document)
 
 SHARE_MODES = ("dynamic", "static")
 
-_TOP_KEYS = ("name", "description", "cluster", "resources", "types", "prefix_groups", "arrivals", "duration_s", "seed", "runs",
-             "share")
+_TOP_KEYS = ("name", "description", "resources", "types", "prefix_groups", "arrivals", "duration_s", "seed", "runs",
+             "share", "cluster")
 _RESOURCE_KEYS = ("capacity", "max_consumers", "unit", "description")
 _TYPE_KEYS = ("nodes", "weight", "description")
 _NODE_KEYS = ("work", "llm", "after", "description")
@@ -183,8 +190,9 @@ class Scenario:
     share: str
     raw: dict = field(repr=False, default_factory=dict)
     source: str | None = None
-    cluster: dict | str | None = None  # the llm nodes' cluster: a simulator config mapping or a path (cluster_config)
-    base_dir: str | None = None  # the directory relative paths of the file are relative to
+    # the simulated cluster of the llm nodes: a simulator config YAML path (resolved against
+    # the scenario file's directory), an inline mapping of one, or None (``cluster_config``)
+    cluster: dict | str | None = None
 
     def run_seed(self, run_index: int) -> int:
         """The seed of run ``run_index`` (0-based): seed + run_index."""
@@ -198,6 +206,10 @@ class Scenario:
                 if n.llm is not None:
                     out.setdefault(n.llm.model)
         return list(out)
+
+    def llm_nodes(self) -> list[AgentNode]:
+        """The llm nodes of every type, in type then node order."""
+        return [n for t in self.types for n in t.nodes if n.llm is not None]
 
     def expected_size(self) -> tuple[float, float]:
         """(requests, nodes) one run is expected to generate (Poisson means; nothing drawn)."""
@@ -405,6 +417,23 @@ def _parse_prefix_groups(value: Any, base: Path | None) -> dict[str, PrefixGroup
             for name, v in d.items()}
 
 
+def _parse_cluster(value: Any, base: Path | None) -> dict | str | None:
+    """``cluster:``: a simulator config YAML path (relative paths are relative to ``base``,
+    the scenario file's directory) or an inline mapping of one, kept unparsed here (the
+    config is built by ``cluster_config``); None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError("cluster", f"must be a simulator config YAML path or a mapping of its settings, got "
+                                     f"{show(value)}")
+    path = Path(as_str(value, "cluster", max_len=MAX_CLUSTER_PATH_LEN))
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return str(path)
+
+
 def _parse_arrivals(value: Any, types: dict[str, int]) -> dict[str, float]:
     d = as_mapping(value, "arrivals", what="a mapping {type: requests per minute}")
     if not d:
@@ -451,12 +480,10 @@ def parse_scenario(data: Any, base_dir: str | Path | None = None, source: str | 
     if seed + runs - 1 > INT64_MAX:
         raise ConfigError("seed", f"seed + runs - 1 must be <= 2^63-1 (run k uses seed + k), got {show(seed)}")
     share = "dynamic" if d.get("share") is None else as_choice(d["share"], "share", SHARE_MODES)
-    cluster = d.get("cluster")
-    if cluster is not None and not isinstance(cluster, (dict, str)):
-        raise ConfigError("cluster", f"must be a simulator config: a YAML file path or a mapping, got {show(cluster)}")
+    cluster = _parse_cluster(d.get("cluster"), base)
     scenario = Scenario(name=name, resources=resources, types=tuple(types), prefix_groups=groups,
                         duration_s=duration, seed=seed, runs=runs, share=share, raw=data, source=source,
-                        cluster=cluster, base_dir=None if base is None else str(base))
+                        cluster=cluster)
     requests, nodes = scenario.expected_size()
     if requests > MAX_AGENT_REQUESTS:
         raise ConfigError("arrivals", f"the rates over duration_s ({duration:g} s) give about {requests:.3g} requests "
@@ -476,35 +503,6 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, base_dir=p.resolve().parent, source=str(p))
 
 
-def cluster_config(scenario: Scenario, override=None):
-    """The simulator config (SimConfig) of the cluster ``scenario``'s llm nodes are sent to:
-    ``override`` (a config path or mapping, the CLI's ``--config``) or else the scenario's
-    ``cluster`` (a path relative to the scenario file, or a mapping), its served models
-    checked against the llm nodes' (``check_models``).  ConfigError: none given, a bad
-    file or setting (named under ``cluster`` or ``--config``), an unserved model."""
-    from blis_fast.run.api import as_config  # deferred: yaml and the config machinery
-    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
-
-    where, value = ("--config", override) if override is not None else ("cluster", scenario.cluster)
-    if value is None:
-        first = next(f"{key_name(t.name)}.{key_name(n.name)}" for t in scenario.types for n in t.nodes
-                     if n.llm is not None)
-        raise ConfigError("cluster", f"is required: the llm nodes (the first: {first}) are requests to a simulated "
-                                     "cluster; give a simulator config (a YAML path or a mapping) or --config")
-    if isinstance(value, (str, Path)) and where == "cluster" and scenario.base_dir is not None:
-        value = Path(scenario.base_dir) / value  # (an absolute path stays as it is)
-    if isinstance(value, (str, Path)) and not Path(value).is_file():
-        raise ConfigError(where, f"no simulator config file at {show_text(str(value), 200)}")
-    try:
-        config = as_config(value)
-        served = resolve(config).served_models
-    except ConfigError as exc:
-        field_name = exc.field if exc.field.startswith(where) else f"{where}.{exc.field}"
-        raise ConfigError(field_name, exc.message) from None
-    check_models(scenario, served)
-    return config
-
-
 def check_models(scenario: Scenario, served: Iterable[str]) -> None:
     """Refuse an llm node whose model no deployment serves: ``ConfigError`` at
     ``types.T.nodes.N.llm.model`` naming the served models."""
@@ -518,9 +516,61 @@ def check_models(scenario: Scenario, served: Iterable[str]) -> None:
                                   f"{show_text(', '.join(served), 200) if served else 'none'}")
 
 
+def _cluster_source(scenario: Scenario, override: Any) -> tuple[Any, str | None]:
+    """(what the cluster is given as, the field prefix its config's errors get): ``override``
+    (``--config``: its errors read as a run's do) when given, else the scenario's ``cluster:``."""
+    if override is not None:
+        return override, None
+    if scenario.cluster is None:
+        llm = scenario.llm_nodes()
+        if llm:
+            raise ConfigError("cluster", f"is required: the llm nodes (first: {llm[0].path}) are sent to it; give a "
+                                         "simulator config YAML path or an inline mapping of one (or --config)")
+        raise ConfigError("cluster", "is not given (a simulator config YAML path or an inline mapping of one)")
+    if isinstance(scenario.cluster, str):
+        return scenario.cluster, f"cluster {show(scenario.cluster)}:"
+    return scenario.cluster, "cluster."
+
+
+def cluster_setup(scenario: Scenario, override: Any = None):
+    """The resolved cluster (``blis_fast.run.resolve.Setup``; its ``config`` is the
+    SimConfig) the scenario's llm nodes are sent to: ``override`` (a config YAML path, a
+    mapping or a SimConfig: the CLI's ``--config``) or else the scenario's ``cluster:``.
+    Every llm node's model must be served by it (``check_models``).  Errors are
+    ``ConfigError``: a config problem names ``cluster.<field>`` (inline) or ``cluster
+    '<file>': <field>``."""
+    # the simulator config machinery is needed only by scenarios with llm nodes: a tools-only
+    # run never loads it
+    from blis_fast.config.sim import SimConfig  # deferred: the simulator config machinery
+    from blis_fast.config.yamlfile import read_yaml_mapping  # deferred: yaml
+    from blis_fast.run.api import as_config  # deferred: the simulator config machinery
+    from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
+
+    given, prefix = _cluster_source(scenario, override)
+    try:
+        if isinstance(given, (str, Path)):
+            given = read_yaml_mapping(Path(given), "--config" if prefix is None else "cluster", ConfigError)
+        elif not isinstance(given, (dict, SimConfig)):
+            raise ConfigError("--config" if prefix is None else "cluster",
+                              f"must be a simulator config YAML path or a mapping of its settings, got {show(given)}")
+        setup = resolve(as_config(given))
+    except ConfigError as e:
+        if prefix is None or e.field.startswith("cluster"):
+            raise
+        raise type(e)(f"{prefix}{e.field}" if prefix.endswith(".") else f"{prefix} {e.field}", e.message) from None
+    check_models(scenario, setup.served_models)
+    return setup
+
+
+def cluster_config(scenario: Scenario, override: Any = None):
+    """The SimConfig of the cluster the scenario's llm nodes are sent to (``cluster_setup``)."""
+    return cluster_setup(scenario, override).config
+
+
 __all__ = [
     "MAX_RESOURCES", "MAX_TYPES", "MAX_NODES_PER_TYPE", "MAX_TEMPLATE_NODES", "MAX_PREFIX_GROUPS", "MAX_CAPACITY",
     "MAX_WORK", "MAX_RATE_PER_MIN", "MAX_DURATION_S", "MAX_RUNS", "MAX_WEIGHT", "MAX_CONSUMERS",
     "MAX_AGENT_REQUESTS", "MAX_AGENT_NODES", "SHARE_MODES", "Resource", "LlmCall", "AgentNode", "AgentType",
-    "Scenario", "parse_scenario", "load_scenario", "check_models", "cluster_config",
+    "MAX_CLUSTER_PATH_LEN", "Scenario", "parse_scenario", "load_scenario", "check_models", "cluster_setup",
+    "cluster_config",
 ]

@@ -52,7 +52,8 @@ def agents_run(
 
         check_plot_path(plot)
     if outputs:  # never overwrite the scenario or a file it names
-        inputs = [("--scenario", p) for p in [scenario, *named_files(sc.raw, scenario.resolve().parent)]]
+        cluster = [Path(sc.cluster)] if isinstance(sc.cluster, str) else []  # (a cluster: path, resolved)
+        inputs = [("--scenario", p) for p in [scenario, *named_files(sc.raw, scenario.resolve().parent), *cluster]]
         inputs += [("--config", config)] if config is not None else []
         check_outputs(outputs, inputs)
     if per_request_out is not None:

@@ -39,14 +39,14 @@ AGENT_SCENARIOS = {
 def bench_agents(name: str, repeats: int = 3) -> dict:
     """Timings of one agent bench scenario (module docstring)."""
     from blis_fast.agents.generate import build_templates, generate_run  # deferred: yaml, the kernels
-    from blis_fast.agents.run import cluster_setup, scenario_of, simulate_cluster_run, simulate_run  # deferred: as above
+    from blis_fast.agents.run import run_setup, scenario_of, simulate_cluster_run, simulate_run  # deferred: as above
     from blis_fast.run.api import as_config  # deferred: yaml
     from blis_fast.run.resolve import resolve  # deferred: the shipped model and hardware data
 
     file, path, _ = AGENT_SCENARIOS[name]
     scenario = scenario_of(configs_dir() / "agents" / "bench" / file)
     templates, run = build_templates(scenario), generate_run(scenario, 0)
-    setup = cluster_setup(scenario) if path == "loop" else None
+    setup = run_setup(scenario) if path == "loop" else None
     if path == "loop" and setup is None:  # tools only, in the event loop beside an idle default cluster
         setup = resolve(as_config(None))
 

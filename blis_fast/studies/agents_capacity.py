@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from blis_fast.agents.results import RESOURCE_METRICS, TYPE_METRICS, AgentResult
-from blis_fast.agents.run import cluster_setup, run_runs, scenario_of, with_runs
+from blis_fast.agents.run import run_runs, run_setup, scenario_of, with_runs
 from blis_fast.agents.scenario import MAX_AGENT_NODES, MAX_AGENT_REQUESTS, MAX_RATE_PER_MIN, Scenario
 from blis_fast.config.validate import as_choice, as_float, as_int, show
 from blis_fast.errors import ConfigError
@@ -231,7 +231,7 @@ def agents_capacity(scenario, slo, *, runs=None, tolerance=DEFAULT_TOLERANCE, ma
     tol = as_float(tolerance, "--tolerance", 1e-6, 1.0)
     max_probes = as_int(max_probes, "--max-probes", 1, 1000)
     check_simulations(max_probes * sc.runs, "--max-probes", f"{max_probes} probes x {sc.runs} runs")
-    cluster_setup(sc, config)  # a missing or wrong cluster fails here, before any probe
+    run_setup(sc, config)  # a missing or wrong cluster fails here, before any probe
     by = as_choice(by, "--by", MET_BY)
     prober = _AgentProber(sc, preds, max_probes, on_run, config, by)
     good, bad = search_rate(prober, tol, None, None)

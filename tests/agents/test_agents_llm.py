@@ -13,7 +13,8 @@ import pytest
 
 from blis_fast.agents import run_scenario
 from blis_fast.agents.generate import build_templates, generate_run
-from blis_fast.agents.run import cluster_setup, scenario_of, simulate_run
+from blis_fast.agents.run import scenario_of, simulate_run
+from blis_fast.agents.scenario import cluster_setup
 from blis_fast.errors import ConfigError
 from blis_fast_kernels.schema import RequestState
 from tests.hardening.hardening_helpers import assert_clean_error, cli_in_process

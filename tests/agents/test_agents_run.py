@@ -209,6 +209,13 @@ def test_refusals_leave_the_scenario_alone_and_name_missing_files(tmp_path):
     assert_clean_error(*cli_in_process("agents", "run", "--scenario", named, "--per-request-out", works),
                        ["--per-request-out", "input"])
     assert works.read_text() == "10\n20\n"
+    # nor its cluster: config file (a tools-only scenario may name one)
+    cluster = tmp_path / "cluster.csv"
+    cluster.write_text("model: meta-llama/llama-3.1-8b-instruct\n")
+    with_cluster = write_yaml(tmp_path, scenario({"a": {"work": {"cpu": 1}}}, cluster="cluster.csv"))
+    assert_clean_error(*cli_in_process("agents", "run", "--scenario", with_cluster, "--per-request-out", cluster),
+                       ["--per-request-out", "input"])
+    assert cluster.read_text() == "model: meta-llama/llama-3.1-8b-instruct\n"
 
 
 def test_the_api_refuses_with_config_errors():
