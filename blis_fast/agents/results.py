@@ -107,21 +107,22 @@ def _active_intervals(out: AgentRunOutput, lo_us: int, hi_us: int) -> dict:
         begin = np.clip(begin, lo_us, hi_us)
         finish = np.clip(finish, lo_us, hi_us)
         keep = finish > begin
-        # offsets from the span's start, in int64 before the float: exact for spans under 2^53 µs
-        intervals[kind] = ((begin[keep] - lo_us).astype(np.float64), (finish[keep] - lo_us).astype(np.float64))
+        intervals[kind] = (begin[keep] - lo_us, finish[keep] - lo_us)  # int64 µs after the span's start
     return intervals
 
 
 def _step_function(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(times, level, area) of the count of intervals [begin, end) active: ``level[k]`` the
-    count from ``times[k]`` on, ``area[k]`` its integral up to ``times[k]`` (µs x count).
-    At equal times the ends come first, so an interval ending where another begins does
-    not count twice in the peak."""
-    times = np.concatenate([end, begin])
-    order = np.argsort(times, kind="stable")  # stable: the ends, first in ``times``, stay first at a tie
-    times = times[order]
-    level = np.cumsum(np.concatenate([np.full(end.size, -1, np.int64), np.ones(begin.size, np.int64)])[order])
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))])
+    """(times, level, area) of the count of intervals [begin, end) active (int64 µs):
+    ``level[k]`` the count from ``times[k]`` on, ``area[k]`` its integral up to ``times[k]``
+    (µs x count, float64).  At equal times the ends come first, so an interval ending where
+    another begins does not count twice in the peak."""
+    # one sort of keys 2 t (an end) and 2 t + 1 (a begin): no argsort's gather, ends first at a tie
+    # (t < 2^62 µs, a run's limit: 2 t + 1 fits in an int64)
+    keys = np.concatenate([end << 1, (begin << 1) | 1])
+    keys.sort()
+    times = keys >> 1
+    level = np.cumsum((keys & 1) * 2 - 1)
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times).astype(np.float64))])
     return times, level, area
 
 
@@ -130,7 +131,9 @@ def _active_summary(out: AgentRunOutput, lo_us: int, hi_us: int) -> dict:
     summary = {}
     for kind, (begin, end) in _active_intervals(out, lo_us, hi_us).items():
         # the integral of the step function is the summed lengths of the intervals
-        summary[f"{kind}_mean"] = float(np.sum(end - begin)) / (hi_us - lo_us) if hi_us > lo_us else 0.0
+        # (in float64: an int64 sum of up to 10^8 lengths of up to 2^62 µs could overflow)
+        summary[f"{kind}_mean"] = (float(np.sum((end - begin).astype(np.float64))) / (hi_us - lo_us)
+                                   if hi_us > lo_us else 0.0)
         summary[f"{kind}_peak"] = int(_step_function(begin, end)[1].max()) if begin.size else 0
     return summary
 
@@ -168,7 +171,7 @@ def active_windows(out: AgentRunOutput, windows: int = 60) -> tuple[np.ndarray, 
             continue
         times, _, area = _step_function(begin, end)
         # the integral is piecewise linear between the changes: interpolating it is exact
-        at_edges = np.interp(edges_us, times, area)
+        at_edges = np.interp(edges_us, times.astype(np.float64), area)
         averages.append(np.maximum(np.diff(at_edges), 0.0) / np.diff(edges_us))
     edges_s = (lo_us + edges_us) / 1e6
     return edges_s, averages[0], averages[1], averages[2]
