@@ -90,7 +90,7 @@ def _span_bounds_us(out: AgentRunOutput) -> tuple[int, int]:
 
 
 def _active_intervals(out: AgentRunOutput, lo_us: int, hi_us: int) -> dict:
-    """KIND -> (begin, end) float64 µs after ``lo_us`` of what is active: tool nodes and llm
+    """KIND -> (begin, end) int64 µs after ``lo_us`` of what is active: tool nodes and llm
     nodes from start to finish, requests from arrival to end; what never finishes until
     ``hi_us``; clipped to the span, intervals of length 0 dropped (they add nothing to a
     mean, and leaving them out keeps them out of a peak)."""
