@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from blis_fast.agents.generate import AgentRun, build_templates, generate_run
-from blis_fast.agents.results import ACTIVE_METRICS, MAX_WINDOWS, active_windows, run_scenario, summarize_run
-from blis_fast.agents.run import AgentRunOutput, scenario_of, simulate_run
+from blis_fast.agents.results import (ACTIVE_METRICS, MAX_WINDOWS, AgentResult, active_windows, run_scenario,
+                                     summarize_run)
+from blis_fast.agents.run import AgentRunOutput, run_runs, scenario_of, simulate_run
 from blis_fast.errors import ConfigError
 from tests.hardening.hardening_helpers import cli_in_process
 
@@ -39,7 +40,10 @@ def hand_output(arrivals, first_node, starts, finishes, llm) -> AgentRunOutput:
     the summaries read of it."""
     n = len(starts)
     node_request = np.repeat(np.arange(len(arrivals)), np.diff(first_node))
-    ints = lambda values: np.asarray(values, np.int64)  # noqa: E731
+
+    def ints(values) -> np.ndarray:
+        return np.asarray(values, np.int64)
+
     run = AgentRun(run_index=0, seed=0, request_type=np.zeros(len(arrivals), np.int32),
                    request_arrival_us=ints(arrivals), request_first_node=ints(first_node),
                    node_request=node_request.astype(np.int32), node_template=np.zeros(n, np.int32),
@@ -174,3 +178,13 @@ def test_a_bad_window_count_is_refused(windows):
     with pytest.raises(ConfigError) as exc:
         active_windows(out, windows=windows)
     assert exc.value.field == "windows" and "[1, 1000000]" in str(exc.value)
+
+
+def test_the_first_runs_windows_are_kept_for_the_plot():
+    sc, out = first_run(scenario({"a": {"work": {"cpu": 20}}}))
+    result = AgentResult(scenario_of(scenario({"a": {"work": {"cpu": 20}}}, runs=2)), keep_windows=True)
+    run_runs(result.scenario, result.add)
+    assert len(result.per_run) == 2
+    for kept, fresh in zip(result.active_windows, active_windows(out)):
+        assert kept.tobytes() == fresh.tobytes()
+    assert AgentResult(sc).active_windows is None  # not kept unless asked
