@@ -17,7 +17,21 @@ standard deviation (``std``; None with fewer than two such runs).  The JSON (``t
      "types": {TYPE: {completed, latency_mean_s, latency_p50_s, latency_p95_s, latency_p99_s,
                       "std": {the same keys}}},
      "resources": {NAME: {utilization, "std": {"utilization": ...}}},
-     "per_run": [{"seed", "requests", "span_s", "events", "types": {...}, "resources": {...}}]}
+     "active": {tools_mean, tools_peak, llm_mean, llm_peak, requests_mean, requests_peak,
+                "std": {the same keys}},
+     "llm": {requests, completed, ttft_mean_s, ttft_p95_s, e2e_mean_s, e2e_p95_s,
+             prefix_cache_hit_rate, "std": {...}}       (a scenario with llm nodes only: llm_summary)
+     "per_run": [{"seed", "requests", "span_s", "events", "types": {...}, "resources": {...},
+                  "active": {...}, "llm": {"calls": {...}}}]}
+
+``active`` (issue 26, "active tools over time") comes from exact step functions of one run
+over its span: the tool nodes active (started, not finished), the llm nodes active (llm
+calls, ``node_prompt_tokens >= 0``) and the requests in the system (arrived, not ended);
+``*_mean`` is the step function's time average over the span, ``*_peak`` its maximum.  A
+node or request that never finishes counts until the span's end; one of start == end
+counts for 0 µs.  The requests' mean obeys Little's law exactly: in a completed run it is
+(requests / span) x their mean latency.  ``active_windows`` gives the same step functions'
+averages per time window.
 
 The per-request table (``requests_table``, kept with ``keep_requests``) has one row per node
 of every request: run, request (its index in the run, by arrival), type, arrival_us, end_us
@@ -36,6 +50,7 @@ import numpy as np
 from blis_fast.agents.run import AgentRunOutput, run_runs, scenario_of, with_runs
 from blis_fast.agents.scenario import Scenario
 from blis_fast.config import memory
+from blis_fast.config.validate import as_int
 from blis_fast.results.metrics import percentiles_us
 from blis_fast_kernels.schema import RequestState
 
@@ -45,6 +60,9 @@ RESOURCE_METRICS = ("utilization",)
 # their latency (TTFT, E2E: from the request's arrival at the cluster) and its prefix cache
 LLM_METRICS = ("requests", "completed", "ttft_mean_s", "ttft_p95_s", "e2e_mean_s", "e2e_p95_s",
                "prefix_cache_hit_rate")
+ACTIVE_KINDS = ("tools", "llm", "requests")  # the step functions of ``active``, in this order
+ACTIVE_METRICS = tuple(f"{kind}_{stat}" for kind in ACTIVE_KINDS for stat in ("mean", "peak"))
+MAX_WINDOWS = 1_000_000  # active_windows: 4 float64 arrays of this length, 32 MB
 TABLE_BYTES_PER_NODE = 2 * (9 * 8 + 4)  # its 9 columns of 8 bytes and 4 null masks, kept and copied to arrow
 
 
@@ -69,23 +87,104 @@ def _request_ends(out: AgentRunOutput) -> tuple[np.ndarray, np.ndarray]:
     return end, completed
 
 
+def _span_bounds_us(out: AgentRunOutput) -> tuple[int, int]:
+    """(first arrival, last node finish) µs of a run: its span; without a finished node
+    nothing was done, a span of 0 at the first arrival (at 0 without requests)."""
+    arrivals = out.run.request_arrival_us
+    lo_us = int(arrivals[0]) if arrivals.size else 0
+    finished = out.node_finish_us[out.node_finish_us >= 0]
+    return lo_us, int(finished.max()) if finished.size else lo_us
+
+
+def _active_intervals(out: AgentRunOutput, lo_us: int, hi_us: int) -> dict:
+    """KIND -> (begin, end) int64 µs after ``lo_us`` of what is active: tool nodes and llm
+    nodes from start to finish, requests from arrival to end; what never finishes until
+    ``hi_us``; clipped to the span, intervals of length 0 dropped (they add nothing to a
+    mean, and leaving them out keeps them out of a peak)."""
+    run = out.run
+    started = out.node_start_us >= 0
+    llm = run.node_prompt_tokens >= 0
+    end, completed = _request_ends(out)
+    pairs = {"tools": (out.node_start_us[started & ~llm], out.node_finish_us[started & ~llm]),
+             "llm": (out.node_start_us[started & llm], out.node_finish_us[started & llm]),
+             "requests": (run.request_arrival_us, np.where(completed, end, -1))}
+    intervals = {}
+    for kind, (begin, finish) in pairs.items():
+        finish = np.where(finish >= 0, finish, hi_us)  # never finished: active until the span's end
+        begin = np.clip(begin, lo_us, hi_us)
+        finish = np.clip(finish, lo_us, hi_us)
+        keep = finish > begin
+        intervals[kind] = (begin[keep] - lo_us, finish[keep] - lo_us)  # int64 µs after the span's start
+    return intervals
+
+
+def _step_function(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(times, level, area) of the count of intervals [begin, end) active (int64 µs):
+    ``level[k]`` the count from ``times[k]`` on, ``area[k]`` its integral up to ``times[k]``
+    (µs x count, float64).  At equal times the ends come first, so an interval ending where
+    another begins does not count twice in the peak."""
+    # one sort of keys 2 t (an end) and 2 t + 1 (a begin): no argsort's gather, ends first at a tie
+    # (t < 2^62 µs, a run's limit: 2 t + 1 fits in an int64)
+    keys = np.concatenate([end << 1, (begin << 1) | 1])
+    keys.sort()
+    times = keys >> 1
+    level = np.cumsum((keys & 1) * 2 - 1)
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times).astype(np.float64))])
+    return times, level, area
+
+
+def _active_summary(out: AgentRunOutput, lo_us: int, hi_us: int) -> dict:
+    """The run's ``active`` metrics (module docstring): time averages over the span and peaks."""
+    summary = {}
+    for kind, (begin, end) in _active_intervals(out, lo_us, hi_us).items():
+        # the integral of the step function is the summed lengths of the intervals
+        # (in float64: an int64 sum of up to 10^8 lengths of up to 2^62 µs could overflow)
+        summary[f"{kind}_mean"] = (float(np.sum((end - begin).astype(np.float64))) / (hi_us - lo_us)
+                                   if hi_us > lo_us else 0.0)
+        summary[f"{kind}_peak"] = int(_step_function(begin, end)[1].max()) if begin.size else 0
+    return summary
+
+
 def summarize_run(scenario: Scenario, out: AgentRunOutput) -> dict:
-    """One run's per-type and per-resource metrics (module docstring)."""
+    """One run's per-type, per-resource and ``active`` metrics (module docstring)."""
     run = out.run
     end, completed = _request_ends(out)
     latency = end - run.request_arrival_us
     types = {t.name: _type_summary(latency[completed & (run.request_type == t.index)]) for t in scenario.types}
-    finished = out.node_finish_us[out.node_finish_us >= 0]
-    span_us = int(finished.max() - run.request_arrival_us[0]) if finished.size else 0
+    lo_us, hi_us = _span_bounds_us(out)
+    span_us = hi_us - lo_us
     resources = {}
     for r in scenario.resources:
         util = float(out.work_done[r.index]) / (r.capacity * (span_us / 1e6)) if span_us > 0 else 0.0
         resources[r.name] = {"utilization": util}
     summary = {"seed": run.seed, "requests": run.num_requests, "span_s": span_us / 1e6, "events": out.events,
-               "types": types, "resources": resources}
+               "types": types, "resources": resources, "active": _active_summary(out, lo_us, hi_us)}
     if out.cluster is not None:
         summary["llm"] = {"calls": llm_summary(out)}
     return summary
+
+
+def active_windows(out: AgentRunOutput, windows: int = 60) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(edges_s float64[windows + 1], tools, llm, requests float64[windows]) of one run: the
+    exact time average per window of the tool nodes active, the llm nodes active and the
+    requests in the system (module docstring) over the run's span (first arrival to last
+    node finish; a span of 0 gives one second of zeros).  The windows' averages weighted
+    by their widths add up to the run's ``active`` means.  ``windows``: [1, MAX_WINDOWS]."""
+    windows = as_int(windows, "windows", 1, MAX_WINDOWS)
+    lo_us, hi_us = _span_bounds_us(out)
+    width_us = hi_us - lo_us if hi_us > lo_us else 1_000_000
+    edges_us = np.linspace(0.0, float(width_us), windows + 1)
+    averages = []
+    for begin, end in _active_intervals(out, lo_us, hi_us).values():
+        if not begin.size:
+            averages.append(np.zeros(windows))
+            continue
+        times, _, area = _step_function(begin, end)
+        # the integral is piecewise linear between the changes: interpolating it is exact
+        at_edges = np.interp(edges_us, times.astype(np.float64), area)
+        averages.append(np.maximum(np.diff(at_edges), 0.0) / np.diff(edges_us))
+    edges_s = (lo_us + edges_us) / 1e6
+    return edges_s, averages[0], averages[1], averages[2]
 
 
 def llm_summary(out: AgentRunOutput) -> dict:
@@ -185,11 +284,13 @@ class AgentResult:
     request_columns: list[dict] | None = None
     keep_windows: bool = False  # keep the first run's utilization per time window (a plot's heatmap)
     windows: tuple[np.ndarray, np.ndarray] | None = None  # utilization_windows of the first run
+    active_windows: tuple | None = None  # active_windows of the first run, kept with ``windows``
 
     def add(self, out: AgentRunOutput) -> None:
         """Fold in the next run."""
         if self.keep_windows and not self.per_run:
             self.windows = utilization_windows(self.scenario, out)
+            self.active_windows = active_windows(out)
         self.per_run.append(summarize_run(self.scenario, out))
         if self.request_columns is not None:
             self.request_columns.append(_requests_columns(self.scenario, out))
@@ -205,6 +306,14 @@ class AgentResult:
         return _aggregate(self.per_run, "resources", [r.name for r in self.scenario.resources], RESOURCE_METRICS)
 
     @property
+    def active(self) -> dict:
+        """The ``active`` metrics' means over the runs, with ``std`` (module docstring)."""
+        entry, std = {}, {}
+        for m in ACTIVE_METRICS:
+            entry[m], std[m] = _mean_std([r["active"][m] for r in self.per_run])
+        return {**entry, "std": std}
+
+    @property
     def llm(self) -> dict | None:
         """The llm nodes' requests on the cluster (``llm_summary``), means over the runs with
         ``std``; None for a tools-only scenario."""
@@ -215,7 +324,7 @@ class AgentResult:
     def to_dict(self) -> dict:
         """The JSON of ``blis-fast agents run --json`` (module docstring)."""
         out = {"scenario": self.scenario.name, "share": self.scenario.share, "runs": len(self.per_run),
-               "seed": self.scenario.seed, "types": self.types, "resources": self.resources}
+               "seed": self.scenario.seed, "types": self.types, "resources": self.resources, "active": self.active}
         if self.llm is not None:
             out["llm"] = self.llm
         out["per_run"] = self.per_run
@@ -270,6 +379,11 @@ class AgentResult:
         lines += _columns(head, rows)
         rows = [(name, cell(e, "utilization", 100.0, 1)) for name, e in self.resources.items()]
         lines += [""] + _columns(("resource", "utilization %"), rows)
+        if self.per_run:
+            active = self.active
+            rows = [(label, cell(active, f"{kind}_mean"), cell(active, f"{kind}_peak", digits=1 if pm else 0))
+                    for kind, label in zip(ACTIVE_KINDS, ("tool calls", "llm calls", "requests"))]
+            lines += [""] + _columns(("active", "mean", "peak"), rows)
         llm = self.llm
         if llm is not None:
             head = ("llm calls", "completed", "ttft mean s", "ttft p95 s", "e2e mean s", "e2e p95 s", "prefix hit %")
@@ -310,4 +424,5 @@ def run_scenario(path_or_dict, runs=None, *, keep_requests: bool = False, config
     return result
 
 
-__all__ = ["AgentResult", "run_scenario", "utilization_windows", "TYPE_METRICS", "RESOURCE_METRICS", "summarize_run", "check_table_memory"]
+__all__ = ["AgentResult", "run_scenario", "utilization_windows", "active_windows", "TYPE_METRICS", "RESOURCE_METRICS",
+           "ACTIVE_METRICS", "MAX_WINDOWS", "summarize_run", "check_table_memory"]

@@ -242,17 +242,30 @@ def study_figure(study, path: Path, title: str) -> None:
 
 def agents_run_figure(result, path: Path) -> None:
     """Utilization per resource over time, a heatmap of the first run
-    (``AgentResult.windows``: ``agents.results.utilization_windows``)."""
+    (``AgentResult.windows``: ``agents.results.utilization_windows``), and under it the
+    active tool calls, llm calls and requests in the system over time, their averages per
+    window (``AgentResult.active_windows``: ``agents.results.active_windows``)."""
     plt = _pyplot()
     edges, util = result.windows
     names = [r.name for r in result.scenario.resources]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.6))
+    fig, (ax, active_ax) = plt.subplots(2, 1, figsize=(9, 0.5 * len(names) + 4.4), sharex=True,
+                                        gridspec_kw={"height_ratios": [0.5 * len(names) + 1.0, 2.6]})
     image = ax.imshow(util, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0.0, vmax=1.0,
                       extent=(edges[0], edges[-1], len(names) - 0.5, -0.5))
     ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("time (s)")
     ax.set_title(f"{result.scenario.name or 'agents'}: utilization per resource, run 0 (seed {result.scenario.seed})")
     fig.colorbar(image, ax=ax, label="fraction of capacity in use")
+    active_edges, tools, llm, requests = result.active_windows
+    active_ax.stairs(tools, active_edges, label="tool calls active")
+    if llm.any():  # a tools-only scenario has no llm line to draw
+        active_ax.stairs(llm, active_edges, label="llm calls active")
+    active_ax.stairs(requests, active_edges, label="requests in the system")
+    active_ax.set_xlabel("time (s)")
+    active_ax.set_ylabel("mean count per window")
+    active_ax.set_title("active tools / requests in the system over time")
+    active_ax.legend(fontsize="small")
+    # an invisible colorbar takes the same width as the heatmap's, so the two time axes line up
+    fig.colorbar(image, ax=active_ax).ax.set_visible(False)
     fig.tight_layout()
     save(fig, path)
 
