@@ -13,6 +13,11 @@ from blis_fast.cli import feedback
 from blis_fast.cli.app import Quiet, Verbose, app, number_option
 from blis_fast.config.outputs import atomic_write, check_outputs, named_files
 
+# --config of both commands: the cluster the llm nodes are sent to
+ClusterConfig = Annotated[Optional[Path], typer.Option(
+    "--config", metavar="FILE", help="the simulated cluster the llm nodes are sent to (a simulator config YAML), "
+                                     "instead of the scenario's cluster")]
+
 agents_app = typer.Typer(no_args_is_help=True, help="Agent workflows: DAGs of tool calls sharing resources.")
 app.add_typer(agents_app, name="agents")
 
@@ -30,9 +35,7 @@ def agents_run(
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each resource's utilization "
                                                                         "over time (run 0) to FILE (.png or .svg; "
                                                                         "needs matplotlib)")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="the simulated cluster the llm "
-                                                  "nodes are sent to (a simulator config YAML), instead of the "
-                                                  "scenario's cluster")] = None,
+    config: ClusterConfig = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
@@ -93,9 +96,7 @@ def agents_capacity_cmd(
     plot: Annotated[Optional[Path], typer.Option("--plot", metavar="FILE", help="draw each type's latency (p50, "
                                                                         "p95) against its rate over the probes to "
                                                                         "FILE (.png or .svg; needs matplotlib)")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="the simulated cluster the llm "
-                                                  "nodes are sent to (a simulator config YAML), instead of the "
-                                                  "scenario's cluster")] = None,
+    config: ClusterConfig = None,
     quiet: Quiet = False,
     verbose: Verbose = 0,
 ) -> None:
