@@ -48,7 +48,9 @@ SLOW_ONLY = {
     "capacity": "dozens of simulations of 6,000 requests per search",
     "sweep": "60 simulations of 4,000 requests",
     "compare": "each configuration runs the whole grid",
+    "agents capacity": "about ten probes of 20 runs each (tests/agents/test_agents_capacity.py runs the same search)",
 }
+GROUPS = {"agents"}  # command groups: their subcommand is the group and its command ("agents capacity")
 
 
 def bash_blocks() -> list[str]:
@@ -75,7 +77,8 @@ def runnable(block: str) -> list[str]:
 
 
 def subcommand(command: str) -> str:
-    return shlex.split(command)[1]
+    words = shlex.split(command)
+    return " ".join(words[1:3]) if words[1] in GROUPS else words[1]
 
 
 @pytest.fixture
