@@ -54,13 +54,21 @@ SETTLED, YAML, BUNDLE, FLAGS = -1, 0, 1, 2
 
 # policy parameter -> (policy choice, the choice it needs, how to say it)
 POLICY_PARAMETERS = {
-    "policy.token_bucket_capacity": ("policy.admission", "token-bucket",
+    # (an admission program reads the bucket as bucket_tokens: config.policy.check_programs)
+    "policy.token_bucket_capacity": ("policy.admission", "token-bucket|expression|tree",
                                      "admission token-bucket (--admission-policy token-bucket)"),
-    "policy.token_bucket_refill_rate": ("policy.admission", "token-bucket",
+    "policy.token_bucket_refill_rate": ("policy.admission", "token-bucket|expression|tree",
                                         "admission token-bucket (--admission-policy token-bucket)"),
     "policy.routing_scorers": ("policy.routing", "weighted", "routing weighted (--routing-policy weighted)"),
     "policy.slo_class_weights": ("policy.priority", "!constant",
                                  "priority slo-based or inverted-slo (--priority-policy)"),
+    # a program: with its slot's policy expression or tree ("|": any of them)
+    **{f"policy.{program}": (f"policy.{kind}", "expression|tree", f"{kind} expression or tree (--{flag} expression)")
+       for kind, program, flag in (("admission", "admission_program", "admission-policy"),
+                                   ("routing", "routing_program", "routing-policy"),
+                                   ("priority", "priority_program", "priority-policy"),
+                                   ("scheduler", "scheduler_program", "scheduler"),
+                                   ("preemption_victim", "victim_program", "preemption-victim"))},
 }
 
 
@@ -279,7 +287,7 @@ def check_effective(cfg, layer: dict[str, int], where: Callable[[str], str]):
         if layer.get(path, SETTLED) == SETTLED or getattr(cfg.policy, name) == defaults[name]:
             continue  # (a whole config passed back in -- SimConfig.to_dict() -- repeats the defaults)
         chosen = getattr(cfg.policy, choice_path.rpartition(".")[2])
-        in_use = chosen != needed[1:] if needed.startswith("!") else chosen == needed
+        in_use = chosen != needed[1:] if needed.startswith("!") else chosen in needed.split("|")
         if in_use:
             continue
         if layer.get(choice_path, SETTLED) > layer[path]:  # a later layer switched the policy: fine

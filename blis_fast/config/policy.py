@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from blis_fast.config.validate import (
     MAX_POLICY_WEIGHT,
     MAX_STR_LEN,
@@ -26,19 +28,26 @@ from blis_fast.config.validate import (
     show,
 )
 from blis_fast.config.validate import setting as _opt
+from blis_fast.config.expression import compile_expression, compile_tree
 from blis_fast.config.yamlfile import read_yaml_mapping
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
 
+# ``expression`` and ``tree``: a program (blis_fast/policy/expression.py) in the slot's
+# ``<slot>_program`` field; the bundle key that gives it in each section is PROGRAM_KEYS'
+PROGRAM_KINDS = ("expression", "tree")
 ADMISSION_POLICIES = {"always-admit": S.AdmissionKind.ALWAYS, "token-bucket": S.AdmissionKind.TOKEN_BUCKET,
-                      "reject-all": S.AdmissionKind.REJECT_ALL}
+                      "reject-all": S.AdmissionKind.REJECT_ALL, "expression": S.AdmissionKind.EXPRESSION,
+                      "tree": S.AdmissionKind.EXPRESSION}
 ROUTING_POLICIES = {"round-robin": S.RoutingKind.ROUND_ROBIN, "least-loaded": S.RoutingKind.LEAST_LOADED,
                     "weighted": S.RoutingKind.WEIGHTED, "prefix-affinity": S.RoutingKind.PREFIX_AFFINITY,
-                    "always-busiest": S.RoutingKind.ALWAYS_BUSIEST}
+                    "always-busiest": S.RoutingKind.ALWAYS_BUSIEST, "expression": S.RoutingKind.EXPRESSION,
+                    "tree": S.RoutingKind.EXPRESSION}
 SCORERS = {"queue-depth": S.RouteWeight.QUEUE_DEPTH, "kv-utilization": S.RouteWeight.KV_UTILIZATION,
            "load-balance": S.RouteWeight.LOAD_BALANCE, "prefix-affinity": S.RouteWeight.PREFIX_AFFINITY}
 DEFAULT_SCORERS = {"prefix-affinity": 3.0, "queue-depth": 2.0, "kv-utilization": 2.0}  # BLIS's default
 PRIORITY_AGE_WEIGHT = {"constant": 0.0, "slo-based": 1e-6, "inverted-slo": -1e-6}  # per µs of age
+PRIORITY_POLICIES = (*PRIORITY_AGE_WEIGHT, *PROGRAM_KINDS)
 # scheduler -> weights over (priority, arrival, prompt length, output length); None = keep order
 SCHEDULERS: dict[str, tuple[float, float, float, float] | None] = {
     "fcfs": None,
@@ -46,13 +55,25 @@ SCHEDULERS: dict[str, tuple[float, float, float, float] | None] = {
     "sjf": (0.0, 0.0, 1.0, 0.0),
     "reverse-priority": (1.0, 0.0, 0.0, 0.0),
     "sort": (0.0, 0.0, 0.0, 0.0),  # custom: weights given in scheduler_weights
+    "expression": None,  # a program's key (scheduler_program)
+    "tree": None,
 }
 SORT_ATTRIBUTES = ("priority", "arrival", "prompt_len", "output_len")
-VICTIMS = {"last": S.VictimKind.LAST, "lowest-priority": S.VictimKind.LOWEST_PRIORITY}
+VICTIMS = {"last": S.VictimKind.LAST, "lowest-priority": S.VictimKind.LOWEST_PRIORITY,
+           "expression": S.VictimKind.EXPRESSION, "tree": S.VictimKind.EXPRESSION}
+# slot -> (the PolicyConfig field of its policy, the field of its program, the bundle key of an
+# expression in its section, the program's features: blis_fast.policy.expression.FEATURES)
+PROGRAM_SLOTS = {"admission": ("admission", "admission_program", "admit"),
+                 "routing": ("routing", "routing_program", "score"),
+                 "priority": ("priority", "priority_program", "priority"),
+                 "scheduler": ("scheduler", "scheduler_program", "key"),
+                 "victim": ("preemption_victim", "victim_program", "evict")}
+PROGRAM_FIELDS = tuple(program for _, program, _ in PROGRAM_SLOTS.values())
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
 MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact
 MAX_WEIGHTS = 64  # entries of one name:weight list
 MAX_ROUTING_OVERRIDES = 64  # entries of routing_per_model (one per served model)
+MAX_PROGRAM_TEXT = 4096  # characters of an expression (blis_fast.policy.expression.MAX_EXPRESSION_CHARS)
 
 
 # ----------------------------------------------------------------------------- autoscaler
@@ -222,6 +243,63 @@ def any_flow_control(p) -> bool:
     return p.flow_control != "never" or any(e["policy"] != "never" for e in (p.flow_per_model or {}).values())
 
 
+# ----------------------------------------------------------------------------- programs
+
+
+def program_row(kind: str, program: Any, slot: str, field: str):
+    """The program row (blis_fast/config/expression.py) of a slot whose policy is
+    ``expression`` (``program``: the formula) or ``tree`` (a mapping, or its YAML text)."""
+    if kind == "expression":
+        if not isinstance(program, str):
+            raise ConfigError(field, f"an expression is a string, e.g. \"-load\", got {type(program).__name__}; "
+                                     "a mapping is a tree (type tree)")
+        return compile_expression(program, slot, field)
+    return compile_tree(tree_mapping(program, field), slot, field)
+
+
+def tree_mapping(program: Any, field: str) -> dict:
+    """A tree given as a mapping or as YAML text (the CLI's ``--routing-program "{feature:
+    queue, threshold: 4, left: 1, right: 0}"``) -> the mapping."""
+    if isinstance(program, str):
+        if len(program) > MAX_PROGRAM_TEXT:
+            raise ConfigError(field, f"is {len(program)} characters long, at most {MAX_PROGRAM_TEXT}")
+        try:
+            program = yaml.safe_load(program)
+        except yaml.YAMLError as e:
+            raise ConfigError(field, f"a tree given as text must be a YAML mapping: {str(e).splitlines()[0]}") from None
+    if not isinstance(program, dict):
+        raise ConfigError(field, "a tree is a mapping {feature, threshold, left, right}, got "
+                                 f"{type(program).__name__}")
+    return program
+
+
+def check_programs(p) -> None:
+    """Each slot's program is given exactly when its policy is ``expression`` or ``tree``,
+    and compiles (a one-line error naming the column and what is allowed if not)."""
+    for slot, (kind_field, program_field, key) in PROGRAM_SLOTS.items():
+        kind, program = getattr(p, kind_field), getattr(p, program_field)
+        field = f"policy.{program_field}"
+        if kind in PROGRAM_KINDS:
+            if program is None:
+                raise ConfigError(field, f"missing: {kind_field} {kind} needs its {kind} (a policy bundle's "
+                                         f"{{type: {kind}, {key if kind == 'expression' else 'tree'}: ...}})")
+            program_row(kind, program, slot, field)
+        # (a program without its policy: refused by config.effective as the other unused parameters, or
+        # ignored when a later layer switched the policy)
+    if p.admission in PROGRAM_KINDS:
+        row = program_row(p.admission, p.admission_program, "admission", "policy.admission_program")
+        reads_bucket = int(row[S.ProgramHeader.FEATURES]) >> S.AdmitFeature.BUCKET_TOKENS & 1
+        for name in ("token_bucket_capacity", "token_bucket_refill_rate"):
+            if not reads_bucket and getattr(p, name) != PolicyConfig.__dataclass_fields__[name].default:
+                raise ConfigError(f"policy.{name}", f"has no effect: the admission {p.admission} does not read "
+                                                    "bucket_tokens")
+    if p.scheduler in PROGRAM_KINDS and p.scheduler_weights:
+        raise ConfigError("policy.scheduler_weights", f"apply only to scheduler sort, not {p.scheduler}")
+    if p.priority in PROGRAM_KINDS and p.slo_class_weights:
+        raise ConfigError("policy.slo_class_weights", f"apply only to priority slo-based or inverted-slo, not "
+                                                      f"{p.priority}: a program can read slo_class itself")
+
+
 # the keys of policy.fitness_weights (blis_fast.results.fitness computes the fitness)
 FITNESS_KEYS = ("throughput", "tokens_per_sec", "p99_ttft", "p50_ttft", "mean_ttft", "p99_e2e", "p50_e2e", "mean_e2e")
 
@@ -241,26 +319,43 @@ def validate_fitness_weights(weights: dict[str, float], path: str = "fitness_wei
 class PolicyConfig:
     """Admission, routing, priority, queue order, preemption victim and router observability."""
 
-    admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all",
-                          choices=ADMISSION_POLICIES)
+    admission: str = _opt("always-admit", "admission policy: always-admit | token-bucket | reject-all | expression | "
+                                        "tree", choices=ADMISSION_POLICIES)
+    admission_program: str | dict | None = _opt(
+        None, "admission expression or tree: admitted iff its value > 0 (features: docs/policies.md)",
+        max_len=MAX_PROGRAM_TEXT)
     token_bucket_capacity: float = _opt(10000.0, "token-bucket capacity, prompt tokens (>= 0; with admission token-bucket)", lo=0,
                                         hi=MAX_POLICY_WEIGHT)
     token_bucket_refill_rate: float = _opt(1000.0, "token-bucket refill rate, prompt tokens per second (>= 0; with admission token-bucket)", lo=0,
                                            hi=MAX_POLICY_WEIGHT)
     routing: str = _opt("round-robin", "routing policy: round-robin | least-loaded | weighted | prefix-affinity | "
-                                       "always-busiest", choices=ROUTING_POLICIES)
+                                       "always-busiest | expression | tree", choices=ROUTING_POLICIES)
+    routing_program: str | dict | None = _opt(
+        None, "routing expression or tree: each candidate instance's score, the highest wins (features: "
+              "docs/policies.md)", max_len=MAX_PROGRAM_TEXT)
     routing_scorers: dict[str, float] | None = _opt(
         None, "routing weighted: scorers name:weight (queue-depth, kv-utilization, load-balance, prefix-affinity); "
               "default prefix-affinity:3,queue-depth:2,kv-utilization:2")
-    priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo", choices=PRIORITY_AGE_WEIGHT)
+    priority: str = _opt("constant", "priority policy: constant | slo-based | inverted-slo | expression | tree",
+                         choices=PRIORITY_POLICIES)
+    priority_program: str | dict | None = _opt(
+        None, "priority expression or tree: a request's priority, higher = more urgent (features: docs/policies.md)",
+        max_len=MAX_PROGRAM_TEXT)
     slo_class_weights: list[float] | None = _opt(None, "priority added per SLO class (class 0, 1, ...; with priority slo-based or inverted-slo)",
                                                  lo=-MAX_POLICY_WEIGHT, hi=MAX_POLICY_WEIGHT,
-                                                 max_len=S.POLICY_WIDTH - 1)
-    scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort",
-                          choices=SCHEDULERS)
+                                                 max_len=S.MAX_SLO_CLASS_WEIGHTS)
+    scheduler: str = _opt("fcfs", "instance scheduler: fcfs | priority-fcfs | sjf | reverse-priority | sort | "
+                                   "expression | tree", choices=SCHEDULERS)
+    scheduler_program: str | dict | None = _opt(
+        None, "scheduler expression or tree: the wait queue's sort key, lower first (features: docs/policies.md)",
+        max_len=MAX_PROGRAM_TEXT)
     scheduler_weights: dict[str, float] | None = _opt(
         None, "scheduler 'sort': ascending key = Σ weight·attribute over priority, arrival, prompt_len, output_len")
-    preemption_victim: str = _opt("last", "preemption victim: last (last admitted) | lowest-priority", choices=VICTIMS)
+    preemption_victim: str = _opt("last", "preemption victim: last (last admitted) | lowest-priority | expression | "
+                                          "tree", choices=VICTIMS)
+    victim_program: str | dict | None = _opt(
+        None, "preemption victim expression or tree: the running request with the highest value is preempted "
+              "(features: docs/policies.md)", max_len=MAX_PROGRAM_TEXT)
     snapshot_refresh_interval: int = _opt(0, "µs between refreshes of the router's KV fields (0 = live)", lo=0,
                                           hi=MAX_INTERVAL_US, unit="µs")
     snapshot_intervals: dict[str, int] | None = _opt(
@@ -364,11 +459,21 @@ def parse_routing_per_model(value: Any, path: str) -> dict[str, dict]:
 def parse_routing_entry(entry: Any, where: str) -> dict:
     """One routing choice -- a routing policy name, or a mapping ``{type, scorers}``
     (``scorers`` only with ``weighted``) -- as ``{"type": NAME, "scorers": {...} | None}``."""
-    kind, params = _section(entry, where, {"scorers"})
-    _only(params, where, {"scorers"})
+    if isinstance(entry, dict) and "program" in entry:  # (already parsed: {type, scorers, program})
+        entry = {k: v for k, v in entry.items() if v is not None}
+        program = entry.pop("program", None)
+        if program is not None:
+            entry["score" if entry.get("type") == "expression" else "tree"] = program
+    kind, params = _section(entry, where, {"scorers", "score", "tree"})
+    _only(params, where, {"scorers", "score", "tree"})
     if kind is None:
         raise ConfigError(f"{where}.type", "missing: name the routing policy")
     _check_choice(f"{where}.type", kind, ROUTING_POLICIES)
+    found: dict = {}
+    _bundle_program(found, "routing", kind, params, where)
+    program = found.get("routing_program")
+    if kind in PROGRAM_KINDS and program is None:
+        raise ConfigError(f"{where}.{'score' if kind == 'expression' else 'tree'}", f"missing: type {kind} needs it")
     scorers = params.get("scorers")
     if scorers is not None:
         if kind != "weighted":
@@ -379,7 +484,10 @@ def parse_routing_entry(entry: Any, where: str) -> dict:
         for s, w in scorers.items():
             _check_choice(f"{where}.scorers", s, SCORERS)
             _check_number(f"{where}.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
-    return {"type": kind, "scorers": scorers}
+    out = {"type": kind, "scorers": scorers}
+    if program is not None:  # (only then: a template's entry keeps its shape)
+        out["program"] = program
+    return out
 
 
 def check_routing_models(p: PolicyConfig, served: tuple[str, ...]) -> None:
@@ -434,6 +542,7 @@ def validate_policy(p: PolicyConfig) -> None:
         for k, w in p.fitness_weights.items():
             as_float(w, f"policy.fitness_weights.{k}", text=False)
         validate_fitness_weights(p.fitness_weights, "policy.fitness_weights")
+    check_programs(p)
     check_autoscaler(p)
     check_flow_control(p)
 
@@ -532,19 +641,23 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
         if key not in _BUNDLE_SECTIONS:
             raise ConfigError(f"{name}: {key_name(key)}", f"unknown section; allowed: {', '.join(_BUNDLE_SECTIONS)}")
     if "admission" in data:
-        pol, prm = _section(data["admission"], "admission", {"token_bucket_capacity", "token_bucket_refill_rate"})
-        _only(prm, "admission", {"capacity", "refill_rate", "token_bucket_capacity", "token_bucket_refill_rate"})
+        pol, prm = _section(data["admission"], "admission", {"token_bucket_capacity", "token_bucket_refill_rate",
+                                                             "admit", "tree"})
+        _only(prm, "admission", {"capacity", "refill_rate", "token_bucket_capacity", "token_bucket_refill_rate",
+                                 "admit", "tree"})
         if pol is not None:
             _check_choice("admission.type", pol, ADMISSION_POLICIES)
             out["admission"] = pol
+        _bundle_program(out, "admission", pol, prm, "admission")
         for src, dst in (("capacity", "token_bucket_capacity"), ("token_bucket_capacity", "token_bucket_capacity"),
                          ("refill_rate", "token_bucket_refill_rate"),
                          ("token_bucket_refill_rate", "token_bucket_refill_rate")):
             if src in prm:
                 out[dst] = _check_number(f"admission.params.{src}", prm[src])
     if "routing" in data:
-        pol, prm = _section(data["routing"], "routing", {"scorers", "per_model", "prefill"})
-        _only(prm, "routing", {"scorers", "per_model", "prefill"})
+        pol, prm = _section(data["routing"], "routing", {"scorers", "per_model", "prefill", "score", "tree"})
+        _only(prm, "routing", {"scorers", "per_model", "prefill", "score", "tree"})
+        _bundle_program(out, "routing", pol, prm, "routing")
         if "per_model" in prm:
             out["routing_per_model"] = parse_routing_per_model(prm["per_model"], "routing.per_model")
         if "prefill" in prm:
@@ -577,30 +690,33 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
         out.update(slot_settings(section, "flow_control", "flow_control", FLOW_CONTROL_BUNDLE_KEYS,
                                  FLOW_CONTROL_PARAMETERS, "flow control"))
     if "priority" in data:
-        pol, prm = _section(data["priority"], "priority", set())
-        _only(prm, "priority", {"slo_class_weights"})
+        pol, prm = _section(data["priority"], "priority", {"priority", "tree"})
+        _only(prm, "priority", {"slo_class_weights", "priority", "tree"})
         if pol is not None:
-            _check_choice("priority.type", pol, PRIORITY_AGE_WEIGHT)
+            _check_choice("priority.type", pol, PRIORITY_POLICIES)
             out["priority"] = pol
+        _bundle_program(out, "priority", pol, prm, "priority")
         if "slo_class_weights" in prm:
             out["slo_class_weights"] = as_list(prm["slo_class_weights"], "priority.params.slo_class_weights",
-                                               max_len=S.POLICY_WIDTH - 1, what="a list of numbers")
+                                               max_len=S.MAX_SLO_CLASS_WEIGHTS, what="a list of numbers")
     if "scheduler" in data:
-        pol, prm = _section(data["scheduler"], "scheduler", set())
-        _only(prm, "scheduler", set(SORT_ATTRIBUTES) | {"weights"})
+        pol, prm = _section(data["scheduler"], "scheduler", {"key", "tree"})
+        _only(prm, "scheduler", set(SORT_ATTRIBUTES) | {"weights", "key", "tree"})
         if pol is not None:
             _check_choice("scheduler.type", pol, SCHEDULERS)
             out["scheduler"] = pol
+        _bundle_program(out, "scheduler", pol, prm, "scheduler")
         weights = prm.get("weights", {k: v for k, v in prm.items() if k in SORT_ATTRIBUTES})
         if weights:
             out["scheduler_weights"] = parse_weights(weights, "scheduler.params")
     if "preemption" in data:
-        pol, prm = _section(data["preemption"], "preemption", {"victim"})
-        _only(prm, "preemption", {"victim"})
+        pol, prm = _section(data["preemption"], "preemption", {"victim", "evict", "tree"})
+        _only(prm, "preemption", {"victim", "evict", "tree"})
         victim = prm.get("victim", pol)
         if victim is not None:
             _check_choice("preemption.victim", victim, VICTIMS)
             out["preemption_victim"] = victim
+        _bundle_program(out, "victim", victim, prm, "preemption")
     if "observability" in data:
         obs = data["observability"]
         as_mapping(obs, "observability")
@@ -620,6 +736,23 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
             fit = fit["weights"]
         out["fitness_weights"] = parse_weights(fit, "fitness.weights")
     return out
+
+
+def _bundle_program(out: dict, slot: str, kind: str | None, params: dict, section: str) -> None:
+    """A bundle section's program -- its expression key (``score:``, ``admit:``, ...,
+    PROGRAM_SLOTS) with type expression, ``tree:`` with type tree -- into ``out``, checked
+    here so an error names the YAML path."""
+    _, program_field, key = PROGRAM_SLOTS[slot]
+    given = [k for k in (key, "tree") if k in params]
+    if not given:
+        return
+    if kind not in PROGRAM_KINDS:
+        raise ConfigError(f"{section}.{given[0]}", f"applies only to type expression or tree, not {show(kind)}")
+    want = key if kind == "expression" else "tree"
+    if given != [want]:
+        raise ConfigError(f"{section}.{given[0]}", f"type {kind} takes {want}: (one of them), not {given[0]}:")
+    program_row(kind, params[want], slot, f"{section}.{want}")
+    out[program_field] = params[want]
 
 
 def autoscale_settings(section: Any, path: str = "autoscale") -> dict[str, Any]:

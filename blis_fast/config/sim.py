@@ -50,7 +50,8 @@ from blis_fast.config.kv_tiers import (
 from blis_fast.config.flow_control import MAX_TTL_S, MIN_TTL_S
 from blis_fast.config.latency import AUTO, LATENCY_MODELS
 from blis_fast.config.memory import parse_bytes
-from blis_fast.config.policy import AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PolicyConfig, check_flow_models, check_routing_models, parse_weights
+from blis_fast.config.policy import (AUTOSCALE_FIELDS, FLOW_CONTROL_FIELDS, PROGRAM_FIELDS, PolicyConfig, check_flow_models,
+                                     check_routing_models, parse_weights)
 from blis_fast.config.validate import (
     INT64_MAX,
     MAX_INSTANCES,
@@ -329,7 +330,8 @@ class SimConfig:
         only when it has pools: a run without P/D has the same keys as before them.  So
         do the ``kv_tiers`` section and an entry's ``kv_tiers`` keys: only when set."""
         out = _to_dict(self)
-        for key in ("routing_per_model", "flow_per_model", "prefill_routing", "pd_decider", "pd_threshold"):
+        for key in ("routing_per_model", "flow_per_model", "prefill_routing", "pd_decider", "pd_threshold",
+                    *PROGRAM_FIELDS):
             if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
                 del out["policy"][key]
         if self.pd.pools:
@@ -496,15 +498,20 @@ FLAG_PATHS: dict[str, str] = {
     "routing_latency": "simulation.routing_latency",
     "compat": "simulation.compat",
     "admission_policy": "policy.admission",
+    "admission_program": "policy.admission_program",
     "token_bucket_capacity": "policy.token_bucket_capacity",
     "token_bucket_refill_rate": "policy.token_bucket_refill_rate",
     "routing_policy": "policy.routing",
     "routing_scorers": "policy.routing_scorers",
+    "routing_program": "policy.routing_program",
     "priority_policy": "policy.priority",
     "slo_class_weights": "policy.slo_class_weights",
+    "priority_program": "policy.priority_program",
     "scheduler": "policy.scheduler",
     "scheduler_weights": "policy.scheduler_weights",
+    "scheduler_program": "policy.scheduler_program",
     "preemption_victim": "policy.preemption_victim",
+    "victim_program": "policy.victim_program",
     "snapshot_refresh_interval": "policy.snapshot_refresh_interval",
     "snapshot_intervals": "policy.snapshot_intervals",
     "prefix_index_capacity": "policy.prefix_index_capacity",

@@ -16,7 +16,8 @@ import numpy as np
 from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, DISPATCH_ORDERS,
                                      FAIRNESS_MODES, FLOW_DETECTORS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
                                      ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS, SORT_ATTRIBUTES, VICTIMS,
-                                     PolicyConfig, autoscale_value, flow_control_value, flow_entry_value)
+                                     PROGRAM_KINDS, PolicyConfig, autoscale_value, flow_control_value, flow_entry_value,
+                                     program_row)
 from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
@@ -78,34 +79,27 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
     kinds = np.zeros(S.N_POLICY_SLOTS, np.int64)
     params = np.zeros((S.N_POLICY_SLOTS, S.POLICY_WIDTH), np.float64)
     kinds[slot.ADMISSION] = ADMISSION_POLICIES[p.admission]
-    params[slot.ADMISSION, S.AdmissionParam.CAPACITY] = p.token_bucket_capacity
-    params[slot.ADMISSION, S.AdmissionParam.REFILL_PER_S] = p.token_bucket_refill_rate
-    kinds[slot.ROUTING], params[slot.ROUTING], uses_index = _routing_row(p.routing, p.scorers())
+    if p.admission in PROGRAM_KINDS:
+        params[slot.ADMISSION] = program_row(p.admission, p.admission_program, "admission", "policy.admission_program")
+        # the bucket the program reads as bucket_tokens (it is kept only if the program reads it)
+        params[slot.ADMISSION, S.AdmissionParam.PROGRAM_CAPACITY] = p.token_bucket_capacity
+        params[slot.ADMISSION, S.AdmissionParam.PROGRAM_REFILL_PER_S] = p.token_bucket_refill_rate
+    else:
+        params[slot.ADMISSION, S.AdmissionParam.CAPACITY] = p.token_bucket_capacity
+        params[slot.ADMISSION, S.AdmissionParam.REFILL_PER_S] = p.token_bucket_refill_rate
+    kinds[slot.ROUTING], params[slot.ROUTING], uses_index = _routing_row(p.routing, p.scorers(), p.routing_program)
     per_model = []
     for model, entry in (p.routing_per_model or {}).items():
         scorers = entry["scorers"] if entry["scorers"] is not None else DEFAULT_SCORERS
-        kind, row, model_uses_index = _routing_row(entry["type"], scorers)
+        kind, row, model_uses_index = _routing_row(entry["type"], scorers, entry.get("program"))
         per_model.append((model, int(kind), row))
         uses_index = uses_index or model_uses_index
     # constant = 0 for every request: SLO-class weights apply only to the age-based templates
-    class_w = [float(x) for x in (p.slo_class_weights or [])] if p.priority != "constant" else []
-    if 1 + len(class_w) > S.POLICY_WIDTH:
-        raise ConfigError("policy.slo_class_weights", f"at most {S.POLICY_WIDTH - 1} weights, got {len(class_w)}")
-    prio = np.array([PRIORITY_AGE_WEIGHT[p.priority]] + class_w, dtype=np.float64)
-    if p.priority == "inverted-slo":
-        prio[S.PriorityParam.CLASS_WEIGHTS:] *= -1.0
-    params[slot.PRIORITY, : len(prio)] = prio
-    kinds[slot.PRIORITY] = S.PriorityKind.AGE_AND_CLASS if np.any(prio != 0) else S.PriorityKind.CONSTANT
-    base = SCHEDULERS[p.scheduler]
-    sw = np.zeros(S.N_SCHED_WEIGHTS)
-    if base is not None:
-        sw[:] = base
-    if p.scheduler_weights:
-        for name, w in p.scheduler_weights.items():
-            sw[SORT_ATTRIBUTES.index(name)] = w
-    params[slot.SCHEDULER, : len(sw)] = sw
-    kinds[slot.SCHEDULER] = S.SchedulerKind.FCFS if base is None and not p.scheduler_weights else S.SchedulerKind.SORT
+    kinds[slot.PRIORITY], params[slot.PRIORITY] = _priority_row(p)
+    kinds[slot.SCHEDULER], params[slot.SCHEDULER] = _scheduler_row(p)
     kinds[slot.VICTIM] = VICTIMS[p.preemption_victim]
+    if p.preemption_victim in PROGRAM_KINDS:
+        params[slot.VICTIM] = program_row(p.preemption_victim, p.victim_program, "victim", "policy.victim_program")
     for f in KV_SNAPSHOT_FIELDS:
         params[slot.SNAPSHOT, S.SNAPSHOT_FIELD_NAMES.index(f)] = p.snapshot_refresh_interval
     for name, v in (p.snapshot_intervals or {}).items():
@@ -118,13 +112,46 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
     if p.prefill_routing is not None:
         entry = p.prefill_routing
         kind, row, prefill_uses_index = _routing_row(entry["type"], entry["scorers"] if entry["scorers"] is not None
-                                                     else DEFAULT_SCORERS)
+                                                     else DEFAULT_SCORERS, entry.get("program"))
         prefill = (int(kind), row)
         uses_index = uses_index or prefill_uses_index
     flow_per_model = tuple((model, *flow_entry_row(entry)) for model, entry in (p.flow_per_model or {}).items())
     return CompiledPolicies(kinds=kinds, params=params, uses_prefix_index=uses_index, per_model=tuple(per_model),
                             prefill_routing=prefill, pd_decider=p.pd_decider, pd_threshold=p.pd_threshold,
                             flow_per_model=flow_per_model)
+
+
+def _priority_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
+    """(PriorityKind, PRIORITY row): the age weight and SLO-class weights, or a program."""
+    if p.priority in PROGRAM_KINDS:
+        return S.PriorityKind.EXPRESSION, program_row(p.priority, p.priority_program, "priority",
+                                                      "policy.priority_program")
+    # constant = 0 for every request: SLO-class weights apply only to the age-based templates
+    class_w = [float(x) for x in (p.slo_class_weights or [])] if p.priority != "constant" else []
+    if len(class_w) > S.MAX_SLO_CLASS_WEIGHTS:
+        raise ConfigError("policy.slo_class_weights", f"at most {S.MAX_SLO_CLASS_WEIGHTS} weights, got {len(class_w)}")
+    prio = np.array([PRIORITY_AGE_WEIGHT[p.priority]] + class_w, dtype=np.float64)
+    if p.priority == "inverted-slo":
+        prio[S.PriorityParam.CLASS_WEIGHTS:] *= -1.0
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
+    row[: len(prio)] = prio
+    return (S.PriorityKind.AGE_AND_CLASS if np.any(prio != 0) else S.PriorityKind.CONSTANT), row
+
+
+def _scheduler_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
+    """(SchedulerKind, SCHEDULER row): the sort weights (none: FCFS), or a program."""
+    if p.scheduler in PROGRAM_KINDS:
+        return S.SchedulerKind.EXPRESSION, program_row(p.scheduler, p.scheduler_program, "scheduler",
+                                                       "policy.scheduler_program")
+    base = SCHEDULERS[p.scheduler]
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
+    if base is not None:
+        row[: S.N_SCHED_WEIGHTS] = base
+    if p.scheduler_weights:
+        for name, w in p.scheduler_weights.items():
+            row[SORT_ATTRIBUTES.index(name)] = w
+    kind = S.SchedulerKind.FCFS if base is None and not p.scheduler_weights else S.SchedulerKind.SORT
+    return kind, row
 
 
 # the columns of the AUTOSCALE row each autoscaler fills (its parameters in force, defaults included)
@@ -181,8 +208,14 @@ def _flow_row(detector: str, value_of) -> tuple[int, np.ndarray]:
     return FLOW_DETECTORS[detector], row
 
 
-def _routing_row(routing: str, scorers: dict[str, float]) -> tuple[int, np.ndarray, bool]:
-    """(kind, parameter row, whether the router needs its prefix index) of one routing policy."""
+def _routing_row(routing: str, scorers: dict[str, float], program=None) -> tuple[int, np.ndarray, bool]:
+    """(kind, parameter row, whether the router needs its prefix index) of one routing
+    policy; an expression or tree's row is its program (it needs the index if it reads the
+    prefix hits)."""
+    if routing in PROGRAM_KINDS:
+        row = program_row(routing, program, "routing", "policy.routing_program")
+        hits = 1 << S.RouteFeature.HIT_BLOCKS | 1 << S.RouteFeature.MAX_HIT
+        return ROUTING_POLICIES[routing], row, bool(int(row[S.ProgramHeader.FEATURES]) & hits)
     row = np.zeros(S.POLICY_WIDTH, np.float64)
     if routing == "weighted":
         for name, w in scorers.items():

@@ -93,6 +93,9 @@ def _digest(parts) -> str:
     return h.hexdigest()[:16]
 
 
+TEMPLATE_WIDTH = 64
+
+
 def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
               routing_kind: np.ndarray | None = None, routing_param: np.ndarray | None = None,
               pd_decider: str | None = None, pd_threshold: int | None = None,
@@ -106,6 +109,12 @@ def policy_id(kinds: np.ndarray, params: np.ndarray, prefix_index_capacity: int,
     (``State.flow_kind``, ``flow_param``: each served model's flow control) only when some
     row is not the FLOW slot's (flow control per model)."""
     kinds, params = np.asarray(kinds, np.int64), np.asarray(params, np.float64)
+    # parameter rows were TEMPLATE_WIDTH wide before programs: a policy using no more keeps its id
+    rows = [params] + [np.asarray(a, np.float64) for a in (routing_param, flow_param) if a is not None]
+    if not any(a[:, TEMPLATE_WIDTH:].any() for a in rows):
+        params = params[:, :TEMPLATE_WIDTH]
+        routing_param = None if routing_param is None else np.asarray(routing_param)[:, :TEMPLATE_WIDTH]
+        flow_param = None if flow_param is None else np.asarray(flow_param)[:, :TEMPLATE_WIDTH]
     kinds_all, params_all = kinds, params
     # trailing slots that hold nothing (no flow control, no autoscaler) are left out, so a policy
     # keeps the id it had before those slots existed

@@ -31,6 +31,7 @@ from .kv_tiers import TIER_REQUEST_FIELD_TYPES, has_tiers, hit_fields
 from .kv_tiers import request_fields as tier_request_fields
 from .kv_tiers import summary as tier_summary
 from .fitness import fitness
+from .programs import program_faults
 from . import flow_control
 from .metrics import (ItlIndex, RequestColumns, instance_clocks_us, request_latencies, request_summary_columns,
                       stable_order, summarize_group)
@@ -351,6 +352,9 @@ class Result:
             out.update(hit_fields(self))
         if self.flow_on:  # (a run without flow control or deadlines keeps its fields)
             out.update(flow_control.cluster_fields(self, arrived))
+        faults = program_faults(st)
+        if faults is not None:  # (a run without expression or tree policies keeps its fields)
+            out["program_faults"] = faults
         out.update(self.anomalies())
         return out
 

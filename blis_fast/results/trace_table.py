@@ -219,7 +219,7 @@ def _scheduling_columns(result, col, sch, blk, vic, lod) -> dict:
     """The columns a ``full`` trace adds (module docstring), through ``col``."""
     import pyarrow as pa  # deferred: pyarrow
 
-    sorting = int(result.state.policy_kind[PolicySlot.SCHEDULER]) == SchedulerKind.SORT
+    sorting = int(result.state.policy_kind[PolicySlot.SCHEDULER]) != SchedulerKind.FCFS
     both = {3: sch, 4: blk, 6: lod}  # (the fields a waiting request's records share)
 
     def waiting(field, dtype):

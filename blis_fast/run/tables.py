@@ -486,7 +486,7 @@ def state_sizes(cfg, latency, n: int, n_keys: int, n_blocks: int, n_shared: int,
         "decision_rows": max(n + n_pd, 1) if decisions else 1, "preempt_rows": MIN_LOG_ROWS if decisions else 1,
         "sched_rows": max(n, MIN_LOG_ROWS) if full else 1, "sched_open_rows": n_inst if full else 1,
         "n_tenants": n_tenants, "cohort_members": 1,
-        "n_sort": n + n_pd if scheduler_kind == S.SchedulerKind.SORT else 1,
+        "n_sort": n + n_pd if scheduler_kind != S.SchedulerKind.FCFS else 1,
         "pi_table_rows": 2, "pi_ring": 1, "gmap_rows": 2,  # same types, minimal sizes when the index is off
         "n_deployments": len(fl.rows), "n_models": max(fl.models) + 1, "n_routes": fl.n_routes,
         "n_pd_requests": max(n_pd, 1),

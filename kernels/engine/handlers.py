@@ -11,10 +11,10 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import is_prefill_leg
-from ..policies.admission import admit
+from ..policies.admission import admit, admit_by_program
 from ..policies.prefix_index import index_record_request, leading_matches
-from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot
-from ..schema import ClusterEvent, FlowDetector, PolicySlot, RequestState, RoutingKind, Status
+from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features
+from ..schema import AdmissionKind, ClusterEvent, FlowDetector, PolicySlot, RequestState, RoutingKind, Status
 from .autoscale import maybe_terminate, redirecting, reroute
 from .disaggregation import pd_decide, pd_route_prefill
 from .events import event_priority, push_event_with, request_epoch
@@ -38,8 +38,12 @@ def on_arrival(st, r, t):
 def on_admission(st, r, t):
     """Admit (the routing decision follows after its latency) or reject request r."""
     reqs = st.reqs
-    admitted = admit(st.policy_kind[PolicySlot.ADMISSION], st.policy_param[PolicySlot.ADMISSION], st.tb_tokens,
-                     st.tb_last_us, reqs[r]["tenant"], reqs[r]["prompt_len"], t)
+    kind = st.policy_kind[PolicySlot.ADMISSION]
+    if kind == AdmissionKind.EXPRESSION:
+        admitted = admit_by_program(st, r, t)
+    else:
+        admitted = admit(kind, st.policy_param[PolicySlot.ADMISSION], st.tb_tokens, st.tb_last_us, reqs[r]["tenant"],
+                         reqs[r]["prompt_len"], t)
     if tracing(st):
         log_admission(st, r, t, admitted)
     if not admitted:
@@ -85,12 +89,17 @@ def on_routing(st, r, t):
     if use_index:
         leading_matches(st, kstart, n_keys)
     lp = st.loop
+    feats = st.prog_features
+    if kind == RoutingKind.EXPRESSION:
+        request_route_features(feats, reqs[r])
     members = st.cohort.shape[0]
     for m in range(1, members):  # a cohort's other members decide first (the scores left are member 0's)
+        # (programs never run as a cohort: a member's faults would be counted as member 0's)
         st.cohort_choice[m], _ = choose_instance(kind, st.cohort[m], inst, st.snap, st.affinity, n_keys,
-                                                 st.rr_cursor[model], st.route_scores, model)
-    target, cursor = choose_instance(kind, st.routing_param[model], inst,
-                                     st.snap, st.affinity, n_keys, st.rr_cursor[model], st.route_scores, model)
+                                                 st.rr_cursor[model], st.route_scores, model, feats, st.prog_stack,
+                                                 st.prog_faults)
+    target, cursor = choose_instance(kind, st.routing_param[model], inst, st.snap, st.affinity, n_keys,
+                                     st.rr_cursor[model], st.route_scores, model, feats, st.prog_stack, st.prog_faults)
     if hidden:
         show_instances(st)
     forced = r == s[0]["forced_request"] and target >= 0

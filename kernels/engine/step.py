@@ -288,7 +288,6 @@ def form_batch_all(st, i, now):
     context = st.context
     prefix_caching = st.settings[0]["prefix_caching"] != 0
     victim_kind = st.policy_kind[PolicySlot.VICTIM]
-    prio_params = st.policy_param[PolicySlot.PRIORITY]
     bs = np.int64(st.inst[i]["block_size"])
     budget = inst[i]["max_batched_tokens"]
     cap = inst[i]["long_prefill_threshold"]
@@ -319,7 +318,7 @@ def form_batch_all(st, i, now):
             if kv_grow(st, i, r, n):
                 ok = True
                 break
-            j = choose_victim(st, i, victim_kind, prio_params, now)
+            j = choose_victim(st, i, victim_kind, now)
             if j < k:  # already served this step: give its tokens back
                 v = batch[i, j]
                 if prefix_caching:
@@ -332,7 +331,7 @@ def form_batch_all(st, i, now):
                     decode_ctx -= context[j]
             released = reqs[batch[i, j]]["blocks_held"]
             if tracing_schedulers(st):
-                log_victim(st, i, now, j, r, prio_params)
+                log_victim(st, i, now, j, r)
             victim = preempt_slot(st, i, j)
             if tracing(st):
                 log_preemption(st, i, now, victim, r, released)
@@ -579,11 +578,10 @@ def on_step(st, i, t):
         if st.pd_inst[i]["xq_len"] > 0:  # stores that landed may have freed the blocks they wait for
             pd_retry_waiting(st, i, t)
     wq_at_start = inst[i]["wq_len"]
-    prio_params = st.policy_param[PolicySlot.PRIORITY]
     if st.policy_kind[PolicySlot.PRIORITY] != PriorityKind.CONSTANT:
-        update_wait_queue_priorities(st, i, prio_params, t)
-    if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.SORT:
-        reorder_wait_queue(st, i, st.policy_param[PolicySlot.SCHEDULER])
+        update_wait_queue_priorities(st, i, t)
+    if st.policy_kind[PolicySlot.SCHEDULER] != SchedulerKind.FCFS:
+        reorder_wait_queue(st, i, t)
     s = inst[i]["steps"]  # this step's local index
     riding = False
     if st.settings[0]["event_skipping"] != 0:

@@ -214,13 +214,12 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     reqs = st.reqs
     log = st.sched_log
     # priorities as of t (a victim of this step was not in the queue when they were updated)
-    params = st.policy_param[PolicySlot.PRIORITY]
-    p = request_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], t)
+    p = request_priority(st, r, t)
     log[k]["position"] = position
     log[k]["queue_len"] = st.inst[i]["wq_len"]
     log[k]["priority"] = p
-    if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.SORT:
-        log[k]["sched_key"] = scheduler_key(reqs, r, p, st.policy_param[PolicySlot.SCHEDULER])
+    if st.policy_kind[PolicySlot.SCHEDULER] != SchedulerKind.FCFS:
+        log[k]["sched_key"] = scheduler_key(st, r, p, t)
     log[k]["wait_us"] = t - reqs[r]["queued_us"]
     log[k]["budget_left"] = budget
     log[k]["free_blocks"] = free_blocks
@@ -228,7 +227,7 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     q = reqs[r]["queue_next"]
     seen = 0
     while q >= 0 and seen < SCHED_SCAN_DEPTH:
-        if request_priority(params, reqs[q]["arrival_us"], reqs[q]["slo_class"], t) > p:
+        if request_priority(st, q, t) > p:
             higher += 1
         q = reqs[q]["queue_next"]
         seen += 1
@@ -311,7 +310,7 @@ def log_blocked_head(st, i, t, admitted, budget, cap, reason):
 
 
 @helper
-def log_victim(st, i, t, j, for_request, prio_params):
+def log_victim(st, i, t, j, for_request):
     """Record the context of preempting batch slot j of instance i in the step starting at
     t for ``for_request``: the victim's and that request's priorities, the batch size, and
     how many running requests had a strictly lower priority than the victim."""
@@ -319,11 +318,11 @@ def log_victim(st, i, t, j, for_request, prio_params):
     v = st.batch[i, j]
     n = st.inst[i]["batch_len"]
     k = _sched_row(st, SchedRecord.VICTIM, i, t, v)
-    p = request_priority(prio_params, reqs[v]["arrival_us"], reqs[v]["slo_class"], t)
+    p = request_priority(st, v, t)
     lower = 0
     for s in range(n):
         q = st.batch[i, s]
-        if request_priority(prio_params, reqs[q]["arrival_us"], reqs[q]["slo_class"], t) < p:
+        if request_priority(st, q, t) < p:
             lower += 1
     log = st.sched_log
     log[k]["position"] = j
@@ -331,5 +330,4 @@ def log_victim(st, i, t, j, for_request, prio_params):
     log[k]["priority"] = p
     log[k]["higher_behind"] = lower
     log[k]["for_request"] = for_request
-    log[k]["for_priority"] = request_priority(prio_params, reqs[for_request]["arrival_us"],
-                                              reqs[for_request]["slo_class"], t)
+    log[k]["for_priority"] = request_priority(st, for_request, t)

@@ -1,14 +1,45 @@
-"""Request priority (higher = more urgent)."""
+"""Request priority (higher = more urgent), and the feature row of a request that
+priority, scheduler-key and victim programs read."""
 
 from ..jit import helper
-from ..schema import PriorityParam
+from ..schema import PolicySlot, PriorityKind, PriorityParam, RequestFeature
+from .program import finite_or, run_program
+
+# the value a program that gave NaN or ±inf takes in a request-ordering slot: finite, so a
+# weighted sort key (weight x priority) stays a number
+PROGRAM_WORST = 1e300
 
 
 @helper
-def request_priority(params, arrival_us, slo_class, now):
-    """AGE_WEIGHT · (now − arrival) plus the weight of the request's SLO class.
-    constant = all zeros; slo-based = +1e-6 per µs of age; inverted-slo = −1e-6."""
-    p = params[PriorityParam.AGE_WEIGHT] * (now - arrival_us)
+def request_program_value(st, prog, r, now, priority, slot, worst):
+    """Program ``prog``'s value for request r at ``now`` (RequestFeature; ``priority`` is
+    its priority, 0 in a priority program), ``worst`` if it is not finite (counted in
+    ``State.prog_faults[slot]``)."""
+    f = st.prog_features
+    req = st.reqs[r]
+    f[RequestFeature.AGE_US] = now - req["arrival_us"]
+    f[RequestFeature.ARRIVAL_US] = req["arrival_us"]
+    f[RequestFeature.PROMPT_TOKENS] = req["prompt_len"]
+    f[RequestFeature.OUTPUT_TOKENS] = req["output_len"]
+    f[RequestFeature.SLO_CLASS] = req["slo_class"]
+    f[RequestFeature.TENANT] = req["tenant"]
+    f[RequestFeature.PRIORITY] = priority
+    f[RequestFeature.GENERATED] = req["generated"]
+    return finite_or(run_program(prog, f, st.prog_stack), worst, st.prog_faults, slot)
+
+
+@helper
+def request_priority(st, r, now):
+    """The priority of request r at ``now`` (the PRIORITY slot): AGE_WEIGHT · (now −
+    arrival) plus the weight of the request's SLO class (constant = all zeros; slo-based =
+    +1e-6 per µs of age; inverted-slo = −1e-6), or the value of its program (expression,
+    tree; −PROGRAM_WORST if not finite)."""
+    params = st.policy_param[PolicySlot.PRIORITY]
+    if st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
+        return request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY, -PROGRAM_WORST)
+    reqs = st.reqs
+    slo_class = reqs[r]["slo_class"]
+    p = params[PriorityParam.AGE_WEIGHT] * (now - reqs[r]["arrival_us"])
     j = PriorityParam.CLASS_WEIGHTS + slo_class
     if slo_class >= 0 and j < params.shape[0]:
         p += params[j]
@@ -16,10 +47,10 @@ def request_priority(params, arrival_us, slo_class, now):
 
 
 @helper
-def update_wait_queue_priorities(st, i, params, now):
+def update_wait_queue_priorities(st, i, now):
     """Set the priority of every request waiting at instance i."""
     reqs = st.reqs
     r = st.inst[i]["wq_head"]
     while r >= 0:
-        reqs[r]["priority"] = request_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)
+        reqs[r]["priority"] = request_priority(st, r, now)
         r = reqs[r]["queue_next"]

@@ -6,7 +6,8 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import kv_free_blocks
-from ..schema import N_SNAP, RouteWeight, RoutingKind, SnapField
+from ..schema import N_SNAP, PolicySlot, RouteFeature, RouteWeight, RoutingKind, SnapField
+from .program import run_program
 
 
 # the snapshot fields anything reads: the load (choose_instance, the decision trace) and the KV
@@ -71,7 +72,29 @@ def _clamp01(x):
 
 
 @helper
-def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, model):
+def request_route_features(feats, req):
+    """Fill the request's columns of a routing program's feature row (the others are each
+    candidate's: ``choose_instance``)."""
+    feats[RouteFeature.PROMPT_TOKENS] = req["prompt_len"]
+    feats[RouteFeature.SLO_CLASS] = req["slo_class"]
+    feats[RouteFeature.TENANT] = req["tenant"]
+
+
+@helper
+def _candidate_features(feats, snap, affinity, i, load, n_keys):
+    feats[RouteFeature.LOAD] = load
+    feats[RouteFeature.QUEUE] = snap[i, SnapField.QUEUE_DEPTH]
+    feats[RouteFeature.RUNNING] = snap[i, SnapField.BATCH_SIZE]
+    feats[RouteFeature.PENDING] = snap[i, SnapField.PENDING]
+    u = snap[i, SnapField.KV_UTILIZATION]
+    feats[RouteFeature.KV_UTILIZATION] = u
+    feats[RouteFeature.KV_FREE] = 1.0 - u
+    feats[RouteFeature.HIT_BLOCKS] = affinity[i]
+    feats[RouteFeature.REQUEST_BLOCKS] = n_keys
+
+
+@helper
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, model, feats, stack, faults):
     """The routing decision for a request of served model ``model``: (instance, new
     round-robin cursor of that model); -1 if no candidate.  The candidates are the active
     instances serving ``model`` (``is_candidate``): every scorer compares those only.
@@ -83,7 +106,10 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
     effective load); always-busiest (the load); weighted (Σ w·clamp01(scorer), weights
     normalized: queue-depth (max−load)/(max−min), kv-utilization 1 − util, load-balance
     1/(1+load), prefix-affinity matched leading blocks / request blocks); prefix-affinity
-    (matched blocks when any instance matches, else least-loaded).
+    (matched blocks when any instance matches, else least-loaded); expression (``weights``
+    is a program over RouteFeature: ``feats`` holds the request's columns on entry
+    (``request_route_features``), ``stack`` is its scratch, a value that is not finite
+    ranks last and is counted in ``faults``).
 
     The weighted score cannot overflow: weights above 2^1000 (where Σ w could exceed the
     float range) are first scaled by a power of two, which changes no ratio and, below
@@ -119,11 +145,20 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
         kind = RoutingKind.LEAST_LOADED
     lo = np.inf
     hi = -np.inf
+    n_cand = 0
+    max_hit = 0
     for i in range(n_inst):
         if is_candidate(inst, i, model):
             x = _load(snap, i)
             lo = min(lo, x)
             hi = max(hi, x)
+            n_cand += 1
+            max_hit = max(max_hit, affinity[i])
+    if kind == RoutingKind.EXPRESSION:
+        feats[RouteFeature.MIN_LOAD] = lo
+        feats[RouteFeature.MAX_LOAD] = hi
+        feats[RouteFeature.MAX_HIT] = max_hit
+        feats[RouteFeature.CANDIDATES] = n_cand
     best = np.int64(-1)
     best_score = -np.inf
     w_qd = weights[RouteWeight.QUEUE_DEPTH]
@@ -147,6 +182,11 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
             score = -load
         elif kind == RoutingKind.ALWAYS_BUSIEST:
             score = load
+        elif kind == RoutingKind.EXPRESSION:
+            _candidate_features(feats, snap, affinity, i, load, n_keys)
+            score = run_program(weights, feats, stack)
+            if not (score > -np.inf and score < np.inf):
+                faults[PolicySlot.ROUTING] += 1
         else:  # RoutingKind.WEIGHTED
             qd = (hi - load) / (hi - lo) if hi > lo else 1.0
             kv = 1.0 - snap[i, SnapField.KV_UTILIZATION]

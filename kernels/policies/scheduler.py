@@ -1,16 +1,22 @@
-"""Instance schedulers: keep the wait queue's order (FCFS) or stable-sort it by a weighted
-key each step."""
+"""Instance schedulers: keep the wait queue's order (FCFS) or stable-sort it by a key each
+step: a weighted sum of request attributes, or a program's value."""
 
 from ..jit import helper
-from ..schema import SchedWeight
+from ..schema import PolicySlot, SchedulerKind, SchedWeight
 from ..structs.dlist import dl_relink
 from ..structs.sort import merge_sort
+from .priority import PROGRAM_WORST, request_program_value
 
 
 @helper
-def scheduler_key(reqs, r, priority, weights):
-    """The sort scheduler's key of request r whose priority is ``priority``: Σ weights·
-    (priority, arrival, prompt length, output length); lower is scheduled earlier."""
+def scheduler_key(st, r, priority, now):
+    """The sort scheduler's key of request r whose priority is ``priority`` (lower is
+    scheduled earlier): Σ weights·(priority, arrival, prompt length, output length), or the
+    value of the scheduler's program (PROGRAM_WORST if not finite)."""
+    weights = st.policy_param[PolicySlot.SCHEDULER]
+    if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.EXPRESSION:
+        return request_program_value(st, weights, r, now, priority, PolicySlot.SCHEDULER, PROGRAM_WORST)
+    reqs = st.reqs
     return (weights[SchedWeight.PRIORITY] * priority
             + weights[SchedWeight.ARRIVAL] * reqs[r]["arrival_us"]
             + weights[SchedWeight.PROMPT_LEN] * reqs[r]["prompt_len"]
@@ -18,9 +24,9 @@ def scheduler_key(reqs, r, priority, weights):
 
 
 @helper
-def reorder_wait_queue(st, i, weights):
-    """Sort instance i's wait queue by Σ weights·(priority, arrival, prompt length, output
-    length) ascending, ties by (arrival, id), and relink it in that order."""
+def reorder_wait_queue(st, i, now):
+    """Sort instance i's wait queue by the scheduler's key (``scheduler_key``) ascending,
+    ties by (arrival, id), and relink it in that order."""
     inst = st.inst
     reqs = st.reqs
     n = inst[i]["wq_len"]
@@ -29,7 +35,7 @@ def reorder_wait_queue(st, i, weights):
     r = inst[i]["wq_head"]
     for k in range(n):
         st.sort_ids[k] = r
-        st.sort_k1[k] = scheduler_key(reqs, r, reqs[r]["priority"], weights)
+        st.sort_k1[k] = scheduler_key(st, r, reqs[r]["priority"], now)
         st.sort_k2[k] = reqs[r]["arrival_us"]
         r = reqs[r]["queue_next"]
     in_tmp = merge_sort(st.sort_ids, st.sort_k1, st.sort_k2, st.tmp_ids, st.tmp_k1, st.tmp_k2, n)

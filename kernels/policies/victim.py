@@ -1,26 +1,32 @@
-"""Preemption victim: the last request of the batch (vLLM), or the lowest-priority one."""
+"""Preemption victim: the last request of the batch (vLLM), the lowest-priority one, or
+the one a program scores highest."""
 
 import numpy as np
 
 from ..jit import helper
-from ..schema import VictimKind
-from .priority import request_priority
+from ..schema import PolicySlot, VictimKind
+from .priority import PROGRAM_WORST, request_priority, request_program_value
 
 
 @helper
-def choose_victim(st, i, kind, prio_params, now):
-    """Batch slot of the request to preempt on instance i: the last one, or the
-    lowest-priority one (ties -> the later slot)."""
+def choose_victim(st, i, kind, now):
+    """Batch slot of the request to preempt on instance i: the last one, the
+    lowest-priority one, or the highest value of the victim program (−PROGRAM_WORST if
+    not finite); ties -> the later slot."""
     last = st.inst[i]["batch_len"] - 1
-    if kind != VictimKind.LOWEST_PRIORITY:
+    if kind == VictimKind.LAST:
         return last
-    reqs = st.reqs
     best = last
-    best_p = np.inf
+    best_v = np.inf
     for k in range(last, -1, -1):
         r = st.batch[i, k]
-        p = request_priority(prio_params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)
-        if p < best_p:
-            best_p = p
+        p = request_priority(st, r, now)
+        if kind == VictimKind.EXPRESSION:  # (minus the program's value: the highest is chosen)
+            v = -request_program_value(st, st.policy_param[PolicySlot.VICTIM], r, now, p, PolicySlot.VICTIM,
+                                       -PROGRAM_WORST)
+        else:
+            v = p
+        if v < best_v:
+            best_v = v
             best = k
     return best

@@ -265,18 +265,24 @@ class _PolicySlot(NamedTuple):
 
 PolicySlot = _PolicySlot()
 N_POLICY_SLOTS = 8
-POLICY_WIDTH = 64  # parameters per slot (priority: 1 age weight + up to 63 SLO-class weights)
+POLICY_WIDTH = 256  # parameters per slot: a template's few, or an expression's program (ProgramHeader)
+assert POLICY_WIDTH == 256  # (AdmissionParam.PROGRAM_* are its last columns)
+MAX_SLO_CLASS_WEIGHTS = 63  # priority: 1 age weight + up to 63 SLO-class weights
 
 
 class _AdmissionKind(NamedTuple):
     ALWAYS: int = 0
     REJECT_ALL: int = 1  # pathological
     TOKEN_BUCKET: int = 2  # per tenant
+    EXPRESSION: int = 3  # a program (ProgramHeader) over AdmitFeature: admitted iff its value > 0
 
 
 class _AdmissionParam(NamedTuple):
     CAPACITY: int = 0  # token-bucket capacity, tokens
     REFILL_PER_S: int = 1  # token-bucket refill rate, tokens per second
+    # an admission program's token bucket (AdmitFeature.BUCKET_TOKENS), after its code
+    PROGRAM_CAPACITY: int = 254
+    PROGRAM_REFILL_PER_S: int = 255
 
 
 class _RoutingKind(NamedTuple):
@@ -285,6 +291,7 @@ class _RoutingKind(NamedTuple):
     WEIGHTED: int = 2  # argmax of the weighted scorers (RouteWeight columns)
     PREFIX_AFFINITY: int = 3
     ALWAYS_BUSIEST: int = 4  # pathological
+    EXPRESSION: int = 5  # a program (ProgramHeader) over RouteFeature: the score of each candidate
 
 
 class _RouteWeight(NamedTuple):
@@ -300,6 +307,7 @@ N_ROUTE_WEIGHTS = 4
 class _PriorityKind(NamedTuple):
     CONSTANT: int = 0  # every request has priority 0: nothing to compute
     AGE_AND_CLASS: int = 1  # PriorityParam below
+    EXPRESSION: int = 2  # a program (ProgramHeader) over RequestFeature
 
 
 class _PriorityParam(NamedTuple):
@@ -312,6 +320,7 @@ class _PriorityParam(NamedTuple):
 class _SchedulerKind(NamedTuple):
     FCFS: int = 0  # keep the queue order
     SORT: int = 1  # stable sort by Σ SchedWeight · attribute ascending, ties by (arrival, id)
+    EXPRESSION: int = 2  # stable sort by a program's key (ProgramHeader, RequestFeature) ascending, ties as SORT
 
 
 class _SchedWeight(NamedTuple):
@@ -327,6 +336,7 @@ N_SCHED_WEIGHTS = 4
 class _VictimKind(NamedTuple):
     LAST: int = 0  # the last request of the running batch (vLLM)
     LOWEST_PRIORITY: int = 1  # lowest priority, ties -> the later in the batch
+    EXPRESSION: int = 2  # highest program value (ProgramHeader, RequestFeature), ties -> the later in the batch
 
 
 class _SnapField(NamedTuple):
@@ -339,6 +349,119 @@ class _SnapField(NamedTuple):
     CACHE_HIT_RATE: int = 4
     PENDING: int = 5
     IN_FLIGHT: int = 6
+
+
+# ----------------------------------------------------------------------------- programs
+# An expression or decision-tree policy (blis_fast/policy/expression.py) is compiled to a
+# program: float64 code in its slot's parameter row, run by kernels/policies/program.py.
+
+
+class _ProgramHeader(NamedTuple):
+    """Columns of a program row: the features it reads (a bit mask, so a call site fills
+    only those), its code length, then the code (Op codes, each followed by its operands)."""
+
+    FEATURES: int = 0  # bit f set = the program reads feature f
+    LENGTH: int = 1  # floats of code
+    CODE: int = 2  # first code column
+
+
+class _Op(NamedTuple):
+    """Program instructions.  Operands follow the code: CONST value; FEATURE index; POW
+    exponent; JUMP_IF_FALSE / JUMP the absolute column to continue at (always forward);
+    BRANCH feature index, threshold, the column of its right subtree.  Binary operators
+    pop b then a and push a op b; comparisons and logic push 1.0 or 0.0."""
+
+    CONST: int = 1
+    FEATURE: int = 2
+    ADD: int = 3
+    SUB: int = 4
+    MUL: int = 5
+    DIV: int = 6  # protected: a / 0 = 0
+    POW: int = 7  # constant exponent: an integer -4..4 (repeated products) or 0.5 (sqrt of max(a, 0))
+    MIN: int = 8
+    MAX: int = 9
+    ABS: int = 10
+    NEG: int = 11
+    LOG1P: int = 12  # log1p(max(a, 0))
+    SQRT: int = 13  # sqrt(max(a, 0))
+    EXP: int = 14  # exp of a clamped to [-EXP_LIMIT, EXP_LIMIT]
+    LT: int = 15
+    LE: int = 16
+    GT: int = 17
+    GE: int = 18
+    EQ: int = 19
+    NE: int = 20
+    AND: int = 21
+    OR: int = 22
+    NOT: int = 23
+    JUMP_IF_FALSE: int = 24  # pops the condition (false = 0.0)
+    JUMP: int = 25
+    BRANCH: int = 26  # a tree node: continue below if feature <= threshold, else at the right subtree
+    RETURN: int = 27  # a tree leaf: the program's value is the top of the stack
+
+
+PROGRAM_STACK = 32  # the deepest stack a program may need (checked when it is compiled)
+MAX_PROGRAM_CODE = POLICY_WIDTH - 4  # floats of code a program may have (the last 2 columns: AdmissionParam)
+EXP_LIMIT = 50.0
+
+
+class _RouteFeature(NamedTuple):
+    """What a routing program reads about one candidate instance (as the router sees it:
+    the snapshot) and about the request and the candidates as a whole."""
+
+    LOAD: int = 0  # queue + running + pending (what least-loaded minimizes)
+    QUEUE: int = 1  # waiting requests
+    RUNNING: int = 2  # requests in the running batch
+    PENDING: int = 3  # routed to it, not yet queued
+    KV_UTILIZATION: int = 4  # allocated / total KV blocks, 0..1
+    KV_FREE: int = 5  # 1 - kv_utilization
+    HIT_BLOCKS: int = 6  # the request's leading prompt blocks its prefix index matches
+    REQUEST_BLOCKS: int = 7  # the request's full prompt blocks
+    MIN_LOAD: int = 8  # over the candidates
+    MAX_LOAD: int = 9
+    MAX_HIT: int = 10
+    CANDIDATES: int = 11  # how many instances may take the request
+    PROMPT_TOKENS: int = 12
+    SLO_CLASS: int = 13
+    TENANT: int = 14
+
+
+N_ROUTE_FEATURES = len(_RouteFeature._fields)
+
+
+class _AdmitFeature(NamedTuple):
+    """What an admission program reads: the request, and the cluster at the decision."""
+
+    PROMPT_TOKENS: int = 0
+    SLO_CLASS: int = 1
+    TENANT: int = 2
+    TIME_S: int = 3  # the simulated clock, seconds
+    BUCKET_TOKENS: int = 4  # the tenant's token bucket, refilled to now (read: an admitted request spends it)
+    IN_FLIGHT: int = 5  # requests routed, waiting or running on the active instances (the cluster's: last)
+    WAITING: int = 6  # requests in the active instances' wait queues
+    RUNNING: int = 7  # requests in their running batches
+    INSTANCES: int = 8  # active instances
+    KV_UTILIZATION: int = 9  # their mean KV utilization, 0..1
+
+
+N_ADMIT_FEATURES = len(_AdmitFeature._fields)
+
+
+class _RequestFeature(NamedTuple):
+    """What a priority, scheduler-key or victim program reads about one request."""
+
+    AGE_US: int = 0  # now - its arrival, µs
+    ARRIVAL_US: int = 1
+    PROMPT_TOKENS: int = 2
+    OUTPUT_TOKENS: int = 3
+    SLO_CLASS: int = 4
+    TENANT: int = 5
+    PRIORITY: int = 6  # its priority (the PRIORITY slot's); in a priority program itself: 0
+    GENERATED: int = 7  # output tokens generated so far
+
+
+N_REQUEST_FEATURES = len(_RequestFeature._fields)
+N_PROGRAM_FEATURES = max(N_ROUTE_FEATURES, N_ADMIT_FEATURES, N_REQUEST_FEATURES)  # State.prog_features
 
 
 class _AutoscaleKind(NamedTuple):
@@ -543,6 +666,15 @@ SchedulerKind = _SchedulerKind()
 SchedWeight = _SchedWeight()
 VictimKind = _VictimKind()
 SnapField = _SnapField()
+ProgramHeader = _ProgramHeader()
+Op = _Op()
+RouteFeature = _RouteFeature()
+AdmitFeature = _AdmitFeature()
+RequestFeature = _RequestFeature()
+OP_NAMES = _Op._fields
+ROUTE_FEATURE_NAMES = tuple(f.lower() for f in _RouteFeature._fields)
+ADMIT_FEATURE_NAMES = tuple(f.lower() for f in _AdmitFeature._fields)
+REQUEST_FEATURE_NAMES = tuple(f.lower() for f in _RequestFeature._fields)
 N_SNAP = 7
 SNAPSHOT_FIELD_NAMES = (
     "queue_depth", "batch_size", "kv_utilization", "free_kv_blocks", "cache_hit_rate", "pending", "in_flight",
@@ -689,7 +821,7 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_TIERS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "PolicySlot",
+    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "Op", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",

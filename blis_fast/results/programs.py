@@ -1,0 +1,26 @@
+"""What a run's expression and tree policies (blis_fast/config/expression.py) report: how
+many of their values were not finite and were given the slot's worst value instead."""
+
+from __future__ import annotations
+
+from blis_fast_kernels import schema as S
+
+# the slots a program can fill -> (its name in the results, the kind code of a program there)
+PROGRAM_SLOT_KINDS = {S.PolicySlot.ADMISSION: ("admission", S.AdmissionKind.EXPRESSION),
+                      S.PolicySlot.ROUTING: ("routing", S.RoutingKind.EXPRESSION),
+                      S.PolicySlot.PRIORITY: ("priority", S.PriorityKind.EXPRESSION),
+                      S.PolicySlot.SCHEDULER: ("scheduler", S.SchedulerKind.EXPRESSION),
+                      S.PolicySlot.VICTIM: ("victim", S.VictimKind.EXPRESSION)}
+
+
+def program_faults(state) -> dict[str, int] | None:
+    """``{slot: non-finite values}`` of every slot a program fills (routing: also a model's
+    or the prefill legs' own routing), None when no slot does."""
+    out = {}
+    for slot, (name, code) in PROGRAM_SLOT_KINDS.items():
+        program = int(state.policy_kind[slot]) == code
+        if slot == S.PolicySlot.ROUTING:
+            program = program or bool((state.routing_kind == code).any())
+        if program:
+            out[name] = int(state.prog_faults[slot])
+    return out or None

@@ -1,0 +1,215 @@
+"""Expression and tree policies in every slot, end to end (docs/policies.md, "Expression and
+tree policies"): an expression restating a built-in template gives byte-identical results
+(every request, every summary figure, every decision-trace record), programs run in
+per-model and prefill routing, values that are not finite are given the slot's worst value
+and counted, and bad programs are refused with one line from the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import blis_fast
+from blis_fast.errors import ConfigError
+from builders import ROOT, expect_cli_error, run_main
+
+# three tenants, three SLO classes, a shared system prompt, and a KV cache small enough to preempt
+SCENARIO = dict(workload_spec=str(ROOT / "configs/workloads/multi-tenant.yaml"), num_requests=400,
+                num_instances=3, total_kv_blocks=700, max_num_seqs=24, trace_level="full", check_invariants=True)
+
+# weighted routing with BLIS's default scorers (prefix-affinity 3, queue-depth 2, kv-utilization 2),
+# written in the template's order of operations: Σ w·clamp01(scorer) / Σ w
+CLAMP = "min(max({}, 0), 1)"
+QUEUE_DEPTH = CLAMP.format("((max_load - load) / (max_load - min_load) if max_load > min_load else 1)")
+KV = CLAMP.format("1 - kv_utilization")
+LOAD_BALANCE = CLAMP.format("1 / (1 + load)")
+AFFINITY = CLAMP.format("(hit_blocks / request_blocks if request_blocks > 0 else 0)")
+WEIGHTED_DEFAULT = f"(2*{QUEUE_DEPTH} + 2*{KV} + 3*{AFFINITY}) / 7"
+WEIGHTED_CUSTOM = f"(1.5*{QUEUE_DEPTH} + 0.25*{LOAD_BALANCE} + 4*{AFFINITY}) / 5.75"
+
+SLO = dict(priority_policy="slo-based", slo_class_weights="3,1")  # age, and the SLO classes apart
+RESTATEMENTS = {
+    "least-loaded": (dict(routing_policy="least-loaded"), dict(routing_policy="expression", routing_program="-load")),
+    "always-busiest": (dict(routing_policy="always-busiest"),
+                       dict(routing_policy="expression", routing_program="load")),
+    "weighted": (dict(routing_policy="weighted"), dict(routing_policy="expression", routing_program=WEIGHTED_DEFAULT)),
+    "weighted-custom": (dict(routing_policy="weighted",
+                             routing_scorers="queue-depth:1.5,load-balance:0.25,prefix-affinity:4"),
+                        dict(routing_policy="expression", routing_program=WEIGHTED_CUSTOM)),
+    "prefix-affinity": (dict(routing_policy="prefix-affinity"),
+                        dict(routing_policy="expression", routing_program="hit_blocks if max_hit > 0 else -load")),
+    "always-admit": (dict(admission_policy="always-admit"), dict(admission_policy="expression", admission_program="1")),
+    "reject-all": (dict(admission_policy="reject-all"), dict(admission_policy="expression", admission_program="0")),
+    "token-bucket": (dict(admission_policy="token-bucket", token_bucket_capacity=20000, token_bucket_refill_rate=4000),
+                     dict(admission_policy="expression", admission_program="prompt_tokens <= bucket_tokens",
+                          token_bucket_capacity=20000, token_bucket_refill_rate=4000)),
+    "slo-based": (dict(priority_policy="slo-based", slo_class_weights="3,1", scheduler="priority-fcfs"),
+                  dict(priority_policy="expression", scheduler="priority-fcfs",
+                       priority_program="1e-6*age_us + (3 if slo_class == 0 else (1 if slo_class == 1 else 0))")),
+    "inverted-slo": (dict(priority_policy="inverted-slo", slo_class_weights="3,1", scheduler="priority-fcfs"),
+                     dict(priority_policy="expression", scheduler="priority-fcfs",
+                          priority_program="-1e-6*age_us + (-3 if slo_class == 0 else (-1 if slo_class == 1 else 0))")),
+    "sjf": (dict(scheduler="sjf"), dict(scheduler="expression", scheduler_program="prompt_tokens")),
+    "priority-fcfs": (dict(**SLO, scheduler="priority-fcfs"),
+                      dict(**SLO, scheduler="expression", scheduler_program="-priority + 0")),
+    "reverse-priority": (dict(**SLO, scheduler="reverse-priority"),
+                         dict(**SLO, scheduler="expression", scheduler_program="priority + 0")),
+    "sort": (dict(**SLO, scheduler="sort", scheduler_weights="priority:-2,output_len:0.01"),
+             dict(**SLO, scheduler="expression",
+                  scheduler_program="-2*priority + 0*arrival_us + 0*prompt_tokens + 0.01*output_tokens")),
+    "lowest-priority": (dict(**SLO, preemption_victim="lowest-priority"),
+                        dict(**SLO, preemption_victim="expression", victim_program="-priority")),
+    "last": (dict(preemption_victim="last"), dict(preemption_victim="expression", victim_program="0")),
+}
+
+
+def comparable(result) -> dict:
+    """What a restatement must leave unchanged: the results document but its config echo
+    (which names the policy) and the program fault counts, the decision trace, the request table."""
+    doc = result.results_document()
+    doc["run"].pop("config")
+    doc.pop("program_faults", None)
+    trace = result.decision_table().to_pylist()
+    for row in trace:  # an admission record's reason names the policy (always-admit, bucket, expression)
+        if row["record"] == "admission":
+            row.pop("reason")
+    return {"doc": json.dumps(doc, allow_nan=False), "trace": trace, "reqs": result.state.reqs.tobytes()}
+
+
+@pytest.mark.parametrize("name", list(RESTATEMENTS))
+def test_restating_a_template_is_byte_identical(name):
+    template, expression = RESTATEMENTS[name]
+    a = blis_fast.simulate(**SCENARIO, **template)
+    b = blis_fast.simulate(**SCENARIO, **expression)
+    ca, cb = comparable(a), comparable(b)
+    assert ca["reqs"] == cb["reqs"]
+    assert ca["trace"] == cb["trace"]
+    assert ca["doc"] == cb["doc"]
+    assert "program_faults" not in a.results_document()
+    assert sum(b.cluster["program_faults"].values()) == 0
+
+
+def test_the_scenario_exercises_what_the_restatements_check():
+    """Routing choices differ between templates, requests are preempted, rejected by the
+    bucket and reordered by priority -- so a restatement wired to the wrong branch fails."""
+    base = blis_fast.simulate(**SCENARIO)
+    assert base.cluster["preemption_count"] > 0
+    bucket = blis_fast.simulate(**SCENARIO, **RESTATEMENTS["token-bucket"][0])
+    assert 0 < bucket.cluster["rejected_requests"] < bucket.cluster["arrived_requests"]
+    picks = {name: blis_fast.simulate(**SCENARIO, **RESTATEMENTS[name][0]).state.reqs["instance"].tobytes()
+             for name in ("least-loaded", "weighted", "prefix-affinity", "always-busiest")}
+    assert len(set(picks.values())) == 4
+    for name in ("sjf", "priority-fcfs", "inverted-slo", "lowest-priority", "sort"):
+        order = blis_fast.simulate(**SCENARIO, **RESTATEMENTS[name][0]).state.reqs["first_scheduled_us"]
+        assert order.tobytes() != base.state.reqs["first_scheduled_us"].tobytes(), name
+
+
+def test_a_nonlinear_routing_rule_changes_decisions_and_needs_the_prefix_index():
+    r = blis_fast.simulate(**SCENARIO, routing_policy="expression",
+                           routing_program="hit_blocks**2 - 0.3*queue/(1 + kv_free)")
+    ll = blis_fast.simulate(**SCENARIO, routing_policy="least-loaded")
+    assert r.state.reqs["instance"].tobytes() != ll.state.reqs["instance"].tobytes()
+    assert r.state.settings[0]["prefix_index"] != 0
+    assert r.cluster["completed_requests"] + r.cluster["still_in_flight"] > 0
+
+
+def test_tree_policies_run_from_the_api():
+    tree = {"feature": "max_hit", "threshold": 0, "left": "-load",
+            "right": {"feature": "queue", "threshold": 6, "left": "hit_blocks", "right": "-load"}}
+    r = blis_fast.simulate(**SCENARIO, routing_policy="tree", routing_program=tree)
+    expr = blis_fast.simulate(**SCENARIO, routing_policy="expression",
+                              routing_program="(-load if max_hit <= 0 else (hit_blocks if queue <= 6 else -load))")
+    assert r.state.reqs["instance"].tobytes() == expr.state.reqs["instance"].tobytes()
+    # as YAML text (the CLI's form)
+    text = "{feature: max_hit, threshold: 0, left: -load, right: {feature: queue, threshold: 6, left: hit_blocks, " \
+           "right: -load}}"
+    assert blis_fast.simulate(**SCENARIO, routing_policy="tree", routing_program=text).state.reqs.tobytes() == \
+        r.state.reqs.tobytes()
+
+
+@pytest.mark.parametrize("settings, slot", [
+    (dict(routing_policy="expression", routing_program="1e300 * 1e300 * load"), "routing"),
+    (dict(admission_policy="expression", admission_program="prompt_tokens * 1e300 * 1e300"), "admission"),
+    (dict(priority_policy="expression", priority_program="(exp(50) ** 4) ** 4 if slo_class == 0 else 1",
+          scheduler="priority-fcfs"), "priority"),
+])
+def test_non_finite_values_take_the_worst_value_and_are_counted(settings, slot):
+    r = blis_fast.simulate(**SCENARIO, **settings)
+    faults = r.cluster["program_faults"]
+    assert faults[slot] > 0
+    assert all(v == 0 for k, v in faults.items() if k != slot)
+    if slot == "admission":  # every request's value is inf: rejected
+        assert r.cluster["rejected_requests"] == r.cluster["arrived_requests"]
+    if slot == "routing":  # every score is inf -> -inf: ties to the lowest index, a request is still routed
+        assert r.cluster["injected_requests"] > 0
+        assert set(r.state.reqs["instance"][r.state.reqs["instance"] >= 0].tolist()) == {0}
+
+
+def test_policy_bundle_forms(tmp_path):
+    bundle = tmp_path / "policy.yaml"
+    bundle.write_text("routing: {type: expression, score: \"-load\"}\n"
+                      "admission: {type: expression, admit: \"prompt_tokens < 4000\"}\n"
+                      "priority: {type: tree, tree: {feature: slo_class, threshold: 0, left: 2, right: 0}}\n"
+                      "scheduler: {type: expression, key: \"-priority\"}\n"
+                      "preemption: {victim: expression, evict: \"generated\"}\n")
+    r = blis_fast.simulate(**SCENARIO, policy=str(bundle))
+    p = r.setup.config.policy
+    assert (p.routing, p.admission, p.priority, p.scheduler, p.preemption_victim) == (
+        "expression", "expression", "tree", "expression", "expression")
+    assert r.cluster["program_faults"] == dict(admission=0, routing=0, priority=0, scheduler=0, victim=0)
+    assert 0 < r.cluster["rejected_requests"] < r.cluster["arrived_requests"]
+
+
+@pytest.mark.parametrize("text, field, message", [
+    ("routing: {type: expression, score: \"loda\"}", "routing.score", "did you mean load"),
+    ("routing: {type: expression}", "policy.routing_program", "missing"),
+    ("routing: {type: weighted, score: \"-load\"}", "routing.score", "applies only to type expression or tree"),
+    ("routing: {type: expression, tree: {feature: load, threshold: 1, left: 1, right: 0}}", "routing.tree",
+     "type expression takes score"),
+    ("admission: {type: expression, admit: \"__import__('os')\"}", "admission.admit", "call of __import__"),
+    ("scheduler: {type: expression, key: \"priority.real\"}", "scheduler.key", "attribute access"),
+    ("preemption: {victim: tree, tree: [1, 2]}", "preemption.tree", "mapping"),
+])
+def test_bad_bundles_refused(tmp_path, text, field, message):
+    bundle = tmp_path / "policy.yaml"
+    bundle.write_text(text + "\n")
+    with pytest.raises(ConfigError, match=message) as e:
+        blis_fast.simulate(**SCENARIO, policy=str(bundle))
+    assert e.value.field.endswith(field)
+
+
+@pytest.mark.parametrize("settings, field, message", [
+    (dict(routing_policy="least-loaded", routing_program="-load"), "routing_program", "has no effect"),
+    (dict(routing_policy="expression"), "routing_program", "missing"),
+    (dict(routing_policy="expression", routing_program=3), "routing_program", "string"),
+    (dict(scheduler="expression", scheduler_program="prompt_tokens", scheduler_weights="priority:1"),
+     "scheduler_weights", "apply only to scheduler sort"),
+    (dict(priority_policy="expression", priority_program="1", slo_class_weights="1,2"), "slo_class_weights",
+     "can read slo_class"),
+    (dict(admission_policy="expression", admission_program="1", token_bucket_capacity=5),
+     "token_bucket_capacity", "does not read bucket_tokens"),
+])
+def test_bad_settings_refused(settings, field, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        blis_fast.simulate(**SCENARIO, **settings)
+    assert field in e.value.field
+
+
+def test_cli_runs_and_refuses(capsys):
+    doc = run_main(capsys, "--num-requests", "60", "--num-instances", "2", "--routing-policy", "expression",
+                   "--routing-program", "hit_blocks - 0.5*queue")
+    assert doc["cluster"]["program_faults"] == {"routing": 0}
+    expect_cli_error(capsys, "run", "--num-requests", "5", "--routing-policy", "expression", "--routing-program",
+                     "load.__class__", needles=("--routing-program", "column 1: attribute access (x.y) is not allowed"))
+
+
+def test_per_model_routing_programs():
+    cfg = str(ROOT / "configs/examples/two-models.yaml")
+    r = blis_fast.simulate(config=cfg, num_requests=200, routing_policy="least-loaded")
+    per = blis_fast.simulate(config=cfg, num_requests=200, routing_per_model={
+        m: {"type": "expression", "score": "-load"} for m in r.setup.served_models})
+    assert per.state.reqs.tobytes() == r.state.reqs.tobytes()
+    assert per.cluster["program_faults"] == {"routing": 0}
+    np.testing.assert_array_equal(per.state.routing_kind, [5, 5])
