@@ -82,6 +82,11 @@ SAMPLES.update({"flow_control": ("free-slot", {}), "request_ttl_s": ("30", {}),
                 "dispatch_order": ("deadline", {"flow_control": "free-slot"}),
                 "gateway_fairness": ("round-robin", {"flow_control": "free-slot"})})
 # settings that accept only their default today: a different value is refused naming the flag
+SAMPLES.update({"admission_program": ("prompt_tokens < 4000", {"admission_policy": "expression"}),
+                "routing_program": ("-load", {"routing_policy": "expression"}),
+                "priority_program": ("slo_class", {"priority_policy": "expression"}),
+                "scheduler_program": ("prompt_tokens", {"scheduler": "expression"}),
+                "victim_program": ("generated", {"preemption_victim": "expression"})})
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8"}
 
 

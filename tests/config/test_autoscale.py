@@ -27,7 +27,7 @@ from blis_fast.config.sim import build_config, with_overrides
 from blis_fast.config.validate import MAX_INSTANCES
 from blis_fast.errors import ConfigError
 from blis_fast.policy import compile_policies
-from blis_fast.results.evaluation import _digest, policy_id
+from blis_fast.results.evaluation import TEMPLATE_WIDTH, _digest, policy_id
 from blis_fast.run.api import simulate
 from blis_fast.run.resolve import resolve
 from blis_fast_kernels import schema as S
@@ -106,8 +106,9 @@ def test_without_an_autoscaler_nothing_changes():
     assert compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (8,) and S.PolicySlot.AUTOSCALE == 6
     assert compiled.kinds[S.PolicySlot.AUTOSCALE] == S.AutoscaleKind.NONE
     assert not compiled.params[S.PolicySlot.AUTOSCALE].any()
-    # the policy id hashes the slots before AUTOSCALE then: every existing candidate keeps its id
-    six = _digest([compiled.kinds[:6], compiled.params[:6], cfg.policy.prefix_index_capacity])
+    # the policy id hashes the slots before AUTOSCALE then (and, without a program, the parameter
+    # rows' first TEMPLATE_WIDTH columns): every existing candidate keeps its id
+    six = _digest([compiled.kinds[:6], compiled.params[:6, :TEMPLATE_WIDTH], cfg.policy.prefix_index_capacity])
     assert policy_id(compiled.kinds, compiled.params, cfg.policy.prefix_index_capacity) == six
 
 

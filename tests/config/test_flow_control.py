@@ -27,7 +27,7 @@ from blis_fast.config.policy import PolicyConfig, bundle_to_settings
 from blis_fast.config.sim import build_config, with_overrides
 from blis_fast.errors import ConfigError, WorkloadError
 from blis_fast.policy import compile_policies
-from blis_fast.results.evaluation import _digest, policy_id, workload_id
+from blis_fast.results.evaluation import TEMPLATE_WIDTH, _digest, policy_id, workload_id
 from blis_fast.run.api import simulate
 from blis_fast.run.resolve import build_workload, config_deadlines, with_deadlines
 from blis_fast.workload.spec import parse_spec
@@ -81,14 +81,14 @@ def test_without_flow_control_nothing_changes():
     assert S.PolicySlot.FLOW == 7 and compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (8,)
     assert compiled.kinds[S.PolicySlot.FLOW] == S.FlowDetector.NEVER and not compiled.params[S.PolicySlot.FLOW].any()
     # the policy id hashes the slots before AUTOSCALE then: every existing candidate keeps its id
-    six = _digest([compiled.kinds[:6], compiled.params[:6], cfg.policy.prefix_index_capacity])
+    six = _digest([compiled.kinds[:6], compiled.params[:6, :TEMPLATE_WIDTH], cfg.policy.prefix_index_capacity])
     assert policy_id(compiled.kinds, compiled.params, cfg.policy.prefix_index_capacity) == six
 
 
 def test_an_autoscaled_candidate_keeps_its_id():
     cfg = build_config({}, {"autoscaler": "saturation", "max_instances": "3"})
     c = compile_policies(cfg.policy)
-    seven = _digest([c.kinds[:7], c.params[:7], cfg.policy.prefix_index_capacity])
+    seven = _digest([c.kinds[:7], c.params[:7, :TEMPLATE_WIDTH], cfg.policy.prefix_index_capacity])
     assert policy_id(c.kinds, c.params, cfg.policy.prefix_index_capacity) == seven
 
 

@@ -164,6 +164,13 @@ EFFECTS = {
     "fitness_weights": ("throughput:1", {}),
     "objectives": ("ttft_p99_ms:min:1", {}),
     "slo_class_weights": ("0,100", dict(priority_policy="slo-based", scheduler="priority-fcfs", **QUEUE)),
+    # a program against another program (a policy expression needs its program: no run without one)
+    "admission_program": ("prompt_tokens < 300", dict(admission_policy="expression", admission_program="1")),
+    "routing_program": ("load", dict(routing_policy="expression", routing_program="-load")),
+    "priority_program": ("-prompt_tokens", dict(priority_policy="expression", priority_program="prompt_tokens",
+                                               scheduler="priority-fcfs", **QUEUE)),
+    "scheduler_program": ("-prompt_tokens", dict(scheduler="expression", scheduler_program="prompt_tokens", **QUEUE)),
+    "victim_program": ("generated", dict(preemption_victim="expression", victim_program="-generated", **PRESSURE)),
     # KV cache tiers: a GPU cache too small for the prefixes, so that blocks are evicted and loaded back
     "kv_cpu_blocks": (1000, lambda source: tiered(source)),
     "kv_cpu_bytes": (2 * 10**10, lambda source: tiered(source)),

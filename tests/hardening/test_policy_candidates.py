@@ -66,17 +66,50 @@ def names(choices, weight: int = 6):
     return st.sampled_from(sorted(choices) * weight + ["", "bogus", "ROUND-ROBIN"])
 
 
+# slot's policy setting -> (its program setting, valid expressions, a valid tree)
+PROGRAMS = {
+    "admission_policy": ("admission_program", ["1", "prompt_tokens < 2000", "waiting < 5*instances or slo_class == 0",
+                                               "exp(time_s) > 1e300 * prompt_tokens"],
+                         {"feature": "tenant", "threshold": 0, "left": 1, "right": "kv_utilization < 0.8"}),
+    "routing_policy": ("routing_program", ["-load", "hit_blocks**2 - 0.3*queue/(1 + kv_free)", "1/0", "1e300*1e300*load",
+                                           "log1p(-load) + sqrt(-queue)", "(exp(load) ** 4) ** 4 if max_hit else -load"],
+                       {"feature": "max_hit", "threshold": 0, "left": "-load", "right": "hit_blocks - queue"}),
+    "priority_policy": ("priority_program", ["1e-6*age_us", "-prompt_tokens", "age_us * 1e300 * 1e300 - age_us * 1e308"],
+                        {"feature": "slo_class", "threshold": 0, "left": 2, "right": "generated"}),
+    "scheduler": ("scheduler_program", ["prompt_tokens", "-priority", "priority / (age_us - age_us)"],
+                  {"feature": "prompt_tokens", "threshold": 500, "left": 0, "right": 1}),
+    "preemption_victim": ("victim_program", ["generated", "-priority", "exp(1000) * exp(1000) * prompt_tokens"],
+                          {"feature": "generated", "threshold": 10, "left": 1, "right": 0}),
+}
+
+
+def with_programs(cand: dict) -> dict:
+    """A slot whose policy is expression or tree gets a program of that kind; others none."""
+    out = dict(cand)
+    for policy, (program, _, tree) in PROGRAMS.items():
+        kind = out.get(policy)
+        if kind == "tree":
+            out[program] = tree
+        elif kind != "expression":
+            out.pop(program, None)
+        elif program not in out:
+            out[program] = PROGRAMS[policy][1][0]
+    return out
+
+
 def without_inert(cand: dict) -> dict:
     """The candidate without parameters of policies it does not select (refused as
     settings that would change nothing: blis_fast.config.effective)."""
-    out = dict(cand)
+    out = with_programs(cand)
     if out.get("admission_policy") != "token-bucket":
         out.pop("token_bucket_capacity", None)
         out.pop("token_bucket_refill_rate", None)
     if out.get("routing_policy") != "weighted":
         out.pop("routing_scorers", None)
-    if out.get("priority_policy", "constant") == "constant":
+    if out.get("priority_policy", "constant") in ("constant", "expression", "tree"):
         out.pop("slo_class_weights", None)
+    if out.get("scheduler") in ("expression", "tree"):
+        out.pop("scheduler_weights", None)
     return out
 
 
@@ -102,7 +135,12 @@ VALID_CANDIDATE = st.fixed_dictionaries({
     "snapshot_intervals": st.dictionaries(st.sampled_from(S.SNAPSHOT_FIELD_NAMES),
                                           st.one_of(st.integers(0, 10**7), st.just(2**53)), max_size=4),
     "prefix_index_capacity": st.one_of(st.integers(1, 5000), st.just(1)),
+    **{program: st.sampled_from(texts) for program, texts, _ in PROGRAMS.values()},
 }).map(lambda cand: without_inert(cand))
+HOSTILE_PROGRAMS = st.one_of(
+    st.sampled_from(["load.__class__", "__import__('os')", "(" * 500 + "1" + ")" * 500, "x" * 10**6, "1 % 0",
+                     "load ** load", "[1]", 3, None, {"feature": "nope"}, "lambda: 0", "1e999"]),
+    st.text(max_size=40), st.sampled_from([t for _, texts, _ in PROGRAMS.values() for t in texts]))
 ANY_CANDIDATE = st.fixed_dictionaries({}, optional={
     "admission_policy": names(ADMISSION_POLICIES),
     "token_bucket_capacity": WEIGHT,
@@ -118,6 +156,7 @@ ANY_CANDIDATE = st.fixed_dictionaries({}, optional={
     "snapshot_intervals": st.dictionaries(names(S.SNAPSHOT_FIELD_NAMES), INTERVAL, max_size=4),
     "prefix_index_capacity": st.one_of(st.integers(min_value=1, max_value=5000), st.integers(min_value=-2, max_value=0),
                                        st.sampled_from([10**7, 10**8])),
+    **{program: HOSTILE_PROGRAMS for program, _, _ in PROGRAMS.values()},
 })
 CANDIDATE = st.one_of(VALID_CANDIDATE, ANY_CANDIDATE)
 

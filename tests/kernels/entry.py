@@ -39,7 +39,8 @@ from blis_fast_kernels.policies.routing import choose_instance as _choose_instan
 from blis_fast_kernels.policies.routing import refresh_snapshot as _refresh_snapshot
 from blis_fast_kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
 from blis_fast_kernels.policies.victim import choose_victim as _choose_victim
-from blis_fast_kernels.schema import N_SNAP
+from blis_fast_kernels.schema import (N_POLICY_SLOTS, N_PROGRAM_FEATURES, N_SNAP, PROGRAM_STACK, PolicySlot, PriorityKind,
+                                     RouteFeature, SchedulerKind)
 from blis_fast_kernels.structs import dlist as _dl
 from blis_fast_kernels.structs import hashtable as _ht
 from blis_fast_kernels.structs import heap as _heap
@@ -329,37 +330,68 @@ def refresh_snapshot(inst, snap, refreshed_us, interval_us, now):
     _refresh_snapshot(inst, snap, refreshed_us, interval_us, now, (1 << N_SNAP) - 1)  # every field
 
 
+def _route(kind, weights, inst, snap, affinity, n_keys, rr_next, model, prompt, slo_class, tenant):
+    scores = np.empty(inst.shape[0], np.float64)
+    feats = np.zeros(N_PROGRAM_FEATURES, np.float64)
+    feats[RouteFeature.PROMPT_TOKENS] = prompt
+    feats[RouteFeature.SLO_CLASS] = slo_class
+    feats[RouteFeature.TENANT] = tenant
+    stack = np.empty(PROGRAM_STACK, np.float64)
+    faults = np.zeros(N_POLICY_SLOTS, np.int64)
+    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model), feats,
+                                stack, faults)
+    return best, rr, scores, faults[PolicySlot.ROUTING]
+
+
+_route = njit(cache=True)(_route)
+
+
 @entry
 def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, model=0):
-    scores = np.empty(inst.shape[0], np.float64)
-    return _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model))
+    best, rr, _, _ = _route(kind, weights, inst, snap, affinity, n_keys, rr_next, model, 0.0, 0.0, 0.0)
+    return best, rr
 
 
 @entry
-def choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr_next, model=0):
-    scores = np.empty(inst.shape[0], np.float64)
-    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model))
-    return best, rr, scores
+def choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr_next, model=0, prompt=0.0, slo_class=0.0,
+                           tenant=0.0):
+    """(instance, cursor, scores, routing-program faults); a routing program reads the
+    request's ``prompt``, ``slo_class`` and ``tenant``."""
+    return _route(kind, weights, inst, snap, affinity, n_keys, rr_next, model, prompt, slo_class, tenant)
+
+
+def _set_slot(st, slot, kind, params):
+    st.policy_kind[slot] = kind
+    st.policy_param[slot, :] = 0.0
+    st.policy_param[slot, :params.shape[0]] = params
+
+
+_set_slot = njit(cache=True)(_set_slot)
 
 
 @entry
-def request_priority(params, arrival_us, slo_class, now):
-    return _request_priority(params, arrival_us, slo_class, now)
+def request_priority(st, params, r, now):
+    """The priority of request r of ``st`` under the age-and-class weights ``params``."""
+    _set_slot(st, PolicySlot.PRIORITY, PriorityKind.AGE_AND_CLASS, params)
+    return _request_priority(st, r, now)
 
 
 @entry
 def update_wait_queue_priorities(st, i, params, now):
-    _update_prios(st, i, params, now)
+    _set_slot(st, PolicySlot.PRIORITY, PriorityKind.AGE_AND_CLASS, params)
+    _update_prios(st, i, now)
 
 
 @entry
 def reorder_wait_queue(st, i, weights):
-    _reorder_wait_queue(st, i, weights)
+    _set_slot(st, PolicySlot.SCHEDULER, SchedulerKind.SORT, weights)
+    _reorder_wait_queue(st, i, np.int64(0))
 
 
 @entry
 def choose_victim(st, i, kind, prio_params, now):
-    return _choose_victim(st, i, kind, prio_params, now)
+    _set_slot(st, PolicySlot.PRIORITY, PriorityKind.AGE_AND_CLASS, prio_params)
+    return _choose_victim(st, i, kind, now)
 
 
 # ----------------------------------------------------------------------------- router prefix index

@@ -43,7 +43,8 @@ ROUTING_KIND = {"round-robin": RoutingKind.ROUND_ROBIN, "least-loaded": RoutingK
 
 
 def test_names_cover_the_schema():
-    assert set(ROUTING_KIND) == set(ROUTING) and sorted(ROUTING_KIND.values()) == sorted(RoutingKind)
+    assert set(ROUTING_KIND) == set(ROUTING) and sorted(ROUTING_KIND.values()) == sorted(RoutingKind)[:-1]
+    assert RoutingKind.EXPRESSION == max(RoutingKind)  # (test_expression_routing_matches_naive)
     assert SNAP_FIELDS == SNAPSHOT_FIELD_NAMES and len(SNAP_FIELDS) == N_SNAP
 
 
@@ -192,12 +193,67 @@ def test_choose_instance_ranks_only_the_requests_models_instances(policy):
         weights = np.zeros(POLICY_WIDTH)
         weights[:4] = rng.choice([0.0, 0.5, 1.0, 2.0], 4)
         rr = int(rng.integers(0, n_inst))
-        best, rr_after, scores = E.choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr, model)
+        best, rr_after, scores, _ = E.choose_instance_scores(kind, weights, inst, snap, affinity, n_keys, rr, model)
         candidates = (inst["active"] != 0) & ((inst["route_id"] == model) | (inst["route_alt"] == model))
         want = naive_route(policy, weights[:4].tolist(), candidates.astype(int).tolist(),
                            [_view(snap, i) for i in range(n_inst)], affinity.tolist(), n_keys, rr)
         assert (int(best), int(rr_after)) == want
         assert np.isneginf(scores[~candidates]).all()
+
+
+EXPRESSIONS = ("-load", "hit_blocks**2 - 0.3*queue/(1 + kv_free)", "load if max_hit > 0 else -queue",
+               "(max_load - load) / (max_load - min_load) + kv_utilization * candidates - pending",
+               "1e300 * 1e300 * (load - 1)", "running - prompt_tokens * tenant + slo_class * request_blocks")
+
+
+@pytest.mark.parametrize("text", EXPRESSIONS)
+def test_expression_routing_matches_naive(text):
+    """The kernel's pick is the argmax (ties to the lowest index) of the expression over the
+    candidates' features, as evaluated straight from its syntax tree; a value that is not
+    finite ranks last and is counted."""
+    from blis_fast.config.expression import compile_expression
+    from naive.expression import evaluate
+
+    row = compile_expression(text, "routing", "x")
+    rng = np.random.default_rng(len(text))
+    for _ in range(60):
+        n_inst = int(rng.integers(1, 7))
+        inst = np.zeros(n_inst, INSTANCE_DT)
+        inst["active"] = rng.random(n_inst) < 0.85
+        inst["route_id"] = rng.integers(0, 2, n_inst)
+        inst["route_alt"] = -1
+        snap = np.zeros((n_inst, N_SNAP))
+        for f in (SnapField.QUEUE_DEPTH, SnapField.BATCH_SIZE, SnapField.PENDING):
+            snap[:, f] = rng.integers(0, 3, n_inst)
+        snap[:, SnapField.KV_UTILIZATION] = rng.choice([0.0, 0.25, 0.5, 1.0], n_inst)
+        n_keys = int(rng.integers(0, 5))
+        affinity = rng.integers(0, n_keys + 1, n_inst).astype(np.int64)
+        request = dict(prompt_tokens=float(rng.integers(1, 500)), slo_class=float(rng.integers(0, 3)),
+                       tenant=float(rng.integers(0, 3)))
+        best, _, scores, faults = E.choose_instance_scores(RoutingKind.EXPRESSION, row, inst, snap, affinity, n_keys,
+                                                           0, 0, request["prompt_tokens"], request["slo_class"],
+                                                           request["tenant"])
+        cands = [i for i in range(n_inst) if inst["active"][i] and inst["route_id"][i] == 0]
+        loads = {i: snap[i, SnapField.QUEUE_DEPTH] + snap[i, SnapField.BATCH_SIZE] + snap[i, SnapField.PENDING]
+                 for i in cands}
+        want, bad = {}, 0
+        for i in cands:
+            v = evaluate(text, dict(load=loads[i], queue=snap[i, SnapField.QUEUE_DEPTH],
+                                    running=snap[i, SnapField.BATCH_SIZE], pending=snap[i, SnapField.PENDING],
+                                    kv_utilization=snap[i, SnapField.KV_UTILIZATION],
+                                    kv_free=1 - snap[i, SnapField.KV_UTILIZATION], hit_blocks=affinity[i],
+                                    request_blocks=n_keys, min_load=min(loads.values()), max_load=max(loads.values()),
+                                    max_hit=max(affinity[c] for c in cands), candidates=len(cands), **request))
+            if not np.isfinite(v):
+                v, bad = -np.inf, bad + 1
+            want[i] = v
+        expected = max(cands, key=lambda i: (want[i], -i)) if cands else -1
+        if cands and all(np.isneginf(v) for v in want.values()):
+            expected = cands[0]
+        assert int(best) == expected
+        assert int(faults) == bad
+        for i in cands:
+            assert scores[i] == want[i]
 
 
 def test_round_robin_skips_inactive_instances_and_wraps():
@@ -226,10 +282,12 @@ def test_request_priority_matches_naive(seed):
     n_cls = int(rng.integers(0, 5))
     params[PriorityParam.CLASS_WEIGHTS:PriorityParam.CLASS_WEIGHTS + n_cls] = rng.choice([-100, -1, 0, 0.5, 5], n_cls)
     classes = params[PriorityParam.CLASS_WEIGHTS:].tolist()
+    st, _ = _queue_state(rng, 1)
     for _ in range(100):
         arrival, now = sorted(int(x) for x in rng.integers(0, 10**7, 2))
         cls = int(rng.choice([-1, 0, 1, 2, 5, POLICY_WIDTH - 2, POLICY_WIDTH - 1, 10**6]))
-        got = float(E.request_priority(params, arrival, cls, now))
+        st.reqs[0]["arrival_us"], st.reqs[0]["slo_class"] = arrival, cls
+        got = float(E.request_priority(st, params, 0, now))
         assert got == naive_priority(float(params[PriorityParam.AGE_WEIGHT]), classes, arrival, cls, now)
 
 
