@@ -70,6 +70,7 @@ class _Code:
         self.out: list[float] = []
         self.features = features
         self.mask = 0
+        self.form = S.ProgramForm.EXPRESSION
         self.field = field
         self.text = text
 
@@ -124,6 +125,40 @@ def _constant_value(code: _Code, node: ast.AST) -> float | None:
     return None
 
 
+# operators whose operands can trade places without changing a bit of the result (min and
+# max cannot: with a NaN operand they keep the first), and the comparisons by their mirror
+_MIRRORED = {S.Op.ADD: S.Op.ADD, S.Op.MUL: S.Op.MUL, S.Op.EQ: S.Op.EQ, S.Op.NE: S.Op.NE, S.Op.AND: S.Op.AND,
+             S.Op.OR: S.Op.OR, S.Op.LT: S.Op.GT, S.Op.GT: S.Op.LT, S.Op.LE: S.Op.GE, S.Op.GE: S.Op.LE}
+
+
+def _leaf(code: _Code, node: ast.AST) -> bool:
+    return _constant_value(code, node) is not None or isinstance(node, ast.Name)
+
+
+def _binary(code: _Code, op: int, left: ast.AST, right: ast.AST, d: int, base: int = 0) -> int:
+    """Emit ``left op right`` (``base``: values already on the stack); return the stack
+    depth it needs.  ``2 * x`` is emitted as ``x * 2``, so the number fuses into the
+    operator (``_right``)."""
+    if op in _MIRRORED and _leaf(code, left) and not _leaf(code, right):
+        op, left, right = _MIRRORED[op], right, left
+    return max(base + _compile(code, left, d), _right(code, op, right, d, base))
+
+
+def _right(code: _Code, op: int, right: ast.AST, d: int, base: int) -> int:
+    """Emit ``op right`` with its left operand on the stack (``base`` values below it): a
+    number or a feature name is fused into the operator (one instruction, no push)."""
+    value = _constant_value(code, right)
+    if value is not None:
+        code.emit(op + S.OP_CONST_RIGHT, value)
+        return base + 1
+    if isinstance(right, ast.Name):
+        code.emit(op + S.OP_FEATURE_RIGHT, code.feature(right.id, right))
+        return base + 1
+    need = base + 1 + _compile(code, right, d)
+    code.emit(op)
+    return need
+
+
 def _compile(code: _Code, node: ast.AST, depth: int) -> int:
     """Emit ``node``'s code; return the stack depth it needs."""
     if depth > MAX_NESTING:
@@ -158,16 +193,10 @@ def _compile(code: _Code, node: ast.AST, depth: int) -> int:
         if op is None:
             sym = _OPERATORS_NOT_ALLOWED.get(type(node.op), type(node.op).__name__)
             raise code.error(node, f"operator {sym} is not allowed; allowed: {_ALLOWED}")
-        need = max(_compile(code, node.left, d), 1 + _compile(code, node.right, d))
-        code.emit(op)
-        return need
+        return _binary(code, op, node.left, node.right, d)
     if isinstance(node, ast.BoolOp):
         op = S.Op.AND if isinstance(node.op, ast.And) else S.Op.OR
-        need = _compile(code, node.values[0], d)
-        for v in node.values[1:]:
-            need = max(need, 1 + _compile(code, v, d))
-            code.emit(op)
-        return need
+        return _chain(code, op, node.values, d)
     if isinstance(node, ast.Compare):
         # a < b < c = (a < b) and (b < c): b is computed twice (it has no side effects)
         need, left = 0, node.left
@@ -176,27 +205,28 @@ def _compile(code: _Code, node: ast.AST, depth: int) -> int:
             if op is None:
                 raise code.error(node, f"comparison {type(cmp).__name__} (in / is) is not allowed; allowed: "
                                        "< <= > >= == !=")
-            base = 0 if k == 0 else 1
-            need = max(need, base + _compile(code, left, d), base + 1 + _compile(code, right, d))
-            code.emit(op)
+            need = max(need, _binary(code, op, left, right, d, base=0 if k == 0 else 1))
             if k > 0:
                 code.emit(S.Op.AND)
             left = right
         return need
-    if isinstance(node, ast.IfExp):
+    if isinstance(node, ast.IfExp):  # both branches are computed (they have no side effects), then one kept
         need = _compile(code, node.test, d)
-        code.emit(S.Op.JUMP_IF_FALSE, 0)
-        patch_else = len(code.out) - 1
-        need = max(need, _compile(code, node.body, d))
-        code.emit(S.Op.JUMP, 0)
-        patch_end = len(code.out) - 1
-        code.out[patch_else] = float(code.column())
-        need = max(need, _compile(code, node.orelse, d))
-        code.out[patch_end] = float(code.column())
+        need = max(need, 1 + _compile(code, node.body, d))
+        need = max(need, 2 + _compile(code, node.orelse, d))
+        code.emit(S.Op.SELECT)
         return need
     if isinstance(node, ast.Call):
         return _compile_call(code, node, d)
     raise code.error(node, f"{_describe(node)} is not allowed; allowed: {_ALLOWED}")
+
+
+def _chain(code: _Code, op: int, operands: list, d: int) -> int:
+    """``a op b op c ...`` from the left (min, max, and, or of several operands)."""
+    need = _compile(code, operands[0], d)
+    for right in operands[1:]:
+        need = max(need, _right(code, op, right, d, 0))
+    return need
 
 
 def _compile_call(code: _Code, node: ast.Call, d: int) -> int:
@@ -209,11 +239,7 @@ def _compile_call(code: _Code, node: ast.Call, d: int) -> int:
     if name in ("min", "max"):
         if len(node.args) < 2:
             raise code.error(node, f"{name}() needs at least 2 arguments, got {len(node.args)}")
-        need = _compile(code, node.args[0], d)
-        for a in node.args[1:]:
-            need = max(need, 1 + _compile(code, a, d))
-            code.emit(FUNCTIONS[name])
-        return need
+        return _chain(code, FUNCTIONS[name], node.args, d)
     if len(node.args) != 1:
         raise code.error(node, f"{name}() takes 1 argument, got {len(node.args)}")
     need = _compile(code, node.args[0], d)
@@ -239,6 +265,7 @@ def _finish(code: _Code, need: int) -> np.ndarray:
     row = np.zeros(S.POLICY_WIDTH, np.float64)
     row[S.ProgramHeader.FEATURES] = float(code.mask)
     row[S.ProgramHeader.LENGTH] = float(len(code.out))
+    row[S.ProgramHeader.FORM] = float(code.form)
     row[S.ProgramHeader.CODE:S.ProgramHeader.CODE + len(code.out)] = code.out
     return row
 
@@ -275,6 +302,7 @@ def compile_tree(tree: Any, slot: str, field: str) -> np.ndarray:
     right}`` (``left`` taken when feature <= threshold), or a leaf (a number, an expression
     string, or ``{value: number | expression}``); at most MAX_TREE_DEPTH levels."""
     code = _Code(FEATURES[slot], field, "")
+    code.form = S.ProgramForm.TREE
     need = _tree(code, tree, field, 0)
     return _finish(code, need)
 
@@ -350,51 +378,84 @@ def _number(x: float) -> str:
 def _decompile(row, pc: int, end: int, names) -> tuple[str, int]:
     """(text of the code in [pc, end), the column where it stopped: end or after a RETURN)."""
     stack: list[str] = []
+
+    def feature(x: float) -> str:
+        return names.get(int(x), f"feature_{int(x)}")
+
+    def constant(x: float) -> str:
+        return _number(x) if x >= 0 else f"({_number(x)})"
+
     while pc < end:
         op = int(row[pc])
+        x = float(row[pc + 1]) if pc + 1 < len(row) else 0.0
         if op == S.Op.CONST:
-            x = float(row[pc + 1])
-            stack.append(_number(x) if x >= 0 else f"({_number(x)})")
-            pc += 2
+            stack.append(constant(x))
         elif op == S.Op.FEATURE:
-            stack.append(names.get(int(row[pc + 1]), f"feature_{int(row[pc + 1])}"))
-            pc += 2
-        elif op in _SYMBOL:
+            stack.append(feature(x))
+        elif op > S.OP_CONST_RIGHT:  # a binary operator with its right operand in the code
+            fused = op > S.OP_FEATURE_RIGHT
+            base = op - (S.OP_FEATURE_RIGHT if fused else S.OP_CONST_RIGHT)
+            stack.append(_apply(base, stack.pop(), feature(x) if fused else constant(x)))
+        elif op <= S.Op.OR and op >= S.Op.ADD:
             b, a = stack.pop(), stack.pop()
-            stack.append(f"({a} {_SYMBOL[op]} {b})")
-            pc += 1
-        elif op in (S.Op.MIN, S.Op.MAX):
-            b, a = stack.pop(), stack.pop()
-            stack.append(f"{'min' if op == S.Op.MIN else 'max'}({a}, {b})")
-            pc += 1
+            stack.append(_apply(op, a, b))
         elif op == S.Op.POW:
-            stack.append(f"({stack.pop()} ** {_number(float(row[pc + 1]))})")
-            pc += 2
+            stack.append(f"({stack.pop()} ** {_number(x)})")
         elif op == S.Op.NEG:
             stack.append(f"(-{stack.pop()})")
-            pc += 1
         elif op == S.Op.NOT:
             stack.append(f"(not {stack.pop()})")
-            pc += 1
         elif op in (S.Op.ABS, S.Op.LOG1P, S.Op.SQRT, S.Op.EXP):
             stack.append(f"{S.OP_NAMES[op - 1].lower()}({stack.pop()})")
-            pc += 1
-        elif op == S.Op.JUMP_IF_FALSE:
-            cond = stack.pop()
-            else_at = int(row[pc + 1])
-            body, _ = _decompile(row, pc + 2, else_at - 2, names)  # (the body ends with a JUMP)
-            after = int(row[else_at - 1])
-            orelse, _ = _decompile(row, else_at, after, names)
-            stack.append(f"({body} if {cond} else {orelse})")
-            pc = after
+        elif op == S.Op.SELECT:
+            b, a, c = stack.pop(), stack.pop(), stack.pop()
+            stack.append(f"({a} if {c} else {b})")
         elif op == S.Op.BRANCH:
-            name = names.get(int(row[pc + 1]), f"feature_{int(row[pc + 1])}")
             right_at = int(row[pc + 3])
             left, _ = _decompile(row, pc + 4, right_at, names)
             right, stop = _decompile(row, right_at, end, names)
-            return f"({left} if {name} <= {_number(float(row[pc + 2]))} else {right})", stop
+            return f"({left} if {feature(row[pc + 1])} <= {_number(float(row[pc + 2]))} else {right})", stop
         elif op == S.Op.RETURN:
             return stack[-1], pc + 1
         else:
             raise ValueError(f"not a program: code {op} at column {pc}")
+        pc += 1 + (1 if op in (S.Op.CONST, S.Op.FEATURE, S.Op.POW) or op > S.OP_CONST_RIGHT else 0)
     return (stack[-1] if stack else ""), pc
+
+
+def _apply(op: int, a: str, b: str) -> str:
+    if op in (S.Op.MIN, S.Op.MAX):
+        return f"{'min' if op == S.Op.MIN else 'max'}({a}, {b})"
+    return f"({a} {_SYMBOL[op]} {b})"
+
+
+# ----------------------------------------------------------------------------- templates as expressions
+
+_CLAMP01 = "min(max({}, 0), 1)"
+_WEIGHTED_TERMS = {  # the weighted router's scorers (kernels/policies/routing.py), in its order of summation
+    "queue-depth": _CLAMP01.format("((max_load - load) / (max_load - min_load) if max_load > min_load else 1)"),
+    "kv-utilization": _CLAMP01.format("1 - kv_utilization"),
+    "load-balance": _CLAMP01.format("1 / (1 + load)"),
+    "prefix-affinity": _CLAMP01.format("(hit_blocks / request_blocks if request_blocks > 0 else 0)"),
+}
+
+
+def routing_template_expression(routing: str, scorers: dict[str, float] | None = None) -> str:
+    """The expression that routes exactly as routing template ``routing`` (every one but
+    round-robin, which keeps a cursor): the same scores in the same order of operations,
+    so a run gives byte-identical results -- the seed a search starts from.  ``scorers``:
+    the weighted router's weights (below 2^1000 each: above, the template rescales them)."""
+    if routing == "least-loaded":
+        return "-load"
+    if routing == "always-busiest":
+        return "load"
+    if routing == "prefix-affinity":
+        return "hit_blocks if max_hit > 0 else -load"
+    if routing != "weighted":
+        raise ConfigError("routing", f"{routing} has no expression form (it keeps state between decisions)")
+    weights = {name: float((scorers or {}).get(name, 0.0)) for name in _WEIGHTED_TERMS}
+    total = 0.0
+    for name in _WEIGHTED_TERMS:  # (the kernel's order: the same float)
+        total += weights[name]
+    terms = [f"{weights[name]!r}*{term}" for name, term in _WEIGHTED_TERMS.items() if weights[name] != 0]
+    return f"({' + '.join(terms)}) / {total!r}"

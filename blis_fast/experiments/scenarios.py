@@ -3,6 +3,7 @@ its batch scenarios (``experiments/batch_bench.py``), and the plain-text table b
 
 from __future__ import annotations
 
+from blis_fast.config.expression import routing_template_expression
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.paths import configs_dir
@@ -73,6 +74,11 @@ SCENARIOS: dict[str, dict] = {
     # the router's per-instance LRU index of prefix keys) on the 100k scenario
     "100k-weighted": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "weighted",
                       "routing_scorers": "prefix-affinity:3,queue-depth:2,kv-utilization:2,load-balance:1"},
+    # an expression policy's cost: the 100k-weighted router restated as an expression (the same
+    # decisions, byte for byte: the program interpreted per candidate instance per request)
+    "100k-expr": {"num_requests": 100_000, "num_instances": 16, "rate": 1099.0, "routing_policy": "expression",
+                  "routing_program": routing_template_expression(
+                      "weighted", {"prefix-affinity": 3, "queue-depth": 2, "kv-utilization": 2, "load-balance": 1})},
     # the cost of recording decisions (routing with the best alternatives and the snapshot
     # they showed, admission, preemption; the router's prefix index kept for the trace) on
     # the 100k scenario
@@ -123,7 +129,7 @@ NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscal
 FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale",
               "100k-overload", "100k-overload-flow"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
-BASELINES = {"100k-weighted": "100k", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
+BASELINES = {"100k-weighted": "100k", "100k-expr": "100k-weighted", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
              "100k-tiers": "100k-chat", "100k-diurnal-autoscale": "100k-diurnal",
              "100k-overload-flow": "100k-overload"}
 

@@ -28,7 +28,8 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk
 from ..policies.prefix_index import index_record_request
-from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features
+from ..policies.routing import (ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features,
+                                route_scratch)
 from ..schema import InstanceEvent, PdDecider, PhaseEnd, PolicySlot, RequestState, RoutingKind, Status
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
 from ..structs.sharing import DONE_EPS_US, ps_advance, ps_next_due
@@ -92,7 +93,7 @@ def pd_route_prefill(st, r, d, t):
     if kind == RoutingKind.EXPRESSION:
         request_route_features(st.prog_features, reqs[r])
     p, cursor = choose_instance(kind, st.routing_param[g], inst, st.snap, st.affinity, n_keys, st.rr_cursor[g],
-                                st.route_scores, g, st.prog_features, st.prog_stack, st.prog_faults)
+                                st.route_scores, g, route_scratch(st))
     if p < 0:
         st.loop[0]["status"] = Status.NO_INSTANCE
         st.loop[0]["error_request"] = r

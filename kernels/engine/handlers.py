@@ -13,7 +13,8 @@ from ..jit import helper
 from ..kv.cache import is_prefill_leg
 from ..policies.admission import admit, admit_by_program
 from ..policies.prefix_index import index_record_request, leading_matches
-from ..policies.routing import ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features
+from ..policies.routing import (ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features,
+                                route_scratch)
 from ..schema import AdmissionKind, ClusterEvent, FlowDetector, PolicySlot, RequestState, RoutingKind, Status
 from .autoscale import maybe_terminate, redirecting, reroute
 from .disaggregation import pd_decide, pd_route_prefill
@@ -96,10 +97,9 @@ def on_routing(st, r, t):
     for m in range(1, members):  # a cohort's other members decide first (the scores left are member 0's)
         # (programs never run as a cohort: a member's faults would be counted as member 0's)
         st.cohort_choice[m], _ = choose_instance(kind, st.cohort[m], inst, st.snap, st.affinity, n_keys,
-                                                 st.rr_cursor[model], st.route_scores, model, feats, st.prog_stack,
-                                                 st.prog_faults)
+                                                 st.rr_cursor[model], st.route_scores, model, route_scratch(st))
     target, cursor = choose_instance(kind, st.routing_param[model], inst, st.snap, st.affinity, n_keys,
-                                     st.rr_cursor[model], st.route_scores, model, feats, st.prog_stack, st.prog_faults)
+                                     st.rr_cursor[model], st.route_scores, model, route_scratch(st))
     if hidden:
         show_instances(st)
     forced = r == s[0]["forced_request"] and target >= 0

@@ -6,8 +6,9 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import kv_free_blocks
-from ..schema import N_SNAP, PolicySlot, RouteFeature, RouteWeight, RoutingKind, SnapField
-from .program import run_program
+from ..schema import (N_ROUTE_FEATURES, N_SNAP, PolicySlot, ProgramForm, ProgramHeader, RouteFeature, RouteWeight,
+                      RoutingKind, SnapField)
+from .program import run_program, run_program_rows
 
 
 # the snapshot fields anything reads: the load (choose_instance, the decision trace) and the KV
@@ -81,20 +82,65 @@ def request_route_features(feats, req):
 
 
 @helper
-def _candidate_features(feats, snap, affinity, i, load, n_keys):
-    feats[RouteFeature.LOAD] = load
-    feats[RouteFeature.QUEUE] = snap[i, SnapField.QUEUE_DEPTH]
-    feats[RouteFeature.RUNNING] = snap[i, SnapField.BATCH_SIZE]
-    feats[RouteFeature.PENDING] = snap[i, SnapField.PENDING]
-    u = snap[i, SnapField.KV_UTILIZATION]
-    feats[RouteFeature.KV_UTILIZATION] = u
-    feats[RouteFeature.KV_FREE] = 1.0 - u
-    feats[RouteFeature.HIT_BLOCKS] = affinity[i]
-    feats[RouteFeature.REQUEST_BLOCKS] = n_keys
+def route_scratch(st):
+    """The scratch of a routing program (``choose_instance``'s ``scratch``)."""
+    return st.prog_features, st.prog_stack, st.prog_rows, st.prog_row_stack, st.prog_faults
 
 
 @helper
-def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, model, feats, stack, faults):
+def _route_feature(f, i, snap, affinity, feats):
+    """Feature f of candidate i; the features of the request and of the candidates as a
+    whole are in ``feats`` already."""
+    if f == RouteFeature.LOAD:
+        return _load(snap, i)
+    if f == RouteFeature.QUEUE:
+        return snap[i, SnapField.QUEUE_DEPTH]
+    if f == RouteFeature.RUNNING:
+        return snap[i, SnapField.BATCH_SIZE]
+    if f == RouteFeature.PENDING:
+        return snap[i, SnapField.PENDING]
+    if f == RouteFeature.KV_UTILIZATION:
+        return snap[i, SnapField.KV_UTILIZATION]
+    if f == RouteFeature.KV_FREE:
+        return 1.0 - snap[i, SnapField.KV_UTILIZATION]
+    if f == RouteFeature.HIT_BLOCKS:
+        return np.float64(affinity[i])
+    return feats[f]
+
+
+@helper
+def _program_scores(prog, inst, snap, affinity, scores, model, scratch):
+    """Every instance's score under routing program ``prog`` (``scratch``: the feature row
+    with the request's and the candidates' common features filled, a stack, the same as
+    one column per instance, the fault counters).  An expression scores every instance in
+    one pass over its code; a tree walks each candidate's path.  Non-candidates get -inf,
+    and so does a value that is not finite (counted)."""
+    feats, stack, rows, stack_rows, faults = scratch
+    n = inst.shape[0]
+    mask = np.int64(prog[ProgramHeader.FEATURES])
+    if prog[ProgramHeader.FORM] == ProgramForm.TREE:
+        for i in range(n):
+            if is_candidate(inst, i, model):
+                for f in range(RouteFeature.HIT_BLOCKS + 1):  # (the per-candidate features)
+                    if (mask >> f) & 1:
+                        feats[f] = _route_feature(f, i, snap, affinity, feats)
+                scores[i] = run_program(prog, feats, stack)
+    else:
+        for f in range(N_ROUTE_FEATURES):
+            if (mask >> f) & 1:
+                for i in range(n):
+                    rows[f, i] = _route_feature(f, i, snap, affinity, feats)
+        run_program_rows(prog, rows, n, stack_rows, scores)
+    for i in range(n):
+        if not is_candidate(inst, i, model):
+            scores[i] = -np.inf
+        elif not (scores[i] > -np.inf and scores[i] < np.inf):
+            scores[i] = -np.inf  # the worst score
+            faults[PolicySlot.ROUTING] += 1
+
+
+@helper
+def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, model, scratch):
     """The routing decision for a request of served model ``model``: (instance, new
     round-robin cursor of that model); -1 if no candidate.  The candidates are the active
     instances serving ``model`` (``is_candidate``): every scorer compares those only.
@@ -107,9 +153,9 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
     normalized: queue-depth (max−load)/(max−min), kv-utilization 1 − util, load-balance
     1/(1+load), prefix-affinity matched leading blocks / request blocks); prefix-affinity
     (matched blocks when any instance matches, else least-loaded); expression (``weights``
-    is a program over RouteFeature: ``feats`` holds the request's columns on entry
-    (``request_route_features``), ``stack`` is its scratch, a value that is not finite
-    ranks last and is counted in ``faults``).
+    is a program over RouteFeature: ``scratch`` = (feature row with the request's columns
+    filled (``request_route_features``), stack, feature rows x instances, stacks x
+    instances, fault counters); a value that is not finite ranks last and is counted).
 
     The weighted score cannot overflow: weights above 2^1000 (where Σ w could exceed the
     float range) are first scaled by a power of two, which changes no ratio and, below
@@ -145,20 +191,30 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
         kind = RoutingKind.LEAST_LOADED
     lo = np.inf
     hi = -np.inf
-    n_cand = 0
-    max_hit = 0
     for i in range(n_inst):
         if is_candidate(inst, i, model):
             x = _load(snap, i)
             lo = min(lo, x)
             hi = max(hi, x)
-            n_cand += 1
-            max_hit = max(max_hit, affinity[i])
     if kind == RoutingKind.EXPRESSION:
+        n_cand = 0
+        max_hit = 0
+        for i in range(n_inst):
+            if is_candidate(inst, i, model):
+                n_cand += 1
+                max_hit = max(max_hit, affinity[i])
+        feats = scratch[0]
         feats[RouteFeature.MIN_LOAD] = lo
         feats[RouteFeature.MAX_LOAD] = hi
         feats[RouteFeature.MAX_HIT] = max_hit
         feats[RouteFeature.CANDIDATES] = n_cand
+        feats[RouteFeature.REQUEST_BLOCKS] = n_keys
+        _program_scores(weights, inst, snap, affinity, scores, model, scratch)
+        best = np.int64(-1)
+        for i in range(n_inst):  # argmax over the candidates, ties to the lowest index
+            if is_candidate(inst, i, model) and (best < 0 or scores[i] > scores[best]):
+                best = i
+        return best, rr_next
     best = np.int64(-1)
     best_score = -np.inf
     w_qd = weights[RouteWeight.QUEUE_DEPTH]
@@ -182,11 +238,6 @@ def choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores
             score = -load
         elif kind == RoutingKind.ALWAYS_BUSIEST:
             score = load
-        elif kind == RoutingKind.EXPRESSION:
-            _candidate_features(feats, snap, affinity, i, load, n_keys)
-            score = run_program(weights, feats, stack)
-            if not (score > -np.inf and score < np.inf):
-                faults[PolicySlot.ROUTING] += 1
         else:  # RoutingKind.WEIGHTED
             qd = (hi - load) / (hi - lo) if hi > lo else 1.0
             kv = 1.0 - snap[i, SnapField.KV_UTILIZATION]

@@ -358,18 +358,26 @@ class _SnapField(NamedTuple):
 
 class _ProgramHeader(NamedTuple):
     """Columns of a program row: the features it reads (a bit mask, so a call site fills
-    only those), its code length, then the code (Op codes, each followed by its operands)."""
+    only those), its code length, its form, then the code (Op codes, each followed by its
+    operands)."""
 
     FEATURES: int = 0  # bit f set = the program reads feature f
     LENGTH: int = 1  # floats of code
-    CODE: int = 2  # first code column
+    FORM: int = 2  # ProgramForm
+    CODE: int = 3  # first code column
+
+
+class _ProgramForm(NamedTuple):
+    EXPRESSION: int = 0  # straight-line code: one pass, or one pass over many feature rows at once
+    TREE: int = 1  # BRANCH and RETURN: one path from the root to a leaf
 
 
 class _Op(NamedTuple):
     """Program instructions.  Operands follow the code: CONST value; FEATURE index; POW
-    exponent; JUMP_IF_FALSE / JUMP the absolute column to continue at (always forward);
-    BRANCH feature index, threshold, the column of its right subtree.  Binary operators
-    pop b then a and push a op b; comparisons and logic push 1.0 or 0.0."""
+    exponent; BRANCH feature index, threshold, the column of its right subtree (always
+    forward).  Binary operators pop b then a and push a op b (comparisons and logic push
+    1.0 or 0.0); a binary operator + OP_CONST_RIGHT takes b from the next float instead of
+    the stack, + OP_FEATURE_RIGHT the feature that float indexes."""
 
     CONST: int = 1
     FEATURE: int = 2
@@ -377,31 +385,32 @@ class _Op(NamedTuple):
     SUB: int = 4
     MUL: int = 5
     DIV: int = 6  # protected: a / 0 = 0
-    POW: int = 7  # constant exponent: an integer -4..4 (repeated products) or 0.5 (sqrt of max(a, 0))
-    MIN: int = 8
-    MAX: int = 9
-    ABS: int = 10
-    NEG: int = 11
-    LOG1P: int = 12  # log1p(max(a, 0))
-    SQRT: int = 13  # sqrt(max(a, 0))
-    EXP: int = 14  # exp of a clamped to [-EXP_LIMIT, EXP_LIMIT]
-    LT: int = 15
-    LE: int = 16
-    GT: int = 17
-    GE: int = 18
-    EQ: int = 19
-    NE: int = 20
-    AND: int = 21
-    OR: int = 22
-    NOT: int = 23
-    JUMP_IF_FALSE: int = 24  # pops the condition (false = 0.0)
-    JUMP: int = 25
-    BRANCH: int = 26  # a tree node: continue below if feature <= threshold, else at the right subtree
-    RETURN: int = 27  # a tree leaf: the program's value is the top of the stack
+    MIN: int = 7
+    MAX: int = 8
+    LT: int = 9
+    LE: int = 10
+    GT: int = 11
+    GE: int = 12
+    EQ: int = 13
+    NE: int = 14
+    AND: int = 15
+    OR: int = 16  # (the last binary operator)
+    POW: int = 17  # constant exponent: an integer -4..4 (repeated products) or 0.5 (sqrt of max(a, 0))
+    ABS: int = 18
+    NEG: int = 19
+    NOT: int = 20
+    LOG1P: int = 21  # log1p(max(a, 0))
+    SQRT: int = 22  # sqrt(max(a, 0))
+    EXP: int = 23  # exp of a clamped to [-EXP_LIMIT, EXP_LIMIT]
+    SELECT: int = 24  # pops c, a, b (pushed in that order): a if c != 0 else b
+    BRANCH: int = 25  # a tree node: continue below if feature <= threshold, else at the right subtree
+    RETURN: int = 26  # a tree leaf: the program's value is the top of the stack
 
 
+OP_CONST_RIGHT = 32
+OP_FEATURE_RIGHT = 64
 PROGRAM_STACK = 32  # the deepest stack a program may need (checked when it is compiled)
-MAX_PROGRAM_CODE = POLICY_WIDTH - 4  # floats of code a program may have (the last 2 columns: AdmissionParam)
+MAX_PROGRAM_CODE = POLICY_WIDTH - 5  # floats of code a program may have (the last 2 columns: AdmissionParam)
 EXP_LIMIT = 50.0
 
 
@@ -667,6 +676,7 @@ SchedWeight = _SchedWeight()
 VictimKind = _VictimKind()
 SnapField = _SnapField()
 ProgramHeader = _ProgramHeader()
+ProgramForm = _ProgramForm()
 Op = _Op()
 RouteFeature = _RouteFeature()
 AdmitFeature = _AdmitFeature()
@@ -821,7 +831,7 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_TIERS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "Op", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES",
+    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "ProgramForm", "Op", "OP_CONST_RIGHT", "OP_FEATURE_RIGHT", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .enums import (N_AGENT_COUNTERS, N_PROGRAM_FEATURES, PROGRAM_STACK, N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
+from .enums import (N_AGENT_COUNTERS, N_PROGRAM_FEATURES, N_ROUTE_FEATURES, PROGRAM_STACK, N_RETRY_BACKOFF, KV_MEMO_BLOCKS, MAX_WINDOW_TICKS, N_KV_MEMO, N_POLICY_SLOTS, N_TIERS, N_ROOFLINE, N_ROUTER_MEMO, N_SNAP, POLICY_WIDTH,
                     IndexRecord, IndexRow, IndexState, TraceLevel)
 from .tables import (ADMIT_DT, AGENT_LOAD_DT, AGENT_NODE_DT, AGENT_RESOURCE_DT, ATTEMPT_DT, GATEWAY_LOG_DT, FLOW_GROUP_DT, FLOW_INST_DT, FLOW_MODEL_DT, FLOW_REQ_DT, EVENT_DT, INSTANCE_DT, IRR_DT, KV_BLOCK_DT, KV_TIER_INST_DT, LIFE_DT, LIFE_LOG_DT,
                      LOOP_DT, PD_INST_DT, SCALE_LOG_DT, SCALE_POOL_DT,
@@ -102,7 +102,7 @@ SHAPE_CONSTANTS = {
     "N_KV_MEMO": N_KV_MEMO, "KV_MEMO_BLOCKS": KV_MEMO_BLOCKS, "N_SNAP": N_SNAP, "N_ROOFLINE": N_ROOFLINE,
     "N_POLICY_SLOTS": N_POLICY_SLOTS, "POLICY_WIDTH": POLICY_WIDTH, "N_ROUTER_MEMO": N_ROUTER_MEMO,
     "N_TIERS": N_TIERS, "N_RETRY_BACKOFF": N_RETRY_BACKOFF, "MAX_WINDOW_TICKS": MAX_WINDOW_TICKS, "N_INDEX_STATE": len(IndexState), "N_INDEX_ROW": len(IndexRow), "N_INDEX_RECORD": len(IndexRecord),
-    "N_AGENT_COUNTERS": N_AGENT_COUNTERS, "N_PROGRAM_FEATURES": N_PROGRAM_FEATURES, "PROGRAM_STACK": PROGRAM_STACK,
+    "N_AGENT_COUNTERS": N_AGENT_COUNTERS, "N_PROGRAM_FEATURES": N_PROGRAM_FEATURES, "N_ROUTE_FEATURES": N_ROUTE_FEATURES, "PROGRAM_STACK": PROGRAM_STACK,
 }
 
 
@@ -225,6 +225,10 @@ STATE_FIELDS: tuple[Field, ...] = (
     Field("prog_features", _F64, ("N_PROGRAM_FEATURES",), SCRATCH, "run",
           "scratch: the features of one program evaluation (RouteFeature, AdmitFeature or RequestFeature)"),
     Field("prog_stack", _F64, ("PROGRAM_STACK",), SCRATCH, "run", "scratch: a program's value stack"),
+    Field("prog_rows", _F64, ("N_ROUTE_FEATURES", "n_inst"), SCRATCH, "instance tables",
+          "scratch: a routing expression's features, one column per instance"),
+    Field("prog_row_stack", _F64, ("PROGRAM_STACK", "n_inst"), SCRATCH, "instance tables",
+          "scratch: a routing expression's stack, one column per instance"),
     Field("prog_faults", _I64, ("N_POLICY_SLOTS",), ZEROS, "run",
           "program values that were not finite (given the slot's worst value), per PolicySlot"),
     Field("pi_state", _I64, ("n_inst", "N_INDEX_STATE"), ZEROS, "router prefix index",

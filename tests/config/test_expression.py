@@ -16,17 +16,23 @@ from blis_fast.config.expression import (FEATURES, MAX_EXPRESSION_CHARS, compile
                                          reads)
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
-from blis_fast_kernels.policies.program import evaluate_program
+from blis_fast_kernels.policies.program import evaluate_program, evaluate_program_rows
 from naive.expression import evaluate, evaluate_tree
 
 ROUTE = list(FEATURES["routing"])
 
 
 def run(row: np.ndarray, values: dict[str, float], slot: str = "routing") -> float:
+    """The program's value from the scalar interpreter -- and, for an expression, the same
+    from the row interpreter (every value once, in three columns)."""
     f = np.zeros((1, S.N_PROGRAM_FEATURES))
     for name, v in values.items():
         f[0, FEATURES[slot][name]] = v
-    return float(evaluate_program(row, f)[0])
+    scalar = float(evaluate_program(row, f)[0])
+    if row[S.ProgramHeader.FORM] == S.ProgramForm.EXPRESSION:
+        rows = evaluate_program_rows(row, np.repeat(f, 3, axis=0))
+        assert np.array_equal(rows, np.full(3, scalar), equal_nan=True)
+    return scalar
 
 
 def value(text: str, slot: str = "routing", **values) -> float:
@@ -75,8 +81,9 @@ def test_row_layout_features_and_length():
     row = compile_expression("hit_blocks - load", "routing", "x")
     assert row.shape == (S.POLICY_WIDTH,)
     assert int(row[S.ProgramHeader.FEATURES]) == (1 << S.RouteFeature.HIT_BLOCKS) | (1 << S.RouteFeature.LOAD)
-    assert list(row[: 2 + 5]) == [row[0], 5, S.Op.FEATURE, S.RouteFeature.HIT_BLOCKS, S.Op.FEATURE,
-                                  S.RouteFeature.LOAD, S.Op.SUB]
+    # hit_blocks pushed, then one instruction: minus the feature load
+    assert list(row[:7]) == [row[0], 4, S.ProgramForm.EXPRESSION, S.Op.FEATURE, S.RouteFeature.HIT_BLOCKS,
+                             S.Op.SUB + S.OP_FEATURE_RIGHT, S.RouteFeature.LOAD]
     assert not row[7:].any()
     assert reads(row, "routing") == ("load", "hit_blocks")
 
@@ -141,7 +148,8 @@ def test_tree_hand_computed(values, expected):
 
 def test_tree_layout_and_decompile():
     row = compile_tree(TREE, "routing", "x")
-    code = row[2:2 + int(row[1])]
+    assert row[S.ProgramHeader.FORM] == S.ProgramForm.TREE
+    code = row[S.ProgramHeader.CODE:S.ProgramHeader.CODE + int(row[S.ProgramHeader.LENGTH])]
     assert code[0] == S.Op.BRANCH and code[1] == S.RouteFeature.HIT_BLOCKS and code[2] == 0
     assert decompile(row, "routing") == "((-load) if hit_blocks <= 0 else (hit_blocks if queue <= 4 else 0.5))"
 
@@ -234,11 +242,11 @@ def test_hostile_expressions_refused_with_one_line(text, message):
 
 def test_programs_too_long_or_too_deep_refused():
     with pytest.raises(ConfigError, match="compiles to .* code values, at most"):
-        compile_expression("max(" + ", ".join(["load"] * 130) + ")", "routing", "x")  # 2 x 130 + 129
+        compile_expression("max(" + ", ".join(["load"] * 130) + ")", "routing", "x")  # 2 + 2 x 129
     deep = "load"
-    for _ in range(40):  # queue - (queue - (... - load)): each level keeps one more value on the stack
+    for _ in range(40):  # queue - (queue - (... - load)): each level keeps one more value on the stack (the innermost fused)
         deep = f"(queue - {deep})"
-    with pytest.raises(ConfigError, match="needs a stack of 41 values, at most 32"):
+    with pytest.raises(ConfigError, match="needs a stack of 40 values, at most 32"):
         compile_expression(deep, "routing", "x")
 
 
@@ -263,5 +271,7 @@ def test_random_rows_never_crash_or_hang(row, length):
     of bounds and in at most its length of instructions."""
     prog = np.array(row, np.float64)
     prog[S.ProgramHeader.LENGTH] = length
-    out = evaluate_program(prog, np.ones((3, S.N_PROGRAM_FEATURES)))
-    assert out.shape == (3,)
+    for form in (S.ProgramForm.EXPRESSION, S.ProgramForm.TREE):
+        prog[S.ProgramHeader.FORM] = form
+        assert evaluate_program(prog, np.ones((3, S.N_PROGRAM_FEATURES))).shape == (3,)
+        assert evaluate_program_rows(prog, np.ones((3, S.N_PROGRAM_FEATURES))).shape == (3,)

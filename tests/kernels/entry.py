@@ -39,7 +39,7 @@ from blis_fast_kernels.policies.routing import choose_instance as _choose_instan
 from blis_fast_kernels.policies.routing import refresh_snapshot as _refresh_snapshot
 from blis_fast_kernels.policies.scheduler import reorder_wait_queue as _reorder_wait_queue
 from blis_fast_kernels.policies.victim import choose_victim as _choose_victim
-from blis_fast_kernels.schema import (N_POLICY_SLOTS, N_PROGRAM_FEATURES, N_SNAP, PROGRAM_STACK, PolicySlot, PriorityKind,
+from blis_fast_kernels.schema import (N_POLICY_SLOTS, N_PROGRAM_FEATURES, N_ROUTE_FEATURES, N_SNAP, PROGRAM_STACK, PolicySlot, PriorityKind,
                                      RouteFeature, SchedulerKind)
 from blis_fast_kernels.structs import dlist as _dl
 from blis_fast_kernels.structs import hashtable as _ht
@@ -337,9 +337,12 @@ def _route(kind, weights, inst, snap, affinity, n_keys, rr_next, model, prompt, 
     feats[RouteFeature.SLO_CLASS] = slo_class
     feats[RouteFeature.TENANT] = tenant
     stack = np.empty(PROGRAM_STACK, np.float64)
+    n = inst.shape[0]
+    rows = np.full((N_ROUTE_FEATURES, n), np.nan)  # (scratch: what the program does not read stays NaN)
+    row_stack = np.full((PROGRAM_STACK, n), np.nan)
     faults = np.zeros(N_POLICY_SLOTS, np.int64)
-    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model), feats,
-                                stack, faults)
+    best, rr = _choose_instance(kind, weights, inst, snap, affinity, n_keys, rr_next, scores, np.int32(model),
+                                (feats, stack, rows, row_stack, faults))
     return best, rr, scores, faults[PolicySlot.ROUTING]
 
 
