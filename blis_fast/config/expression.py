@@ -49,6 +49,9 @@ FEATURES: dict[str, dict[str, int]] = {
     "priority": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES) if name != "priority"},
     "scheduler": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
     "victim": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
+    "dispatch": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
+    "pd": {name: k for k, name in enumerate(S.PD_FEATURE_NAMES)},
+    "autoscale": {name: k for k, name in enumerate(S.SCALE_FEATURE_NAMES)},
 }
 FUNCTIONS = {"min": S.Op.MIN, "max": S.Op.MAX, "abs": S.Op.ABS, "log1p": S.Op.LOG1P, "sqrt": S.Op.SQRT,
              "exp": S.Op.EXP}

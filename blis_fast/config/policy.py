@@ -67,18 +67,22 @@ PROGRAM_SLOTS = {"admission": ("admission", "admission_program", "admit"),
                  "routing": ("routing", "routing_program", "score"),
                  "priority": ("priority", "priority_program", "priority"),
                  "scheduler": ("scheduler", "scheduler_program", "key"),
-                 "victim": ("preemption_victim", "victim_program", "evict")}
+                 "victim": ("preemption_victim", "victim_program", "evict"),
+                 "dispatch": ("dispatch_order", "dispatch_program", "dispatch_key"),
+                 "pd": ("pd_decider", "pd_program", "disaggregate"),
+                 "autoscale": ("autoscaler", "autoscale_program", "desired")}
 PROGRAM_FIELDS = tuple(program for _, program, _ in PROGRAM_SLOTS.values())
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
 MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact
 MAX_WEIGHTS = 64  # entries of one name:weight list
 MAX_ROUTING_OVERRIDES = 64  # entries of routing_per_model (one per served model)
+PD_DECIDERS = ("never", "always", "prefix-threshold", "expression", "tree")
 MAX_PROGRAM_TEXT = 4096  # characters of an expression (blis_fast.policy.expression.MAX_EXPRESSION_CHARS)
 
 
 # ----------------------------------------------------------------------------- autoscaler
 
-AUTOSCALERS = {name: code for code, name in enumerate(S.AUTOSCALER_NAMES)}
+AUTOSCALERS = {**{name: code for code, name in enumerate(S.AUTOSCALER_NAMES)}, "tree": S.AutoscaleKind.EXPRESSION}
 SIGNALS = {name: code for code, name in enumerate(S.SIGNAL_NAMES)}
 # the signals whose values are fractions (0..1); the others are counts, rates or ms >= 0
 FRACTION_SIGNALS = ("kv_utilization", "slo_attainment")
@@ -92,11 +96,14 @@ AUTOSCALER_PARAMETERS = {
     "target": {"autoscale_signal": "kv_utilization", "autoscale_target": 0.6},
     "saturation": {"autoscale_kv_up": 0.8, "autoscale_kv_down": 0.4},
     "oscillator": {"autoscale_period_ticks": 2},
+    "expression": {"autoscale_program": None},  # desired = ceil(its value)
+    "tree": {"autoscale_program": None},
 }
 AUTOSCALE_FIELDS = ("autoscale_signal", "autoscale_up", "autoscale_down", "autoscale_target", "autoscale_kv_up",
                     "autoscale_kv_down", "autoscale_period_ticks")
 # the bundle's autoscale: keys -> PolicyConfig fields
-AUTOSCALE_BUNDLE_KEYS = {name.removeprefix("autoscale_"): name for name in AUTOSCALE_FIELDS}
+AUTOSCALE_BUNDLE_KEYS = {**{name.removeprefix("autoscale_"): name for name in AUTOSCALE_FIELDS},
+                         "desired": "autoscale_program", "tree": "autoscale_program"}
 
 
 def check_autoscaler(p) -> None:
@@ -138,14 +145,15 @@ def autoscale_value(p, name: str):
 # ----------------------------------------------------------------------------- gateway flow control
 
 FLOW_DETECTORS = {name: code for code, name in enumerate(S.FLOW_DETECTOR_NAMES)}
-DISPATCH_ORDERS = {name: code for code, name in enumerate(S.DISPATCH_ORDER_NAMES)}
+DISPATCH_ORDERS = {**{name: code for code, name in enumerate(S.DISPATCH_ORDER_NAMES)},
+                   "tree": S.DispatchOrder.EXPRESSION}
 FAIRNESS_MODES = {name: code for code, name in enumerate(S.FAIRNESS_NAMES)}
 MAX_CONCURRENCY_LIMIT = 10**6  # requests in flight per instance (no instance holds more)
 MAX_QUEUE_THRESHOLD = 1e9  # waiting requests per instance
 # detector -> its parameters (PolicyConfig fields) and their defaults: the Gateway API Inference
 # Extension's (utilization: queue depth 5, KV 0.8; concurrency: 100 in flight per instance).  Every
 # detector that queues also has a dispatch order and a fairness.
-_DISPATCH_DEFAULTS = {"dispatch_order": "fifo", "gateway_fairness": "strict"}
+_DISPATCH_DEFAULTS = {"dispatch_order": "fifo", "gateway_fairness": "strict", "dispatch_program": None}
 FLOW_CONTROL_PARAMETERS = {
     "never": {},
     "concurrency": {"flow_concurrency_limit": 100, **_DISPATCH_DEFAULTS},
@@ -153,11 +161,12 @@ FLOW_CONTROL_PARAMETERS = {
     "free-slot": dict(_DISPATCH_DEFAULTS),
 }
 FLOW_CONTROL_FIELDS = ("flow_concurrency_limit", "flow_queue_threshold", "flow_kv_threshold", "dispatch_order",
-                       "gateway_fairness")
+                       "gateway_fairness", "dispatch_program")
 # the bundle's flow_control: keys -> PolicyConfig fields
 FLOW_CONTROL_BUNDLE_KEYS = {"concurrency_limit": "flow_concurrency_limit", "queue_threshold": "flow_queue_threshold",
                             "kv_threshold": "flow_kv_threshold", "dispatch_order": "dispatch_order",
-                            "fairness": "gateway_fairness"}
+                            "fairness": "gateway_fairness", "dispatch_key": "dispatch_program",
+                         "tree": "dispatch_program"}
 
 
 def foreign_parameter(name: str, kind: str, parameters: dict[str, dict], what: str, flag: str) -> str | None:
@@ -213,6 +222,9 @@ def parse_flow_per_model(value: Any, path: str) -> dict[str, dict]:
             if settings[name] is not None:
                 f = fields[name]
                 params[key] = check_value(settings[name], f.type, f.metadata.get("limits"), f"{where}.params.{key}")
+        if settings["dispatch_order"] in PROGRAM_KINDS or settings["dispatch_program"] is not None:
+            raise ConfigError(f"{where}.params.dispatch_order", "an expression or tree dispatch order is run-wide "
+                                                                "only: give it in flow_control itself")
         out[model] = {"policy": settings["flow_control"], "params": params}
     return out
 
@@ -374,9 +386,12 @@ class PolicyConfig:
               "(a policy bundle's routing.prefill; YAML and API only)",
         cli=False, parse=lambda value, where: parse_routing_entry(value, where))
     pd_decider: str | None = _opt(None, "P/D: the decider of every disaggregated model instead of its "
-                                        "deployment's pd.decider: never | always | prefix-threshold (a policy "
-                                        "bundle's pd.decider; YAML and API only)",
-                                  choices=("never", "always", "prefix-threshold"), cli=False)
+                                        "deployment's pd.decider: never | always | prefix-threshold | expression | "
+                                        "tree (a policy bundle's pd.decider; YAML and API only)",
+                                  choices=PD_DECIDERS, cli=False)
+    pd_program: str | dict | None = _opt(
+        None, "P/D decider expression or tree: disaggregate a request iff its value > 0 (features: docs/policies.md; "
+              "a policy bundle's pd.disaggregate; YAML and API only)", max_len=MAX_PROGRAM_TEXT, cli=False)
     pd_threshold: int | None = _opt(None, "P/D: the prefix-threshold decider's threshold instead of the "
                                           "deployment's, tokens (a policy bundle's pd.threshold; YAML and API only)",
                                     lo=0, hi=10**9, cli=False)
@@ -400,6 +415,9 @@ class PolicyConfig:
                                                  "(default 0.4)", lo=0, hi=1)
     autoscale_period_ticks: int | None = _opt(None, "autoscaler oscillator: ticks between its changes (default 2)",
                                               lo=1, hi=MAX_PERIOD_TICKS)
+    autoscale_program: str | dict | None = _opt(
+        None, "autoscaler expression or tree: a pool's desired instances = ceil(its value) at each tick (features: "
+              "docs/policies.md)", max_len=MAX_PROGRAM_TEXT)
 
     flow_control: str = _opt("never", "gateway flow control: the saturation detector that holds requests in a "
                                       "queue in front of the router: never | concurrency | utilization | free-slot "
@@ -413,8 +431,12 @@ class PolicyConfig:
     flow_kv_threshold: float | None = _opt(None, "flow control utilization: the KV utilization that counts as full "
                                                  "(default 0.8)", lo=0, lo_open=True, hi=1)
     dispatch_order: str | None = _opt(None, "flow control: which waiting request the gateway releases first: fifo | "
-                                            "priority | deadline (earliest TTFT deadline; default fifo)",
+                                            "priority | deadline (earliest TTFT deadline) | expression | tree "
+                                            "(lowest dispatch_program value at entry; default fifo)",
                                       choices=DISPATCH_ORDERS)
+    dispatch_program: str | dict | None = _opt(
+        None, "flow control dispatch_order expression or tree: a waiting request's key, the lowest released first "
+              "(features: docs/policies.md)", max_len=MAX_PROGRAM_TEXT)
     gateway_fairness: str | None = _opt(None, "flow control: dispatch among tenants: strict (one order) | "
                                               "round-robin (tenants take turns; default strict)",
                                         choices=FAIRNESS_MODES)
@@ -672,10 +694,12 @@ def bundle_to_settings(data: dict, name: str = "policy") -> dict[str, Any]:
                 _check_number(f"routing.scorers.{s}", w, 0.0, allow_equal=False, hi=None)
             out["routing_scorers"] = weights
     if "pd" in data:  # P/D: the decider of every disaggregated model
-        pd = as_mapping(data["pd"], "pd", allowed=("decider", "threshold"), what="a mapping with decider and/or threshold")
+        pd = as_mapping(data["pd"], "pd", allowed=("decider", "threshold", "disaggregate", "tree"),
+                        what="a mapping with decider and/or threshold")
         if "decider" in pd:
-            _check_choice("pd.decider", pd["decider"], ("never", "always", "prefix-threshold"))
+            _check_choice("pd.decider", pd["decider"], PD_DECIDERS)
             out["pd_decider"] = pd["decider"]
+        _bundle_program(out, "pd", pd.get("decider"), pd, "pd")
         if "threshold" in pd:
             out["pd_threshold"] = as_int(pd["threshold"], "pd.threshold", lo=0, hi=10**9)
     if "autoscale" in data:

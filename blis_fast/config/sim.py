@@ -333,7 +333,7 @@ class SimConfig:
         for key in ("routing_per_model", "flow_per_model", "prefill_routing", "pd_decider", "pd_threshold",
                     *PROGRAM_FIELDS):
             if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
-                del out["policy"][key]
+                out["policy"].pop(key, None)
         if self.pd.pools:
             del out["deployment"]
         elif not self.pd.given():
@@ -348,10 +348,10 @@ class SimConfig:
                     out["autoscale"][name] = getattr(self.autoscale, name).entry()
         if self.policy.autoscaler == "none":  # (a run without an autoscaler: the keys it had before them)
             for key in ("autoscaler",) + AUTOSCALE_FIELDS:
-                del out["policy"][key]
+                out["policy"].pop(key, None)
         if self.policy.flow_control == "never":  # (a run without flow control: the keys it had before it)
             for key in ("flow_control",) + FLOW_CONTROL_FIELDS:
-                del out["policy"][key]
+                out["policy"].pop(key, None)
         if self.workload.request_ttl_s is None:  # (a run without a TTL: the keys it had before it)
             del out["workload"]["request_ttl_s"]
         if self.deployments is None:

@@ -108,6 +108,12 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
     kinds[slot.AUTOSCALE], params[slot.AUTOSCALE] = autoscale_row(p)
     kinds[slot.FLOW], params[slot.FLOW] = flow_control_row(p)
+    # programs of the P/D decider and the gateway's dispatch order (their kinds live elsewhere: PD_MODEL_DT.decider,
+    # the FLOW rows' DISPATCH_ORDER column)
+    if p.pd_decider in PROGRAM_KINDS:
+        params[slot.PD_DECIDER] = program_row(p.pd_decider, p.pd_program, "pd", "policy.pd_program")
+    if p.dispatch_order in PROGRAM_KINDS:
+        params[slot.DISPATCH] = program_row(p.dispatch_order, p.dispatch_program, "dispatch", "policy.dispatch_program")
     prefill = None
     if p.prefill_routing is not None:
         entry = p.prefill_routing
@@ -165,12 +171,14 @@ def autoscale_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
     """(AutoscaleKind, AUTOSCALE parameter row) of the autoscaler: its parameters in force
     (given, else its defaults) in their AutoscaleParam columns, the signal as its code;
     all zeros without an autoscaler."""
-    row = np.zeros(S.POLICY_WIDTH, np.float64)
     kind = AUTOSCALERS[p.autoscaler]
+    if p.autoscaler in PROGRAM_KINDS:
+        return kind, program_row(p.autoscaler, p.autoscale_program, "autoscale", "policy.autoscale_program")
+    row = np.zeros(S.POLICY_WIDTH, np.float64)
     if p.autoscaler in ("threshold", "target"):
         row[S.AutoscaleParam.SIGNAL] = SIGNALS[autoscale_value(p, "autoscale_signal")]
     for name, column in _AUTOSCALE_COLUMNS.items():
-        value = autoscale_value(p, name)
+        value = autoscale_value(p, name)  # (a template's own: the others are None)
         if value is not None:
             row[column] = value
     return kind, row

@@ -15,7 +15,7 @@ from blis_fast_kernels import schema as S
 
 ROLE_CODES = {"mono": S.PoolRole.MONO, "prefill": S.PoolRole.PREFILL, "decode": S.PoolRole.DECODE,
               "both": S.PoolRole.BOTH}
-DECIDER_CODES = {name: code for code, name in enumerate(S.PD_DECIDER_NAMES)}
+DECIDER_CODES = {**{name: code for code, name in enumerate(S.PD_DECIDER_NAMES)}, "tree": S.PdDecider.EXPRESSION}
 
 
 def disaggregated_models(deployments, served: tuple[str, ...]) -> tuple[int, ...]:

@@ -32,8 +32,10 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import is_prefill_leg, key_forget, kv_release
 from ..policies.prefix_index import forget_instance
-from ..schema import (ALL_NAMED, AutoscaleKind, AutoscaleParam, ClusterEvent, DrainMode, InstanceEvent, KvMemo,
-                      LifeState, LifeStep, PolicySlot, RequestState, ScaleDownPick, ScaleReason, Signal, WarmupCurve)
+from ..policies.program import run_program
+from ..schema import (ALL_NAMED, N_SIGNALS, AutoscaleKind, AutoscaleParam, ClusterEvent, DrainMode, InstanceEvent, KvMemo,
+                      LifeState, LifeStep, PolicySlot, ProgramHeader, RequestState, ScaleDownPick, ScaleFeature,
+                      ScaleReason, Signal, WarmupCurve)
 from ..structs.dlist import dl_pop_front
 from .calendar import calendar_clear
 from .events import event_priority, push_event_with, request_epoch
@@ -253,6 +255,8 @@ def policy_wish(st, p, current, ready, t):
         period = max(np.int64(1), np.int64(prm[AutoscaleParam.PERIOD_TICKS]))
         phase = (sp[p]["ticks"] // period) % 2
         return (current + 1 if phase == 0 else current - 1), np.float64(phase)
+    if kind == AutoscaleKind.EXPRESSION:
+        return _wish_by_program(st, p, prm, current, ready, t)
     if kind == AutoscaleKind.SATURATION:
         ratio, fewer = kv_demand_ratio(st, p, current)
         if ratio != ratio:
@@ -285,6 +289,33 @@ def policy_wish(st, p, current, ready, t):
     cap = np.float64(sp[p]["max_instances"] + 1)
     if want > cap:
         want = cap
+    return np.int64(math.ceil(want - 1e-9)), v
+
+
+@helper
+def _wish_by_program(st, p, prog, current, ready, t):
+    """(desired instances = ceil of the program's value (ScaleFeature) within [-1, max + 1],
+    that value); a value that is not finite holds (counted).  Only the signals the program
+    reads are computed (the TTFT p90 sorts its window, the KV demand walks the queues)."""
+    sp = st.scale_pools
+    f = st.prog_features
+    mask = np.int64(prog[ProgramHeader.FEATURES])
+    f[ScaleFeature.CURRENT] = current
+    f[ScaleFeature.READY] = ready
+    f[ScaleFeature.MIN_INSTANCES] = sp[p]["min_instances"]
+    f[ScaleFeature.MAX_INSTANCES] = sp[p]["max_instances"]
+    f[ScaleFeature.TICKS] = sp[p]["ticks"]
+    for signal in range(N_SIGNALS):  # (ScaleFeature.KV_UTILIZATION + signal: the Signal order)
+        if (mask >> (ScaleFeature.KV_UTILIZATION + signal)) & 1:
+            f[ScaleFeature.KV_UTILIZATION + signal] = pool_signal(st, p, signal, ready, t)
+    if (mask >> ScaleFeature.KV_DEMAND) & 3:
+        f[ScaleFeature.KV_DEMAND], f[ScaleFeature.KV_DEMAND_FEWER] = kv_demand_ratio(st, p, current)
+    v = run_program(prog, f, st.prog_stack)
+    if not (v > -np.inf and v < np.inf):
+        st.prog_faults[PolicySlot.AUTOSCALE] += 1
+        return current, v
+    cap = np.float64(sp[p]["max_instances"] + 1)
+    want = min(max(v, -1.0), cap)
     return np.int64(math.ceil(want - 1e-9)), v
 
 

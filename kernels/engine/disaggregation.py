@@ -28,9 +28,11 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import anonymous_held, key_deferred, key_lookup, key_register, kv_admit, kv_forget_chunk
 from ..policies.prefix_index import index_record_request
-from ..policies.routing import (ROUTER_SNAP_FIELDS, choose_instance, refresh_snapshot, request_route_features,
-                                route_scratch)
-from ..schema import InstanceEvent, PdDecider, PhaseEnd, PolicySlot, RequestState, RoutingKind, Status
+from ..policies.program import run_program
+from ..policies.routing import (ROUTER_SNAP_FIELDS, choose_instance, is_candidate, refresh_snapshot,
+                                request_route_features, route_scratch)
+from ..schema import (InstanceEvent, PdDecider, PdFeature, PhaseEnd, PolicySlot, ProgramHeader, RequestState,
+                      RoutingKind, Status)
 from ..structs.dlist import dl_pop_front, dl_push_back, dl_remove
 from ..structs.sharing import DONE_EPS_US, ps_advance, ps_next_due
 from .events import event_priority, push_event, push_event_with
@@ -73,7 +75,41 @@ def pd_decide(st, r, d, model):
         while hits < n and key_lookup(st, d, kstart + hits) >= 0:
             hits += 1
     uncached = reqs[r]["prompt_len"] - hits * np.int64(st.inst[d]["block_size"])
+    if decider == PdDecider.EXPRESSION:
+        return _decide_by_program(st, r, d, pm["prefill_group"], uncached)
     return uncached >= pm["threshold"]
+
+
+@helper
+def _decide_by_program(st, r, d, prefill_group, uncached):
+    """The P/D decider program's decision for request r on decode instance d: disaggregate
+    iff its value (PdFeature) is > 0; a value that is not finite keeps it on d (counted)."""
+    inst = st.inst
+    req = st.reqs[r]
+    f = st.prog_features
+    f[PdFeature.PROMPT_TOKENS] = req["prompt_len"]
+    f[PdFeature.CACHED_TOKENS] = req["prompt_len"] - uncached
+    f[PdFeature.UNCACHED_TOKENS] = uncached
+    f[PdFeature.DECODE_LOAD] = inst[d]["routed_pending"] + inst[d]["wq_len"] + inst[d]["batch_len"]
+    f[PdFeature.DECODE_KV_UTILIZATION] = inst[d]["kv_allocated"] / inst[d]["kv_total"]
+    f[PdFeature.TRANSFER_QUEUE] = st.pd_inst[d]["xq_len"]
+    f[PdFeature.SLO_CLASS] = req["slo_class"]
+    f[PdFeature.TENANT] = req["tenant"]
+    prog = st.policy_param[PolicySlot.PD_DECIDER]
+    if (np.int64(prog[ProgramHeader.FEATURES]) >> PdFeature.PREFILL_LOAD) & 3 != 0:  # the prefill pool's
+        n = 0
+        load = 0.0
+        for i in range(inst.shape[0]):
+            if is_candidate(inst, i, prefill_group):
+                n += 1
+                load += inst[i]["routed_pending"] + inst[i]["wq_len"] + inst[i]["batch_len"]
+        f[PdFeature.PREFILL_LOAD] = load / n if n > 0 else 0.0
+        f[PdFeature.PREFILL_INSTANCES] = n
+    v = run_program(prog, f, st.prog_stack)
+    if not (v > -np.inf and v < np.inf):
+        st.prog_faults[PolicySlot.PD_DECIDER] += 1
+        return False
+    return v > 0.0
 
 
 @helper

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import kv_release
+from ..policies.priority import PROGRAM_WORST, request_priority, request_program_value
 from ..schema import (ALL_NAMED, AttemptEnd, GatewayAction, ClusterEvent, DispatchOrder, FlowDetector, FlowParam,
                       PolicySlot, PriorityParam, RequestState, RetryBackoff)
 from ..structs.dlist import dl_remove
@@ -128,10 +129,11 @@ def saturated(st, m, t):
 
 
 @helper
-def order_key(st, r):
+def order_key(st, r, t):
     """Request r's dispatch-order key (lower first; ties by gateway entry): 0 (fifo); the
     priority policy's priority at any common time, negated (priority = w·(now − arrival)
-    + class weight, so −priority orders as w·arrival − class weight); its TTFT deadline."""
+    + class weight, so −priority orders as w·arrival − class weight); its TTFT deadline;
+    the dispatch program's value at its entry ``t``."""
     order = np.int64(st.flow_param[st.reqs[r]["model"]][FlowParam.DISPATCH_ORDER])
     reqs = st.reqs
     if order == DispatchOrder.PRIORITY:
@@ -141,6 +143,9 @@ def order_key(st, r):
         if reqs[r]["slo_class"] >= 0 and j < pp.shape[0]:
             key -= pp[j]
         return key
+    if order == DispatchOrder.EXPRESSION:  # (its value at the request's entry; not finite: last)
+        return request_program_value(st, st.policy_param[PolicySlot.DISPATCH], r, t, request_priority(st, r, t),
+                                     PolicySlot.DISPATCH, PROGRAM_WORST)
     if order == DispatchOrder.DEADLINE:
         c = reqs[r]["slo_class"]
         if 0 <= c < st.slo_targets.shape[0] and st.slo_targets[c, 0] >= 0:
@@ -158,7 +163,7 @@ def enter_gateway(st, r, t, fresh):
     m = st.reqs[r]["model"]
     g = fr[r]["group"]
     if fresh:
-        fr[r]["gw_key"] = order_key(st, r)
+        fr[r]["gw_key"] = order_key(st, r, t)
         fr[r]["gw_seq"] = lp[0]["gateway_entries"]
         lp[0]["gateway_entries"] += 1
     fg = st.flow_groups

@@ -25,6 +25,9 @@ def request_program_value(st, prog, r, now, priority, slot, worst):
     f[RequestFeature.TENANT] = req["tenant"]
     f[RequestFeature.PRIORITY] = priority
     f[RequestFeature.GENERATED] = req["generated"]
+    f[RequestFeature.ATTEMPT] = st.flow_reqs[r]["attempt"] if r < st.flow_reqs.shape[0] else 0
+    c = req["slo_class"]
+    f[RequestFeature.TTFT_TARGET_US] = st.slo_targets[c, 0] if 0 <= c < st.slo_targets.shape[0] else -1
     return finite_or(run_program(prog, f, st.prog_stack), worst, st.prog_faults, slot)
 
 

@@ -185,10 +185,11 @@ class _PdDecider(NamedTuple):
     NEVER: int = 0
     ALWAYS: int = 1
     PREFIX_THRESHOLD: int = 2  # when its prompt tokens not cached on the chosen decode instance >= threshold
+    EXPRESSION: int = 3  # when the PD_DECIDER slot's program (PdFeature) is > 0
 
 
 PdDecider = _PdDecider()
-PD_DECIDER_NAMES = ("never", "always", "prefix-threshold")
+PD_DECIDER_NAMES = ("never", "always", "prefix-threshold", "expression")  # PdDecider order (a tree: expression)
 
 
 class _PoolRole(NamedTuple):
@@ -261,10 +262,12 @@ class _PolicySlot(NamedTuple):
     SNAPSHOT: int = 5  # the router snapshot's refresh interval per field, µs
     AUTOSCALE: int = 6  # the autoscaler of every autoscaled pool (AutoscaleKind, AutoscaleParam)
     FLOW: int = 7  # the gateway's flow control of every served model (FlowDetector, FlowParam)
+    PD_DECIDER: int = 8  # the P/D decider's program (PdDecider.EXPRESSION; its kind is unused)
+    DISPATCH: int = 9  # the gateway's dispatch-order program (DispatchOrder.EXPRESSION; its kind is unused)
 
 
 PolicySlot = _PolicySlot()
-N_POLICY_SLOTS = 8
+N_POLICY_SLOTS = 10
 POLICY_WIDTH = 256  # parameters per slot: a template's few, or an expression's program (ProgramHeader)
 assert POLICY_WIDTH == 256  # (AdmissionParam.PROGRAM_* are its last columns)
 MAX_SLO_CLASS_WEIGHTS = 63  # priority: 1 age weight + up to 63 SLO-class weights
@@ -467,10 +470,56 @@ class _RequestFeature(NamedTuple):
     TENANT: int = 5
     PRIORITY: int = 6  # its priority (the PRIORITY slot's); in a priority program itself: 0
     GENERATED: int = 7  # output tokens generated so far
+    ATTEMPT: int = 8  # its attempt (0 = the first; retries after a timeout or a shed)
+    TTFT_TARGET_US: int = 9  # its SLO class's TTFT target, µs; -1 = none
 
 
 N_REQUEST_FEATURES = len(_RequestFeature._fields)
-N_PROGRAM_FEATURES = max(N_ROUTE_FEATURES, N_ADMIT_FEATURES, N_REQUEST_FEATURES)  # State.prog_features
+
+
+class _PdFeature(NamedTuple):
+    """What a P/D decider program reads: the request, the decode instance the router chose,
+    and the prefill pool."""
+
+    PROMPT_TOKENS: int = 0
+    CACHED_TOKENS: int = 1  # its leading prompt tokens cached on the decode instance (prefix caching)
+    UNCACHED_TOKENS: int = 2  # prompt_tokens - cached_tokens (what prefix-threshold compares)
+    DECODE_LOAD: int = 3  # the decode instance's requests routed, waiting or running
+    DECODE_KV_UTILIZATION: int = 4
+    TRANSFER_QUEUE: int = 5  # the decode instance's requests waiting for their KV transfer
+    PREFILL_LOAD: int = 6  # mean load of the model's active prefill instances
+    PREFILL_INSTANCES: int = 7
+    SLO_CLASS: int = 8
+    TENANT: int = 9
+
+
+N_PD_FEATURES = len(_PdFeature._fields)
+
+
+class _ScaleFeature(NamedTuple):
+    """What an autoscaling program reads about its pool at a tick (the signals are NaN
+    when they have no sample: a program reading one then holds)."""
+
+    CURRENT: int = 0  # instances provisioning, loading, warming or active
+    READY: int = 1  # warming or active
+    MIN_INSTANCES: int = 2
+    MAX_INSTANCES: int = 3
+    KV_UTILIZATION: int = 4  # the threshold/target autoscalers' signals (Signal)
+    WAITING: int = 5
+    IN_FLIGHT: int = 6
+    ARRIVAL_RATE: int = 7
+    TTFT_P90_MS: int = 8
+    SLO_ATTAINMENT: int = 9
+    KV_DEMAND: int = 10  # the saturation autoscaler's KV demand / capacity
+    KV_DEMAND_FEWER: int = 11  # ... with one instance fewer
+    TICKS: int = 12  # the pool's ticks so far
+
+
+N_SCALE_FEATURES = len(_ScaleFeature._fields)
+# (an autoscaling program reads the signals in the Signal order from KV_UTILIZATION on)
+assert _ScaleFeature._fields[4:10] == tuple(f.upper() for f in ("kv_utilization", "waiting", "in_flight",
+                                                                 "arrival_rate", "ttft_p90_ms", "slo_attainment"))
+N_PROGRAM_FEATURES = max(N_ROUTE_FEATURES, N_ADMIT_FEATURES, N_REQUEST_FEATURES, N_PD_FEATURES, N_SCALE_FEATURES)  # State.prog_features
 
 
 class _AutoscaleKind(NamedTuple):
@@ -481,6 +530,7 @@ class _AutoscaleKind(NamedTuple):
     TARGET: int = 2  # HPA: desired = ceil(current x signal / TARGET)
     SATURATION: int = 3  # llm-d's variant autoscaler: KV demand (queued tokens too) vs capacity, KV_UP / KV_DOWN
     OSCILLATOR: int = 4  # pathological: up and down every PERIOD_TICKS ticks
+    EXPRESSION: int = 5  # desired = ceil of a program (ProgramHeader, ScaleFeature) in the AUTOSCALE row
 
 
 class _Signal(NamedTuple):
@@ -581,8 +631,9 @@ AutoscaleParam = _AutoscaleParam()
 DrainMode = _DrainMode()
 ScaleDownPick = _ScaleDownPick()
 WarmupCurve = _WarmupCurve()
-AUTOSCALER_NAMES = ("none", "threshold", "target", "saturation", "oscillator")  # AutoscaleKind order
+AUTOSCALER_NAMES = ("none", "threshold", "target", "saturation", "oscillator", "expression")  # AutoscaleKind order
 SIGNAL_NAMES = ("kv_utilization", "waiting", "in_flight", "arrival_rate", "ttft_p90_ms", "slo_attainment")
+N_SIGNALS = len(SIGNAL_NAMES)
 DRAIN_NAMES = ("wait", "redirect", "immediate")
 SCALE_DOWN_NAMES = ("least-loaded", "newest", "oldest")
 WARMUP_CURVE_NAMES = ("step", "linear", "exponential")
@@ -605,6 +656,7 @@ class _DispatchOrder(NamedTuple):
     FIFO: int = 0  # arrival order
     PRIORITY: int = 1  # highest priority (the PRIORITY slot's), ties by arrival
     DEADLINE: int = 2  # earliest TTFT deadline (arrival + its SLO class's ttft_ms), ties by arrival
+    EXPRESSION: int = 3  # lowest value of the DISPATCH slot's program (RequestFeature) at its entry, ties by arrival
 
 
 class _Fairness(NamedTuple):
@@ -662,7 +714,7 @@ DispatchOrder = _DispatchOrder()
 Fairness = _Fairness()
 FlowParam = _FlowParam()
 FLOW_DETECTOR_NAMES = ("never", "concurrency", "utilization", "free-slot")  # FlowDetector order
-DISPATCH_ORDER_NAMES = ("fifo", "priority", "deadline")  # DispatchOrder order
+DISPATCH_ORDER_NAMES = ("fifo", "priority", "deadline", "expression")  # DispatchOrder order
 FAIRNESS_NAMES = ("strict", "round-robin")  # Fairness order
 
 AdmissionKind = _AdmissionKind()
@@ -681,10 +733,14 @@ Op = _Op()
 RouteFeature = _RouteFeature()
 AdmitFeature = _AdmitFeature()
 RequestFeature = _RequestFeature()
+PdFeature = _PdFeature()
+ScaleFeature = _ScaleFeature()
 OP_NAMES = _Op._fields
 ROUTE_FEATURE_NAMES = tuple(f.lower() for f in _RouteFeature._fields)
 ADMIT_FEATURE_NAMES = tuple(f.lower() for f in _AdmitFeature._fields)
 REQUEST_FEATURE_NAMES = tuple(f.lower() for f in _RequestFeature._fields)
+PD_FEATURE_NAMES = tuple(f.lower() for f in _PdFeature._fields)
+SCALE_FEATURE_NAMES = tuple(f.lower() for f in _ScaleFeature._fields)
 N_SNAP = 7
 SNAPSHOT_FIELD_NAMES = (
     "queue_depth", "batch_size", "kv_utilization", "free_kv_blocks", "cache_hit_rate", "pending", "in_flight",
@@ -831,12 +887,12 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_TIERS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "ProgramForm", "Op", "OP_CONST_RIGHT", "OP_FEATURE_RIGHT", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES",
+    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "ProgramForm", "Op", "OP_CONST_RIGHT", "OP_FEATURE_RIGHT", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES", "PdFeature", "N_PD_FEATURES", "PD_FEATURE_NAMES", "ScaleFeature", "N_SCALE_FEATURES", "SCALE_FEATURE_NAMES",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",
     "AUTOSCALER_NAMES", "LifeState", "LifeStep", "ScaleReason", "LIFE_STATE_NAMES", "SCALE_REASON_NAMES",
-    "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
+    "MAX_WINDOW_TICKS", "TTFT_WINDOW", "SIGNAL_NAMES", "N_SIGNALS", "DRAIN_NAMES", "SCALE_DOWN_NAMES", "WARMUP_CURVE_NAMES", "PdDecider", "PD_DECIDER_NAMES", "PoolRole", "POOL_ROLE_NAMES",
     "AttemptEnd", "GatewayAction", "GATEWAY_ACTION_NAMES", "FlowDetector", "DispatchOrder", "Fairness", "FlowParam", "FLOW_DETECTOR_NAMES", "DISPATCH_ORDER_NAMES",
     "FAIRNESS_NAMES", "RetryBackoff", "N_RETRY_BACKOFF", "AgentCounter", "N_AGENT_COUNTERS", "AGENT_NEVER_US",
 ]
