@@ -213,3 +213,79 @@ def test_per_model_routing_programs():
     assert per.state.reqs.tobytes() == r.state.reqs.tobytes()
     assert per.cluster["program_faults"] == {"routing": 0}
     np.testing.assert_array_equal(per.state.routing_kind, [5, 5])
+
+
+# ============================================================================ the P/D decider, autoscaling, dispatch order
+
+PD = dict(config=str(ROOT / "configs/examples/pd/2p6d.yaml"),
+          workload_spec=str(ROOT / "configs/examples/pd/long-prompts.yaml"), num_requests=300)
+AUTOSCALED = dict(num_requests=1500, rate=120, num_instances=1, min_instances=1, max_instances=6,
+                  autoscale_interval_s=0.5, autoscale_metrics_delay_s=0.2, provisioning_delay_s=1.0,
+                  loading_delay_s=1.0, check_invariants=True)
+OVERLOAD = dict(workload_spec=str(ROOT / "configs/examples/flow-control/overload.yaml"), num_requests=1500,
+                num_instances=2, flow_control="utilization", check_invariants=True)
+
+BUNDLE_RESTATEMENTS = {
+    "pd-always": (PD, {"pd": {"decider": "always"}}, {"pd": {"decider": "expression", "disaggregate": "1"}}),
+    "pd-never": (PD, {"pd": {"decider": "never"}}, {"pd": {"decider": "expression", "disaggregate": "0"}}),
+    "pd-prefix-threshold": (PD, {"pd": {"decider": "prefix-threshold", "threshold": 3000}},
+                            {"pd": {"decider": "expression", "disaggregate": "uncached_tokens >= 3000"}}),
+    "autoscale-threshold": (AUTOSCALED, {"autoscale": {"policy": "threshold", "signal": "in_flight", "up": 8,
+                                                       "down": 2}},
+                            {"autoscale": {"policy": "expression", "desired":
+                                           "current + 1 if in_flight > 8 else (current - 1 if in_flight < 2 else "
+                                           "current)"}}),
+    "autoscale-target": (AUTOSCALED, {"autoscale": {"policy": "target", "signal": "waiting", "target": 3}},
+                         {"autoscale": {"policy": "expression",
+                                        "desired": "current * waiting / 3 if ready > 0 else current"}}),
+    "autoscale-saturation": (AUTOSCALED, {"autoscale": {"policy": "saturation", "kv_up": 0.5, "kv_down": 0.2}},
+                             {"autoscale": {"policy": "expression", "desired":
+                                            "current + 1 if kv_demand > 0.5 else (current - 1 if kv_demand < 0.2 "
+                                            "and kv_demand_fewer <= 0.5 else current)"}}),
+    "dispatch-fifo": (OVERLOAD, {"flow_control": {"policy": "utilization", "dispatch_order": "fifo"}},
+                      {"flow_control": {"policy": "utilization", "dispatch_order": "expression", "dispatch_key": "0"}}),
+    "dispatch-deadline": (OVERLOAD, {"flow_control": {"policy": "utilization", "dispatch_order": "deadline"}},
+                          {"flow_control": {"policy": "utilization", "dispatch_order": "expression", "dispatch_key":
+                                            "arrival_us + ttft_target_us if ttft_target_us >= 0 else "
+                                            "4611686018427387904"}}),
+    "dispatch-priority": (OVERLOAD, {"priority": {"type": "slo-based", "params": {"slo_class_weights": [3, 1]}},
+                                     "flow_control": {"policy": "utilization", "dispatch_order": "priority"}},
+                          {"priority": {"type": "slo-based", "params": {"slo_class_weights": [3, 1]}},
+                           "flow_control": {"policy": "utilization", "dispatch_order": "expression", "dispatch_key":
+                                            "1e-6*arrival_us - (3 if slo_class == 0 else (1 if slo_class == 1 "
+                                            "else 0))"}}),
+}
+
+
+def scaling_free(result) -> dict:
+    """``comparable`` for runs whose autoscaler may be a program: its tick log's signal is
+    the program's value there (what it read), so the autoscale group is compared without it."""
+    out = comparable(result)
+    group = result.autoscale
+    out["autoscale"] = None if group is None else json.dumps(
+        {k: v for k, v in group.items() if k not in ("signal", "signal_name")}, sort_keys=True)
+    return out
+
+
+@pytest.mark.parametrize("name", list(BUNDLE_RESTATEMENTS))
+def test_restating_a_template_of_the_other_slots_is_byte_identical(name):
+    settings, template, expression = BUNDLE_RESTATEMENTS[name]
+    a = blis_fast.simulate(**settings, policy=template)
+    b = blis_fast.simulate(**settings, policy=expression)
+    ca, cb = scaling_free(a), scaling_free(b)
+    assert ca["reqs"] == cb["reqs"]
+    assert ca["doc"] == cb["doc"]
+    assert ca["autoscale"] == cb["autoscale"]
+    assert sum(b.cluster["program_faults"].values()) == 0
+
+
+def test_the_other_slots_scenarios_exercise_their_choices():
+    """Each pair's template matters in its scenario: the restatements above would fail if
+    the program were ignored."""
+    def reqs(settings, policy):
+        return blis_fast.simulate(**settings, policy=policy).state.reqs.tobytes()
+    for group in (("pd-always", "pd-never", "pd-prefix-threshold"),
+                  ("autoscale-threshold", "autoscale-target", "autoscale-saturation"),
+                  ("dispatch-fifo", "dispatch-deadline")):
+        runs = {reqs(BUNDLE_RESTATEMENTS[n][0], BUNDLE_RESTATEMENTS[n][1]) for n in group}
+        assert len(runs) == len(group), group
