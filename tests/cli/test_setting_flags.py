@@ -86,7 +86,9 @@ SAMPLES.update({"admission_program": ("prompt_tokens < 4000", {"admission_policy
                 "routing_program": ("-load", {"routing_policy": "expression"}),
                 "priority_program": ("slo_class", {"priority_policy": "expression"}),
                 "scheduler_program": ("prompt_tokens", {"scheduler": "expression"}),
-                "victim_program": ("generated", {"preemption_victim": "expression"})})
+                "victim_program": ("generated", {"preemption_victim": "expression"}),
+                "autoscale_program": ("current + 1", {"autoscaler": "expression", "max_instances": "3"}),
+                "dispatch_program": ("-arrival_us", {"flow_control": "free-slot", "dispatch_order": "expression"})})
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8"}
 
 

@@ -275,3 +275,32 @@ def test_random_rows_never_crash_or_hang(row, length):
         prog[S.ProgramHeader.FORM] = form
         assert evaluate_program(prog, np.ones((3, S.N_PROGRAM_FEATURES))).shape == (3,)
         assert evaluate_program_rows(prog, np.ones((3, S.N_PROGRAM_FEATURES))).shape == (3,)
+
+
+def test_the_docs_name_every_feature_and_key():
+    from builders import ROOT
+    from blis_fast.config.policy import PROGRAM_SLOTS
+
+    text = (ROOT / "docs" / "policies.md").read_text()
+    for slot, names in FEATURES.items():
+        for name in names:
+            assert f"`{name}`" in text, (slot, name)
+    for _, _, key in PROGRAM_SLOTS.values():
+        assert f"`{key}`" in text, key
+
+
+def test_the_docs_bundle_of_expressions_parses(tmp_path):
+    import re
+
+    from builders import ROOT
+    from blis_fast.config.policy import PolicyConfig, load_policy_bundle
+
+    text = (ROOT / "docs" / "policies.md").read_text()
+    section = text[text.index("## Expression and tree policies"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "b.yaml").write_text(block)
+    settings = load_policy_bundle(tmp_path / "b.yaml")
+    p = PolicyConfig(**settings)
+    assert (p.routing, p.admission, p.priority, p.scheduler, p.preemption_victim, p.pd_decider, p.autoscaler,
+            p.dispatch_order) == ("expression", "expression", "tree", "expression", "expression", "expression",
+                                  "expression", "expression")

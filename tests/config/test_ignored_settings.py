@@ -206,6 +206,7 @@ AUTOSCALE_SETTINGS = {
     "autoscale_kv_up": (0.9, dict(autoscaler="saturation")),
     "autoscale_kv_down": (0.2, dict(autoscaler="saturation")),
     "autoscale_period_ticks": (3, dict(autoscaler="oscillator")),
+    "autoscale_program": ("current + 1", dict(autoscaler="expression", autoscale_program="current")),
     "autoscale_interval_s": (10, dict(autoscaler="threshold")),
     "autoscale_metrics_delay_s": (5, dict(autoscaler="threshold")),
     "provisioning_delay_s": (60, dict(autoscaler="threshold")),
@@ -234,6 +235,8 @@ FLOW_SETTINGS = {
     "flow_kv_threshold": (0.9, dict(flow_control="utilization")),
     "dispatch_order": ("deadline", dict(flow_control="free-slot")),
     "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
+    "dispatch_program": ("-arrival_us", dict(flow_control="free-slot", dispatch_order="expression",
+                                             dispatch_program="0")),
     "request_ttl_s": (30, {}),
 }
 # KV tiers: store all also stores generated blocks, which only a follow-up turn re-sends -- none of these
@@ -385,6 +388,8 @@ FLOW_CHANGES = {
     "flow_kv_threshold": (0.3, dict(flow_control="utilization", flow_queue_threshold=100)),
     "dispatch_order": ("deadline", dict(flow_control="free-slot")),
     "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
+    "dispatch_program": ("-arrival_us", dict(flow_control="free-slot", dispatch_order="expression",
+                                             dispatch_program="0")),
     "request_ttl_s": (5, dict(flow_control="free-slot")),
 }
 
@@ -438,6 +443,9 @@ CHANGES = {
     "autoscale_kv_up": (0.5, {"autoscaler": "saturation", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
     "autoscale_kv_down": (0.1, {"autoscaler": "saturation", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
     "autoscale_period_ticks": (3, {"autoscaler": "oscillator", "autoscale_signal": None, "autoscale_up": None, "autoscale_down": None}),
+    "autoscale_program": ("current * in_flight / 10 if ready > 0 else current",
+                          {"autoscaler": "expression", "autoscale_program": "current", "autoscale_signal": None,
+                           "autoscale_up": None, "autoscale_down": None}),
     "autoscale_interval_s": (3, {}),
     "autoscale_metrics_delay_s": (3, {}),
     "provisioning_delay_s": (8, {}),
