@@ -63,12 +63,15 @@ POLICY_PARAMETERS = {
     "policy.slo_class_weights": ("policy.priority", "!constant",
                                  "priority slo-based or inverted-slo (--priority-policy)"),
     # a program: with its slot's policy expression or tree ("|": any of them)
-    **{f"policy.{program}": (f"policy.{kind}", "expression|tree", f"{kind} expression or tree (--{flag} expression)")
-       for kind, program, flag in (("admission", "admission_program", "admission-policy"),
-                                   ("routing", "routing_program", "routing-policy"),
-                                   ("priority", "priority_program", "priority-policy"),
-                                   ("scheduler", "scheduler_program", "scheduler"),
-                                   ("preemption_victim", "victim_program", "preemption-victim"))},
+    **{f"policy.{program}": (f"policy.{kind}", "expression|tree", f"{kind} expression or tree ({how})")
+       for kind, program, how in (("admission", "admission_program", "--admission-policy expression"),
+                                  ("routing", "routing_program", "--routing-policy expression"),
+                                  ("priority", "priority_program", "--priority-policy expression"),
+                                  ("scheduler", "scheduler_program", "--scheduler expression"),
+                                  ("preemption_victim", "victim_program", "--preemption-victim expression"),
+                                  ("autoscaler", "autoscale_program", "--autoscaler expression"),
+                                  ("dispatch_order", "dispatch_program", "--dispatch-order expression"),
+                                  ("pd_decider", "pd_program", "a policy bundle's pd: {decider: expression}"))},
 }
 
 
