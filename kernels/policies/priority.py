@@ -32,17 +32,10 @@ def request_program_value(st, prog, r, now, priority, slot, worst):
 
 
 @helper
-def request_priority(st, r, now):
-    """The priority of request r at ``now`` (the PRIORITY slot): AGE_WEIGHT · (now −
-    arrival) plus the weight of the request's SLO class (constant = all zeros; slo-based =
-    +1e-6 per µs of age; inverted-slo = −1e-6), or the value of its program (expression,
-    tree; −PROGRAM_WORST if not finite)."""
-    params = st.policy_param[PolicySlot.PRIORITY]
-    if st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
-        return request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY, -PROGRAM_WORST)
-    reqs = st.reqs
-    slo_class = reqs[r]["slo_class"]
-    p = params[PriorityParam.AGE_WEIGHT] * (now - reqs[r]["arrival_us"])
+def age_class_priority(params, arrival_us, slo_class, now):
+    """AGE_WEIGHT · (now − arrival) plus the weight of the request's SLO class (constant =
+    all zeros; slo-based = +1e-6 per µs of age; inverted-slo = −1e-6)."""
+    p = params[PriorityParam.AGE_WEIGHT] * (now - arrival_us)
     j = PriorityParam.CLASS_WEIGHTS + slo_class
     if slo_class >= 0 and j < params.shape[0]:
         p += params[j]
@@ -50,10 +43,26 @@ def request_priority(st, r, now):
 
 
 @helper
+def request_priority(st, r, now):
+    """The priority of request r at ``now`` (the PRIORITY slot): ``age_class_priority``, or
+    the value of its program (expression, tree; −PROGRAM_WORST if not finite)."""
+    params = st.policy_param[PolicySlot.PRIORITY]
+    if st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
+        return request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY, -PROGRAM_WORST)
+    return age_class_priority(params, st.reqs[r]["arrival_us"], st.reqs[r]["slo_class"], now)
+
+
+@helper
 def update_wait_queue_priorities(st, i, now):
     """Set the priority of every request waiting at instance i."""
     reqs = st.reqs
+    params = st.policy_param[PolicySlot.PRIORITY]
+    program = st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION
     r = st.inst[i]["wq_head"]
     while r >= 0:
-        reqs[r]["priority"] = request_priority(st, r, now)
+        if program:
+            reqs[r]["priority"] = request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY,
+                                                        -PROGRAM_WORST)
+        else:  # (the template's arithmetic inline: this loop runs every step)
+            reqs[r]["priority"] = age_class_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)
         r = reqs[r]["queue_next"]

@@ -16,7 +16,12 @@ def scheduler_key(st, r, priority, now):
     weights = st.policy_param[PolicySlot.SCHEDULER]
     if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.EXPRESSION:
         return request_program_value(st, weights, r, now, priority, PolicySlot.SCHEDULER, PROGRAM_WORST)
-    reqs = st.reqs
+    return weighted_key(st.reqs, r, priority, weights)
+
+
+@helper
+def weighted_key(reqs, r, priority, weights):
+    """Σ weights·(priority, arrival, prompt length, output length) of request r."""
     return (weights[SchedWeight.PRIORITY] * priority
             + weights[SchedWeight.ARRIVAL] * reqs[r]["arrival_us"]
             + weights[SchedWeight.PROMPT_LEN] * reqs[r]["prompt_len"]
@@ -32,10 +37,16 @@ def reorder_wait_queue(st, i, now):
     n = inst[i]["wq_len"]
     if n < 2:
         return
+    weights = st.policy_param[PolicySlot.SCHEDULER]
+    program = st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.EXPRESSION
     r = inst[i]["wq_head"]
     for k in range(n):
         st.sort_ids[k] = r
-        st.sort_k1[k] = scheduler_key(st, r, reqs[r]["priority"], now)
+        if program:
+            st.sort_k1[k] = request_program_value(st, weights, r, now, reqs[r]["priority"], PolicySlot.SCHEDULER,
+                                                  PROGRAM_WORST)
+        else:  # (the template's arithmetic inline: this loop runs every step)
+            st.sort_k1[k] = weighted_key(reqs, r, reqs[r]["priority"], weights)
         st.sort_k2[k] = reqs[r]["arrival_us"]
         r = reqs[r]["queue_next"]
     in_tmp = merge_sort(st.sort_ids, st.sort_k1, st.sort_k2, st.tmp_ids, st.tmp_k1, st.tmp_k2, n)
