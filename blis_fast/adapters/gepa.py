@@ -243,9 +243,16 @@ def _batch_rows(eval_batch) -> tuple[list, list]:
     for k, (out, traj) in enumerate(zip(outputs, trajectories)):
         if not (isinstance(out, dict) and isinstance(out.get("status"), str) and isinstance(out.get("score"), float)
                 and isinstance(out.get("metrics"), dict) and all(isinstance(v, float) for v in out["metrics"].values())
-                and isinstance(traj, dict) and isinstance(traj.get("feedback"), str)):
+                and isinstance(traj, dict) and isinstance(traj.get("feedback"), str)
+                and _faults_ok(out.get("program_faults", {}))):
             raise ConfigError(f"eval_batch[{k}]", f"must be a row of {what}, got {show(out)}")
     return outputs, trajectories
+
+
+def _faults_ok(faults) -> bool:
+    """A row's ``program_faults``: at most one count per program slot."""
+    return isinstance(faults, dict) and len(faults) <= len(PROGRAM_SLOTS) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in faults.items())
 
 
 def _text(value) -> str:

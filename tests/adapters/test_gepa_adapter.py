@@ -11,6 +11,7 @@ import pytest
 gepa = pytest.importorskip("gepa")  # CI installs the gepa extra (README, .ci): this runs there
 
 from blis_fast.adapters.gepa import BlisGEPAAdapter, optimize_anything_evaluator  # noqa: E402
+from blis_fast.errors import ConfigError  # noqa: E402
 
 CONTENTION = [  # two instances near saturation: where a request goes decides its TTFT
     {"name": "busy", "config": {"num_instances": 2, "workload": "chatbot", "rate": 300, "num_requests": 200,
@@ -139,6 +140,14 @@ def test_reflective_dataset_shows_the_program_and_its_faults(adapter):
     assert rec["Inputs"]["routing program"].replace(" ", "") == "(((1e+300*1e+300)*queue)-load)"
     assert set(rec["Inputs"]["routing reads"].split(", ")) == {"load", "queue"}
     assert rec["Generated Outputs"]["program_faults"] == batch.outputs[0]["program_faults"]
+    # an eval_batch whose program_faults is not {slot: count} is refused naming the row
+    bad = type(batch)(outputs=[dict(batch.outputs[0], program_faults="many")], scores=batch.scores[:1],
+                      trajectories=batch.trajectories[:1])
+    with pytest.raises(ConfigError, match=r"eval_batch\[0\]"):
+        adapter.make_reflective_dataset(candidate, bad, ["routing"])
+    # the counts are evaluation metrics too (program_faults_<slot>)
+    ev = adapter.fitness.run(candidate, adapter.names[:1])[0]
+    assert ev.metrics["program_faults_routing"] == batch.outputs[0]["program_faults"]["routing"]
     # a template policy reports no faults and shows no program
     plain = adapter.evaluate(adapter.names, {"routing": "least-loaded"}, capture_traces=True)
     assert "program_faults" not in plain.outputs[0]
