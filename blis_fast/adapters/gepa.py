@@ -12,7 +12,9 @@
   feedback text (``adapters.core.feedback_text``, incl. the run's trace summary); a bad
   candidate scores 0 with the validation error -- nothing is raised;
 - ``make_reflective_dataset`` gives each component one record per scenario: Inputs (the
-  scenario and the component's text), Generated Outputs (key metrics), Feedback.
+  scenario and the component's text; for a component holding expression or tree policies
+  also each program in canonical form and the features it reads), Generated Outputs (key
+  metrics, and ``program_faults`` when the run reports them), Feedback.
 
 ``optimize_anything_evaluator(...)`` returns ``fn(candidate, example=None) -> (score,
 side_info)`` for ``gepa.optimize_anything``; ``side_info["scores"]`` carries the objective
@@ -24,7 +26,8 @@ vector, ``side_info["Feedback"]`` the text.
                            adapter=adapter, reflection_lm=my_lm, max_metric_calls=200)
 
 ``REFLECTION_TEMPLATE`` (also ``BlisGEPAAdapter.reflection_template``) is a reflection
-prompt that lists the allowed policy names and asks for one fenced YAML block: pass it as
+prompt that lists the allowed policy names and the expression and tree forms of every
+slot (``program_forms``) and asks for one fenced YAML block: pass it as
 ``reflection_prompt_template=``.  gepa itself is imported only to build its
 ``EvaluationBatch``.
 """
