@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import sys
 
+from blis_fast.config.validate import show
 from blis_fast.paths import configs_dir
 
 SCORERS = ("queue-depth", "kv-utilization", "load-balance", "prefix-affinity")
@@ -70,7 +71,11 @@ def compare(quick: bool = False, workers: int | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    out = compare(quick="--quick" in argv)
+    unknown = [a for a in argv if a != "--quick"]
+    if unknown:
+        print(f"error: arguments: only --quick is accepted, got {show(unknown[0])}", file=sys.stderr)
+        return 2
+    out = compare(quick=bool(argv))
     print("weights (" + ", ".join(SCORERS) + ")  score")
     for w, s in out["weighted"][:10]:
         print(f"  {w}  {s:.4f}")

@@ -57,6 +57,17 @@ def test_the_expression_beats_the_best_weights(quick):
     assert quick["templates"]["best weights as a formula"] == pytest.approx(best, abs=1e-12)
 
 
+def test_the_demo_command_prints_the_comparison(capsys, monkeypatch):
+    monkeypatch.setattr(demo, "compare", lambda quick=False, workers=None: {
+        "weighted": [(demo.BEST_WEIGHTS, 0.5)], "templates": {"least-loaded": 0.25}, "expression": 0.75})
+    assert demo.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "(0, 1, 1, 2)  0.5000" in out and "least-loaded  0.2500" in out and demo.WINNING_EXPRESSION in out
+    assert demo.main(["--quik\x1b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: arguments:") and "\x1b" not in err and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_the_full_grid_is_beaten():
     full = demo.compare(workers=2)
