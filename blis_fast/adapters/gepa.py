@@ -12,7 +12,9 @@
   feedback text (``adapters.core.feedback_text``, incl. the run's trace summary); a bad
   candidate scores 0 with the validation error -- nothing is raised;
 - ``make_reflective_dataset`` gives each component one record per scenario: Inputs (the
-  scenario and the component's text), Generated Outputs (key metrics), Feedback.
+  scenario and the component's text; for a component holding expression or tree policies
+  also each program in canonical form and the features it reads), Generated Outputs (key
+  metrics, and ``program_faults`` when the run reports them), Feedback.
 
 ``optimize_anything_evaluator(...)`` returns ``fn(candidate, example=None) -> (score,
 side_info)`` for ``gepa.optimize_anything``; ``side_info["scores"]`` carries the objective
@@ -24,7 +26,8 @@ vector, ``side_info["Feedback"]`` the text.
                            adapter=adapter, reflection_lm=my_lm, max_metric_calls=200)
 
 ``REFLECTION_TEMPLATE`` (also ``BlisGEPAAdapter.reflection_template``) is a reflection
-prompt that lists the allowed policy names and asks for one fenced YAML block: pass it as
+prompt that lists the allowed policy names and the expression and tree forms of every
+slot (``program_forms``) and asks for one fenced YAML block: pass it as
 ``reflection_prompt_template=``.  gepa itself is imported only to build its
 ``EvaluationBatch``.
 """
@@ -33,8 +36,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from blis_fast.adapters.core import FitnessSet, describe_scenario, feedback_text
+from blis_fast.adapters.core import FitnessSet, bundle_of_components, describe_scenario, feedback_text
 from blis_fast.batch.scenarios import MAX_SCENARIOS
+from blis_fast.config.expression import _ALLOWED as ALLOWED_SYNTAX  # the compiler's own one-line syntax
+from blis_fast.config.expression import FEATURES, MAX_TREE_DEPTH, decompile, reads
+from blis_fast.config.policy import PROGRAM_SLOTS, bundle_to_settings, program_row
 from blis_fast.config.validate import MAX_STR_LEN, as_bool, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
 
@@ -62,6 +68,8 @@ utilization (params queue_threshold, kv_threshold 0..1) | free-slot (late bindin
 dispatch_order fifo | priority | deadline and fairness strict | round-robin. A misspelled name or a non-finite \
 number scores 0.
 
+<programs>
+
 How the current component did on each scenario (objectives, targets, misses and the run's main problems):
 ```
 <side_info>
@@ -69,6 +77,35 @@ How the current component did on each scenario (objectives, targets, misses and 
 
 Propose an improved version of this component that meets more objectives. Answer with the new YAML only, \
 inside one fenced code block."""
+
+# what each program slot's value means, in the order of PROGRAM_SLOTS (a test checks every slot has one)
+PROGRAM_MEANING = {"admission": "a request is admitted iff the value is > 0",
+                   "routing": "scored per instance, the highest wins, ties to the lowest index",
+                   "priority": "the request's priority, higher is more important",
+                   "scheduler": "the queue's sort key, lower runs first",
+                   "victim": "under KV pressure the running request with the highest value is preempted"}
+
+
+def program_forms() -> str:
+    """The reflection prompt's paragraph on expression and tree policies, generated from
+    ``PROGRAM_SLOTS`` (bundle keys) and ``FEATURES`` (each slot's feature names), so it
+    lists exactly what the compiler accepts."""
+    forms = []
+    for slot, (_, _, key) in PROGRAM_SLOTS.items():
+        section = "preemption" if slot == "victim" else slot
+        if slot == "victim":
+            form = f'preemption: {{victim: expression, {key}: "<expr>"}} or {{victim: tree, tree: ...}}'
+        else:
+            form = f'{section}: {{type: expression, {key}: "<expr>"}} or {{type: tree, tree: ...}}'
+        forms.append(f"{form} ({PROGRAM_MEANING[slot]}; features: {', '.join(FEATURES[slot])})")
+    return ("Every slot can also hold a program instead of a named policy: " + "; ".join(forms) + ". "
+            f"An expression may use {ALLOWED_SYNTAX}; a tree is {{feature, threshold, left, right}} (left when "
+            f"feature <= threshold, at most {MAX_TREE_DEPTH} levels; leaves are numbers or expressions). A "
+            "program that does not compile scores 0; a value that is not finite counts as a program fault and "
+            "gets the slot's worst value.")
+
+
+REFLECTION_TEMPLATE = REFLECTION_TEMPLATE.replace("<programs>", program_forms())
 
 OUTPUT_METRICS = ("slo_attainment", "goodput_rps", "ttft_p99_ms", "e2e_p99_ms", "rejected_requests",
                   "preemption_count", "simulated_duration_s")
@@ -105,8 +142,12 @@ class BlisGEPAAdapter:
         outputs, trajectories = [], []
         for item, ev in zip(batch, results):
             ps = self.fitness.scenario(item)
-            outputs.append({"scenario": ps.name, "status": ev.status, "score": float(ev.score),
-                            "metrics": {k: float(ev.metrics[k]) for k in OUTPUT_METRICS if k in ev.metrics}})
+            out = {"scenario": ps.name, "status": ev.status, "score": float(ev.score),
+                   "metrics": {k: float(ev.metrics[k]) for k in OUTPUT_METRICS if k in ev.metrics}}
+            faults = {k[len(FAULTS_PREFIX):]: int(v) for k, v in ev.metrics.items() if k.startswith(FAULTS_PREFIX)}
+            if faults:  # (only a run with expression or tree policies reports them)
+                out["program_faults"] = faults
+            outputs.append(out)
             if capture_traces:
                 trajectories.append({"scenario": ps.name, "status": ev.status, "feedback": feedback_text(ev, ps)})
         return EvaluationBatch(
@@ -130,10 +171,13 @@ class BlisGEPAAdapter:
             ps = self.fitness.scenario(traj["scenario"])
             generated = {"status": out["status"], "score": round(out["score"], 4)}
             generated.update({k: round(v, 4) for k, v in out["metrics"].items()})
+            if out.get("program_faults"):
+                generated["program_faults"] = dict(out["program_faults"])
             records.append((ps, generated, traj["feedback"]))
+        programs = {comp: program_inputs(comp, candidate.get(comp, "")) for comp in components}
         return {
             comp: [{"Inputs": {"scenario": f"{ps.name}: {describe_scenario(ps)}",
-                               "component": comp, "current text": _text(candidate.get(comp, ""))},
+                               "component": comp, "current text": _text(candidate.get(comp, "")), **programs[comp]},
                     "Generated Outputs": generated,
                     "Feedback": feedback} for ps, generated, feedback in records]
             for comp in components
@@ -141,6 +185,29 @@ class BlisGEPAAdapter:
 
 
 MAX_COMPONENTS = 64  # components of a candidate (gepa mutates one at a time)
+FAULTS_PREFIX = "program_faults_"  # a run's evaluation metrics: program_faults_<slot> (results.scorecard)
+
+
+def program_inputs(component: str, text: Any) -> dict[str, str]:
+    """For a component whose YAML holds expression or tree policies: each program in
+    canonical form (the decompiled program: what the simulator runs) and the features it
+    reads, e.g. ``{"routing program": "(-load)", "routing reads": "load"}``.  Empty for
+    other components and for text that is not a valid policy (``evaluate``'s feedback
+    carries that error)."""
+    if not isinstance(text, str):
+        return {}
+    try:
+        settings = bundle_to_settings(bundle_of_components({component: text}))
+    except ConfigError:
+        return {}
+    out = {}
+    for slot, (kind_field, program_field, _) in PROGRAM_SLOTS.items():
+        if settings.get(program_field) is None or settings.get(kind_field) is None:
+            continue
+        row = program_row(settings[kind_field], settings[program_field], slot, program_field)
+        out[f"{slot} program"] = decompile(row, slot)
+        out[f"{slot} reads"] = ", ".join(reads(row, slot)) or "no feature"
+    return out
 
 
 def check_batch(batch, fitness: FitnessSet) -> list:
@@ -179,9 +246,16 @@ def _batch_rows(eval_batch) -> tuple[list, list]:
     for k, (out, traj) in enumerate(zip(outputs, trajectories)):
         if not (isinstance(out, dict) and isinstance(out.get("status"), str) and isinstance(out.get("score"), float)
                 and isinstance(out.get("metrics"), dict) and all(isinstance(v, float) for v in out["metrics"].values())
-                and isinstance(traj, dict) and isinstance(traj.get("feedback"), str)):
+                and isinstance(traj, dict) and isinstance(traj.get("feedback"), str)
+                and _faults_ok(out.get("program_faults", {}))):
             raise ConfigError(f"eval_batch[{k}]", f"must be a row of {what}, got {show(out)}")
     return outputs, trajectories
+
+
+def _faults_ok(faults) -> bool:
+    """A row's ``program_faults``: at most one count per program slot."""
+    return isinstance(faults, dict) and len(faults) <= len(PROGRAM_SLOTS) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in faults.items())
 
 
 def _text(value) -> str:

@@ -3,7 +3,8 @@
 Writes ``evaluator.py`` (the one-line evaluation file), ``scenarios.yaml`` (its scenarios:
 a short stage-1 scenario first), ``config.yaml`` (YAML programs) and ``config_python.yaml``
 (``.py`` programs, SEARCH/REPLACE diffs inside the EVOLVE-BLOCK), and the seed programs
-``initial_program.yaml`` and ``initial_program.py``.  Existing files are never
+``initial_program.yaml`` and ``initial_program.py``, and ``initial_program_expression.yaml``
+(a routing expression: start from it to evolve formulas).  Existing files are never
 overwritten.  Run with ``openevolve-run DIR/initial_program.yaml DIR/evaluator.py
 --config DIR/config.yaml`` (an LLM endpoint is needed for evolution itself)."""
 
@@ -78,6 +79,46 @@ def get_policy():
     return {"routing": routing(), "scheduler": SCHEDULER}
 '''
 
+# the expression seed's formula: least load first, prefix hits as a tie-breaker worth up to half a request
+SEED_EXPRESSION = "-load + 0.5 * hit_blocks / (1 + request_blocks)"
+
+
+def program_expression_yaml() -> str:
+    """The expression seed ``initial_program_expression.yaml``: the routing as a formula
+    over the router's features (listed in its comment block, from
+    ``blis_fast.config.expression.FEATURES``, so they never drift from the compiler's)."""
+    from blis_fast.config.expression import _ALLOWED, FEATURES  # deferred: numpy and the kernel schema
+
+    def wrapped(prefix: str, text: str) -> list[str]:  # comment lines of at most ~92 characters
+        lines, line = [], prefix
+        for word in text.split(" "):
+            if len(line) + len(word) > 92:
+                lines.append(line.rstrip())
+                line = "#   "
+            line += word + " "
+        return lines + [line.rstrip()]
+
+    comment = [
+        "# A blis-fast policy bundle whose routing is an expression (docs/policies.md, \"Expression and",
+        "# tree policies\"): each instance gets the score, the highest wins (ties: the lowest index).",
+        *wrapped("# Syntax: ", _ALLOWED),
+        *wrapped("# Routing features: ", ", ".join(FEATURES["routing"])),
+        "# Any other slot can hold a program too: admission {type: expression, admit: ...} (admitted",
+        "# iff > 0), priority {type: expression, priority: ...}, scheduler {type: expression, key: ...}",
+        "# (lower first), preemption {victim: expression, evict: ...} (highest preempted); features:",
+        *wrapped("#   admission: ", ", ".join(FEATURES["admission"])),
+        *wrapped("#   scheduler and victim (priority: all but priority): ", ", ".join(FEATURES["scheduler"])),
+    ]
+    return "\n".join(comment) + f"""
+# EVOLVE-BLOCK-START
+routing:
+  type: expression
+  score: "{SEED_EXPRESSION}"
+scheduler: fcfs
+# EVOLVE-BLOCK-END
+"""
+
+
 _SYSTEM = ("You improve request-routing and scheduling policies of an LLM inference cluster simulated by blis-fast. "
            "A candidate is a policy bundle; the feedback lists each objective, its target and whether it was met, "
            "and a summary of the run's main problems. Keep the program valid: misspelled names or non-finite "
@@ -137,5 +178,6 @@ def write_starter(directory: str | Path) -> list[Path]:
         "config_python.yaml": config_text("python", min(default_workers(), 2)),
         "initial_program.yaml": PROGRAM_YAML,
         "initial_program.py": PROGRAM_PY,
+        "initial_program_expression.yaml": program_expression_yaml(),
     }
     return write_new_files(d, files, "DIR")

@@ -20,7 +20,8 @@ def openevolve_init(
     verbose: Verbose = 0,
 ) -> None:
     """Write an OpenEvolve project: evaluator.py (one line), scenarios.yaml, config.yaml
-    (YAML programs), config_python.yaml (.py programs) and seed programs in both forms;
+    (YAML programs), config_python.yaml (.py programs) and seed programs in both forms and
+    as a routing expression;
     prints the files written and the command to start."""
     from blis_fast.adapters.openevolve_starter import write_starter  # deferred: blis_fast.adapters (not loaded by blis-fast --help)
 
@@ -28,4 +29,7 @@ def openevolve_init(
     for f in files:
         typer.echo(printable_path(f))
     typer.echo(f"start: openevolve-run {printable_path(directory / 'initial_program.yaml')} "
+               f"{printable_path(directory / 'evaluator.py')} --config {printable_path(directory / 'config.yaml')}")
+    typer.echo(f"or evolve a routing formula: openevolve-run "
+               f"{printable_path(directory / 'initial_program_expression.yaml')} "
                f"{printable_path(directory / 'evaluator.py')} --config {printable_path(directory / 'config.yaml')}")

@@ -258,6 +258,8 @@ def overall_metrics(result) -> dict[str, float]:
     cluster = result.cluster
     out: dict[str, float] = {k: v for k, v in cluster.items()
                              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    # the non-finite values of each expression or tree policy, as numbers: program_faults_<slot>
+    out.update({f"program_faults_{slot}": n for slot, n in (cluster.get("program_faults") or {}).items()})
     group = dict(result.request_metrics)
     for k in SUMMARY_OWNED:
         group.pop(k)  # the summary's own values (same definitions; compat conventions included)

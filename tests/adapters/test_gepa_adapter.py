@@ -11,6 +11,7 @@ import pytest
 gepa = pytest.importorskip("gepa")  # CI installs the gepa extra (README, .ci): this runs there
 
 from blis_fast.adapters.gepa import BlisGEPAAdapter, optimize_anything_evaluator  # noqa: E402
+from blis_fast.errors import ConfigError  # noqa: E402
 
 CONTENTION = [  # two instances near saturation: where a request goes decides its TTFT
     {"name": "busy", "config": {"num_instances": 2, "workload": "chatbot", "rate": 300, "num_requests": 200,
@@ -110,3 +111,67 @@ def test_optimize_anything_evaluator():
     result = optimize_anything("always-busiest", evaluator=lambda c, **kw: fn(f"routing: {c}"), config=config)
     assert result.val_aggregate_scores[0] < max(result.val_aggregate_scores)
     assert result.best_candidate.strip() in ("round-robin", "least-loaded")
+
+
+# ----------------------------------------------------------------------------- expression and tree policies
+
+def test_reflection_template_names_every_program_form_and_feature():
+    from blis_fast.adapters.gepa import PROGRAM_MEANING
+    from blis_fast.config.expression import FEATURES
+    from blis_fast.config.policy import PROGRAM_SLOTS
+
+    template = BlisGEPAAdapter.reflection_template
+    assert set(PROGRAM_MEANING) == set(PROGRAM_SLOTS)
+    for slot, (_, _, key) in PROGRAM_SLOTS.items():
+        assert f"{key}: \"<expr>\"" in template
+        for feature in FEATURES[slot]:
+            assert re.search(rf"\b{feature}\b", template), (slot, feature)
+    assert "type: tree" in template and "a if c else b" in template and "<programs>" not in template
+    # gepa fills in exactly its own two variables
+    assert template.count("<curr_param>") == 1 and template.count("<side_info>") == 1
+
+
+def test_reflective_dataset_shows_the_program_and_its_faults(adapter):
+    # 1e300 * 1e300 overflows to inf on every instance with a queue: a program fault each time
+    candidate = {"routing": "{type: expression, score: \"1e300 * 1e300 * queue - load\"}"}
+    batch = adapter.evaluate(adapter.names, candidate, capture_traces=True)
+    assert batch.outputs[0]["program_faults"]["routing"] > 0
+    rec = adapter.make_reflective_dataset(candidate, batch, ["routing"])["routing"][0]
+    assert rec["Inputs"]["routing program"].replace(" ", "") == "(((1e+300*1e+300)*queue)-load)"
+    assert set(rec["Inputs"]["routing reads"].split(", ")) == {"load", "queue"}
+    assert rec["Generated Outputs"]["program_faults"] == batch.outputs[0]["program_faults"]
+    # an eval_batch whose program_faults is not {slot: count} is refused naming the row
+    bad = type(batch)(outputs=[dict(batch.outputs[0], program_faults="many")], scores=batch.scores[:1],
+                      trajectories=batch.trajectories[:1])
+    with pytest.raises(ConfigError, match=r"eval_batch\[0\]"):
+        adapter.make_reflective_dataset(candidate, bad, ["routing"])
+    # the counts are evaluation metrics too (program_faults_<slot>)
+    ev = adapter.fitness.run(candidate, adapter.names[:1])[0]
+    assert ev.metrics["program_faults_routing"] == batch.outputs[0]["program_faults"]["routing"]
+    # a template policy reports no faults and shows no program
+    plain = adapter.evaluate(adapter.names, {"routing": "least-loaded"}, capture_traces=True)
+    assert "program_faults" not in plain.outputs[0]
+    rec = adapter.make_reflective_dataset({"routing": "least-loaded"}, plain, ["routing"])["routing"][0]
+    assert "routing program" not in rec["Inputs"]
+
+
+def test_a_tree_shows_as_its_expression(adapter):
+    candidate = {"routing": "{type: tree, tree: {feature: queue, threshold: 4, left: hit_blocks, right: -load}}"}
+    batch = adapter.evaluate(adapter.names[:1], candidate, capture_traces=True)
+    rec = adapter.make_reflective_dataset(candidate, batch, ["routing"])["routing"][0]
+    assert "if" in rec["Inputs"]["routing program"] and "hit_blocks" in rec["Inputs"]["routing program"]
+    assert set(rec["Inputs"]["routing reads"].split(", ")) == {"queue", "hit_blocks", "load"}
+
+
+@pytest.mark.parametrize("component,needle", [
+    ("{type: expression, score: \"hit_blocks - lod\"}", "lod"),
+    ("{type: expression, score: \"load +\"}", "incomplete"),
+    ("{type: tree, tree: {feature: queue, threshold: 4, left: 1}}", "missing: right"),
+])
+def test_a_program_that_does_not_compile_scores_zero_with_its_error(adapter, component, needle):
+    batch = adapter.evaluate(adapter.names, {"routing": component}, capture_traces=True)
+    assert batch.scores == [0.0, 0.0]
+    rec = adapter.make_reflective_dataset({"routing": component}, batch, ["routing"])["routing"][0]
+    assert needle in rec["Feedback"] and "routing" in rec["Feedback"] and "routing program" not in rec["Inputs"]
+    line = next(l for l in rec["Feedback"].splitlines() if "FAILED" in l)
+    assert needle in line  # the compile error is one line

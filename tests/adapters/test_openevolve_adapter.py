@@ -58,7 +58,8 @@ def run_evaluator(project, text: str, suffix: str) -> tuple[dict, dict]:
     return metrics, ev.get_pending_artifacts(pid) or {}
 
 
-@pytest.mark.parametrize("name,suffix", [("initial_program.yaml", ".yaml"), ("initial_program.py", ".py")])
+@pytest.mark.parametrize("name,suffix", [("initial_program.yaml", ".yaml"), ("initial_program.py", ".py"),
+                                         ("initial_program_expression.yaml", ".yaml")])
 def test_openevolve_scores_the_seed_programs(project, name, suffix):
     metrics, artifacts = run_evaluator(project, (project / name).read_text(), suffix)
     assert 0.0 < metrics["combined_score"] <= 1.0
@@ -78,13 +79,15 @@ MALFORMED = [
     ("routing: [weighted\n", ".yaml", "malformed YAML"),
     ("routing: {type: weighted, params: {scorers: {queue-lenght: 1}}}\n", ".yaml", "queue-lenght"),
     ("routing: {type: weighted, params: {scorers: {queue-depth: .nan}}}\n", ".yaml", "finite"),
+    ('routing: {type: expression, score: "hit_blocks - lod"}\n', ".yaml", "unknown name 'lod'"),
     ("def get_policy():\n    raise RuntimeError('weights not ready')\n", ".py", "RuntimeError: weights not ready"),
     ("def get_policy():\n    while True:\n        pass\n", ".py", "within 0.5 s"),
     ("def get_policy():\n    a = []\n    while True:\n        a.append(bytearray(10**8))\n", ".py", "memory"),
 ]
 
 
-@pytest.mark.parametrize("text,suffix,needle", MALFORMED, ids=["yaml", "scorer", "nan", "raises", "loops", "hogs"])
+@pytest.mark.parametrize("text,suffix,needle", MALFORMED, ids=["yaml", "scorer", "nan", "expression", "raises",
+                                                                        "loops", "hogs"])
 def test_malformed_programs_score_zero_with_every_feature(project, monkeypatch, text, suffix, needle):
     if "while True:\n        pass" in text:
         monkeypatch.setenv("BLIS_FAST_PROGRAM_TIMEOUT_S", "0.5")  # the others must fail for their own reason
@@ -114,6 +117,16 @@ def test_init_command(capsys, tmp_path):
     assert "evaluator.py" in out and (tmp_path / "p" / "initial_program.py").is_file()
     shim = (tmp_path / "p" / "evaluator.py").read_text()
     assert len(shim.strip().splitlines()) == 1 and "evaluate_stage1" in shim
+    assert "initial_program_expression.yaml" in out
+    # the expression seed: a routing expression and, in its comments, every feature of every slot
+    from blis_fast.config.expression import FEATURES
+    from blis_fast.config.policy import bundle_to_settings
+    from blis_fast.config.yamlfile import load_yaml_text
+
+    seed = (tmp_path / "p" / "initial_program_expression.yaml").read_text()
+    assert bundle_to_settings(load_yaml_text(seed, "seed"))["routing"] == "expression"
+    comments = " ".join(line for line in seed.splitlines() if line.startswith("#"))
+    assert all(re.search(rf"\b{f}\b", comments) for names in FEATURES.values() for f in names)
     before = (tmp_path / "p" / "config.yaml").read_text()
     expect_cli_error(capsys, "openevolve", "init", tmp_path / "p", needles=["already holds"])
     assert (tmp_path / "p" / "config.yaml").read_text() == before

@@ -227,12 +227,21 @@ def check_gepa(init, batch, candidate, capture, components):
 GEPA_INIT = st.just({}) | st.fixed_dictionaries({}, optional={"objectives": JUNK, "budget": JUNK, "workers": SMALL})
 BATCHES = st.one_of(JUNK, st.just(["tiny"]), st.just(["tiny"]), st.lists(st.sampled_from(["tiny", "ghost"]),
                                                                           max_size=2))
+# components holding programs: one that overflows (program faults), one that does not compile, a tree, and a
+# whole bundle with a victim program (the reflective records show each program in canonical form)
+PROGRAM_TEXTS = st.sampled_from(['{type: expression, score: "1e300 * 1e300 * queue - load"}',
+                                 '{type: expression, score: "hit_blocks -"}',
+                                 "{type: tree, tree: {feature: queue, threshold: 4, left: hit_blocks, right: -load}}",
+                                 'preemption: {victim: expression, evict: "generated"}'])
 COMPONENTS = st.one_of(JUNK, st.just({"routing": "least-loaded"}), st.dictionaries(
-    st.sampled_from(["routing", "policy", "scheduler", "bogus"]), st.one_of(JUNK, st.just("round-robin")), max_size=2))
+    st.sampled_from(["routing", "policy", "scheduler", "bogus"]), st.one_of(JUNK, st.just("round-robin"),
+                                                                             PROGRAM_TEXTS), max_size=2))
 
 
 @FAST
 @given(GEPA_INIT, BATCHES, COMPONENTS, JUNK, JUNK)
+@example({}, ["tiny"], {"routing": '{type: expression, score: "1e300 * 1e300 * queue - load"}',
+                        "policy": 'preemption: {victim: expression, evict: "generated"}'}, True, ["routing", "policy"])
 def test_fuzz_gepa_adapter(init, batch, candidate, capture, components):
     check_gepa(init, batch, candidate, capture, components)
 
