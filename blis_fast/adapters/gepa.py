@@ -38,7 +38,7 @@ from typing import Any
 
 from blis_fast.adapters.core import FitnessSet, bundle_of_components, describe_scenario, feedback_text
 from blis_fast.batch.scenarios import MAX_SCENARIOS
-from blis_fast.config.expression import _ALLOWED as ALLOWED_SYNTAX  # the compiler's own one-line syntax
+from blis_fast.config.expression import ALLOWED_SYNTAX  # the compiler's own one-line syntax
 from blis_fast.config.expression import FEATURES, MAX_TREE_DEPTH, decompile, reads
 from blis_fast.config.policy import PROGRAM_SLOTS, bundle_to_settings, program_row
 from blis_fast.config.validate import MAX_STR_LEN, as_bool, as_list, as_mapping, as_str, show

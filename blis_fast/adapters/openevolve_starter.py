@@ -87,7 +87,7 @@ def program_expression_yaml() -> str:
     """The expression seed ``initial_program_expression.yaml``: the routing as a formula
     over the router's features (listed in its comment block, from
     ``blis_fast.config.expression.FEATURES``, so they never drift from the compiler's)."""
-    from blis_fast.config.expression import _ALLOWED, FEATURES  # deferred: numpy and the kernel schema
+    from blis_fast.config.expression import ALLOWED_SYNTAX, FEATURES  # deferred: numpy and the kernel schema
 
     def wrapped(prefix: str, text: str) -> list[str]:  # comment lines of at most ~92 characters
         lines, line = [], prefix
@@ -101,7 +101,7 @@ def program_expression_yaml() -> str:
     comment = [
         "# A blis-fast policy bundle whose routing is an expression (docs/policies.md, \"Expression and",
         "# tree policies\"): each instance gets the score, the highest wins (ties: the lowest index).",
-        *wrapped("# Syntax: ", _ALLOWED),
+        *wrapped("# Syntax: ", ALLOWED_SYNTAX),
         *wrapped("# Routing features: ", ", ".join(FEATURES["routing"])),
         "# Any other slot can hold a program too: admission {type: expression, admit: ...} (admitted",
         "# iff > 0), priority {type: expression, priority: ...}, scheduler {type: expression, key: ...}",

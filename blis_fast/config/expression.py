@@ -60,8 +60,9 @@ _COMPARE = {ast.Lt: S.Op.LT, ast.LtE: S.Op.LE, ast.Gt: S.Op.GT, ast.GtE: S.Op.GE
             ast.NotEq: S.Op.NE}
 _SYMBOL = {S.Op.ADD: "+", S.Op.SUB: "-", S.Op.MUL: "*", S.Op.DIV: "/", S.Op.LT: "<", S.Op.LE: "<=",
            S.Op.GT: ">", S.Op.GE: ">=", S.Op.EQ: "==", S.Op.NE: "!=", S.Op.AND: "and", S.Op.OR: "or"}
-_ALLOWED = ("numbers, the feature names, + - * / **, min max abs log1p sqrt exp, < <= > >= == !=, and or not, "
-            "a if c else b")
+# what an expression may contain, in one line (the errors end with it; the adapters' prompts quote it)
+ALLOWED_SYNTAX = ("numbers, the feature names, + - * / **, min max abs log1p sqrt exp, < <= > >= == !=, and or not, "
+                  "a if c else b")
 _OPERATORS_NOT_ALLOWED = {ast.Mod: "%", ast.FloorDiv: "//", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
                           ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^"}
 
@@ -103,7 +104,7 @@ def _constant(code: _Code, node: ast.AST, value: Any) -> float:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if not isinstance(value, (int, float)):
-        raise code.error(node, f"expected a number or a feature name, got {value!r}; allowed: {_ALLOWED}")
+        raise code.error(node, f"expected a number or a feature name, got {value!r}; allowed: {ALLOWED_SYNTAX}")
     try:
         x = float(value)
     except OverflowError:
@@ -181,7 +182,7 @@ def _compile(code: _Code, node: ast.AST, depth: int) -> int:
         elif isinstance(node.op, ast.Not):
             code.emit(S.Op.NOT)
         elif not isinstance(node.op, ast.UAdd):
-            raise code.error(node, f"operator ~ is not allowed; allowed: {_ALLOWED}")
+            raise code.error(node, f"operator ~ is not allowed; allowed: {ALLOWED_SYNTAX}")
         return need
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Pow):
@@ -195,7 +196,7 @@ def _compile(code: _Code, node: ast.AST, depth: int) -> int:
         op = _BINARY.get(type(node.op))
         if op is None:
             sym = _OPERATORS_NOT_ALLOWED.get(type(node.op), type(node.op).__name__)
-            raise code.error(node, f"operator {sym} is not allowed; allowed: {_ALLOWED}")
+            raise code.error(node, f"operator {sym} is not allowed; allowed: {ALLOWED_SYNTAX}")
         return _binary(code, op, node.left, node.right, d)
     if isinstance(node, ast.BoolOp):
         op = S.Op.AND if isinstance(node.op, ast.And) else S.Op.OR
@@ -221,7 +222,7 @@ def _compile(code: _Code, node: ast.AST, depth: int) -> int:
         return need
     if isinstance(node, ast.Call):
         return _compile_call(code, node, d)
-    raise code.error(node, f"{_describe(node)} is not allowed; allowed: {_ALLOWED}")
+    raise code.error(node, f"{_describe(node)} is not allowed; allowed: {ALLOWED_SYNTAX}")
 
 
 def _chain(code: _Code, op: int, operands: list, d: int) -> int:
@@ -284,8 +285,8 @@ def _parse(text: Any, field: str) -> ast.AST:
         return ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
         if e.offset:
-            raise ConfigError(field, f"column {e.offset}: invalid syntax ({e.msg}); allowed: {_ALLOWED}") from None
-        raise ConfigError(field, f"invalid syntax at its end: the expression is incomplete; allowed: {_ALLOWED}") \
+            raise ConfigError(field, f"column {e.offset}: invalid syntax ({e.msg}); allowed: {ALLOWED_SYNTAX}") from None
+        raise ConfigError(field, f"invalid syntax at its end: the expression is incomplete; allowed: {ALLOWED_SYNTAX}") \
             from None
     except (RecursionError, MemoryError, ValueError):
         raise ConfigError(field, "nested too deeply to parse: simplify the expression") from None
