@@ -23,7 +23,8 @@ _JOBS_HELP = "simulations run at once (default: the machine's cores)"
 _SEEDS_HELP = "seeds per point: consecutive workload seeds from --seed (default {})"
 _SET_HELP = ("a swept setting NAME=start:stop:step (stop included) or NAME=v1,v2,...; NAME is any flat setting "
              "(rate, num_instances, max_num_seqs, routing_policy, ...) or a weight entry "
-             "(routing_scorers.queue-depth); repeat for a grid")
+             "(routing_scorers.queue-depth); a program setting's expressions are separated by ';' "
+             "(routing_program=-load;hit_blocks - queue); repeat for a grid")
 _METRICS_HELP = ("more metrics for the table, comma-separated (names as in --objectives, selectors allowed), "
                  "printed after the key columns; latencies, throughput, occupancy and SLO attainment (per class "
                  "with targets) are always there")
@@ -187,8 +188,11 @@ def sweep(
     Every point runs --seeds seeds (the same at every point), all points in parallel.
     Prints the key metrics; --out writes all of them, --plot draws the curves.
     """
-    from blis_fast.studies.sweep import run_study  # deferred: blis_fast_kernels.native
+    from blis_fast.studies.sweep import run_study, swept_programs  # deferred: blis_fast_kernels.native
 
+    for name, first in swept_programs(set_).items():  # (a swept formula needs no formula of its own)
+        if run_flags.get(name) is None:
+            run_flags[name] = first
     cfg = config_from_flags(run_flags)
     inputs = input_paths(run_flags, cfg)
     _check_study_outputs(out, plot, inputs)

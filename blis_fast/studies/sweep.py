@@ -26,6 +26,7 @@ from pathlib import Path
 from decimal import Decimal, Overflow, localcontext
 from typing import Callable, Sequence, get_type_hints
 
+from blis_fast.config.policy import PROGRAM_FIELDS
 from blis_fast.config.sim import FLAG_PATHS, SimConfig, flat_name
 from blis_fast.config.validate import FLOAT_TINY, as_list, as_str, parse_decimal, show, show_text
 from blis_fast.errors import ConfigError
@@ -103,6 +104,30 @@ def parse_values(text: str, field: str) -> tuple:
     return tuple(_number_or_name(s, field) for s in items)
 
 
+def swept_programs(specs) -> dict[str, str]:
+    """{program setting: its first swept expression} of the ``--set`` specs that sweep one:
+    the study's base configuration takes it, so ``--routing-policy expression`` needs no
+    ``--routing-program`` of its own."""
+    out = {}
+    for spec in specs or ():
+        name, sep, values = str(spec).partition("=")
+        name = name.strip().replace("-", "_")
+        if sep and name in PROGRAM_FIELDS and values.split(";")[0].strip():
+            out.setdefault(name, values.split(";")[0].strip())
+    return out
+
+
+def parse_programs(text: str, field: str) -> tuple:
+    """The values of a program setting (``routing_program``, ...): expressions separated by
+    ``;`` (each checked when its point's configuration is built)."""
+    items = [s.strip() for s in as_str(text, field, max_len=100_000).split(";")]
+    if not items or any(not s for s in items):
+        raise ConfigError(field, f"expected expressions separated by ';', got {show(text)}")
+    if len(items) > MAX_POINTS:
+        raise ConfigError(field, f"more than {MAX_POINTS} values")
+    return tuple(items)
+
+
 def _entry_kind(head: str) -> str | None:
     """"dict" or "list" for a setting whose entries may be swept one at a time
     (``routing_scorers.queue-depth``, ``slo_class_weights.1``), else None."""
@@ -130,7 +155,10 @@ def parse_axis(spec, field: str = "--set") -> Axis:
         if not sep or not name.strip():
             raise ConfigError(field, f"expected NAME=start:stop:step or NAME=v1,v2,..., got {show(text)}")
         name = name.strip()
-        values = parse_values(values_text, f"{field} {show_text(name)}")
+        if name.replace("-", "_") in PROGRAM_FIELDS:  # formulas hold commas and colons: ';' separates them
+            values = parse_programs(values_text, f"{field} {show_text(name)}")
+        else:
+            values = parse_values(values_text, f"{field} {show_text(name)}")
     name = flat_name(name) or name  # (a run-config path: kv_tiers.cpu_blocks -> kv_cpu_blocks)
     head, dot, key = name.partition(".")
     head = head.replace("-", "_")

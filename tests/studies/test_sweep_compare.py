@@ -186,3 +186,24 @@ def test_sweep_rows_carry_each_points_adequacy_and_the_cli_warns(capsys):
     code, out, err = run_cli(capsys, "sweep", "--set", "rate=100", "--workload", "chatbot", "--num-instances", "4",
                              "--json", "--quiet")
     assert code == 0 and "warning" not in err and json.loads(out)["rows"][0]["adequacy"] == "too_short"
+
+
+def test_sweeping_formulas(capsys):
+    """A program setting's expressions are separated by ';' (they hold commas); the study's
+    base takes the first one, so the policy needs no formula of its own."""
+    from blis_fast.errors import ConfigError
+
+    axis = parse_axis("routing_program=-load; min(load, queue) - hit_blocks ;hit_blocks if max_hit > 0 else -load")
+    assert axis.values == ("-load", "min(load, queue) - hit_blocks", "hit_blocks if max_hit > 0 else -load")
+    with pytest.raises(ConfigError, match="separated by ';'"):
+        parse_axis("routing_program=-load;;load")
+    code, out, err = run_cli(capsys, "sweep", "--num-requests", "120", "--num-instances", "3", "--rate", "80",
+                             "--routing-policy", "expression", "--set", "routing_program=-load;load", "--json",
+                             "--quiet")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["routing_program"] for r in rows] == ["-load", "load"]
+    assert rows[0]["ttft_p99_ms"] != rows[1]["ttft_p99_ms"]
+    code, out, err = run_cli(capsys, "sweep", "--num-requests", "20", "--routing-policy", "expression", "--set",
+                             "routing_program=-load;load.x")
+    assert code == 2 and "attribute access" in err
