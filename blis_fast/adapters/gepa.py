@@ -40,7 +40,7 @@ from blis_fast.adapters.core import FitnessSet, bundle_of_components, describe_s
 from blis_fast.batch.scenarios import MAX_SCENARIOS
 from blis_fast.config.expression import ALLOWED_SYNTAX  # the compiler's own one-line syntax
 from blis_fast.config.expression import FEATURES, MAX_TREE_DEPTH, decompile, reads
-from blis_fast.config.policy import PROGRAM_SLOTS, bundle_to_settings, program_row
+from blis_fast.config.policy import PROGRAM_FORMS, PROGRAM_SLOTS, bundle_to_settings, program_row
 from blis_fast.config.validate import MAX_STR_LEN, as_bool, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
 
@@ -78,27 +78,15 @@ How the current component did on each scenario (objectives, targets, misses and 
 Propose an improved version of this component that meets more objectives. Answer with the new YAML only, \
 inside one fenced code block."""
 
-# what each program slot's value means, in the order of PROGRAM_SLOTS (a test checks every slot has one)
-PROGRAM_MEANING = {"admission": "a request is admitted iff the value is > 0",
-                   "routing": "scored per instance, the highest wins, ties to the lowest index",
-                   "priority": "the request's priority, higher is more important",
-                   "scheduler": "the queue's sort key, lower runs first",
-                   "victim": "under KV pressure the running request with the highest value is preempted"}
-
-
 def program_forms() -> str:
     """The reflection prompt's paragraph on expression and tree policies, generated from
-    ``PROGRAM_SLOTS`` (bundle keys) and ``FEATURES`` (each slot's feature names), so it
-    lists exactly what the compiler accepts."""
-    forms = []
-    for slot, (_, _, key) in PROGRAM_SLOTS.items():
-        section = "preemption" if slot == "victim" else slot
-        if slot == "victim":
-            form = f'preemption: {{victim: expression, {key}: "<expr>"}} or {{victim: tree, tree: ...}}'
-        else:
-            form = f'{section}: {{type: expression, {key}: "<expr>"}} or {{type: tree, tree: ...}}'
-        forms.append(f"{form} ({PROGRAM_MEANING[slot]}; features: {', '.join(FEATURES[slot])})")
-    return ("Every slot can also hold a program instead of a named policy: " + "; ".join(forms) + ". "
+    ``PROGRAM_FORMS`` (each slot's bundle form and meaning) and ``FEATURES`` (each slot's
+    feature names), so it lists exactly what the compiler accepts."""
+    forms = [f"{form} ({meaning}; features: {', '.join(FEATURES[slot])})"
+             for slot, (form, meaning) in PROGRAM_FORMS.items()]
+    return ("Every slot can also hold a program instead of a named policy: " + "; ".join(forms) + ". Each also "
+            "takes a decision tree: type: tree (victim: tree, dispatch_order: tree, decider: tree, policy: tree "
+            "where those name the policy) and tree: {...} instead of the formula's key. "
             f"An expression may use {ALLOWED_SYNTAX}; a tree is {{feature, threshold, left, right}} (left when "
             f"feature <= threshold, at most {MAX_TREE_DEPTH} levels; leaves are numbers or expressions). A "
             "program that does not compile scores 0; a value that is not finite counts as a program fault and "

@@ -88,6 +88,7 @@ def program_expression_yaml() -> str:
     over the router's features (listed in its comment block, from
     ``blis_fast.config.expression.FEATURES``, so they never drift from the compiler's)."""
     from blis_fast.config.expression import ALLOWED_SYNTAX, FEATURES  # deferred: numpy and the kernel schema
+    from blis_fast.config.policy import PROGRAM_FORMS  # deferred: as above
 
     def wrapped(prefix: str, text: str) -> list[str]:  # comment lines of at most ~92 characters
         lines, line = [], prefix
@@ -103,11 +104,9 @@ def program_expression_yaml() -> str:
         "# tree policies\"): each instance gets the score, the highest wins (ties: the lowest index).",
         *wrapped("# Syntax: ", ALLOWED_SYNTAX),
         *wrapped("# Routing features: ", ", ".join(FEATURES["routing"])),
-        "# Any other slot can hold a program too: admission {type: expression, admit: ...} (admitted",
-        "# iff > 0), priority {type: expression, priority: ...}, scheduler {type: expression, key: ...}",
-        "# (lower first), preemption {victim: expression, evict: ...} (highest preempted); features:",
-        *wrapped("#   admission: ", ", ".join(FEATURES["admission"])),
-        *wrapped("#   scheduler and victim (priority: all but priority): ", ", ".join(FEATURES["scheduler"])),
+        "# Any other slot can hold a program too (or a tree: tree instead of expression, tree: {...}):",
+        *(line for slot, (form, meaning) in PROGRAM_FORMS.items() if slot != "routing"
+          for line in wrapped(f"#   {form}: {meaning}; features: ", ", ".join(FEATURES[slot]))),
     ]
     return "\n".join(comment) + f"""
 # EVOLVE-BLOCK-START

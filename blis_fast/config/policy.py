@@ -71,6 +71,23 @@ PROGRAM_SLOTS = {"admission": ("admission", "admission_program", "admit"),
                  "dispatch": ("dispatch_order", "dispatch_program", "dispatch_key"),
                  "pd": ("pd_decider", "pd_program", "disaggregate"),
                  "autoscale": ("autoscaler", "autoscale_program", "desired")}
+# slot -> (how a policy bundle gives its expression, what the value means): the search adapters'
+# prompts and seeds quote them (each also takes a tree: the same with tree / tree: {...})
+PROGRAM_FORMS = {
+    "admission": ('admission: {type: expression, admit: "<expr>"}', "a request is admitted iff the value is > 0"),
+    "routing": ('routing: {type: expression, score: "<expr>"}',
+                "scored per candidate instance, the highest wins, ties to the lowest index"),
+    "priority": ('priority: {type: expression, priority: "<expr>"}', "the request's priority, higher is more urgent"),
+    "scheduler": ('scheduler: {type: expression, key: "<expr>"}', "the wait queue's sort key, lower runs first"),
+    "victim": ('preemption: {victim: expression, evict: "<expr>"}',
+               "under KV pressure the running request with the highest value is preempted"),
+    "dispatch": ('flow_control: {policy: <detector>, dispatch_order: expression, dispatch_key: "<expr>"}',
+                 "the gateway releases the waiting request with the lowest value first"),
+    "pd": ('pd: {decider: expression, disaggregate: "<expr>"}',
+           "a request of a disaggregated model is prefilled on a prefill instance iff the value is > 0"),
+    "autoscale": ('autoscale: {policy: expression, desired: "<expr>"}',
+                  "a pool's desired instances = ceil(value) at each tick"),
+}
 PROGRAM_FIELDS = tuple(program for _, program, _ in PROGRAM_SLOTS.values())
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
 MAX_INTERVAL_US = 2**53  # snapshot refresh intervals travel as float64: kept exact

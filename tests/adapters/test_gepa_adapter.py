@@ -116,12 +116,11 @@ def test_optimize_anything_evaluator():
 # ----------------------------------------------------------------------------- expression and tree policies
 
 def test_reflection_template_names_every_program_form_and_feature():
-    from blis_fast.adapters.gepa import PROGRAM_MEANING
     from blis_fast.config.expression import FEATURES
-    from blis_fast.config.policy import PROGRAM_SLOTS
+    from blis_fast.config.policy import PROGRAM_FORMS, PROGRAM_SLOTS
 
     template = BlisGEPAAdapter.reflection_template
-    assert set(PROGRAM_MEANING) == set(PROGRAM_SLOTS)
+    assert set(PROGRAM_FORMS) == set(PROGRAM_SLOTS) == set(FEATURES)
     for slot, (_, _, key) in PROGRAM_SLOTS.items():
         assert f"{key}: \"<expr>\"" in template
         for feature in FEATURES[slot]:
