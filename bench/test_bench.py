@@ -15,7 +15,7 @@ from blis_fast.experiments.bench import SCENARIOS, scenario_overrides
 from blis_fast.run import build_state, build_workload, resolve, run_to_end
 from blis_fast_kernels.schema import RequestState, Status
 
-ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5, "100k-decisions": 5, "100k-full": 5}
+ROUNDS = {"1k": 20, "10k": 10, "100k": 5, "100k-weighted": 5, "100k-expr": 5, "100k-decisions": 5, "100k-full": 5}
 
 
 @pytest.fixture(scope="module", params=[
