@@ -289,3 +289,23 @@ def test_the_other_slots_scenarios_exercise_their_choices():
                   ("dispatch-fifo", "dispatch-deadline")):
         runs = {reqs(BUNDLE_RESTATEMENTS[n][0], BUNDLE_RESTATEMENTS[n][1]) for n in group}
         assert len(runs) == len(group), group
+
+
+@pytest.mark.parametrize("name, tree_policy", [
+    ("pd-prefix-threshold", {"pd": {"decider": "tree", "tree": {"feature": "uncached_tokens", "threshold": 2999,
+                                                                "left": 0, "right": 1}}}),
+    ("autoscale-threshold", {"autoscale": {"policy": "tree", "tree": {  # no ready instance (no signal): hold
+        "feature": "ready", "threshold": 0, "left": "current",
+        "right": {"feature": "in_flight", "threshold": 8, "right": "current + 1",
+                  "left": {"feature": "in_flight", "threshold": 1.9999999999, "left": "current - 1",
+                           "right": "current"}}}}}),
+    ("dispatch-fifo", {"flow_control": {"policy": "utilization", "dispatch_order": "tree",
+                                        "tree": {"feature": "slo_class", "threshold": 0, "left": 0, "right": 0}}}),
+])
+def test_trees_in_the_other_slots(name, tree_policy):
+    """A tree restates the template too (uncached >= 3000 is not <= 2999 for integers;
+    in_flight, a mean over at most 6 instances, is < 2 iff <= 1.9999999999)."""
+    settings, template, _ = BUNDLE_RESTATEMENTS[name]
+    a = blis_fast.simulate(**settings, policy=template)
+    b = blis_fast.simulate(**settings, policy=tree_policy)
+    assert scaling_free(a)["reqs"] == scaling_free(b)["reqs"]
