@@ -45,24 +45,25 @@ MAX_CONSTANT = 1e300  # constants are finite and at most this large
 FEATURES: dict[str, dict[str, int]] = {
     "routing": {name: k for k, name in enumerate(S.ROUTE_FEATURE_NAMES)},
     "admission": {name: k for k, name in enumerate(S.ADMIT_FEATURE_NAMES)},
-    # a priority program computes the priority: it cannot read it
-    "priority": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES) if name != "priority"},
+    # a priority program computes the priority: it cannot read it; a place in a queue or batch exists
+    # only where a scheduler sorts and a victim is chosen
+    "priority": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES) if name not in ("priority", "position")},
     "scheduler": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
     "victim": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
-    "dispatch": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES)},
+    "dispatch": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES) if name != "position"},
     "pd": {name: k for k, name in enumerate(S.PD_FEATURE_NAMES)},
     "autoscale": {name: k for k, name in enumerate(S.SCALE_FEATURE_NAMES)},
 }
 FUNCTIONS = {"min": S.Op.MIN, "max": S.Op.MAX, "abs": S.Op.ABS, "log1p": S.Op.LOG1P, "sqrt": S.Op.SQRT,
-             "exp": S.Op.EXP}
+             "exp": S.Op.EXP, "floor": S.Op.FLOOR}
 _BINARY = {ast.Add: S.Op.ADD, ast.Sub: S.Op.SUB, ast.Mult: S.Op.MUL, ast.Div: S.Op.DIV}
 _COMPARE = {ast.Lt: S.Op.LT, ast.LtE: S.Op.LE, ast.Gt: S.Op.GT, ast.GtE: S.Op.GE, ast.Eq: S.Op.EQ,
             ast.NotEq: S.Op.NE}
 _SYMBOL = {S.Op.ADD: "+", S.Op.SUB: "-", S.Op.MUL: "*", S.Op.DIV: "/", S.Op.LT: "<", S.Op.LE: "<=",
            S.Op.GT: ">", S.Op.GE: ">=", S.Op.EQ: "==", S.Op.NE: "!=", S.Op.AND: "and", S.Op.OR: "or"}
 # what an expression may contain, in one line (the errors end with it; the adapters' prompts quote it)
-ALLOWED_SYNTAX = ("numbers, the feature names, + - * / **, min max abs log1p sqrt exp, < <= > >= == !=, and or not, "
-                  "a if c else b")
+ALLOWED_SYNTAX = ("numbers, the feature names, + - * / **, min max abs log1p sqrt exp floor, < <= > >= == !=, "
+                  "and or not, a if c else b")
 _OPERATORS_NOT_ALLOWED = {ast.Mod: "%", ast.FloorDiv: "//", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
                           ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^"}
 
@@ -409,7 +410,7 @@ def _decompile(row, pc: int, end: int, names) -> tuple[str, int]:
             stack.append(f"(-{stack.pop()})")
         elif op == S.Op.NOT:
             stack.append(f"(not {stack.pop()})")
-        elif op in (S.Op.ABS, S.Op.LOG1P, S.Op.SQRT, S.Op.EXP):
+        elif op in (S.Op.ABS, S.Op.LOG1P, S.Op.SQRT, S.Op.EXP, S.Op.FLOOR):
             stack.append(f"{S.OP_NAMES[op - 1].lower()}({stack.pop()})")
         elif op == S.Op.SELECT:
             b, a, c = stack.pop(), stack.pop(), stack.pop()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blis_fast_kernels.schema import REQUEST_STATE_NAMES, RequestState
+from blis_fast_kernels.schema import REQUEST_STATE_NAMES, PolicySlot, PriorityKind, ProgramHeader, RequestState
 
 from .anomalies import hol_blocking_instances, priority_inversions
 from .autoscale import has_autoscaler
@@ -434,12 +434,21 @@ class Result:
         instance schedulers' records and their columns."""
         return decision_table(self)
 
+    def _priority_kind(self) -> str:
+        """The priority policy's name for the anomaly counters; ``constant`` also for a
+        priority program that reads no feature (every request gets the same priority)."""
+        st = self.state
+        if (int(st.policy_kind[PolicySlot.PRIORITY]) == PriorityKind.EXPRESSION
+                and st.policy_param[PolicySlot.PRIORITY, ProgramHeader.FEATURES] == 0):
+            return "constant"
+        return self.setup.config.policy.priority
+
     def anomalies(self) -> dict:
         """Anomaly counters: priority inversions, HOL-blocking instances, rejected requests."""
         lat = self.latencies
         return {
             "priority_inversions": priority_inversions(self.reqs, lat["e2e_us"], lat["done"],
-                                                       self.setup.config.policy.priority),
+                                                       self._priority_kind()),
             "hol_blocking_instances": hol_blocking_instances(self.state.inst, self.state.pd_inst["role"]),
             "rejected_requests": self._arrived_rejected()[1],
         }

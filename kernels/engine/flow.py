@@ -144,7 +144,7 @@ def order_key(st, r, t):
             key -= pp[j]
         return key
     if order == DispatchOrder.EXPRESSION:  # (its value at the request's entry; not finite: last)
-        return request_program_value(st, st.policy_param[PolicySlot.DISPATCH], r, t, request_priority(st, r, t),
+        return request_program_value(st, st.policy_param[PolicySlot.DISPATCH], r, t, request_priority(st, r, t), -1,
                                      PolicySlot.DISPATCH, PROGRAM_WORST)
     if order == DispatchOrder.DEADLINE:
         c = reqs[r]["slo_class"]

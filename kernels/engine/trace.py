@@ -219,7 +219,7 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     log[k]["queue_len"] = st.inst[i]["wq_len"]
     log[k]["priority"] = p
     if st.policy_kind[PolicySlot.SCHEDULER] != SchedulerKind.FCFS:
-        log[k]["sched_key"] = scheduler_key(st, r, p, t)
+        log[k]["sched_key"] = scheduler_key(st, r, p, t, position)
     log[k]["wait_us"] = t - reqs[r]["queued_us"]
     log[k]["budget_left"] = budget
     log[k]["free_blocks"] = free_blocks

@@ -11,10 +11,10 @@ PROGRAM_WORST = 1e300
 
 
 @helper
-def request_program_value(st, prog, r, now, priority, slot, worst):
+def request_program_value(st, prog, r, now, priority, position, slot, worst):
     """Program ``prog``'s value for request r at ``now`` (RequestFeature; ``priority`` is
-    its priority, 0 in a priority program), ``worst`` if it is not finite (counted in
-    ``State.prog_faults[slot]``)."""
+    its priority, 0 in a priority program; ``position`` its place, -1 where it has none),
+    ``worst`` if it is not finite (counted in ``State.prog_faults[slot]``)."""
     f = st.prog_features
     req = st.reqs[r]
     f[RequestFeature.AGE_US] = now - req["arrival_us"]
@@ -25,6 +25,7 @@ def request_program_value(st, prog, r, now, priority, slot, worst):
     f[RequestFeature.TENANT] = req["tenant"]
     f[RequestFeature.PRIORITY] = priority
     f[RequestFeature.GENERATED] = req["generated"]
+    f[RequestFeature.POSITION] = position
     f[RequestFeature.ATTEMPT] = st.flow_reqs[r]["attempt"] if r < st.flow_reqs.shape[0] else 0
     c = req["slo_class"]
     f[RequestFeature.TTFT_TARGET_US] = st.slo_targets[c, 0] if 0 <= c < st.slo_targets.shape[0] else -1
@@ -48,7 +49,7 @@ def request_priority(st, r, now):
     the value of its program (expression, tree; −PROGRAM_WORST if not finite)."""
     params = st.policy_param[PolicySlot.PRIORITY]
     if st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
-        return request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY, -PROGRAM_WORST)
+        return request_program_value(st, params, r, now, 0.0, -1, PolicySlot.PRIORITY, -PROGRAM_WORST)
     return age_class_priority(params, st.reqs[r]["arrival_us"], st.reqs[r]["slo_class"], now)
 
 
@@ -61,7 +62,7 @@ def update_wait_queue_priorities(st, i, now):
     r = st.inst[i]["wq_head"]
     while r >= 0:
         if program:
-            reqs[r]["priority"] = request_program_value(st, params, r, now, 0.0, PolicySlot.PRIORITY,
+            reqs[r]["priority"] = request_program_value(st, params, r, now, 0.0, -1, PolicySlot.PRIORITY,
                                                         -PROGRAM_WORST)
         else:  # (the template's arithmetic inline: this loop runs every step)
             reqs[r]["priority"] = age_class_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)

@@ -84,6 +84,8 @@ def _unary(op, a, k):
         return math.log1p(a) if a > 0.0 else 0.0
     if op == Op.POW:
         return _power(a, k)
+    if op == Op.FLOOR:
+        return np.floor(a)
     # Op.EXP
     if a > EXP_LIMIT:
         a = EXP_LIMIT
@@ -152,7 +154,7 @@ def run_program(prog, features, stack):
                 return np.nan
             sp -= 1
             stack[sp - 1] = _binary(op, stack[sp - 1], stack[sp])
-        elif op <= Op.EXP:
+        elif op <= Op.FLOOR:
             if sp < 1:
                 return np.nan
             stack[sp - 1] = _unary(op, stack[sp - 1], x)
@@ -228,7 +230,7 @@ def run_program_rows(prog, features, n, stack, out):
                 break
             sp -= 1
             _binary_rows(op, stack[sp - 1], stack[sp], n)
-        elif op <= Op.EXP:
+        elif op <= Op.FLOOR:
             if sp < 1:
                 bad = True
                 break

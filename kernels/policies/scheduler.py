@@ -9,13 +9,14 @@ from .priority import PROGRAM_WORST, request_program_value
 
 
 @helper
-def scheduler_key(st, r, priority, now):
+def scheduler_key(st, r, priority, now, position):
     """The sort scheduler's key of request r whose priority is ``priority`` (lower is
     scheduled earlier): Σ weights·(priority, arrival, prompt length, output length), or the
-    value of the scheduler's program (PROGRAM_WORST if not finite)."""
+    value of the scheduler's program at the request's queue ``position`` (PROGRAM_WORST if
+    not finite)."""
     weights = st.policy_param[PolicySlot.SCHEDULER]
     if st.policy_kind[PolicySlot.SCHEDULER] == SchedulerKind.EXPRESSION:
-        return request_program_value(st, weights, r, now, priority, PolicySlot.SCHEDULER, PROGRAM_WORST)
+        return request_program_value(st, weights, r, now, priority, position, PolicySlot.SCHEDULER, PROGRAM_WORST)
     return weighted_key(st.reqs, r, priority, weights)
 
 
@@ -43,7 +44,7 @@ def reorder_wait_queue(st, i, now):
     for k in range(n):
         st.sort_ids[k] = r
         if program:
-            st.sort_k1[k] = request_program_value(st, weights, r, now, reqs[r]["priority"], PolicySlot.SCHEDULER,
+            st.sort_k1[k] = request_program_value(st, weights, r, now, reqs[r]["priority"], k, PolicySlot.SCHEDULER,
                                                   PROGRAM_WORST)
         else:  # (the template's arithmetic inline: this loop runs every step)
             st.sort_k1[k] = weighted_key(reqs, r, reqs[r]["priority"], weights)

@@ -24,7 +24,7 @@ def choose_victim(st, i, kind, now):
     for k in range(last, -1, -1):
         r = st.batch[i, k]
         if program:  # minus the program's value: the highest is chosen
-            v = -request_program_value(st, st.policy_param[PolicySlot.VICTIM], r, now, request_priority(st, r, now),
+            v = -request_program_value(st, st.policy_param[PolicySlot.VICTIM], r, now, request_priority(st, r, now), k,
                                        PolicySlot.VICTIM, -PROGRAM_WORST)
         elif st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
             v = request_priority(st, r, now)

@@ -405,9 +405,10 @@ class _Op(NamedTuple):
     LOG1P: int = 21  # log1p(max(a, 0))
     SQRT: int = 22  # sqrt(max(a, 0))
     EXP: int = 23  # exp of a clamped to [-EXP_LIMIT, EXP_LIMIT]
-    SELECT: int = 24  # pops c, a, b (pushed in that order): a if c != 0 else b
-    BRANCH: int = 25  # a tree node: continue below if feature <= threshold, else at the right subtree
-    RETURN: int = 26  # a tree leaf: the program's value is the top of the stack
+    FLOOR: int = 24  # (the last unary operator)
+    SELECT: int = 25  # pops c, a, b (pushed in that order): a if c != 0 else b
+    BRANCH: int = 26  # a tree node: continue below if feature <= threshold, else at the right subtree
+    RETURN: int = 27  # a tree leaf: the program's value is the top of the stack
 
 
 OP_CONST_RIGHT = 32
@@ -472,6 +473,7 @@ class _RequestFeature(NamedTuple):
     GENERATED: int = 7  # output tokens generated so far
     ATTEMPT: int = 8  # its attempt (0 = the first; retries after a timeout or a shed)
     TTFT_TARGET_US: int = 9  # its SLO class's TTFT target, µs; -1 = none
+    POSITION: int = 10  # scheduler: its place in the wait queue before this sort (0 = head); victim: its batch slot
 
 
 N_REQUEST_FEATURES = len(_RequestFeature._fields)

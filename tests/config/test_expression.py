@@ -55,6 +55,7 @@ def value(text: str, slot: str = "routing", **values) -> float:
     ("min(load, queue, 3)", dict(load=5, queue=4), 3.0),
     ("max(load, queue, 3)", dict(load=5, queue=4), 5.0),
     ("abs(-load)", dict(load=2.5), 2.5),
+    ("floor(load / 4) + floor(-queue / 4)", dict(load=7, queue=1), 1.0 - 1.0),
     ("1 < load <= 5", dict(load=5), 1.0),
     ("1 < load <= 5", dict(load=6), 0.0),
     ("load == 2 or queue != 0", dict(load=1, queue=0), 0.0),
@@ -104,7 +105,7 @@ def expressions(depth: int = 4):
         st.tuples(sub, st.sampled_from(["+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or"]), sub)
         .map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
         st.tuples(st.sampled_from(["min", "max"]), sub, sub).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
-        st.tuples(st.sampled_from(["abs", "sqrt", "log1p", "exp", "-", "not "]), sub)
+        st.tuples(st.sampled_from(["abs", "sqrt", "log1p", "exp", "floor", "-", "not "]), sub)
         .map(lambda t: f"{t[0]}({t[1]})" if t[0][-1].isalpha() and t[0] != "not " else f"({t[0]}{t[1]})"),
         st.tuples(sub, st.sampled_from(["2", "3", "-1", "-2", "0.5", "0"])).map(lambda t: f"({t[0]} ** {t[1]})"),
         st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),

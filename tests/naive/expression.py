@@ -86,6 +86,8 @@ def _eval(node, f) -> float:
             return math.sqrt(a) if a > 0 else 0.0
         if name == "log1p":
             return math.log1p(a) if a > 0 else 0.0
+        if name == "floor":
+            return float(math.floor(a)) if math.isfinite(a) else a
         return math.exp(min(max(a, -50.0), 50.0))  # exp
     raise AssertionError(f"not an expression the compiler accepts: {ast.dump(node)}")
 
