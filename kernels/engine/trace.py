@@ -11,7 +11,7 @@ import numpy as np
 
 from ..jit import helper
 from ..kv.cache import kv_free_blocks
-from ..policies.priority import request_priority
+from ..policies.priority import priority_of, priority_slot
 from ..policies.routing import _load, is_candidate
 from ..policies.scheduler import scheduler_key
 from ..schema import (N_TRACE_ALTERNATIVES, SCHED_SCAN_DEPTH, BlockReason, PolicySlot, SchedRecord, SchedulerKind,
@@ -214,7 +214,8 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     reqs = st.reqs
     log = st.sched_log
     # priorities as of t (a victim of this step was not in the queue when they were updated)
-    p = request_priority(st, r, t)
+    params, program = priority_slot(st)
+    p = priority_of(st, params, program, r, t)
     log[k]["position"] = position
     log[k]["queue_len"] = st.inst[i]["wq_len"]
     log[k]["priority"] = p
@@ -227,7 +228,7 @@ def _waiting_fields(st, k, i, t, r, position, budget, free_blocks):
     q = reqs[r]["queue_next"]
     seen = 0
     while q >= 0 and seen < SCHED_SCAN_DEPTH:
-        if request_priority(st, q, t) > p:
+        if priority_of(st, params, program, q, t) > p:
             higher += 1
         q = reqs[q]["queue_next"]
         seen += 1
@@ -318,11 +319,12 @@ def log_victim(st, i, t, j, for_request):
     v = st.batch[i, j]
     n = st.inst[i]["batch_len"]
     k = _sched_row(st, SchedRecord.VICTIM, i, t, v)
-    p = request_priority(st, v, t)
+    params, program = priority_slot(st)
+    p = priority_of(st, params, program, v, t)
     lower = 0
     for s in range(n):
         q = st.batch[i, s]
-        if request_priority(st, q, t) < p:
+        if priority_of(st, params, program, q, t) < p:
             lower += 1
     log = st.sched_log
     log[k]["position"] = j
@@ -330,4 +332,4 @@ def log_victim(st, i, t, j, for_request):
     log[k]["priority"] = p
     log[k]["higher_behind"] = lower
     log[k]["for_request"] = for_request
-    log[k]["for_priority"] = request_priority(st, for_request, t)
+    log[k]["for_priority"] = priority_of(st, params, program, for_request, t)

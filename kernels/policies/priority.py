@@ -44,26 +44,34 @@ def age_class_priority(params, arrival_us, slo_class, now):
 
 
 @helper
-def request_priority(st, r, now):
-    """The priority of request r at ``now`` (the PRIORITY slot): ``age_class_priority``, or
-    the value of its program (expression, tree; −PROGRAM_WORST if not finite)."""
-    params = st.policy_param[PolicySlot.PRIORITY]
-    if st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
+def priority_of(st, params, program, r, now):
+    """The priority of request r at ``now`` under the PRIORITY slot's row ``params``
+    (``program``: the slot holds a program) -- the slot looked up once by a loop's caller:
+    ``age_class_priority``, or the program's value (−PROGRAM_WORST if not finite)."""
+    if program:
         return request_program_value(st, params, r, now, 0.0, -1, PolicySlot.PRIORITY, -PROGRAM_WORST)
     return age_class_priority(params, st.reqs[r]["arrival_us"], st.reqs[r]["slo_class"], now)
+
+
+@helper
+def priority_slot(st):
+    """(the PRIORITY slot's row, whether it holds a program): ``priority_of``'s arguments."""
+    return st.policy_param[PolicySlot.PRIORITY], st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION
+
+
+@helper
+def request_priority(st, r, now):
+    """The priority of request r at ``now`` (the PRIORITY slot; ``priority_of``)."""
+    params, program = priority_slot(st)
+    return priority_of(st, params, program, r, now)
 
 
 @helper
 def update_wait_queue_priorities(st, i, now):
     """Set the priority of every request waiting at instance i."""
     reqs = st.reqs
-    params = st.policy_param[PolicySlot.PRIORITY]
-    program = st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION
+    params, program = priority_slot(st)
     r = st.inst[i]["wq_head"]
     while r >= 0:
-        if program:
-            reqs[r]["priority"] = request_program_value(st, params, r, now, 0.0, -1, PolicySlot.PRIORITY,
-                                                        -PROGRAM_WORST)
-        else:  # (the template's arithmetic inline: this loop runs every step)
-            reqs[r]["priority"] = age_class_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)
+        reqs[r]["priority"] = priority_of(st, params, program, r, now)
         r = reqs[r]["queue_next"]

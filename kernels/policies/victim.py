@@ -4,8 +4,8 @@ the one a program scores highest."""
 import numpy as np
 
 from ..jit import helper
-from ..schema import PolicySlot, PriorityKind, VictimKind
-from .priority import PROGRAM_WORST, age_class_priority, request_priority, request_program_value
+from ..schema import PolicySlot, VictimKind
+from .priority import PROGRAM_WORST, priority_of, priority_slot, request_program_value
 
 
 @helper
@@ -16,20 +16,16 @@ def choose_victim(st, i, kind, now):
     last = st.inst[i]["batch_len"] - 1
     if kind == VictimKind.LAST:
         return last
-    reqs = st.reqs
-    params = st.policy_param[PolicySlot.PRIORITY]
+    params, priority_program = priority_slot(st)
     program = kind == VictimKind.EXPRESSION
     best = last
     best_v = np.inf
     for k in range(last, -1, -1):
         r = st.batch[i, k]
+        v = priority_of(st, params, priority_program, r, now)
         if program:  # minus the program's value: the highest is chosen
-            v = -request_program_value(st, st.policy_param[PolicySlot.VICTIM], r, now, request_priority(st, r, now), k,
-                                       PolicySlot.VICTIM, -PROGRAM_WORST)
-        elif st.policy_kind[PolicySlot.PRIORITY] == PriorityKind.EXPRESSION:
-            v = request_priority(st, r, now)
-        else:  # (the template's arithmetic inline)
-            v = age_class_priority(params, reqs[r]["arrival_us"], reqs[r]["slo_class"], now)
+            v = -request_program_value(st, st.policy_param[PolicySlot.VICTIM], r, now, v, k, PolicySlot.VICTIM,
+                                       -PROGRAM_WORST)
         if v < best_v:
             best_v = v
             best = k
