@@ -40,7 +40,7 @@ from blis_fast.adapters.core import FitnessSet, bundle_of_components, describe_s
 from blis_fast.batch.scenarios import MAX_SCENARIOS
 from blis_fast.config.expression import ALLOWED_SYNTAX  # the compiler's own one-line syntax
 from blis_fast.config.expression import FEATURES, MAX_TREE_DEPTH, decompile, reads
-from blis_fast.config.policy import PROGRAM_FORMS, PROGRAM_SLOTS, bundle_to_settings, program_row
+from blis_fast.config.policy import PROGRAM_FORMS, PROGRAM_SLOTS, bundle_to_settings, program_kind, program_row
 from blis_fast.config.validate import MAX_STR_LEN, as_bool, as_list, as_mapping, as_str, show
 from blis_fast.errors import ConfigError
 
@@ -64,7 +64,8 @@ target (params signal, target: desired = ceil(current x signal / target)) | satu
 oscillator (params period_ticks); signal one of kv_utilization (0..1), waiting, in_flight, arrival_rate (each \
 per serving instance), ttft_p90_ms, slo_attainment. flow_control (a queue in front of the router while the \
 instances are saturated): policy never | concurrency (params concurrency_limit: in flight per instance) | \
-utilization (params queue_threshold, kv_threshold 0..1) | free-slot (late binding), each but never with params \
+utilization (params queue_threshold, kv_threshold 0..1) | free-slot (late binding) | expression (its formulas: \
+below), each but never with params \
 dispatch_order fifo | priority | deadline and fairness strict | round-robin. A misspelled name or a non-finite \
 number scores 0.
 
@@ -192,7 +193,8 @@ def program_inputs(component: str, text: Any) -> dict[str, str]:
     for slot, (kind_field, program_field, _) in PROGRAM_SLOTS.items():
         if settings.get(program_field) is None or settings.get(kind_field) is None:
             continue
-        row = program_row(settings[kind_field], settings[program_field], slot, program_field)
+        row = program_row(program_kind(slot, settings[kind_field], settings[program_field]), settings[program_field],
+                          slot, program_field)
         out[f"{slot} program"] = decompile(row, slot)
         out[f"{slot} reads"] = ", ".join(reads(row, slot)) or "no feature"
     return out

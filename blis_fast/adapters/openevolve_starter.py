@@ -50,7 +50,7 @@ PROGRAM_YAML = """\
 # (policy: threshold {signal, up, down} | target {signal, target} | saturation {kv_up,
 # kv_down}; signal: kv_utilization | waiting | in_flight | arrival_rate | ttft_p90_ms |
 # slo_attainment), and flow_control (policy: never | concurrency {concurrency_limit} |
-# utilization {queue_threshold, kv_threshold} | free-slot; each but never also
+# utilization {queue_threshold, kv_threshold} | free-slot | expression (below); each but never also
 # {dispatch_order: fifo | priority | deadline, fairness: strict | round-robin}).
 # EVOLVE-BLOCK-START
 routing:

@@ -71,7 +71,11 @@ POLICY_PARAMETERS = {
                                   ("preemption_victim", "victim_program", "--preemption-victim expression"),
                                   ("autoscaler", "autoscale_program", "--autoscaler expression"),
                                   ("dispatch_order", "dispatch_program", "--dispatch-order expression"),
-                                  ("pd_decider", "pd_program", "a policy bundle's pd: {decider: expression}"))},
+                                  ("pd_decider", "pd_program", "a policy bundle's pd: {decider: expression}"),
+                                  ("flow_control", "flow_instance_program", "--flow-control expression"),
+                                  ("flow_control", "flow_saturated_program", "--flow-control expression"))},
+    "policy.flow_recheck": ("policy.flow_control", "expression|tree",
+                            "flow control expression or tree (--flow-control expression)"),
 }
 
 

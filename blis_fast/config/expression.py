@@ -53,6 +53,8 @@ FEATURES: dict[str, dict[str, int]] = {
     "dispatch": {name: k for k, name in enumerate(S.REQUEST_FEATURE_NAMES) if name != "position"},
     "pd": {name: k for k, name in enumerate(S.PD_FEATURE_NAMES)},
     "autoscale": {name: k for k, name in enumerate(S.SCALE_FEATURE_NAMES)},
+    "flow_instance": {name: k for k, name in enumerate(S.FLOW_INSTANCE_FEATURE_NAMES)},
+    "flow_saturated": {name: k for k, name in enumerate(S.FLOW_MODEL_FEATURE_NAMES)},
 }
 FUNCTIONS = {"min": S.Op.MIN, "max": S.Op.MAX, "abs": S.Op.ABS, "log1p": S.Op.LOG1P, "sqrt": S.Op.SQRT,
              "exp": S.Op.EXP, "floor": S.Op.FLOOR}

@@ -70,7 +70,11 @@ PROGRAM_SLOTS = {"admission": ("admission", "admission_program", "admit"),
                  "victim": ("preemption_victim", "victim_program", "evict"),
                  "dispatch": ("dispatch_order", "dispatch_program", "dispatch_key"),
                  "pd": ("pd_decider", "pd_program", "disaggregate"),
-                 "autoscale": ("autoscaler", "autoscale_program", "desired")}
+                 "autoscale": ("autoscaler", "autoscale_program", "desired"),
+                 "flow_instance": ("flow_control", "flow_instance_program", "instance"),
+                 "flow_saturated": ("flow_control", "flow_saturated_program", "saturated")}
+# a program with a default: an expression detector's saturation test is optional
+DEFAULT_SATURATED = "total <= in_routing"
 # slot -> (how a policy bundle gives its expression, what the value means): the search adapters'
 # prompts and seeds quote them (each also takes a tree: the same with tree / tree: {...})
 PROGRAM_FORMS = {
@@ -87,6 +91,13 @@ PROGRAM_FORMS = {
            "a request of a disaggregated model is prefilled on a prefill instance iff the value is > 0"),
     "autoscale": ('autoscale: {policy: expression, desired: "<expr>"}',
                   "a pool's desired instances = ceil(value) at each tick"),
+    "flow_instance": ('flow_control: {policy: expression, instance: "<expr>", saturated: "<expr>", recheck: '
+                      'concurrency | utilization | free-slot}',
+                      "the gateway's saturation detector: instance is valued for each ready instance of the model "
+                      "(policy: tree takes the same keys, a tree in instance)"),
+    "flow_saturated": ('(the same flow_control\'s saturated: "<expr>")',
+                       f"the model is saturated (requests wait in the gateway) iff the value > 0; default "
+                       f"{DEFAULT_SATURATED}"),
 }
 PROGRAM_FIELDS = tuple(program for _, program, _ in PROGRAM_SLOTS.values())
 KV_SNAPSHOT_FIELDS = ("kv_utilization", "free_kv_blocks", "cache_hit_rate")
@@ -161,7 +172,9 @@ def autoscale_value(p, name: str):
 
 # ----------------------------------------------------------------------------- gateway flow control
 
-FLOW_DETECTORS = {name: code for code, name in enumerate(S.FLOW_DETECTOR_NAMES)}
+FLOW_DETECTORS = {**{name: code for code, name in enumerate(S.FLOW_DETECTOR_NAMES)}, "tree": S.FlowDetector.EXPRESSION}
+# the built-in detectors whose rules for looking again an expression detector can follow (FlowParam.RECHECK)
+FLOW_RECHECKS = {name: FLOW_DETECTORS[name] for name in ("concurrency", "utilization", "free-slot")}
 DISPATCH_ORDERS = {**{name: code for code, name in enumerate(S.DISPATCH_ORDER_NAMES)},
                    "tree": S.DispatchOrder.EXPRESSION}
 FAIRNESS_MODES = {name: code for code, name in enumerate(S.FAIRNESS_NAMES)}
@@ -176,14 +189,19 @@ FLOW_CONTROL_PARAMETERS = {
     "concurrency": {"flow_concurrency_limit": 100, **_DISPATCH_DEFAULTS},
     "utilization": {"flow_queue_threshold": 5.0, "flow_kv_threshold": 0.8, **_DISPATCH_DEFAULTS},
     "free-slot": dict(_DISPATCH_DEFAULTS),
+    "expression": {"flow_instance_program": None, "flow_saturated_program": DEFAULT_SATURATED,
+                   "flow_recheck": "concurrency", **_DISPATCH_DEFAULTS},
 }
+FLOW_CONTROL_PARAMETERS["tree"] = dict(FLOW_CONTROL_PARAMETERS["expression"])
 FLOW_CONTROL_FIELDS = ("flow_concurrency_limit", "flow_queue_threshold", "flow_kv_threshold", "dispatch_order",
-                       "gateway_fairness", "dispatch_program")
+                       "gateway_fairness", "dispatch_program", "flow_instance_program", "flow_saturated_program",
+                       "flow_recheck")
 # the bundle's flow_control: keys -> PolicyConfig fields
 FLOW_CONTROL_BUNDLE_KEYS = {"concurrency_limit": "flow_concurrency_limit", "queue_threshold": "flow_queue_threshold",
                             "kv_threshold": "flow_kv_threshold", "dispatch_order": "dispatch_order",
                             "fairness": "gateway_fairness", "dispatch_key": "dispatch_program",
-                         "tree": "dispatch_program"}
+                            "tree": "dispatch_program", "instance": "flow_instance_program",
+                            "saturated": "flow_saturated_program", "recheck": "flow_recheck"}
 
 
 def foreign_parameter(name: str, kind: str, parameters: dict[str, dict], what: str, flag: str) -> str | None:
@@ -242,6 +260,10 @@ def parse_flow_per_model(value: Any, path: str) -> dict[str, dict]:
         if settings["dispatch_order"] in PROGRAM_KINDS or settings["dispatch_program"] is not None:
             raise ConfigError(f"{where}.params.dispatch_order", "an expression or tree dispatch order is run-wide "
                                                                 "only: give it in flow_control itself")
+        if settings["flow_control"] in PROGRAM_KINDS:
+            raise ConfigError(f"{where}.policy", f"an {settings['flow_control']} detector is run-wide only: give it "
+                                                 "in flow_control itself (per_model takes never, concurrency, "
+                                                 "utilization or free-slot)")
         out[model] = {"policy": settings["flow_control"], "params": params}
     return out
 
@@ -273,6 +295,16 @@ def any_flow_control(p) -> bool:
 
 
 # ----------------------------------------------------------------------------- programs
+
+
+def program_kind(slot: str, kind: str, program: Any) -> str:
+    """The form of ``slot``'s program under its policy ``kind``: the policy's, but an
+    expression detector's saturation test is an expression unless given as a tree (a
+    mapping, or YAML text of one), under either detector form."""
+    if slot == "flow_saturated":
+        tree = isinstance(program, dict) or (isinstance(program, str) and program.lstrip().startswith("{"))
+        return "tree" if tree else "expression"
+    return kind
 
 
 def program_row(kind: str, program: Any, slot: str, field: str):
@@ -309,10 +341,12 @@ def check_programs(p) -> None:
         kind, program = getattr(p, kind_field), getattr(p, program_field)
         field = f"policy.{program_field}"
         if kind in PROGRAM_KINDS:
+            if program is None and slot == "flow_saturated":
+                continue  # (DEFAULT_SATURATED)
             if program is None:
                 raise ConfigError(field, f"missing: {kind_field} {kind} needs its {kind} (a policy bundle's "
                                          f"{{type: {kind}, {key if kind == 'expression' else 'tree'}: ...}})")
-            program_row(kind, program, slot, field)
+            program_row(program_kind(slot, kind, program), program, slot, field)
         # (a program without its policy: refused by config.effective as the other unused parameters, or
         # ignored when a later layer switched the policy)
     if p.admission in PROGRAM_KINDS:
@@ -438,7 +472,7 @@ class PolicyConfig:
 
     flow_control: str = _opt("never", "gateway flow control: the saturation detector that holds requests in a "
                                       "queue in front of the router: never | concurrency | utilization | free-slot "
-                                      "(late binding)", choices=FLOW_DETECTORS)
+                                      "(late binding) | expression | tree", choices=FLOW_DETECTORS)
     flow_concurrency_limit: int | None = _opt(None, "flow control concurrency: saturated when every instance has this "
                                                     "many requests in flight (default 100)", lo=1,
                                               hi=MAX_CONCURRENCY_LIMIT)
@@ -457,6 +491,16 @@ class PolicyConfig:
     gateway_fairness: str | None = _opt(None, "flow control: dispatch among tenants: strict (one order) | "
                                               "round-robin (tenants take turns; default strict)",
                                         choices=FAIRNESS_MODES)
+    flow_instance_program: str | dict | None = _opt(
+        None, "flow control expression or tree: each ready instance's value, summed into the saturation test's "
+              "total (features: docs/policies.md)", max_len=MAX_PROGRAM_TEXT)
+    flow_saturated_program: str | dict | None = _opt(
+        None, "flow control expression or tree: the model is saturated iff this is > 0 (features total, largest, "
+              f"smallest, instances, in_routing, gateway_depth; default {DEFAULT_SATURATED})",
+        max_len=MAX_PROGRAM_TEXT)
+    flow_recheck: str | None = _opt(None, "flow control expression or tree: when the gateway looks again, as "
+                                          "concurrency | utilization | free-slot (late binding too) does (default "
+                                          "concurrency)", choices=FLOW_RECHECKS)
     flow_per_model: dict[str, dict] | None = _opt(
         None, "flow control of some served models instead of the run-wide one: {model: {policy: DETECTOR, params: "
               "{...}}} (a policy bundle's flow_control.per_model; YAML and API only)",

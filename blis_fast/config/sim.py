@@ -331,7 +331,7 @@ class SimConfig:
         do the ``kv_tiers`` section and an entry's ``kv_tiers`` keys: only when set."""
         out = _to_dict(self)
         for key in ("routing_per_model", "flow_per_model", "prefill_routing", "pd_decider", "pd_threshold",
-                    *PROGRAM_FIELDS):
+                    "flow_recheck", *PROGRAM_FIELDS):
             if getattr(self.policy, key) is None:  # (set only by YAML, a bundle or the API: left out unset)
                 out["policy"].pop(key, None)
         if self.pd.pools:
@@ -526,6 +526,9 @@ FLAG_PATHS: dict[str, str] = {
     "dispatch_order": "policy.dispatch_order",
     "gateway_fairness": "policy.gateway_fairness",
     "dispatch_program": "policy.dispatch_program",
+    "flow_instance_program": "policy.flow_instance_program",
+    "flow_saturated_program": "policy.flow_saturated_program",
+    "flow_recheck": "policy.flow_recheck",
     "objectives": "objectives",
     "trace_level": "simulation.trace_level",
     "counterfactual_k": "simulation.counterfactual_k",

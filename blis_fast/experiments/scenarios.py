@@ -63,6 +63,13 @@ DIURNAL_AUTOSCALER = {"num_instances": 2, "min_instances": 1, "max_instances": 1
 OVERLOAD = {"workload_spec": str(configs_dir() / "examples" / "flow-control" / "overload.yaml"),
             "num_requests": 100_000, "num_instances": 16, "rate_scale": 4.0}
 
+# the utilization detector with its defaults (queue threshold 5, KV threshold 0.8) as an
+# expression detector (docs/policies.md, "Expression and tree policies")
+FLOW_UTILIZATION_EXPRESSION = {"flow_control": "expression",
+                               "flow_instance_program": "max((queue + routed) / 5, kv_utilization / 0.8)",
+                               "flow_saturated_program": "(total + in_routing / 5) / instances >= 1",
+                               "flow_recheck": "utilization"}
+
 # name -> overrides on top of BASE (flat setting names as on the CLI).  Add a key (e.g. a
 # routing policy) to one row to benchmark it; rate = round(TARGET_LOAD x
 # SATURATION_RPS_PER_INSTANCE x num_instances, 1).
@@ -117,6 +124,9 @@ SCENARIOS: dict[str, dict] = {
     # detector holding them in the gateway queue (the same TTLs and retries)
     "100k-overload": {**OVERLOAD},
     "100k-overload-flow": {**OVERLOAD, "flow_control": "utilization"},
+    # ... and with that detector restated as an expression detector (the same run, byte for
+    # byte: two programs interpreted per instance at each gateway decision)
+    "100k-overload-flow-expr": {**OVERLOAD, **FLOW_UTILIZATION_EXPRESSION},
 }
 # scenarios run only when named (--scenarios): each run of the long-chat pair simulates
 # 2,300 s of 16 instances stepping with small batches (4.3-4.6M engine steps, 14-35 s of
@@ -124,14 +134,14 @@ SCENARIOS: dict[str, dict] = {
 # pair is a study of its own (docs/autoscaling.md), and so is the overload pair
 # (docs/flow-control.md), named when wanted
 NOT_DEFAULT = {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale", "100k-overload",
-               "100k-overload-flow"}
+               "100k-overload-flow", "100k-overload-flow-expr"}
 # scenarios whose rate is given (or set by their workload spec), not derived from the calibration
 FIXED_RATE = {"100k-ref", "100k-pd", "100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale",
-              "100k-overload", "100k-overload-flow"}
+              "100k-overload", "100k-overload-flow", "100k-overload-flow-expr"}
 # scenario -> the scenario its kernel time is compared with ("x base" column)
 BASELINES = {"100k-weighted": "100k", "100k-expr": "100k-weighted", "100k-decisions": "100k", "100k-full": "100k", "100k-pd": "100k",
              "100k-tiers": "100k-chat", "100k-diurnal-autoscale": "100k-diurnal",
-             "100k-overload-flow": "100k-overload"}
+             "100k-overload-flow": "100k-overload", "100k-overload-flow-expr": "100k-overload-flow"}
 
 
 def scenario_overrides(name: str) -> dict:

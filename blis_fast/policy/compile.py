@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from blis_fast.config.policy import (ADMISSION_POLICIES, AUTOSCALERS, DEFAULT_SCORERS, DISPATCH_ORDERS,
-                                     FAIRNESS_MODES, FLOW_DETECTORS, KV_SNAPSHOT_FIELDS, PRIORITY_AGE_WEIGHT,
+                                     FAIRNESS_MODES, FLOW_DETECTORS, FLOW_RECHECKS, KV_SNAPSHOT_FIELDS,
+                                     PRIORITY_AGE_WEIGHT,
                                      ROUTING_POLICIES, SCHEDULERS, SCORERS, SIGNALS, SORT_ATTRIBUTES, VICTIMS,
                                      PROGRAM_KINDS, PolicyConfig, autoscale_value, flow_control_value, flow_entry_value,
-                                     program_row)
+                                     program_kind, program_row)
 from blis_fast.config.validate import key_name, show
 from blis_fast.errors import ConfigError
 from blis_fast_kernels import schema as S
@@ -108,6 +109,12 @@ def compile_policies(p: PolicyConfig) -> CompiledPolicies:
         raise ConfigError("policy.snapshot_refresh_interval", f"intervals must be <= {MAX_INTERVAL_US} µs")
     kinds[slot.AUTOSCALE], params[slot.AUTOSCALE] = autoscale_row(p)
     kinds[slot.FLOW], params[slot.FLOW] = flow_control_row(p)
+    if p.flow_control in PROGRAM_KINDS:  # the expression detector: its two programs
+        params[slot.FLOW_INSTANCE] = program_row(p.flow_control, p.flow_instance_program, "flow_instance",
+                                                 "policy.flow_instance_program")
+        saturated = flow_control_value(p, "flow_saturated_program")
+        params[slot.FLOW_SATURATED] = program_row(program_kind("flow_saturated", p.flow_control, saturated), saturated,
+                                                  "flow_saturated", "policy.flow_saturated_program")
     # programs of the P/D decider and the gateway's dispatch order (their kinds live elsewhere: PD_MODEL_DT.decider,
     # the FLOW rows' DISPATCH_ORDER column)
     if p.pd_decider in PROGRAM_KINDS:
@@ -189,7 +196,8 @@ def autoscale_row(p: PolicyConfig) -> tuple[int, np.ndarray]:
 _FLOW_COLUMNS = {"flow_concurrency_limit": S.FlowParam.CONCURRENCY_LIMIT,
                  "flow_queue_threshold": S.FlowParam.QUEUE_THRESHOLD, "flow_kv_threshold": S.FlowParam.KV_THRESHOLD}
 _FLOW_CODES = {"dispatch_order": (S.FlowParam.DISPATCH_ORDER, DISPATCH_ORDERS),
-               "gateway_fairness": (S.FlowParam.FAIRNESS, FAIRNESS_MODES)}
+               "gateway_fairness": (S.FlowParam.FAIRNESS, FAIRNESS_MODES),
+               "flow_recheck": (S.FlowParam.RECHECK, FLOW_RECHECKS)}
 
 
 def flow_control_row(p: PolicyConfig) -> tuple[int, np.ndarray]:

@@ -14,7 +14,9 @@ PROGRAM_SLOT_KINDS = {S.PolicySlot.ADMISSION: ("admission", S.AdmissionKind.EXPR
                       S.PolicySlot.VICTIM: ("victim", S.VictimKind.EXPRESSION),
                       S.PolicySlot.AUTOSCALE: ("autoscale", S.AutoscaleKind.EXPRESSION),
                       S.PolicySlot.PD_DECIDER: ("pd", None),
-                      S.PolicySlot.DISPATCH: ("dispatch", None)}
+                      S.PolicySlot.DISPATCH: ("dispatch", None),
+                      S.PolicySlot.FLOW_INSTANCE: ("flow_instance", None),
+                      S.PolicySlot.FLOW_SATURATED: ("flow_saturated", None)}
 
 
 def program_faults(state) -> dict[str, int] | None:

@@ -32,7 +32,14 @@ step starts but its slot frees when it ends):
 - free-slot: an instance is free when nothing is routed to it or waiting there and its
   slots taken are fewer than max_num_seqs; saturated when the free instances are no more
   than ``in_routing``.  Routing then chooses among the free instances only (late binding);
-  with none left the request goes back to the gateway queue in its place.
+  with none left the request goes back to the gateway queue in its place;
+- expression: two programs (docs/policies.md) -- the FLOW_INSTANCE program's value for each
+  ready instance (FlowInstanceFeature), summed in instance order (also its largest and
+  smallest), and the FLOW_SATURATED program over them (FlowModelFeature): saturated iff its
+  value > 0 (no ready instance, or a value that is not finite: saturated).  It looks again
+  when the built-in detector named by ``FlowParam.RECHECK`` would, and with free-slot's
+  rules it binds late too, an instance being free when its value is > 0.  So
+  ``max(0, 100 - in_flight)`` with ``total <= in_routing`` is concurrency, byte for byte.
 
 **Deadlines.**  A request with a TTL gets an EXPIRE event at each attempt's arrival +
 TTL.  If it is still live then (admitting, in the gateway, routed, waiting or running) it
@@ -54,7 +61,9 @@ import numpy as np
 from ..jit import helper
 from ..kv.cache import kv_release
 from ..policies.priority import PROGRAM_WORST, request_priority, request_program_value
-from ..schema import (ALL_NAMED, AttemptEnd, GatewayAction, ClusterEvent, DispatchOrder, FlowDetector, FlowParam,
+from ..policies.program import run_program
+from ..schema import (ALL_NAMED, AttemptEnd, GatewayAction, ClusterEvent, DispatchOrder, FlowDetector, FlowInstanceFeature,
+                      FlowModelFeature, FlowParam, ProgramHeader,
                       PolicySlot, PriorityParam, RequestState, RetryBackoff)
 from ..structs.dlist import dl_remove
 from ..structs.keyed_heap import kh_push, kh_remove
@@ -96,6 +105,8 @@ def saturated(st, m, t):
     par = st.flow_param[m]
     if kind == FlowDetector.NEVER:
         return False
+    if kind == FlowDetector.EXPRESSION:
+        return saturated_by_program(st, m, t)
     inst = st.inst
     n = 0
     headroom = np.int64(0)
@@ -123,6 +134,112 @@ def saturated(st, m, t):
         load += st.flow_models[m]["in_routing"] / par[FlowParam.QUEUE_THRESHOLD]
         return load / n >= 1.0
     return headroom <= st.flow_models[m]["in_routing"]
+
+
+# ----------------------------------------------------------------------------- the expression detector
+
+
+@helper
+def recheck_rule(st, m):
+    """The built-in detector whose rules for looking again (and for late binding) model m's
+    detector follows: its own, or an expression detector's ``FlowParam.RECHECK``."""
+    kind = st.flow_kind[m]
+    if kind == FlowDetector.EXPRESSION:
+        return np.int64(st.flow_param[m][FlowParam.RECHECK])
+    return kind
+
+
+@helper
+def gateway_features(st, m, f):
+    """The model-level FlowInstanceFeature columns of model m's instance program (the ready
+    instances are counted only if the program reads them)."""
+    fm = st.flow_models
+    prog = st.policy_param[PolicySlot.FLOW_INSTANCE]
+    if (np.int64(prog[ProgramHeader.FEATURES]) >> FlowInstanceFeature.INSTANCES) & 1:
+        inst = st.inst
+        n = 0
+        for i in range(inst.shape[0]):
+            if inst[i]["active"] != 0 and inst[i]["model"] == m:
+                n += 1
+        f[FlowInstanceFeature.INSTANCES] = n
+    f[FlowInstanceFeature.IN_ROUTING] = fm[m]["in_routing"]
+    f[FlowInstanceFeature.GATEWAY_DEPTH] = fm[m]["depth"]
+
+
+@helper
+def instance_flow_value(st, i, t, f):
+    """The instance program's value for ready instance i at t (``f``: the feature row, its
+    model-level columns set by ``gateway_features``); NaN, counted, if it is not finite."""
+    inst = st.inst
+    taken = slots_taken(st, i, t)
+    f[FlowInstanceFeature.IN_FLIGHT] = inst[i]["routed_pending"] + inst[i]["wq_len"] + taken
+    f[FlowInstanceFeature.ROUTED] = inst[i]["routed_pending"]
+    f[FlowInstanceFeature.QUEUE] = inst[i]["wq_len"]
+    f[FlowInstanceFeature.RUNNING] = inst[i]["batch_len"]
+    f[FlowInstanceFeature.SLOTS_TAKEN] = taken
+    f[FlowInstanceFeature.MAX_NUM_SEQS] = inst[i]["max_num_seqs"]
+    kv = 0.0
+    if inst[i]["kv_total"] > 0:
+        kv = inst[i]["kv_allocated"] / inst[i]["kv_total"]
+    f[FlowInstanceFeature.KV_UTILIZATION] = kv
+    f[FlowInstanceFeature.KV_FREE_BLOCKS] = inst[i]["kv_total"] - inst[i]["kv_allocated"]
+    f[FlowInstanceFeature.STEPPING] = 1.0 if inst[i]["busy_until_us"] > t else 0.0
+    v = run_program(st.policy_param[PolicySlot.FLOW_INSTANCE], f, st.prog_stack)
+    if not (v > -np.inf and v < np.inf):
+        st.prog_faults[PolicySlot.FLOW_INSTANCE] += 1
+        return np.nan
+    return v
+
+
+@helper
+def saturated_by_program(st, m, t):
+    """The expression detector: the instance program's values over model m's ready
+    instances (in instance order) give the saturation test's TOTAL, LARGEST and SMALLEST;
+    saturated iff its value > 0.  No ready instance, or a value that is not finite (the
+    first one counted), is saturated: the detector's worst, which holds requests back."""
+    inst = st.inst
+    f = st.prog_features
+    gateway_features(st, m, f)
+    n = 0
+    total = 0.0
+    largest = -np.inf
+    smallest = np.inf
+    for i in range(inst.shape[0]):
+        if inst[i]["active"] == 0 or inst[i]["model"] != m:
+            continue
+        n += 1
+        v = instance_flow_value(st, i, t, f)
+        if v != v:
+            return True
+        total += v
+        largest = max(largest, v)
+        smallest = min(smallest, v)
+    if n == 0:
+        return True
+    fm = st.flow_models
+    f[FlowModelFeature.TOTAL] = total
+    f[FlowModelFeature.LARGEST] = largest
+    f[FlowModelFeature.SMALLEST] = smallest
+    f[FlowModelFeature.INSTANCES] = n
+    f[FlowModelFeature.IN_ROUTING] = fm[m]["in_routing"]
+    f[FlowModelFeature.GATEWAY_DEPTH] = fm[m]["depth"]
+    v = run_program(st.policy_param[PolicySlot.FLOW_SATURATED], f, st.prog_stack)
+    if not (v > -np.inf and v < np.inf):
+        st.prog_faults[PolicySlot.FLOW_SATURATED] += 1
+        return True
+    return v > 0.0
+
+
+@helper
+def instance_free(st, i, t):
+    """Late binding: instance i may take a released request -- it has a free slot
+    (free-slot), or the expression detector's value for it is > 0 (its model-level
+    features set here)."""
+    m = st.inst[i]["model"]
+    if st.flow_kind[m] == FlowDetector.EXPRESSION:
+        gateway_features(st, m, st.prog_features)
+        return instance_flow_value(st, i, t, st.prog_features) > 0.0
+    return slot_free(st, i, t)
 
 
 # ----------------------------------------------------------------------------- the gateway queue
@@ -295,11 +412,11 @@ def after_step(st, i, steps_before, t):
     m = inst[i]["model"]
     if st.flow_models[m]["depth"] == 0:
         return
-    kind = st.flow_kind[m]
-    if kind == FlowDetector.UTILIZATION:
+    rule = recheck_rule(st, m)
+    if rule == FlowDetector.UTILIZATION:
         push_dispatch(st, m, t)
-    elif kind == FlowDetector.FREE_SLOT:
-        if slot_free(st, i, t):
+    elif rule == FlowDetector.FREE_SLOT:
+        if instance_free(st, i, t):
             push_dispatch(st, m, t)
         elif inst[i]["wq_len"] == 0 and inst[i]["batch_len"] < inst[i]["max_num_seqs"]:
             dispatch_at_step_end(st, i)
@@ -344,14 +461,18 @@ def on_dispatch(st, m, t):
 
 @helper
 def hide_busy_instances(st, m, t):
-    """Free-slot routing: make model m's instances without a free slot no candidates (until
+    """Late binding (free-slot, or an expression detector rechecking as free-slot does): make
+    model m's instances that are not free (``instance_free``) no candidates (until
     ``show_instances``); False (nothing hidden) if none is free."""
     inst = st.inst
+    program = st.flow_kind[m] == FlowDetector.EXPRESSION
+    if program:  # (counted before any is hidden)
+        gateway_features(st, m, st.prog_features)
     free = 0
     for i in range(inst.shape[0]):
         if inst[i]["active"] == 0 or inst[i]["model"] != m:
             continue
-        if slot_free(st, i, t):
+        if (instance_flow_value(st, i, t, st.prog_features) > 0.0) if program else slot_free(st, i, t):
             free += 1
         else:
             st.flow_inst[i]["saved_active"] = inst[i]["active"]
@@ -381,7 +502,7 @@ def routing_done(st, r, t):
         m = st.reqs[r]["model"]
         st.flow_reqs[r]["routing"] = 0
         st.flow_models[m]["in_routing"] -= 1
-        if st.flow_kind[m] == FlowDetector.CONCURRENCY and st.flow_models[m]["depth"] > 0:
+        if recheck_rule(st, m) == FlowDetector.CONCURRENCY and st.flow_models[m]["depth"] > 0:
             push_dispatch(st, m, t)
 
 

@@ -19,7 +19,8 @@ from ..schema import AdmissionKind, ClusterEvent, FlowDetector, PolicySlot, Requ
 from .autoscale import maybe_terminate, redirecting, reroute
 from .disaggregation import pd_decide, pd_route_prefill
 from .events import event_priority, push_event_with, request_epoch
-from .flow import back_to_gateway, begin_attempt, gateway_admit, hide_busy_instances, routing_done, show_instances
+from .flow import (back_to_gateway, begin_attempt, gateway_admit, hide_busy_instances, recheck_rule, routing_done,
+                   show_instances)
 from .queueing import join_wait_queue, send_to_instance
 from .trace import log_admission, log_routing, tracing
 
@@ -77,7 +78,7 @@ def on_routing(st, r, t):
     model = reqs[r]["model"]
     kind = st.routing_kind[model]  # the routing of the request's model (routing per model)
     flow = s[0]["flow"] != 0
-    hidden = flow and st.flow_kind[model] == FlowDetector.FREE_SLOT
+    hidden = flow and recheck_rule(st, model) == FlowDetector.FREE_SLOT
     if hidden and not hide_busy_instances(st, model, t):  # late binding: the free instances only
         back_to_gateway(st, r, t)  # none left: it waits again, in its place
         return

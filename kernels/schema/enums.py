@@ -264,10 +264,12 @@ class _PolicySlot(NamedTuple):
     FLOW: int = 7  # the gateway's flow control of every served model (FlowDetector, FlowParam)
     PD_DECIDER: int = 8  # the P/D decider's program (PdDecider.EXPRESSION; its kind is unused)
     DISPATCH: int = 9  # the gateway's dispatch-order program (DispatchOrder.EXPRESSION; its kind is unused)
+    FLOW_INSTANCE: int = 10  # the expression detector's per-instance program (FlowInstanceFeature; kind unused)
+    FLOW_SATURATED: int = 11  # the expression detector's saturation test (FlowModelFeature; kind unused)
 
 
 PolicySlot = _PolicySlot()
-N_POLICY_SLOTS = 10
+N_POLICY_SLOTS = 12
 POLICY_WIDTH = 256  # parameters per slot: a template's few, or an expression's program (ProgramHeader)
 assert POLICY_WIDTH == 256  # (AdmissionParam.PROGRAM_* are its last columns)
 MAX_SLO_CLASS_WEIGHTS = 63  # priority: 1 age weight + up to 63 SLO-class weights
@@ -518,10 +520,48 @@ class _ScaleFeature(NamedTuple):
 
 
 N_SCALE_FEATURES = len(_ScaleFeature._fields)
+
+
+class _FlowInstanceFeature(NamedTuple):
+    """What an expression detector's per-instance program reads about one ready instance of
+    the model (as the built-in detectors see it: a step's slots count as taken until it
+    ends) and about the model's gateway."""
+
+    IN_FLIGHT: int = 0  # routed + queue + slots_taken (what concurrency compares with its limit)
+    ROUTED: int = 1  # requests routed to it, not yet in its wait queue
+    QUEUE: int = 2  # requests in its wait queue
+    RUNNING: int = 3  # requests in its running batch
+    SLOTS_TAKEN: int = 4  # batch slots taken: the running batch, or the batch a step in flight started with
+    MAX_NUM_SEQS: int = 5  # its batch slots
+    KV_UTILIZATION: int = 6  # allocated / total KV blocks, 0..1
+    KV_FREE_BLOCKS: int = 7
+    STEPPING: int = 8  # 1 while a step runs on it, else 0
+    INSTANCES: int = 9  # the model's ready instances
+    IN_ROUTING: int = 10  # requests the gateway released whose routing decision is pending
+    GATEWAY_DEPTH: int = 11  # requests waiting in the model's gateway queue
+
+
+N_FLOW_INSTANCE_FEATURES = len(_FlowInstanceFeature._fields)
+
+
+class _FlowModelFeature(NamedTuple):
+    """What an expression detector's saturation test reads: its per-instance values
+    aggregated over the model's ready instances (in instance order), and the gateway."""
+
+    TOTAL: int = 0  # the sum of the instances' values
+    LARGEST: int = 1
+    SMALLEST: int = 2
+    INSTANCES: int = 3
+    IN_ROUTING: int = 4
+    GATEWAY_DEPTH: int = 5
+
+
+N_FLOW_MODEL_FEATURES = len(_FlowModelFeature._fields)
 # (an autoscaling program reads the signals in the Signal order from KV_UTILIZATION on)
 assert _ScaleFeature._fields[4:10] == tuple(f.upper() for f in ("kv_utilization", "waiting", "in_flight",
                                                                  "arrival_rate", "ttft_p90_ms", "slo_attainment"))
-N_PROGRAM_FEATURES = max(N_ROUTE_FEATURES, N_ADMIT_FEATURES, N_REQUEST_FEATURES, N_PD_FEATURES, N_SCALE_FEATURES)  # State.prog_features
+N_PROGRAM_FEATURES = max(N_ROUTE_FEATURES, N_ADMIT_FEATURES, N_REQUEST_FEATURES, N_PD_FEATURES, N_SCALE_FEATURES,
+                         N_FLOW_INSTANCE_FEATURES, N_FLOW_MODEL_FEATURES)  # State.prog_features
 
 
 class _AutoscaleKind(NamedTuple):
@@ -650,6 +690,7 @@ class _FlowDetector(NamedTuple):
     CONCURRENCY: int = 1  # saturated when every instance has >= CONCURRENCY_LIMIT requests in flight
     UTILIZATION: int = 2  # mean over instances of max(queue depth / QUEUE_THRESHOLD, KV util / KV_THRESHOLD) >= 1
     FREE_SLOT: int = 3  # late binding: dispatch only to an instance with a free running slot and an empty wait queue
+    EXPRESSION: int = 4  # programs: saturated iff FLOW_SATURATED's value (over FLOW_INSTANCE's per instance) > 0
 
 
 class _DispatchOrder(NamedTuple):
@@ -677,6 +718,7 @@ class _FlowParam(NamedTuple):
     KV_THRESHOLD: int = 2  # utilization: KV utilization that counts as full, (0, 1]
     DISPATCH_ORDER: int = 3  # a DispatchOrder code
     FAIRNESS: int = 4  # a Fairness code
+    RECHECK: int = 5  # expression: the built-in detector (FlowDetector code) whose rules for looking again it follows
 
 
 class _RetryBackoff(NamedTuple):
@@ -715,7 +757,7 @@ N_RETRY_BACKOFF = 3
 DispatchOrder = _DispatchOrder()
 Fairness = _Fairness()
 FlowParam = _FlowParam()
-FLOW_DETECTOR_NAMES = ("never", "concurrency", "utilization", "free-slot")  # FlowDetector order
+FLOW_DETECTOR_NAMES = ("never", "concurrency", "utilization", "free-slot", "expression")  # FlowDetector order
 DISPATCH_ORDER_NAMES = ("fifo", "priority", "deadline", "expression")  # DispatchOrder order
 FAIRNESS_NAMES = ("strict", "round-robin")  # Fairness order
 
@@ -743,6 +785,10 @@ ADMIT_FEATURE_NAMES = tuple(f.lower() for f in _AdmitFeature._fields)
 REQUEST_FEATURE_NAMES = tuple(f.lower() for f in _RequestFeature._fields)
 PD_FEATURE_NAMES = tuple(f.lower() for f in _PdFeature._fields)
 SCALE_FEATURE_NAMES = tuple(f.lower() for f in _ScaleFeature._fields)
+FlowInstanceFeature = _FlowInstanceFeature()
+FlowModelFeature = _FlowModelFeature()
+FLOW_INSTANCE_FEATURE_NAMES = tuple(f.lower() for f in _FlowInstanceFeature._fields)
+FLOW_MODEL_FEATURE_NAMES = tuple(f.lower() for f in _FlowModelFeature._fields)
 N_SNAP = 7
 SNAPSHOT_FIELD_NAMES = (
     "queue_depth", "batch_size", "kv_utilization", "free_kv_blocks", "cache_hit_rate", "pending", "in_flight",
@@ -889,7 +935,7 @@ ScanStatus = _ScanStatus()
 __all__ = [
     "AdmissionKind", "AdmissionParam", "BLOCK_REASON_NAMES", "BlockReason", "ClusterEvent", "IndexRecord", "IndexRow", "IndexState", "InstanceEvent", "InstanceList", "Key", "KeyFlagMode", "KvMemo", "KV_MEMO_BLOCKS",
     "LatencyKind", "ListHeader", "N_CLUSTER_KINDS", "N_TIERS", "N_INSTANCE_KINDS", "N_INSTANCE_LISTS", "N_POLICY_SLOTS",
-    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "ProgramForm", "Op", "OP_CONST_RIGHT", "OP_FEATURE_RIGHT", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES", "PdFeature", "N_PD_FEATURES", "PD_FEATURE_NAMES", "ScaleFeature", "N_SCALE_FEATURES", "SCALE_FEATURE_NAMES",
+    "N_KV_MEMO", "N_ROOFLINE", "PhaseEnd", "N_ROUTER_MEMO", "N_ROUTE_WEIGHTS", "N_SCHED_WEIGHTS", "N_SNAP", "POLICY_WIDTH", "MAX_SLO_CLASS_WEIGHTS", "PolicySlot", "ProgramHeader", "ProgramForm", "Op", "OP_CONST_RIGHT", "OP_FEATURE_RIGHT", "OP_NAMES", "PROGRAM_STACK", "MAX_PROGRAM_CODE", "EXP_LIMIT", "RouteFeature", "N_ROUTE_FEATURES", "AdmitFeature", "N_ADMIT_FEATURES", "RequestFeature", "N_REQUEST_FEATURES", "N_PROGRAM_FEATURES", "ROUTE_FEATURE_NAMES", "ADMIT_FEATURE_NAMES", "REQUEST_FEATURE_NAMES", "PdFeature", "N_PD_FEATURES", "PD_FEATURE_NAMES", "ScaleFeature", "N_SCALE_FEATURES", "SCALE_FEATURE_NAMES", "FlowInstanceFeature", "N_FLOW_INSTANCE_FEATURES", "FLOW_INSTANCE_FEATURE_NAMES", "FlowModelFeature", "N_FLOW_MODEL_FEATURES", "FLOW_MODEL_FEATURE_NAMES",
     "PriorityKind", "PriorityParam", "REQUEST_STATE_NAMES", "RequestState", "Roofline", "RouteWeight", "RouterMemo", "RoutingKind",
     "SNAPSHOT_FIELD_NAMES", "ScanStatus", "SchedRecord", "SchedWeight", "SchedulerKind", "SnapField", "Status", "TraceLevel",
     "VictimKind", "AutoscaleKind", "AutoscaleParam", "Signal", "DrainMode", "ScaleDownPick", "WarmupCurve",

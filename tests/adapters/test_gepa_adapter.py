@@ -162,6 +162,16 @@ def test_a_tree_shows_as_its_expression(adapter):
     assert set(rec["Inputs"]["routing reads"].split(", ")) == {"queue", "hit_blocks", "load"}
 
 
+def test_an_expression_detector_shows_both_programs(adapter):
+    candidate = {"flow_control": "{policy: tree, instance: {feature: in_flight, threshold: 3, left: 1, right: 0}, "
+                                 "saturated: \"total < 1\", recheck: free-slot}"}
+    batch = adapter.evaluate(adapter.names[:1], candidate, capture_traces=True)
+    assert batch.outputs[0]["program_faults"] == {"flow_instance": 0, "flow_saturated": 0}
+    rec = adapter.make_reflective_dataset(candidate, batch, ["flow_control"])["flow_control"][0]
+    assert "if" in rec["Inputs"]["flow_instance program"] and rec["Inputs"]["flow_instance reads"] == "in_flight"
+    assert rec["Inputs"]["flow_saturated program"].replace(" ", "") == "(total<1)"
+
+
 @pytest.mark.parametrize("component,needle", [
     ("{type: expression, score: \"hit_blocks - lod\"}", "lod"),
     ("{type: expression, score: \"load +\"}", "incomplete"),

@@ -24,6 +24,8 @@ CANDIDATES = {
     "tree": {"routing": {"type": "tree", "tree": {"feature": "max_hit", "threshold": 0, "left": "-load",
                                                   "right": "hit_blocks - queue"}}},
     "broken": "routing: {type: expression, score: \"load.__class__\"}\n",
+    "concurrency": {"flow_control": {"policy": "concurrency", "concurrency_limit": 3}},
+    "concurrency-as-expression": {"flow_control": {"policy": "expression", "instance": "max(0, 3 - in_flight)"}},
 }
 
 
@@ -36,8 +38,11 @@ def rows(table, candidate):
     return [r for r in table if r["candidate"] == candidate]
 
 
-def test_a_restatement_scores_as_its_template(table):
-    for a, b in zip(rows(table, "weighted"), rows(table, "weighted-as-expression")):
+@pytest.mark.parametrize("template, restated", [("weighted", "weighted-as-expression"),
+                                               ("concurrency", "concurrency-as-expression")])
+def test_a_restatement_scores_as_its_template(table, template, restated):
+    assert len(rows(table, template)) == len(SCENARIOS)
+    for a, b in zip(rows(table, template), rows(table, restated)):
         assert a["status"] == b["status"] == "ok"
         assert {k: v for k, v in a.items() if k not in ("candidate", "policy_id")} == \
             {k: v for k, v in b.items() if k not in ("candidate", "policy_id")}

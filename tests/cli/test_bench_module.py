@@ -185,7 +185,7 @@ def test_default_run_leaves_out_the_long_chat_pair(monkeypatch):
     monkeypatch.setattr(bench, "bench_batch", lambda name, *args: {"name": name})
     report = run_bench(repeats=1, startup=False)
     assert NOT_DEFAULT == {"100k-chat", "100k-tiers", "100k-diurnal", "100k-diurnal-autoscale", "100k-overload",
-                           "100k-overload-flow"}
+                           "100k-overload-flow", "100k-overload-flow-expr"}
     assert [r["name"] for r in report["scenarios"]] == [n for n in SCENARIOS if n not in NOT_DEFAULT]
     assert [r["name"] for r in report["batch"]] == ["batch-10k"]
 

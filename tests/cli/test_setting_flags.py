@@ -88,7 +88,11 @@ SAMPLES.update({"admission_program": ("prompt_tokens < 4000", {"admission_policy
                 "scheduler_program": ("prompt_tokens", {"scheduler": "expression"}),
                 "victim_program": ("generated", {"preemption_victim": "expression"}),
                 "autoscale_program": ("current + 1", {"autoscaler": "expression", "max_instances": "3"}),
-                "dispatch_program": ("-arrival_us", {"flow_control": "free-slot", "dispatch_order": "expression"})})
+                "dispatch_program": ("-arrival_us", {"flow_control": "free-slot", "dispatch_order": "expression"}),
+                "flow_instance_program": ("max(0, 4 - in_flight)", {"flow_control": "expression"}),
+                "flow_saturated_program": ("largest <= 0", {"flow_control": "expression",
+                                                            "flow_instance_program": "1"}),
+                "flow_recheck": ("free-slot", {"flow_control": "expression", "flow_instance_program": "1"})})
 REFUSED = {"pp": "2", "dp": "2", "simulation_seed": "8"}
 
 

@@ -103,7 +103,7 @@ def test_without_an_autoscaler_nothing_changes():
     data = cfg.to_dict()  # (the results JSON's config echo: the keys it had before autoscaling)
     assert "autoscale" not in data and not {k for k in data["policy"] if k.startswith("autoscale")}
     compiled = compile_policies(cfg.policy)
-    assert compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (10,) and S.PolicySlot.AUTOSCALE == 6
+    assert compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (12,) and S.PolicySlot.AUTOSCALE == 6
     assert compiled.kinds[S.PolicySlot.AUTOSCALE] == S.AutoscaleKind.NONE
     assert not compiled.params[S.PolicySlot.AUTOSCALE].any()
     # the policy id hashes the slots before AUTOSCALE then (and, without a program, the parameter

@@ -303,5 +303,6 @@ def test_the_docs_bundle_of_expressions_parses(tmp_path):
     settings = load_policy_bundle(tmp_path / "b.yaml")
     p = PolicyConfig(**settings)
     assert (p.routing, p.admission, p.priority, p.scheduler, p.preemption_victim, p.pd_decider, p.autoscaler,
-            p.dispatch_order) == ("expression", "expression", "tree", "expression", "expression", "expression",
-                                  "expression", "expression")
+            p.dispatch_order, p.flow_control) == ("expression", "expression", "tree", "expression", "expression",
+                                                  "expression", "expression", "expression", "expression")
+    assert p.flow_saturated_program == "total <= in_routing" and p.flow_recheck == "concurrency"

@@ -78,7 +78,7 @@ def test_without_flow_control_nothing_changes():
     assert not {"flow_control", "dispatch_order", "gateway_fairness"} & set(data["policy"])
     assert not {k for k in data["policy"] if k.startswith("flow_")} and "request_ttl_s" not in data["workload"]
     compiled = compile_policies(cfg.policy)
-    assert S.PolicySlot.FLOW == 7 and compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (10,)  # (+ the program slots)
+    assert S.PolicySlot.FLOW == 7 and compiled.kinds.shape == (S.N_POLICY_SLOTS,) == (12,)  # (+ the program slots)
     assert compiled.kinds[S.PolicySlot.FLOW] == S.FlowDetector.NEVER and not compiled.params[S.PolicySlot.FLOW].any()
     # the policy id hashes the slots before AUTOSCALE then: every existing candidate keeps its id
     six = _digest([compiled.kinds[:6], compiled.params[:6, :TEMPLATE_WIDTH], cfg.policy.prefix_index_capacity])

@@ -237,6 +237,10 @@ FLOW_SETTINGS = {
     "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
     "dispatch_program": ("-arrival_us", dict(flow_control="free-slot", dispatch_order="expression",
                                              dispatch_program="0")),
+    "flow_instance_program": ("max(0, 2 - in_flight)", dict(flow_control="expression",
+                                                            flow_instance_program="max(0, 8 - in_flight)")),
+    "flow_saturated_program": ("total < 1", dict(flow_control="expression", flow_instance_program="1")),
+    "flow_recheck": ("utilization", dict(flow_control="expression", flow_instance_program="max(0, 2 - in_flight)")),
     "request_ttl_s": (30, {}),
 }
 # KV tiers: store all also stores generated blocks, which only a follow-up turn re-sends -- none of these
@@ -390,6 +394,11 @@ FLOW_CHANGES = {
     "gateway_fairness": ("round-robin", dict(flow_control="free-slot")),
     "dispatch_program": ("-arrival_us", dict(flow_control="free-slot", dispatch_order="expression",
                                              dispatch_program="0")),
+    "flow_instance_program": ("max(0, 2 - in_flight)", dict(flow_control="expression",
+                                                            flow_instance_program="max(0, 8 - in_flight)")),
+    "flow_saturated_program": ("largest <= 0", dict(flow_control="expression",
+                                                    flow_instance_program="max(0, 2 - in_flight)")),
+    "flow_recheck": ("utilization", dict(flow_control="expression", flow_instance_program="max(0, 2 - in_flight)")),
     "request_ttl_s": (5, dict(flow_control="free-slot")),
 }
 

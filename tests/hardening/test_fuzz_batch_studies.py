@@ -232,7 +232,9 @@ BATCHES = st.one_of(JUNK, st.just(["tiny"]), st.just(["tiny"]), st.lists(st.samp
 PROGRAM_TEXTS = st.sampled_from(['{type: expression, score: "1e300 * 1e300 * queue - load"}',
                                  '{type: expression, score: "hit_blocks -"}',
                                  "{type: tree, tree: {feature: queue, threshold: 4, left: hit_blocks, right: -load}}",
-                                 'preemption: {victim: expression, evict: "generated"}'])
+                                 'preemption: {victim: expression, evict: "generated"}',
+                                 'flow_control: {policy: expression, instance: "1e300 * 1e300 * queue", '
+                                 'saturated: "total < in_routing", recheck: free-slot}'])
 COMPONENTS = st.one_of(JUNK, st.just({"routing": "least-loaded"}), st.dictionaries(
     st.sampled_from(["routing", "policy", "scheduler", "bogus"]), st.one_of(JUNK, st.just("round-robin"),
                                                                              PROGRAM_TEXTS), max_size=2))

@@ -10,9 +10,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import blis_fast
 from blis_fast.errors import ConfigError
+from blis_fast_kernels.kv.cache import kv_conserved
+from blis_fast_kernels.schema import RequestState
 from builders import ROOT, expect_cli_error, run_main
 
 # three tenants, three SLO classes, a shared system prompt, and a KV cache small enough to preempt
@@ -231,6 +235,7 @@ AUTOSCALED = dict(num_requests=1500, rate=120, num_instances=1, min_instances=1,
                   loading_delay_s=1.0, check_invariants=True)
 OVERLOAD = dict(workload_spec=str(ROOT / "configs/examples/flow-control/overload.yaml"), num_requests=1500,
                 num_instances=2, flow_control="utilization", check_invariants=True)
+GATEWAY = {k: v for k, v in OVERLOAD.items() if k != "flow_control"}  # (a flat setting would replace the bundle's)
 
 BUNDLE_RESTATEMENTS = {
     "pd-always": (PD, {"pd": {"decider": "always"}}, {"pd": {"decider": "expression", "disaggregate": "1"}}),
@@ -265,6 +270,25 @@ BUNDLE_RESTATEMENTS = {
                            "flow_control": {"policy": "utilization", "dispatch_order": "expression", "dispatch_key":
                                             "1e-6*arrival_us - (3 if slo_class == 0 else (1 if slo_class == 1 "
                                             "else 0))"}}),
+    # the saturation detectors: a value per ready instance, summed into total; saturated iff the test > 0
+    "flow-concurrency": (GATEWAY, {"flow_control": {"policy": "concurrency", "concurrency_limit": 8}},
+                         {"flow_control": {"policy": "expression", "instance": "max(0, 8 - in_flight)",
+                                           "saturated": "total <= in_routing", "recheck": "concurrency"}}),
+    "flow-utilization": (GATEWAY, {"flow_control": {"policy": "utilization", "queue_threshold": 4,
+                                                     "kv_threshold": 0.8}},
+                         {"flow_control": {"policy": "expression",
+                                           "instance": "max((queue + routed) / 4, kv_utilization / 0.8)",
+                                           "saturated": "(total + in_routing / 4) / instances >= 1",
+                                           "recheck": "utilization"}}),
+    "flow-free-slot": (GATEWAY, {"flow_control": {"policy": "free-slot"}},
+                       {"flow_control": {"policy": "expression", "recheck": "free-slot",  # (saturated: the default)
+                                         "instance": "queue == 0 and routed == 0 and slots_taken < max_num_seqs"}}),
+    "flow-concurrency-shed": (dict(GATEWAY, workload_spec=str(ROOT / "configs/examples/flow-control/"
+                                                                      "overload-shed.yaml")),
+                              {"flow_control": {"policy": "concurrency", "concurrency_limit": 8,
+                                                "dispatch_order": "deadline"}},
+                              {"flow_control": {"policy": "expression", "instance": "max(0, 8 - in_flight)",
+                                                "dispatch_order": "deadline"}}),
 }
 
 
@@ -297,9 +321,15 @@ def test_the_other_slots_scenarios_exercise_their_choices():
         return blis_fast.simulate(**settings, policy=policy).state.reqs.tobytes()
     for group in (("pd-always", "pd-never", "pd-prefix-threshold"),
                   ("autoscale-threshold", "autoscale-target", "autoscale-saturation"),
-                  ("dispatch-fifo", "dispatch-deadline")):
+                  ("dispatch-fifo", "dispatch-deadline"),
+                  ("flow-concurrency", "flow-utilization", "flow-free-slot")):
         runs = {reqs(BUNDLE_RESTATEMENTS[n][0], BUNDLE_RESTATEMENTS[n][1]) for n in group}
         assert len(runs) == len(group), group
+    for name in ("flow-concurrency", "flow-utilization", "flow-free-slot", "flow-concurrency-shed"):
+        settings, template, _ = BUNDLE_RESTATEMENTS[name]
+        gateway = blis_fast.simulate(**settings, policy=template).flow_control["models"]
+        assert all(m["dispatched"] > 0 for m in gateway.values()), name  # (requests waited in the gateway)
+        assert any(m["sheds"] > 0 for m in gateway.values()) == name.endswith("shed"), name
 
 
 @pytest.mark.parametrize("name, tree_policy", [
@@ -312,6 +342,12 @@ def test_the_other_slots_scenarios_exercise_their_choices():
                            "right": "current"}}}}}),
     ("dispatch-fifo", {"flow_control": {"policy": "utilization", "dispatch_order": "tree",
                                         "tree": {"feature": "slo_class", "threshold": 0, "left": 0, "right": 0}}}),
+    ("flow-free-slot", {"flow_control": {"policy": "tree", "recheck": "free-slot", "instance": {
+        "feature": "queue", "threshold": 0, "right": 0,
+        "left": {"feature": "routed", "threshold": 0, "right": 0, "left": "slots_taken < max_num_seqs"}}}}),
+    ("flow-concurrency", {"flow_control": {"policy": "tree", "instance": "{feature: in_flight, threshold: 8, "
+                                                                      "left: 8 - in_flight, right: 0}",
+                                           "saturated": {"value": "total <= in_routing"}}}),  # (a leaf)
 ])
 def test_trees_in_the_other_slots(name, tree_policy):
     """A tree restates the template too (uncached >= 3000 is not <= 2999 for integers;
@@ -320,3 +356,106 @@ def test_trees_in_the_other_slots(name, tree_policy):
     a = blis_fast.simulate(**settings, policy=template)
     b = blis_fast.simulate(**settings, policy=tree_policy)
     assert scaling_free(a)["reqs"] == scaling_free(b)["reqs"]
+
+
+# ============================================================================ the expression detector's edges
+
+SMALL = dict(num_requests=40, num_instances=2, rate=200, check_invariants=True)
+DETECTOR = dict(flow_control="expression")
+
+
+def test_a_detector_never_saturated_routes_as_without_flow_control():
+    a = blis_fast.simulate(**SMALL)
+    b = blis_fast.simulate(**SMALL, **DETECTOR, flow_instance_program="0", flow_saturated_program="0")
+    assert a.state.reqs.tobytes() == b.state.reqs.tobytes()
+    assert b.flow_control["models"] == {b.setup.served_models[0]: {"dispatched": 0, "sheds": 0, "depth_peak": 0}}
+
+
+def test_a_detector_always_saturated_holds_every_request_in_the_gateway():
+    r = blis_fast.simulate(**SMALL, **DETECTOR, flow_instance_program="1", flow_saturated_program="1")
+    assert (r.state.reqs["state"] == RequestState.GATEWAY).all()
+    assert r.cluster["completed_requests"] == 0
+    assert r.flow_control["models"][r.setup.served_models[0]]["depth_peak"] == 40
+
+
+def test_one_request_in_flight_serves_them_one_at_a_time():
+    """``max(0, 1 - in_flight)`` on one instance: a request is released exactly when the
+    step that completes the one before it ends (fifo; every one but the first waited in
+    the gateway).  A token's time is its step's end + a2 (docs/semantics.md), so the last
+    token of each trails the next one's routing by that one constant."""
+    r = blis_fast.simulate(num_requests=12, num_instances=1, rate=400, check_invariants=True, **DETECTOR,
+                           flow_instance_program="max(0, 1 - in_flight)")
+    reqs = np.sort(r.state.reqs, order="arrival_us")
+    assert (reqs["state"] == RequestState.COMPLETED).all()
+    gap = reqs["last_token_us"][:-1] - reqs["routed_us"][1:]
+    assert (gap == gap[0]).all() and 0 <= gap[0] < 10_000
+    assert r.flow_control["models"][r.setup.served_models[0]]["dispatched"] == 11
+
+
+@pytest.mark.parametrize("settings, slot", [
+    (dict(flow_instance_program="1e300 * 1e300 * queue - 1e300 * 1e300 * queue"), "flow_instance"),
+    (dict(flow_instance_program="1", flow_saturated_program="total * 1e300 * 1e300"), "flow_saturated"),
+])
+def test_a_detector_value_not_finite_is_saturated_and_counted(settings, slot):
+    r = blis_fast.simulate(**SMALL, **DETECTOR, **settings)
+    faults = r.cluster["program_faults"]
+    assert faults[slot] > 0 and sum(faults.values()) == faults[slot]
+    assert r.cluster["completed_requests"] == 0  # (held back: the detector's worst)
+
+
+@pytest.mark.parametrize("settings, field, message", [
+    (dict(flow_control="expression"), "flow_instance_program", "missing"),
+    (dict(flow_control="concurrency", flow_instance_program="1"), "flow_instance_program",
+     "parameter of flow control expression or tree"),
+    (dict(flow_control="utilization", flow_recheck="free-slot"), "flow_recheck", "expression or tree"),
+    (dict(flow_control="expression", flow_instance_program="1", flow_recheck="never"), "flow_recheck",
+     "concurrency"),
+    (dict(flow_control="expression", flow_instance_program="total"), "flow_instance_program", "unknown name"),
+    (dict(flow_control="expression", flow_instance_program="1", flow_saturated_program="queue > 2"),
+     "flow_saturated_program", "unknown name"),
+    (dict(flow_control="expression", flow_instance_program="1", flow_saturated_program="{feature: total}"),
+     "flow_saturated_program", "missing: left, right, threshold"),
+    (dict(flow_control="concurrency", flow_per_model={"m": {"policy": "expression", "instance": "1"}}),
+     "flow_per_model", "run-wide only"),
+])
+def test_bad_detectors_refused(settings, field, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        blis_fast.simulate(**SMALL, **settings)
+    assert field in e.value.field
+
+
+def test_cli_runs_an_expression_detector_and_refuses_a_bad_one(capsys):
+    doc = run_main(capsys, "--num-requests", "60", "--num-instances", "2", "--flow-control", "expression",
+                   "--flow-instance-program", "max(0, 4 - in_flight)", "--flow-recheck", "concurrency")
+    assert doc["cluster"]["program_faults"] == {"flow_instance": 0, "flow_saturated": 0}
+    assert doc["flow_control"]["detector"] == "expression"
+    expect_cli_error(capsys, "run", "--num-requests", "5", "--flow-control", "expression", "--flow-instance-program",
+                     "in_flight.real", needles=("--flow-instance-program", "attribute access"))
+
+
+INSTANCE_TERMS = ["in_flight", "routed", "queue", "running", "slots_taken", "max_num_seqs", "kv_utilization",
+                  "kv_free_blocks", "stepping", "instances", "in_routing", "gateway_depth"]
+SATURATION_TESTS = ["total <= in_routing", "largest <= 0", "smallest < 0", "total / instances < {k}",
+                    "gateway_depth > {k} * instances", "1e300 * 1e300 * total"]
+
+
+@settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(INSTANCE_TERMS), st.sampled_from(INSTANCE_TERMS), st.integers(-3, 12),
+       st.sampled_from(SATURATION_TESTS), st.integers(0, 4), st.sampled_from(["concurrency", "utilization",
+                                                                               "free-slot"]))
+def test_random_detectors_keep_every_request_and_block(a, b, k, test, j, recheck):
+    """Whatever the formulas, every request is accounted for (ended, or still held in the
+    gateway at the end: nothing else is left in flight), KV blocks are conserved, and a
+    request is never routed before it arrived."""
+    r = blis_fast.simulate(workload_spec=GATEWAY["workload_spec"], num_requests=150, num_instances=2,
+                           check_invariants=True, flow_control="expression", flow_recheck=recheck,
+                           flow_instance_program=f"{k} - {a} + 0.5 * {b}", flow_saturated_program=test.format(k=j))
+    s = r.state
+    assert (s.inst["kv_allocated"] == 0).all() and all(kv_conserved(s, i) for i in range(len(s.inst)))
+    assert (s.inst["batch_len"] == 0).all() and (s.inst["wq_len"] == 0).all()
+    held = int((s.reqs["state"] == RequestState.GATEWAY).sum())
+    assert held == int(s.loop[0]["gateway_depth"])
+    c = r.cluster
+    assert c["still_in_flight"] == held
+    routed = s.reqs["routed_us"] >= 0
+    assert (s.reqs["routed_us"][routed] >= s.reqs["arrival_us"][routed]).all()
