@@ -207,3 +207,12 @@ def test_sweeping_formulas(capsys):
     code, out, err = run_cli(capsys, "sweep", "--num-requests", "20", "--routing-policy", "expression", "--set",
                              "routing_program=-load;load.x")
     assert code == 2 and "attribute access" in err
+    # an expression detector's formula (its saturation test at the default)
+    code, out, err = run_cli(capsys, "sweep", "--num-requests", "300", "--num-instances", "2", "--rate", "400",
+                             "--flow-control", "expression", "--set",
+                             "flow_instance_program=max(0, 1 - in_flight); max(0, 64 - in_flight)", "--json",
+                             "--quiet")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["flow_instance_program"] for r in rows] == ["max(0, 1 - in_flight)", "max(0, 64 - in_flight)"]
+    assert rows[0]["ttft_p99_ms"] > rows[1]["ttft_p99_ms"]  # (one request in flight per instance: a long wait)
