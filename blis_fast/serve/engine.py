@@ -1,0 +1,211 @@
+"""The live engine: the simulator advanced as requests arrive (``blis-fast serve``).
+
+A batch run knows its requests up front; a server learns of them one by one.  The live
+engine keeps one simulation State whose request table has ``capacity`` rows, each sized for
+the longest request the server takes (``max_model_len`` tokens: its block keys and KV block
+slots), plus one *sentinel* row that never arrives (its arrival is beyond any time the
+engine reaches).  A request that comes in takes a free row: the row is filled as a batch
+run's request table would be (``run.tables.request_table`` of a one-request workload, its
+block keys hashed from its token ids by ``Workload.from_tokens``), and its row id is
+written at the end of the arrival stream (``State.arrival_order``; every position after
+the last request holds the sentinel, so the event loop pauses before it).  The loop then
+runs event time by event time (``advance``), never past the wall clock's simulated time,
+so an arrival at time t is injected before any event after t has run: the run is the
+batch run of the same arrivals, byte for byte (tests/serve/test_live_engine.py).  When a
+request has completed (or was dropped or rejected) and its tokens are delivered, its row
+is free again (``release``): the arrival stream is compacted when it fills, so the engine
+runs for as long as it is served with ``capacity`` rows.
+
+One decode step gives a running request one token; advancing event time by event time
+makes each new token's time exact: the request's ``last_token_us`` (its step's end + α2),
+reported by ``advance`` as ``(request, token index, time)`` -- a time after the step's
+start, which the server waits for before sending the token.
+
+The engine is the reference path (no event skipping): every running request's fields are
+exact after each step.  Every block key is marked as possibly shared (the engine cannot
+know which later requests repeat a prompt), which makes the prefix cache find repeats by
+value, as a batch run does.  Not served live: prefill/decode disaggregation, autoscaling,
+KV tiers, gateway flow control and agent workflows (refused with one line).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from blis_fast.config.validate import MAX_TIME_US, show
+from blis_fast.errors import ConfigError
+from blis_fast.run.resolve import Setup
+from blis_fast.run.session import RunSession
+from blis_fast.run.tables import request_table
+from blis_fast.workload.workload import Workload
+from blis_fast_kernels import schema as S
+
+MAX_CAPACITY = 65_536  # live request rows
+MAX_MODEL_LEN = 1 << 20  # tokens of one request (prompt + output)
+NEVER_US = MAX_TIME_US  # the sentinel row's arrival: beyond any time the engine reaches
+ENDED = (S.RequestState.COMPLETED, S.RequestState.DROPPED, S.RequestState.REJECTED)
+UNSUPPORTED = {  # what the live engine does not serve yet -> how the config turns it on
+    "pd": "prefill/decode disaggregation (pd:)",
+    "autoscaled": "autoscaling (--autoscaler)",
+    "flow": "gateway flow control (--flow-control) or request deadlines",
+    "tiers": "KV cache tiers (kv_tiers:)",
+}
+
+
+class LiveEngine:
+    """A simulation that takes requests as they arrive (module docstring).
+
+    ``setup``: a resolved config (``blis_fast.run.resolve``); ``capacity``: requests in the
+    engine at once (arrived and not yet released); ``max_model_len``: the most tokens
+    (prompt + output) of one request, at most what one instance's KV cache holds."""
+
+    def __init__(self, setup: Setup, capacity: int = 1024, max_model_len: int = 8192) -> None:
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ConfigError("capacity", f"must be in [1, {MAX_CAPACITY}] requests, got {show(capacity)}")
+        self.setup = setup
+        self.block_size = int(setup.config.engine.block_size)
+        kv_tokens = min(d.latency.total_kv_blocks for d in setup.deployments) * self.block_size \
+            if setup.deployments else setup.latency.total_kv_blocks * self.block_size
+        if not 2 <= max_model_len <= min(MAX_MODEL_LEN, kv_tokens):
+            raise ConfigError("max_model_len", f"must be in [2, {min(MAX_MODEL_LEN, kv_tokens)}] tokens (at most "
+                                               f"one instance's KV cache: {kv_tokens} tokens), got {show(max_model_len)}")
+        self.capacity = int(capacity)
+        self.max_model_len = int(max_model_len)
+        self.session = RunSession(setup, self._placeholders(), event_skipping=False)
+        self.session.prepare()
+        st = self.state
+        self._check_supported(st)
+        st.settings["max_events"] = np.iinfo(np.int64).max  # (a hang guard for batch runs; a server runs on)
+        self.sentinel = self.capacity
+        st.arrival_order[:] = self.sentinel
+        st.loop["next_arrival"] = 0
+        self._write = 0  # the next free position of the arrival stream
+        self._free = list(range(self.capacity - 1, -1, -1))  # rows, the lowest taken first
+        self._live = np.zeros(self.capacity + 1, bool)
+        self._reported = np.zeros(self.capacity + 1, np.int64)  # tokens reported per row
+        self._key_start = st.reqs["key_start"].copy()
+        self._block_start = st.reqs["block_start"].copy()
+        self._served = 0  # requests taken so far (their content seeds)
+        self.caching = bool(st.settings[0]["prefix_caching"])
+        self.compat = setup.config.simulation.compat is not None
+
+    @property
+    def state(self):
+        return self.session.state
+
+    # ------------------------------------------------------------------ construction
+
+    def _placeholders(self) -> Workload:
+        """capacity + 1 rows of max_model_len tokens (one output token: the most KV block
+        slots and keys any request of at most max_model_len tokens needs) that never arrive."""
+        n = self.capacity + 1
+        prompt = np.full(n, self.max_model_len - 1, np.int64)
+        output = np.ones(n, np.int64)
+        per = (self.max_model_len) // self.block_size
+        offsets = np.arange(n + 1, dtype=np.int64) * per
+        keys = np.arange(1, n * per + 1, dtype=np.int64)  # (distinct: overwritten as requests come)
+        return Workload(arrival_us=np.full(n, NEVER_US, np.int64), prompt_len=prompt, output_len=output,
+                        block_keys=keys, key_offsets=offsets, block_size=self.block_size,
+                        description={"kind": "live"}, key_shared=np.ones(keys.shape[0], np.uint8))
+
+    def _check_supported(self, st) -> None:
+        s = st.settings[0]
+        on = {"pd": s["pd_base"] != 0, "autoscaled": s["autoscaled"] != 0,
+              "flow": s["flow"] != 0 or s["deadlines"] != 0, "tiers": bool((st.kv_tier_inst["n_tiers"] > 0).any())}
+        for what, enabled in on.items():
+            if enabled:
+                raise ConfigError("serve", f"the live engine does not serve {UNSUPPORTED[what]} yet; leave it out")
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, prompt_ids: np.ndarray, max_tokens: int, arrival_us: int, model: int = 0) -> int:
+        """Take a request arriving at ``arrival_us`` (not before the engine's clock) with
+        prompt token ids ``prompt_ids`` and ``max_tokens`` output tokens; its row id, or -1
+        when every row is taken (the server answers 503)."""
+        st = self.state
+        prompt_ids = np.ascontiguousarray(prompt_ids, np.int64)
+        n_prompt = int(prompt_ids.shape[0])
+        if n_prompt < 1 or max_tokens < 1 or n_prompt + max_tokens > self.max_model_len:
+            raise ConfigError("request", f"prompt {n_prompt} + max_tokens {max_tokens} tokens must be within "
+                                         f"[2, {self.max_model_len}] (max_model_len)")
+        clock = int(st.loop[0]["clock_us"])
+        if arrival_us < clock:
+            raise ValueError(f"arrival {arrival_us} µs is before the engine's clock {clock} µs")
+        if not self._free:
+            return -1
+        r = self._free.pop()
+        self._served += 1
+        one = Workload.from_tokens(np.array([arrival_us], np.int64), prompt_ids, np.array([0, n_prompt], np.int64),
+                                   np.array([max_tokens], np.int64), self.block_size,
+                                   content_seed=np.array([self._served], np.int64), description={"kind": "live"})
+        kv_total = int(st.inst["kv_total"].max())
+        row = request_table(one, self.block_size, kv_total, self.compat, self.caching)[0]
+        row["key_start"] = self._key_start[r]
+        row["block_start"] = self._block_start[r]
+        row["named_upto"] = S.ALL_NAMED  # (the reference path: every block named)
+        row["model"] = model
+        st.reqs[r] = row
+        k0 = int(self._key_start[r])
+        st.keys[k0:k0 + one.block_keys.shape[0]] = one.block_keys
+        self._enqueue(r)
+        self._live[r] = True
+        self._reported[r] = 0
+        return r
+
+    def _enqueue(self, r: int) -> None:
+        """Append row r to the arrival stream, compacting it first when it is full."""
+        st = self.state
+        order = st.arrival_order
+        if self._write == order.shape[0]:
+            start = int(st.loop[0]["next_arrival"])
+            pending = order[start:self._write].copy()
+            order[:] = self.sentinel
+            order[:pending.shape[0]] = pending
+            st.loop["next_arrival"] = 0
+            self._write = pending.shape[0]
+        order[self._write] = r
+        self._write += 1
+
+    def release(self, r: int) -> None:
+        """Request r has ended and the server delivered what it had: its row is free."""
+        if not self._live[r] or int(self.state.reqs["state"][r]) not in ENDED:
+            raise ValueError(f"request row {r} is not an ended live request")
+        self._live[r] = False
+        self._free.append(r)
+
+    # ------------------------------------------------------------------ time
+
+    def next_event_us(self) -> int | None:
+        """The time of the engine's next event, None if nothing is pending."""
+        st = self.state
+        lp = st.loop[0]
+        times = []
+        if int(lp["next_arrival"]) < self._write:
+            times.append(int(st.reqs["arrival_us"][st.arrival_order[int(lp["next_arrival"])]]))
+        if int(lp["heap_size"]) > 0:
+            times.append(int(st.heap["time_us"][0]))
+        return min(times) if times else None
+
+    def advance(self, t_us: int) -> list[tuple[int, int, int]]:
+        """Run every event at or before ``t_us``; the tokens they produced, as (row, token
+        index from 0, time µs) in row order (each a time after its step's start)."""
+        self.session.run_until(int(t_us))
+        reqs = self.state.reqs
+        live = np.flatnonzero(self._live)
+        gen = reqs["generated"][live]
+        new = live[gen > self._reported[live]]
+        out = []
+        for r in new.tolist():
+            k0, k1 = int(self._reported[r]), int(reqs["generated"][r])
+            t = int(reqs["last_token_us"][r])
+            out.extend((r, k, t) for k in range(k0, k1))  # (one per step: k1 = k0 + 1 event by event)
+            self._reported[r] = k1
+        return out
+
+    def ended(self, r: int) -> bool:
+        """True once request r is completed, dropped or rejected."""
+        return int(self.state.reqs["state"][r]) in ENDED
+
+    def outcome(self, r: int) -> str:
+        """How request r ended: completed, dropped (could never fit), rejected (admission)."""
+        return S.REQUEST_STATE_NAMES[int(self.state.reqs["state"][r])]
