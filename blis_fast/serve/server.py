@@ -1,0 +1,437 @@
+"""``blis-fast serve``: an OpenAI-compatible server backed by the live engine.
+
+The engine (``engine.LiveEngine``) runs on a clock that follows the wall clock, scaled by
+``time_scale`` (K simulated seconds per wall second; the clock starts at 0 when the server
+does).  A request that comes in arrives in the engine at the clock's time, and each token
+is sent when the clock reaches the time the engine gave it (its step's end + α2).  One
+task, the *driver*, does both in the server's event loop: it runs the engine's events up
+to the clock, then sends the tokens that are due, then sleeps until the next event, the
+next token or a new request.  When it falls behind (more work than the wall clock
+allows), tokens go out late; ``blis_fast:emission_lateness_seconds`` in ``/metrics``
+says by how much.
+
+The HTTP side (``create_app``, starlette) parses and checks each request -- one line in an
+OpenAI-style error body otherwise -- and turns its prompt into token ids: a list of ids as
+given, a text as its UTF-8 bytes four by four (so the same text gives the same ids and
+the prefix cache finds a repeated prefix; ceil(bytes / 4) tokens).  A chat request's
+messages are one text, each message as ``role: content`` on its own line.  The emulator
+always generates exactly ``max_tokens`` tokens (each the text " tok"): the finish reason
+is ``length``.  docs/serve.md has the whole contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from blis_fast.config.validate import show
+from blis_fast.serve.engine import LiveEngine
+from blis_fast.serve.metrics import ServerMetrics
+
+MAX_BODY_BYTES = 16 * 2**20  # a request body (a long prompt's ids as JSON fit easily)
+MAX_TIME_SCALE = 1000.0
+MAX_MESSAGES = 10_000
+TOKEN_TEXT = " tok"  # the text of every generated token
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+MAX_TOKEN_ID = 2**31 - 1
+PROCESS_CHUNK = 256  # engine event times run before the driver sends the tokens that are due
+ROLES = ("system", "user", "assistant", "tool", "developer", "function")
+
+
+class ApiError(Exception):
+    """A request the server refuses: HTTP ``status`` with an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> dict:
+        return {"object": "error", "error": {"message": self.message, "type": self.kind, "param": self.param,
+                                             "code": self.status}}
+
+
+def text_token_ids(text: str) -> np.ndarray:
+    """A text's token ids: its UTF-8 bytes in groups of four (little-endian, the last group
+    padded with zero bytes), ceil(bytes / 4) of them."""
+    raw = text.encode("utf-8")
+    raw += b"\0" * (-len(raw) % 4)
+    return np.frombuffer(raw, "<u4").astype(np.int64)
+
+
+def prompt_ids(prompt: Any, param: str = "prompt") -> np.ndarray:
+    """The token ids of a completions ``prompt``: a text, a list of ids, or a list holding
+    one of those."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        ids = text_token_ids(prompt)
+    elif isinstance(prompt, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        ids = np.array(prompt, np.int64) if prompt else np.zeros(0, np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() > MAX_TOKEN_ID):
+            raise ApiError(400, f"token ids must be in [0, {MAX_TOKEN_ID}]", param)
+    elif isinstance(prompt, list):
+        raise ApiError(400, "one prompt per request: a text, a list of token ids, or a list holding one of them",
+                       param)
+    else:
+        raise ApiError(400, f"must be a text or a list of token ids, got {type(prompt).__name__}", param)
+    if ids.size == 0:
+        raise ApiError(400, "the prompt is empty: it needs at least one token", param)
+    return ids
+
+
+def chat_text(messages: Any) -> str:
+    """A chat request's messages as one text: ``role: content`` per line."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "must be a non-empty list of messages", "messages")
+    if len(messages) > MAX_MESSAGES:
+        raise ApiError(400, f"at most {MAX_MESSAGES} messages", "messages")
+    lines = []
+    for k, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise ApiError(400, f"each message is {{role, content}} with role one of {', '.join(ROLES)}",
+                           f"messages[{k}]")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: their text
+            if not all(isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in content):
+                raise ApiError(400, "content parts are {type, text}", f"messages[{k}].content")
+            content = "".join(p.get("text", "") for p in content)
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise ApiError(400, "content is a text or a list of text parts", f"messages[{k}].content")
+        lines.append(f"{m['role']}: {content}\n")
+    return "".join(lines)
+
+
+def _int_param(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"must be an integer, got {show(value)}", name)
+    if not lo <= value <= hi:
+        raise ApiError(400, f"must be in [{lo}, {hi}], got {value}", name)
+    return value
+
+
+@dataclass
+class Completion:
+    """One request the server is answering."""
+
+    row: int
+    prompt_tokens: int
+    max_tokens: int
+    arrival_us: int
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    delivered: int = 0
+    last_us: int = -1
+    ended: bool = False
+
+
+class LiveServer:
+    """The driver (module docstring) of one live engine serving one model."""
+
+    def __init__(self, engine: LiveEngine, model_name: str, time_scale: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not (isinstance(time_scale, (int, float)) and 0 < time_scale <= MAX_TIME_SCALE):
+            raise ValueError(f"time_scale must be in (0, {MAX_TIME_SCALE}], got {time_scale!r}")
+        self.engine = engine
+        self.model_name = model_name
+        self.time_scale = float(time_scale)
+        self.clock = clock
+        self.metrics = ServerMetrics(model_name)
+        self.active: dict[int, Completion] = {}
+        self._emissions: list[tuple[int, int, int, int]] = []  # (time µs, seq, row, token index)
+        self._seq = itertools.count()
+        self._ids = itertools.count(1)
+        self._start = clock()
+        self._wake: asyncio.Event | None = None
+        self.closing = False
+
+    # ------------------------------------------------------------------ clocks
+
+    def sim_now(self) -> int:
+        """The engine clock's time now, µs (never before the engine's own clock)."""
+        t = int((self.clock() - self._start) * 1e6 * self.time_scale)
+        return max(t, int(self.engine.state.loop[0]["clock_us"]))
+
+    def wall_of(self, t_us: int) -> float:
+        """The wall clock (``clock()``) time the engine's time ``t_us`` falls at."""
+        return self._start + t_us / 1e6 / self.time_scale
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, ids: np.ndarray, max_tokens: int) -> Completion:
+        """Take a request now: its Completion, or ApiError 503 when every row is taken
+        (or the server is shutting down) and 400 when it is too long."""
+        if self.closing:
+            raise ApiError(503, "the server is shutting down", kind="server_error")
+        n = int(ids.shape[0])
+        if n + max_tokens > self.engine.max_model_len:
+            raise ApiError(400, f"This model's maximum context length is {self.engine.max_model_len} tokens. However, "
+                                f"you requested {n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the "
+                                "completion). Please reduce the length of the prompt or max_tokens.", "max_tokens")
+        t = self.sim_now()
+        row = self.engine.submit(ids, max_tokens, t)
+        if row < 0:
+            raise ApiError(503, f"the server holds {self.engine.capacity} requests (--capacity): try again later",
+                           kind="server_error")
+        c = Completion(row, n, max_tokens, t)
+        self.active[row] = c
+        if self._wake is not None:
+            self._wake.set()
+        return c
+
+    # ------------------------------------------------------------------ the driver
+
+    async def drive(self) -> None:
+        """Run the engine on the clock until cancelled."""
+        self._wake = asyncio.Event()
+        while True:
+            busy = self._run_engine(self.sim_now())
+            self._send_due(self.sim_now())
+            self._end_requests()
+            if busy:  # more engine work is due: let the handlers write, then go on
+                await asyncio.sleep(0)
+                continue
+            delay = self._sleep_s()
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def _run_engine(self, now: int) -> bool:
+        """Run the engine's event times up to ``now`` (at most PROCESS_CHUNK of them); True
+        if more are due."""
+        engine = self.engine
+        for _ in range(PROCESS_CHUNK):
+            e = engine.next_event_us()
+            if e is None or e > now:
+                return False
+            for row, k, t in engine.advance(e):
+                heapq.heappush(self._emissions, (t, next(self._seq), row, k))
+        return True
+
+    def _send_due(self, now: int) -> None:
+        """Hand every token whose time has come to its request's handler."""
+        wall = self.clock()
+        reqs = self.engine.state.reqs
+        m = self.metrics
+        while self._emissions and self._emissions[0][0] <= now:
+            t, _, row, k = heapq.heappop(self._emissions)
+            c = self.active.get(row)
+            if c is None:
+                continue
+            m.lateness.observe(max(wall - self.wall_of(t), 0.0))
+            if k == 0:
+                m.first_token(c.prompt_tokens, int(reqs["cached_tokens"][row]), (t - c.arrival_us) / 1e6)
+            else:
+                m.itl.observe((t - c.last_us) / 1e6)
+            m.generation_tokens += 1
+            c.last_us = t
+            c.delivered += 1
+            c.queue.put_nowait(k)
+
+    def _end_requests(self) -> None:
+        """Requests the engine ended whose tokens are all sent: their handlers finish, their
+        rows are free."""
+        if not self.active:
+            return
+        engine = self.engine
+        for row, c in list(self.active.items()):
+            if not engine.ended(row) or c.delivered < int(engine.state.reqs["generated"][row]):
+                continue
+            outcome = engine.outcome(row)
+            if outcome == "completed":
+                self.metrics.e2e.observe((c.last_us - c.arrival_us) / 1e6)
+                self.metrics.finished["length"] += 1
+            else:
+                self.metrics.finished["rejected"] += 1
+            c.ended = True
+            c.queue.put_nowait(None if outcome == "completed" else outcome)
+            del self.active[row]
+            engine.release(row)
+
+    def _sleep_s(self) -> float | None:
+        """Wall seconds until the next event or token (None: until a request comes)."""
+        times = [t for t in (self.engine.next_event_us(), self._emissions[0][0] if self._emissions else None)
+                 if t is not None]
+        if not times:
+            return None
+        return max(self.wall_of(min(times)) - self.clock(), 0.0)
+
+    def models(self) -> dict:
+        """``/v1/models``."""
+        setup = self.engine.setup
+        lat = setup.latency
+        info = {"time_scale": self.time_scale, "instances": int((self.engine.state.inst["active"] != 0).sum()),
+                "latency_model": lat.kind, "alpha_coeffs": [float(x) for x in lat.alpha],
+                "beta_coeffs": [float(x) for x in lat.beta], "gpu": setup.hardware.name,
+                "tp": int(setup.config.engine.tp), "capacity": self.engine.capacity}
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
+                                            "owned_by": "blis-fast", "max_model_len": self.engine.max_model_len,
+                                            "blis_fast": info}]}
+
+
+# ---------------------------------------------------------------------- the HTTP side
+
+
+def create_app(server: LiveServer):
+    """The ASGI application of ``server`` (starlette)."""
+    from starlette.applications import Starlette  # deferred: the serve extra
+    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    def error(e: ApiError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    async def read_json(request) -> dict:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        return body
+
+    def check_common(body: dict, chat: bool) -> tuple[int, bool, bool]:
+        model = body.get("model", server.model_name)
+        if model != server.model_name:
+            raise ApiError(404, f"The model `{show(model, 80)}` does not exist; served: {server.model_name}", "model",
+                           kind="NotFoundError")
+        limit = server.engine.max_model_len - 1
+        max_tokens = _int_param(body, "max_tokens", None, 1, limit)
+        if chat and body.get("max_completion_tokens") is not None:
+            max_tokens = _int_param(body, "max_completion_tokens", None, 1, limit)
+        if max_tokens is None:
+            max_tokens = DEFAULT_MAX_TOKENS
+        min_tokens = _int_param(body, "min_tokens", 0, 0, limit)
+        if min_tokens > max_tokens:
+            raise ApiError(400, f"min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens})", "min_tokens")
+        if _int_param(body, "n", 1, 1, 1) != 1:
+            raise ApiError(400, "n must be 1", "n")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ApiError(400, "must be true or false", "stream")
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "must be an object", "stream_options")
+        return max_tokens, stream, bool(options.get("include_usage", False))
+
+    async def completions(request):
+        return await answer(request, chat=False)
+
+    async def chat_completions(request):
+        return await answer(request, chat=True)
+
+    async def answer(request, chat: bool):
+        try:
+            body = await read_json(request)
+            max_tokens, stream, usage = check_common(body, chat)
+            ids = text_token_ids(chat_text(body.get("messages"))) if chat else prompt_ids(body.get("prompt"))
+            c = server.submit(ids, max_tokens)
+        except ApiError as e:
+            return error(e)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{server.next_id()}"
+        created = int(time.time())
+        if stream:
+            return StreamingResponse(sse(c, rid, created, chat, usage), media_type="text/event-stream")
+        outcome = await finish(c)
+        if outcome is not None:
+            return error(ApiError(429 if outcome == "rejected" else 400, f"the engine {outcome} the request",
+                                  kind="server_error"))
+        text = TOKEN_TEXT * c.delivered
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                  if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
+        return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
+                             "created": created, "model": server.model_name, "choices": [choice],
+                             "usage": usage_of(c)})
+
+    async def finish(c: Completion):
+        """Wait for every token of ``c``; None when it completed, else how it ended."""
+        while True:
+            item = await c.queue.get()
+            if item is None or isinstance(item, str):
+                return item
+
+    def usage_of(c: Completion) -> dict:
+        return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.delivered,
+                "total_tokens": c.prompt_tokens + c.delivered}
+
+    async def sse(c: Completion, rid: str, created: int, chat: bool, usage: bool):
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choices, **extra) -> str:
+            return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_name,
+                                          "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+
+        if chat:
+            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        while True:
+            item = await c.queue.get()
+            if isinstance(item, str):  # rejected or dropped by the engine
+                yield "data: " + json.dumps(ApiError(429 if item == "rejected" else 400,
+                                                     f"the engine {item} the request", kind="server_error").body()) \
+                    + "\n\n"
+                break
+            if item is None:
+                break
+            last = item == c.max_tokens - 1
+            reason = "length" if last else None
+            choice = ({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": reason} if chat
+                      else {"index": 0, "text": TOKEN_TEXT, "logprobs": None, "finish_reason": reason})
+            yield chunk([choice])
+        if usage:
+            yield chunk([], usage=usage_of(c))
+        yield "data: [DONE]\n\n"
+
+    async def models(request):
+        return JSONResponse(server.models())
+
+    async def health(request):
+        return Response(status_code=200)
+
+    async def metrics(request):
+        return PlainTextResponse(server.metrics.render(server.engine.state),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.get_running_loop().create_task(server.drive())
+        try:
+            yield
+        finally:
+            server.closing = True
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+                             Route("/v1/models", models, methods=["GET"]),
+                             Route("/health", health, methods=["GET"]),
+                             Route("/metrics", metrics, methods=["GET"])],
+                     lifespan=lifespan)
