@@ -60,7 +60,7 @@ def serve(
     as_str(host, "--host", max_len=255)
     try:
         import uvicorn  # deferred: the serve extra
-        import starlette  # noqa: F401  (deferred: the serve extra; checked before the engine is built)
+        import starlette  # noqa: F401  # deferred: the serve extra (checked before the engine is built)
     except ImportError:
         raise ConfigError("serve", INSTALL_HINT) from None
     cfg = config_from_flags(run_flags)

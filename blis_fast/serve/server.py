@@ -292,8 +292,8 @@ class LiveServer:
 def create_app(server: LiveServer):
     """The ASGI application of ``server`` (starlette)."""
     from starlette.applications import Starlette  # deferred: the serve extra
-    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-    from starlette.routing import Route
+    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse  # deferred: as above
+    from starlette.routing import Route  # deferred: as above
 
     def error(e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
