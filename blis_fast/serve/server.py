@@ -289,6 +289,97 @@ class LiveServer:
 # ---------------------------------------------------------------------- the HTTP side
 
 
+async def read_json(request) -> dict:
+    """The request's JSON object body, at most MAX_BODY_BYTES."""
+    size = request.headers.get("content-length")
+    if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+        raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+
+def check_common(server: LiveServer, body: dict, chat: bool) -> tuple[int, bool, bool]:
+    """(max_tokens, stream, include usage) of a request body, checked."""
+    model = body.get("model", server.model_name)
+    if model != server.model_name:
+        raise ApiError(404, f"The model `{show(model, 80)}` does not exist; served: {server.model_name}", "model",
+                       kind="NotFoundError")
+    limit = server.engine.max_model_len - 1
+    max_tokens = _int_param(body, "max_tokens", None, 1, limit)
+    if chat and body.get("max_completion_tokens") is not None:
+        max_tokens = _int_param(body, "max_completion_tokens", None, 1, limit)
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    min_tokens = _int_param(body, "min_tokens", 0, 0, limit)
+    if min_tokens > max_tokens:
+        raise ApiError(400, f"min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens})", "min_tokens")
+    if _int_param(body, "n", 1, 1, 1) != 1:
+        raise ApiError(400, "n must be 1", "n")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "must be true or false", "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "must be an object", "stream_options")
+    return max_tokens, stream, bool(options.get("include_usage", False))
+
+
+
+async def finish(c: Completion):
+    """Wait for every token of ``c``; None when it completed, else how it ended."""
+    while True:
+        item = await c.queue.get()
+        if item is None or isinstance(item, str):
+            return item
+
+
+
+def usage_of(c: Completion) -> dict:
+    return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.delivered,
+            "total_tokens": c.prompt_tokens + c.delivered}
+
+
+
+async def sse(server: LiveServer, c: Completion, rid: str, created: int, chat: bool, usage: bool):
+    """The server-sent events of a streamed answer: one chunk per token as it is sent."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(choices, **extra) -> str:
+        return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_name,
+                                      "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+
+    if chat:
+        yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+    while True:
+        item = await c.queue.get()
+        if isinstance(item, str):  # rejected or dropped by the engine
+            yield "data: " + json.dumps(ApiError(429 if item == "rejected" else 400,
+                                                 f"the engine {item} the request", kind="server_error").body()) \
+                + "\n\n"
+            break
+        if item is None:
+            break
+        last = item == c.max_tokens - 1
+        reason = "length" if last else None
+        choice = ({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": reason} if chat
+                  else {"index": 0, "text": TOKEN_TEXT, "logprobs": None, "finish_reason": reason})
+        yield chunk([choice])
+    if usage:
+        yield chunk([], usage=usage_of(c))
+    yield "data: [DONE]\n\n"
+
+
 def create_app(server: LiveServer):
     """The ASGI application of ``server`` (starlette)."""
     from starlette.applications import Starlette  # deferred: the serve extra
@@ -297,47 +388,6 @@ def create_app(server: LiveServer):
 
     def error(e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
-
-    async def read_json(request) -> dict:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
-        raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY_BYTES:
-                raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        return body
-
-    def check_common(body: dict, chat: bool) -> tuple[int, bool, bool]:
-        model = body.get("model", server.model_name)
-        if model != server.model_name:
-            raise ApiError(404, f"The model `{show(model, 80)}` does not exist; served: {server.model_name}", "model",
-                           kind="NotFoundError")
-        limit = server.engine.max_model_len - 1
-        max_tokens = _int_param(body, "max_tokens", None, 1, limit)
-        if chat and body.get("max_completion_tokens") is not None:
-            max_tokens = _int_param(body, "max_completion_tokens", None, 1, limit)
-        if max_tokens is None:
-            max_tokens = DEFAULT_MAX_TOKENS
-        min_tokens = _int_param(body, "min_tokens", 0, 0, limit)
-        if min_tokens > max_tokens:
-            raise ApiError(400, f"min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens})", "min_tokens")
-        if _int_param(body, "n", 1, 1, 1) != 1:
-            raise ApiError(400, "n must be 1", "n")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise ApiError(400, "must be true or false", "stream")
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise ApiError(400, "must be an object", "stream_options")
-        return max_tokens, stream, bool(options.get("include_usage", False))
 
     async def completions(request):
         return await answer(request, chat=False)
@@ -348,7 +398,7 @@ def create_app(server: LiveServer):
     async def answer(request, chat: bool):
         try:
             body = await read_json(request)
-            max_tokens, stream, usage = check_common(body, chat)
+            max_tokens, stream, usage = check_common(server, body, chat)
             ids = text_token_ids(chat_text(body.get("messages"))) if chat else prompt_ids(body.get("prompt"))
             c = server.submit(ids, max_tokens)
         except ApiError as e:
@@ -356,7 +406,7 @@ def create_app(server: LiveServer):
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{server.next_id()}"
         created = int(time.time())
         if stream:
-            return StreamingResponse(sse(c, rid, created, chat, usage), media_type="text/event-stream")
+            return StreamingResponse(sse(server, c, rid, created, chat, usage), media_type="text/event-stream")
         outcome = await finish(c)
         if outcome is not None:
             return error(ApiError(429 if outcome == "rejected" else 400, f"the engine {outcome} the request",
@@ -367,44 +417,6 @@ def create_app(server: LiveServer):
         return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
                              "created": created, "model": server.model_name, "choices": [choice],
                              "usage": usage_of(c)})
-
-    async def finish(c: Completion):
-        """Wait for every token of ``c``; None when it completed, else how it ended."""
-        while True:
-            item = await c.queue.get()
-            if item is None or isinstance(item, str):
-                return item
-
-    def usage_of(c: Completion) -> dict:
-        return {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.delivered,
-                "total_tokens": c.prompt_tokens + c.delivered}
-
-    async def sse(c: Completion, rid: str, created: int, chat: bool, usage: bool):
-        kind = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(choices, **extra) -> str:
-            return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_name,
-                                          "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
-
-        if chat:
-            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-        while True:
-            item = await c.queue.get()
-            if isinstance(item, str):  # rejected or dropped by the engine
-                yield "data: " + json.dumps(ApiError(429 if item == "rejected" else 400,
-                                                     f"the engine {item} the request", kind="server_error").body()) \
-                    + "\n\n"
-                break
-            if item is None:
-                break
-            last = item == c.max_tokens - 1
-            reason = "length" if last else None
-            choice = ({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": reason} if chat
-                      else {"index": 0, "text": TOKEN_TEXT, "logprobs": None, "finish_reason": reason})
-            yield chunk([choice])
-        if usage:
-            yield chunk([], usage=usage_of(c))
-        yield "data: [DONE]\n\n"
 
     async def models(request):
         return JSONResponse(server.models())
