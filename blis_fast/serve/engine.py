@@ -88,6 +88,7 @@ class LiveEngine:
         self._served = 0  # requests taken so far (their content seeds)
         self.caching = bool(st.settings[0]["prefix_caching"])
         self.compat = setup.config.simulation.compat is not None
+        self.session.run_until(-1)  # (loads the compiled loop now, not at the first request: it pauses at once)
 
     @property
     def state(self):

@@ -135,6 +135,7 @@ class Completion:
     delivered: int = 0
     last_us: int = -1
     ended: bool = False
+    sent_wall: list = field(default_factory=list)  # per token: (the wall time it was due, the wall time it went out)
 
 
 class LiveServer:
@@ -235,7 +236,9 @@ class LiveServer:
             c = self.active.get(row)
             if c is None:
                 continue
-            m.lateness.observe(max(wall - self.wall_of(t), 0.0))
+            due = self.wall_of(t)
+            m.lateness.observe(max(wall - due, 0.0))
+            c.sent_wall.append((due, wall))
             if k == 0:
                 m.first_token(c.prompt_tokens, int(reqs["cached_tokens"][row]), (t - c.arrival_us) / 1e6)
             else:
