@@ -50,6 +50,7 @@ from blis_fast.experiments.scenarios import (BASE, BASELINES, CALIBRATION_BURST,
                                            text_table)
 from blis_fast.version import __version__
 from blis_fast.experiments.agents_bench import AGENT_SCENARIOS, bench_agents, format_agents, relate
+from blis_fast.experiments.serve_bench import SERVE_SCENARIOS, bench_live, format_live
 from blis_fast.experiments.batch_bench import BATCH_SCENARIOS, bench_batch, format_batch
 from blis_fast_kernels.schema import RequestState
 
@@ -296,16 +297,18 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
         names = [n for n in SCENARIOS if n not in NOT_DEFAULT] + ["batch-10k", *AGENT_SCENARIOS]
     else:
         names = [as_str(s, "--scenarios", max_len=64).strip()
-                 for s in as_list(scenarios, "--scenarios", max_len=len(SCENARIOS) + len(BATCH_SCENARIOS) + len(AGENT_SCENARIOS) + 8)]
+                 for s in as_list(scenarios, "--scenarios", max_len=len(SCENARIOS) + len(BATCH_SCENARIOS) + len(AGENT_SCENARIOS)
+                                 + len(SERVE_SCENARIOS) + 8)]
         names = list(dict.fromkeys(n for n in names if n))
         if not names:
             raise ConfigError("--scenarios", "names no scenario")
     batches = [n for n in names if n in BATCH_SCENARIOS]
     agents = [n for n in names if n in AGENT_SCENARIOS]
-    names = [n for n in names if n not in BATCH_SCENARIOS and n not in AGENT_SCENARIOS]
+    live = [n for n in names if n in SERVE_SCENARIOS]
+    names = [n for n in names if n not in BATCH_SCENARIOS and n not in AGENT_SCENARIOS and n not in SERVE_SCENARIOS]
     for name in names:
         scenario_overrides(name)  # fail fast on a typo, before minutes of measuring
-    total = len(names) + len(batches) + len(agents) + int(startup)
+    total = len(names) + len(batches) + len(agents) + len(live) + int(startup)
     done = 0
 
     def step(label: str, measure, *args):
@@ -323,6 +326,7 @@ def run_bench(scenarios: list[str] | None = None, repeats: int = 3, startup: boo
         "scenarios": [step(name, bench_scenario, name, repeats) for name in names],
         "batch": [step(name, bench_batch, name, None, None, repeats) for name in batches],
         "agents": [step(name, bench_agents, name, repeats) for name in agents],
+        "live": [step(name, bench_live, name, repeats) for name in live],
         "startup": step("start-up (fresh processes)", bench_startup) if startup else None,
     }
     relate(report["agents"])
@@ -393,6 +397,8 @@ def format_report(report: dict) -> str:
         out += format_batch(report["batch"])
     if report.get("agents"):
         out += format_agents(report["agents"])
+    if report.get("live"):
+        out += format_live(report["live"])
     st = report.get("startup")
     if st:
         out += ["", f"start-up (fresh processes: {st['command']}; kernels: {st.get('kernels', '?')})"]

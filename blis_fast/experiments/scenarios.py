@@ -148,7 +148,7 @@ def scenario_overrides(name: str) -> dict:
     """The flat overrides of a named scenario (BASE + its row)."""
     if name not in SCENARIOS:
         raise ConfigError("--scenarios", f"unknown scenario {show(name)}; known: {', '.join(SCENARIOS)}, batch-10k, "
-                                         "batch-100k, agents-100k, agents-100k-loop, agents-llm")
+                                         "batch-100k, agents-100k, agents-100k-loop, agents-llm, live-10k")
     row = SCENARIOS[name]
     base = {k: v for k, v in BASE.items() if not ("workload_spec" in row and k in SPEC_REPLACES)}
     return {**base, **row}

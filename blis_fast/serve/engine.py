@@ -19,7 +19,8 @@ runs for as long as it is served with ``capacity`` rows.
 One decode step gives a running request one token; advancing event time by event time
 makes each new token's time exact: the request's ``last_token_us`` (its step's end + α2),
 reported by ``advance`` as ``(request, token index, time)`` -- a time after the step's
-start, which the server waits for before sending the token.
+start, which the server waits for before sending the token --, with the requests that
+ended.
 
 The engine is the reference path (no event skipping): every running request's fields are
 exact after each step.  Every block key is marked as possibly shared (the engine cannot
@@ -83,6 +84,7 @@ class LiveEngine:
         self._free = list(range(self.capacity - 1, -1, -1))  # rows, the lowest taken first
         self._live = np.zeros(self.capacity + 1, bool)
         self._reported = np.zeros(self.capacity + 1, np.int64)  # tokens reported per row
+        self._ended = np.zeros(self.capacity + 1, bool)  # its end reported by advance
         self._key_start = st.reqs["key_start"].copy()
         self._block_start = st.reqs["block_start"].copy()
         self._served = 0  # requests taken so far (their content seeds)
@@ -150,6 +152,7 @@ class LiveEngine:
         st.keys[k0:k0 + one.block_keys.shape[0]] = one.block_keys
         self._enqueue(r)
         self._live[r] = True
+        self._ended[r] = False
         self._reported[r] = 0
         return r
 
@@ -187,21 +190,27 @@ class LiveEngine:
             times.append(int(st.heap["time_us"][0]))
         return min(times) if times else None
 
-    def advance(self, t_us: int) -> list[tuple[int, int, int]]:
-        """Run every event at or before ``t_us``; the tokens they produced, as (row, token
-        index from 0, time µs) in row order (each a time after its step's start)."""
+    def advance(self, t_us: int) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """Run every event at or before ``t_us``: (the tokens they produced, as (row, token
+        index from 0, time µs) in row order -- each a time after its step's start --, the
+        rows that ended in them: completed, dropped or rejected)."""
         self.session.run_until(int(t_us))
         reqs = self.state.reqs
         live = np.flatnonzero(self._live)
         gen = reqs["generated"][live]
         new = live[gen > self._reported[live]]
-        out = []
+        tokens = []
         for r in new.tolist():
             k0, k1 = int(self._reported[r]), int(reqs["generated"][r])
             t = int(reqs["last_token_us"][r])
-            out.extend((r, k, t) for k in range(k0, k1))  # (one per step: k1 = k0 + 1 event by event)
+            tokens.extend((r, k, t) for k in range(k0, k1))  # (one per step: k1 = k0 + 1 event by event)
             self._reported[r] = k1
-        return out
+        waiting = live[~self._ended[live]]
+        state = reqs["state"][waiting]
+        ended = waiting[(state == S.RequestState.COMPLETED) | (state == S.RequestState.DROPPED)
+                        | (state == S.RequestState.REJECTED)]
+        self._ended[ended] = True
+        return tokens, ended.tolist()
 
     def ended(self, r: int) -> bool:
         """True once request r is completed, dropped or rejected."""

@@ -156,6 +156,7 @@ class LiveServer:
         self._ids = itertools.count(1)
         self._start = clock()
         self._wake: asyncio.Event | None = None
+        self._ending: list[int] = []  # rows the engine ended, finished once their tokens are sent
         self.closing = False
 
     # ------------------------------------------------------------------ clocks
@@ -222,8 +223,10 @@ class LiveServer:
             e = engine.next_event_us()
             if e is None or e > now:
                 return False
-            for row, k, t in engine.advance(e):
+            tokens, ended = engine.advance(e)
+            for row, k, t in tokens:
                 heapq.heappush(self._emissions, (t, next(self._seq), row, k))
+            self._ending.extend(ended)
         return True
 
     def _send_due(self, now: int) -> None:
@@ -251,11 +254,15 @@ class LiveServer:
     def _end_requests(self) -> None:
         """Requests the engine ended whose tokens are all sent: their handlers finish, their
         rows are free."""
-        if not self.active:
+        if not self._ending:
             return
         engine = self.engine
-        for row, c in list(self.active.items()):
-            if not engine.ended(row) or c.delivered < int(engine.state.reqs["generated"][row]):
+        generated = engine.state.reqs["generated"]
+        still = []
+        for row in self._ending:
+            c = self.active[row]
+            if c.delivered < int(generated[row]):
+                still.append(row)  # (its last tokens are not due yet)
                 continue
             outcome = engine.outcome(row)
             if outcome == "completed":
@@ -267,6 +274,7 @@ class LiveServer:
             c.queue.put_nowait(None if outcome == "completed" else outcome)
             del self.active[row]
             engine.release(row)
+        self._ending = still
 
     def _sleep_s(self) -> float | None:
         """Wall seconds until the next event or token (None: until a request comes)."""

@@ -48,13 +48,14 @@ def live_run(reqs, capacity):
 
     def step_to(t):
         while (e := engine.next_event_us()) is not None and e <= t:
-            for r, k, when in engine.advance(e):
+            new, ended = engine.advance(e)
+            for r, k, when in new:
                 assert k == len(tokens[by_row[r]])
                 tokens[by_row[r]].append(when)
-            for r in list(by_row):
-                if engine.ended(r):
-                    done.append(by_row.pop(r))
-                    engine.release(r)
+            for r in ended:
+                assert engine.ended(r)
+                done.append(by_row.pop(r))
+                engine.release(r)
 
     for j, (t, ids, n_out) in enumerate(reqs):
         step_to(t - 1)  # (an arrival runs before the events of its own µs, as in a batch run)
