@@ -65,17 +65,17 @@ def serve(
         raise ConfigError("serve", INSTALL_HINT) from None
     cfg = config_from_flags(run_flags)
     setup = resolve(cfg)
-    if len(setup.served_models) != 1:
-        raise ConfigError("deployments", f"blis-fast serve serves one model; the config serves "
-                                         f"{len(setup.served_models)}: {', '.join(setup.served_models)}")
+    if served_model_name is not None and len(setup.served_models) != 1:
+        raise ConfigError("--served-model-name", f"names the one served model; the config serves "
+                                                 f"{len(setup.served_models)}: {', '.join(setup.served_models)}")
     kv_tokens = int(setup.latency.total_kv_blocks) * int(cfg.engine.block_size)
     length = as_int(max_model_len, "--max-model-len", 2, kv_tokens) if max_model_len is not None \
         else min(8192, kv_tokens)
-    name = as_str(served_model_name, "--served-model-name", max_len=256) if served_model_name is not None \
-        else setup.served_models[0]
+    names = (as_str(served_model_name, "--served-model-name", max_len=256),) if served_model_name is not None \
+        else setup.served_models
     engine = LiveEngine(setup, capacity=rows, max_model_len=length)
-    server = LiveServer(engine, name, time_scale=scale)
+    server = LiveServer(engine, names, time_scale=scale)
     if not quiet:
-        typer.echo(f"blis-fast: serving {name} on http://{host}:{port_n} (time scale {scale:g}, "
+        typer.echo(f"blis-fast: serving {', '.join(names)} on http://{host}:{port_n} (time scale {scale:g}, "
                         f"{int((engine.state.inst['active'] != 0).sum())} instance(s), max_model_len {length})", err=True)
     uvicorn.run(create_app(server), host=host, port=port_n, log_level="warning", timeout_graceful_shutdown=grace)

@@ -25,8 +25,11 @@ ended.
 The engine is the reference path (no event skipping): every running request's fields are
 exact after each step.  Every block key is marked as possibly shared (the engine cannot
 know which later requests repeat a prompt), which makes the prefix cache find repeats by
-value, as a batch run does.  Not served live: prefill/decode disaggregation, autoscaling,
-KV tiers, gateway flow control and agent workflows (refused with one line).
+value, as a batch run does.  Not served live: autoscaling, KV tiers, gateway flow control
+and agent workflows (refused with one line).  Several
+served models and prefill/decode disaggregation are: a request names its model, and a
+disaggregated model's request has its prefill leg row (``pd_base`` rows on) filled as a
+batch run's is.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 
 from blis_fast.config.validate import MAX_TIME_US, show
 from blis_fast.errors import ConfigError
+from blis_fast.run.disaggregation import add_prefill_legs, pd_model_rows, pd_request_rows
 from blis_fast.run.resolve import Setup
 from blis_fast.run.session import RunSession
 from blis_fast.run.tables import request_table
@@ -46,7 +50,6 @@ MAX_MODEL_LEN = 1 << 20  # tokens of one request (prompt + output)
 NEVER_US = MAX_TIME_US  # the sentinel row's arrival: beyond any time the engine reaches
 ENDED = (S.RequestState.COMPLETED, S.RequestState.DROPPED, S.RequestState.REJECTED)
 UNSUPPORTED = {  # what the live engine does not serve yet -> how the config turns it on
-    "pd": "prefill/decode disaggregation (pd:)",
     "autoscaled": "autoscaling (--autoscaler)",
     "flow": "gateway flow control (--flow-control) or request deadlines",
     "tiers": "KV cache tiers (kv_tiers:)",
@@ -64,7 +67,13 @@ class LiveEngine:
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ConfigError("capacity", f"must be in [1, {MAX_CAPACITY}] requests, got {show(capacity)}")
         self.setup = setup
-        self.block_size = int(setup.config.engine.block_size)
+        self.models = setup.served_models
+        sizes = {int(d.engine.block_size) for d in setup.deployments} or {int(setup.config.engine.block_size)}
+        if len(sizes) > 1:
+            raise ConfigError("deployments", f"the live engine needs one KV block size for every deployment, got "
+                                             f"{', '.join(map(str, sorted(sizes)))}")
+        self.block_size = sizes.pop()
+        self.pd_models = pd_model_rows(setup)
         kv_tokens = min(d.latency.total_kv_blocks for d in setup.deployments) * self.block_size \
             if setup.deployments else setup.latency.total_kv_blocks * self.block_size
         if not 2 <= max_model_len <= min(MAX_MODEL_LEN, kv_tokens):
@@ -77,6 +86,7 @@ class LiveEngine:
         st = self.state
         self._check_supported(st)
         st.settings["max_events"] = np.iinfo(np.int64).max  # (a hang guard for batch runs; a server runs on)
+        self.pd_base = int(st.settings[0]["pd_base"])  # request r's prefill leg is row r + pd_base (P/D)
         self.sentinel = self.capacity
         st.arrival_order[:] = self.sentinel
         st.loop["next_arrival"] = 0
@@ -107,13 +117,17 @@ class LiveEngine:
         per = (self.max_model_len) // self.block_size
         offsets = np.arange(n + 1, dtype=np.int64) * per
         keys = np.arange(1, n * per + 1, dtype=np.int64)  # (distinct: overwritten as requests come)
+        # (a disaggregated model's rows, if there is one: then every row's prefill leg has block slots too)
+        disaggregated = np.flatnonzero(self.pd_models["enabled"] != 0)
+        model = np.full(n, disaggregated[0] if disaggregated.size else 0, np.int32)
         return Workload(arrival_us=np.full(n, NEVER_US, np.int64), prompt_len=prompt, output_len=output,
                         block_keys=keys, key_offsets=offsets, block_size=self.block_size,
-                        description={"kind": "live"}, key_shared=np.ones(keys.shape[0], np.uint8))
+                        description={"kind": "live"}, key_shared=np.ones(keys.shape[0], np.uint8),
+                        model=model if len(self.models) > 1 else None, models=self.models)
 
     def _check_supported(self, st) -> None:
         s = st.settings[0]
-        on = {"pd": s["pd_base"] != 0, "autoscaled": s["autoscaled"] != 0,
+        on = {"autoscaled": s["autoscaled"] != 0,
               "flow": s["flow"] != 0 or s["deadlines"] != 0, "tiers": bool((st.kv_tier_inst["n_tiers"] > 0).any())}
         for what, enabled in on.items():
             if enabled:
@@ -122,9 +136,10 @@ class LiveEngine:
     # ------------------------------------------------------------------ requests
 
     def submit(self, prompt_ids: np.ndarray, max_tokens: int, arrival_us: int, model: int = 0) -> int:
-        """Take a request arriving at ``arrival_us`` (not before the engine's clock) with
-        prompt token ids ``prompt_ids`` and ``max_tokens`` output tokens; its row id, or -1
-        when every row is taken (the server answers 503)."""
+        """Take a request for served model ``model`` (an index of ``models``) arriving at
+        ``arrival_us`` (not before the engine's clock) with prompt token ids ``prompt_ids``
+        and ``max_tokens`` output tokens; its row id, or -1 when every row is taken (the
+        server answers 503)."""
         st = self.state
         prompt_ids = np.ascontiguousarray(prompt_ids, np.int64)
         n_prompt = int(prompt_ids.shape[0])
@@ -142,12 +157,18 @@ class LiveEngine:
                                    np.array([max_tokens], np.int64), self.block_size,
                                    content_seed=np.array([self._served], np.int64), description={"kind": "live"})
         kv_total = int(st.inst["kv_total"].max())
-        row = request_table(one, self.block_size, kv_total, self.compat, self.caching)[0]
-        row["key_start"] = self._key_start[r]
-        row["block_start"] = self._block_start[r]
-        row["named_upto"] = S.ALL_NAMED  # (the reference path: every block named)
-        row["model"] = model
-        st.reqs[r] = row
+        rows = request_table(one, self.block_size, kv_total, self.compat, self.caching)
+        rows["key_start"] = self._key_start[r]
+        rows["named_upto"] = S.ALL_NAMED  # (the reference path: every block named)
+        rows["model"] = model
+        if self.pd_base:  # its prefill leg, as a batch run builds it (it shares the request's keys)
+            rows, _ = add_prefill_legs(rows, 0, self.pd_models, self.block_size)
+            leg = r + self.pd_base
+            rows[1]["block_start"] = self._block_start[leg]
+            st.reqs[leg] = rows[1]
+            st.pd_reqs[r] = pd_request_rows(1)[0]
+        rows[0]["block_start"] = self._block_start[r]
+        st.reqs[r] = rows[0]
         k0 = int(self._key_start[r])
         st.keys[k0:k0 + one.block_keys.shape[0]] = one.block_keys
         self._enqueue(r)

@@ -48,9 +48,10 @@ class Histogram:
 
 
 class ServerMetrics:
-    """What ``/metrics`` reports for one served model."""
+    """What ``/metrics`` reports for one served model (``model``: its id, INSTANCE_DT.model)."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, model: int = 0) -> None:
+        self.model = model
         self.labels = f'model_name="{_escape(model_name)}"'
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
@@ -68,38 +69,39 @@ class ServerMetrics:
         self.prefix_queries += prompt_tokens
         self.prefix_hits += cached_tokens
 
-    def render(self, state) -> str:
-        """The exposition text, with the gauges read from the engine's ``state`` now."""
+    def samples(self, state) -> dict[str, list[str]]:
+        """{metric family: its HELP and TYPE lines and this model's samples}, the gauges read
+        from the engine's ``state`` now."""
         inst = state.inst
-        active = inst["active"] != 0
+        active = (inst["active"] != 0) & (inst["model"] == self.model)
         running = int(inst["batch_len"][active].sum())
         waiting = int(inst["wq_len"][active].sum() + inst["routed_pending"][active].sum())
         total = inst["kv_total"][active].astype(np.float64)
         usage = float((inst["kv_allocated"][active] / np.maximum(total, 1)).mean()) if active.any() else 0.0
         lb = self.labels
-        lines = [
-            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lb}}} {running}",
-            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lb}}} {waiting}",
-            "# HELP vllm:gpu_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
-            "# TYPE vllm:gpu_cache_usage_perc gauge", f"vllm:gpu_cache_usage_perc{{{lb}}} {usage!r}",
-            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
-            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lb}}} {usage!r}",
-            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
-            "# TYPE vllm:prefix_cache_queries_total counter",
-            f"vllm:prefix_cache_queries_total{{{lb}}} {self.prefix_queries}",
-            "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
-            "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{lb}}} {self.prefix_hits}",
-            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
-            "# TYPE vllm:prompt_tokens_total counter", f"vllm:prompt_tokens_total{{{lb}}} {self.prompt_tokens}",
-            "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
-            "# TYPE vllm:generation_tokens_total counter",
-            f"vllm:generation_tokens_total{{{lb}}} {self.generation_tokens}",
-            "# HELP vllm:request_success_total Count of successfully processed requests.",
-            "# TYPE vllm:request_success_total counter",
-            *(f'vllm:request_success_total{{{lb},finished_reason="{k}"}} {v}' for k, v in self.finished.items()),
-        ]
+        fam: dict[str, list[str]] = {}
+
+        def add(name: str, kind: str, text: str, *samples: str) -> None:
+            fam.setdefault(name, [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]).extend(samples)
+
+        add("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+            f"vllm:num_requests_running{{{lb}}} {running}")
+        add("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+            f"vllm:num_requests_waiting{{{lb}}} {waiting}")
+        add("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+            f"vllm:gpu_cache_usage_perc{{{lb}}} {usage!r}")
+        add("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+            f"vllm:kv_cache_usage_perc{{{lb}}} {usage!r}")
+        add("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+            f"vllm:prefix_cache_queries_total{{{lb}}} {self.prefix_queries}")
+        add("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+            f"vllm:prefix_cache_hits_total{{{lb}}} {self.prefix_hits}")
+        add("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+            f"vllm:prompt_tokens_total{{{lb}}} {self.prompt_tokens}")
+        add("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+            f"vllm:generation_tokens_total{{{lb}}} {self.generation_tokens}")
+        add("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+            *(f'vllm:request_success_total{{{lb},finished_reason="{k}"}} {v}' for k, v in self.finished.items()))
         for name, text, h in (("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                                self.ttft),
                               ("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
@@ -108,8 +110,21 @@ class ServerMetrics:
                                                                    "seconds.", self.e2e),
                               ("blis_fast:emission_lateness_seconds", "Wall seconds a token was sent after the "
                                                                      "time the engine gave it.", self.lateness)):
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} histogram", *h.lines(name, lb)]
-        return "\n".join(lines) + "\n"
+            add(name, "histogram", text, *h.lines(name, lb))
+        return fam
+
+
+def render(metrics: list[ServerMetrics], state) -> str:
+    """The exposition text of every served model's metrics (each family once, its samples
+    model by model)."""
+    families: dict[str, list[str]] = {}
+    for m in metrics:
+        for name, lines in m.samples(state).items():
+            if name in families:
+                families[name].extend(lines[2:])
+            else:
+                families[name] = list(lines)
+    return "\n".join(line for lines in families.values() for line in lines) + "\n"
 
 
 def _escape(value: str) -> str:

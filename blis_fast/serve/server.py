@@ -34,7 +34,7 @@ import numpy as np
 
 from blis_fast.config.validate import show
 from blis_fast.serve.engine import LiveEngine
-from blis_fast.serve.metrics import ServerMetrics
+from blis_fast.serve.metrics import ServerMetrics, render
 
 MAX_BODY_BYTES = 16 * 2**20  # a request body (a long prompt's ids as JSON fit easily)
 MAX_TIME_SCALE = 1000.0
@@ -128,6 +128,7 @@ class Completion:
     """One request the server is answering."""
 
     row: int
+    model: int  # its served model (an index of LiveServer.model_names)
     prompt_tokens: int
     max_tokens: int
     arrival_us: int
@@ -139,17 +140,20 @@ class Completion:
 
 
 class LiveServer:
-    """The driver (module docstring) of one live engine serving one model."""
+    """The driver (module docstring) of one live engine; ``model_names``: the names clients
+    ask for, one per served model (default the deployments')."""
 
-    def __init__(self, engine: LiveEngine, model_name: str, time_scale: float = 1.0,
+    def __init__(self, engine: LiveEngine, model_names: tuple[str, ...] | None = None, time_scale: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not (isinstance(time_scale, (int, float)) and 0 < time_scale <= MAX_TIME_SCALE):
             raise ValueError(f"time_scale must be in (0, {MAX_TIME_SCALE}], got {time_scale!r}")
         self.engine = engine
-        self.model_name = model_name
+        self.model_names = tuple(model_names) if model_names is not None else tuple(engine.models)
+        if len(self.model_names) != len(engine.models):
+            raise ValueError(f"{len(self.model_names)} model names for {len(engine.models)} served models")
         self.time_scale = float(time_scale)
         self.clock = clock
-        self.metrics = ServerMetrics(model_name)
+        self.metrics = [ServerMetrics(name, k) for k, name in enumerate(self.model_names)]
         self.active: dict[int, Completion] = {}
         self._emissions: list[tuple[int, int, int, int]] = []  # (time µs, seq, row, token index)
         self._seq = itertools.count()
@@ -175,7 +179,7 @@ class LiveServer:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, ids: np.ndarray, max_tokens: int) -> Completion:
+    def submit(self, ids: np.ndarray, max_tokens: int, model: int = 0) -> Completion:
         """Take a request now: its Completion, or ApiError 503 when every row is taken
         (or the server is shutting down) and 400 when it is too long."""
         if self.closing:
@@ -186,11 +190,11 @@ class LiveServer:
                                 f"you requested {n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the "
                                 "completion). Please reduce the length of the prompt or max_tokens.", "max_tokens")
         t = self.sim_now()
-        row = self.engine.submit(ids, max_tokens, t)
+        row = self.engine.submit(ids, max_tokens, t, model)
         if row < 0:
             raise ApiError(503, f"the server holds {self.engine.capacity} requests (--capacity): try again later",
                            kind="server_error")
-        c = Completion(row, n, max_tokens, t)
+        c = Completion(row, model, n, max_tokens, t)
         self.active[row] = c
         if self._wake is not None:
             self._wake.set()
@@ -233,12 +237,12 @@ class LiveServer:
         """Hand every token whose time has come to its request's handler."""
         wall = self.clock()
         reqs = self.engine.state.reqs
-        m = self.metrics
         while self._emissions and self._emissions[0][0] <= now:
             t, _, row, k = heapq.heappop(self._emissions)
             c = self.active.get(row)
             if c is None:
                 continue
+            m = self.metrics[c.model]
             due = self.wall_of(t)
             m.lateness.observe(max(wall - due, 0.0))
             c.sent_wall.append((due, wall))
@@ -265,11 +269,12 @@ class LiveServer:
                 still.append(row)  # (its last tokens are not due yet)
                 continue
             outcome = engine.outcome(row)
+            m = self.metrics[c.model]
             if outcome == "completed":
-                self.metrics.e2e.observe((c.last_us - c.arrival_us) / 1e6)
-                self.metrics.finished["length"] += 1
+                m.e2e.observe((c.last_us - c.arrival_us) / 1e6)
+                m.finished["length"] += 1
             else:
-                self.metrics.finished["rejected"] += 1
+                m.finished["rejected"] += 1
             c.ended = True
             c.queue.put_nowait(None if outcome == "completed" else outcome)
             del self.active[row]
@@ -285,16 +290,31 @@ class LiveServer:
         return max(self.wall_of(min(times)) - self.clock(), 0.0)
 
     def models(self) -> dict:
-        """``/v1/models``."""
+        """``/v1/models``: each served model with what serves it (its first deployment's
+        GPU, TP and latency model; its instances)."""
         setup = self.engine.setup
-        lat = setup.latency
-        info = {"time_scale": self.time_scale, "instances": int((self.engine.state.inst["active"] != 0).sum()),
-                "latency_model": lat.kind, "alpha_coeffs": [float(x) for x in lat.alpha],
-                "beta_coeffs": [float(x) for x in lat.beta], "gpu": setup.hardware.name,
-                "tp": int(setup.config.engine.tp), "capacity": self.engine.capacity}
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
-                                            "owned_by": "blis-fast", "max_model_len": self.engine.max_model_len,
-                                            "blis_fast": info}]}
+        inst = self.engine.state.inst
+        data = []
+        for k, name in enumerate(self.model_names):
+            served = self.engine.models[k]
+            dep = next((d for d in setup.deployments if d.served_model_name == served), None)
+            lat, gpu, tp = (dep.latency, dep.hardware.name, dep.engine.tp) if dep is not None else \
+                (setup.latency, setup.hardware.name, setup.config.engine.tp)
+            instances = int(((inst["active"] != 0) & (inst["model"] == k)).sum())
+            info = {"time_scale": self.time_scale, "instances": instances, "latency_model": lat.kind,
+                    "alpha_coeffs": [float(x) for x in lat.alpha], "beta_coeffs": [float(x) for x in lat.beta],
+                    "gpu": gpu, "tp": int(tp), "capacity": self.engine.capacity}
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "blis-fast",
+                         "max_model_len": self.engine.max_model_len, "blis_fast": info})
+        return {"object": "list", "data": data}
+
+    def model_index(self, body: dict) -> int:
+        """The served model a request body asks for (``model``; absent: the first)."""
+        name = body.get("model", self.model_names[0])
+        if name not in self.model_names:
+            raise ApiError(404, f"The model `{show(name, 80)}` does not exist; served: {', '.join(self.model_names)}",
+                           "model", kind="NotFoundError")
+        return self.model_names.index(name)
 
 
 # ---------------------------------------------------------------------- the HTTP side
@@ -322,10 +342,6 @@ async def read_json(request) -> dict:
 
 def check_common(server: LiveServer, body: dict, chat: bool) -> tuple[int, bool, bool]:
     """(max_tokens, stream, include usage) of a request body, checked."""
-    model = body.get("model", server.model_name)
-    if model != server.model_name:
-        raise ApiError(404, f"The model `{show(model, 80)}` does not exist; served: {server.model_name}", "model",
-                       kind="NotFoundError")
     limit = server.engine.max_model_len - 1
     max_tokens = _int_param(body, "max_tokens", None, 1, limit)
     if chat and body.get("max_completion_tokens") is not None:
@@ -367,7 +383,7 @@ async def sse(server: LiveServer, c: Completion, rid: str, created: int, chat: b
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(choices, **extra) -> str:
-        return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_name,
+        return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_names[c.model],
                                       "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
     if chat:
@@ -409,9 +425,10 @@ def create_app(server: LiveServer):
     async def answer(request, chat: bool):
         try:
             body = await read_json(request)
+            model = server.model_index(body)
             max_tokens, stream, usage = check_common(server, body, chat)
             ids = text_token_ids(chat_text(body.get("messages"))) if chat else prompt_ids(body.get("prompt"))
-            c = server.submit(ids, max_tokens)
+            c = server.submit(ids, max_tokens, model)
         except ApiError as e:
             return error(e)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{server.next_id()}"
@@ -426,7 +443,7 @@ def create_app(server: LiveServer):
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
                   if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
         return JSONResponse({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": created, "model": server.model_name, "choices": [choice],
+                             "created": created, "model": server.model_names[c.model], "choices": [choice],
                              "usage": usage_of(c)})
 
     async def models(request):
@@ -436,7 +453,7 @@ def create_app(server: LiveServer):
         return Response(status_code=200)
 
     async def metrics(request):
-        return PlainTextResponse(server.metrics.render(server.engine.state),
+        return PlainTextResponse(render(server.metrics, server.engine.state),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @contextlib.asynccontextmanager

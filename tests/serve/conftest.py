@@ -23,10 +23,9 @@ def serve_app():
 
     stack = contextlib.ExitStack()
 
-    def start(time_scale=20.0, capacity=64, max_model_len=2048, **settings):
-        setup = resolve(as_config(None, {"num_instances": 1, **settings}))
-        server = LiveServer(LiveEngine(setup, capacity=capacity, max_model_len=max_model_len),
-                            setup.served_models[0], time_scale=time_scale)
+    def start(time_scale=20.0, capacity=64, max_model_len=2048, config=None, **settings):
+        setup = resolve(as_config(config, {"num_instances": 1, **settings} if config is None else settings))
+        server = LiveServer(LiveEngine(setup, capacity=capacity, max_model_len=max_model_len), time_scale=time_scale)
         url = stack.enter_context(running(create_app(server)))
         return url, server
 

@@ -14,6 +14,7 @@ from blis_fast.run.api import as_config
 from blis_fast.run.resolve import resolve
 from blis_fast.serve.engine import LiveEngine
 from blis_fast.workload.workload import Workload
+from builders import ROOT
 
 SETTINGS = dict(num_instances=2, routing_policy="weighted", max_num_seqs=8, total_kv_blocks=400)
 
@@ -32,17 +33,25 @@ def requests(n=70, seed=5):
     return out
 
 
-def batch_run(reqs, block_size=16):
+PD = dict(config=str(ROOT / "configs/examples/pd/2p6d.yaml"), pd_decider="always")
+TWO_MODELS = dict(config=str(ROOT / "configs/examples/two-models.yaml"))
+
+
+def batch_run(reqs, settings=SETTINGS, models=None, block_size=16):
     ids = np.concatenate([r[1] for r in reqs])
     offsets = np.concatenate([[0], np.cumsum([len(r[1]) for r in reqs])]).astype(np.int64)
+    extra = {} if models is None else dict(model=np.arange(len(reqs), dtype=np.int32) % len(models), models=models)
     wl = Workload.from_tokens(np.array([r[0] for r in reqs], np.int64), ids, offsets,
                               np.array([r[2] for r in reqs], np.int64), block_size,
-                              content_seed=np.arange(1, len(reqs) + 1, dtype=np.int64))
-    return blis_fast.simulate(workload=wl, **SETTINGS).state.reqs
+                              content_seed=np.arange(1, len(reqs) + 1, dtype=np.int64), **extra)
+    return blis_fast.simulate(workload=wl, **{k: v for k, v in settings.items() if k != "config"},
+                              config=settings.get("config")).state.reqs
 
 
-def live_run(reqs, capacity):
-    engine = LiveEngine(resolve(as_config(None, SETTINGS)), capacity=capacity, max_model_len=1024)
+def live_run(reqs, capacity, settings=SETTINGS):
+    setup = resolve(as_config(settings.get("config"), {k: v for k, v in settings.items() if k != "config"}))
+    engine = LiveEngine(setup, capacity=capacity, max_model_len=1024)
+    n_models = len(setup.served_models)
     rows, tokens, done = {}, {}, []
     by_row = {}
 
@@ -59,17 +68,20 @@ def live_run(reqs, capacity):
 
     for j, (t, ids, n_out) in enumerate(reqs):
         step_to(t - 1)  # (an arrival runs before the events of its own µs, as in a batch run)
-        r = engine.submit(ids, n_out, t)
+        r = engine.submit(ids, n_out, t, model=j % n_models)
         assert r >= 0
         rows[j], by_row[r], tokens[j] = r, j, []
     step_to(np.iinfo(np.int64).max)
     return engine, rows, tokens, done
 
 
-def test_live_arrivals_give_the_batch_run():
+@pytest.mark.parametrize("settings", [SETTINGS, PD, TWO_MODELS], ids=["weighted", "pd", "two-models"])
+def test_live_arrivals_give_the_batch_run(settings):
     reqs = requests()
-    batch = batch_run(reqs)
-    engine, rows, tokens, done = live_run(reqs, capacity=24)
+    models = resolve(as_config(settings.get("config"), {k: v for k, v in settings.items() if k != "config"})
+                     ).served_models
+    batch = batch_run(reqs, settings, models if len(models) > 1 else None)
+    engine, rows, tokens, done = live_run(reqs, 24, settings)
     assert sorted(done) == list(range(len(reqs)))
     assert len(set(rows.values())) < len(reqs)  # (rows were recycled)
     for j in range(len(reqs)):

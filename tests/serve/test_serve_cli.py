@@ -24,7 +24,8 @@ from live_server import free_port
     (("--max-model-len", "100000000"), ("--max-model-len",)),
     (("--shutdown-timeout-s", "-1"), ("--shutdown-timeout-s",)),
     (("--flow-control", "concurrency"), ("flow control",)),
-    (("--config", str(ROOT / "configs/examples/two-models.yaml")), ("serves one model",)),
+    (("--config", str(ROOT / "configs/examples/two-models.yaml"), "--served-model-name", "x"),
+     ("--served-model-name", "one served model")),
     (("--rate", "5"), ("--rate",)),  # (a workload setting: the clients bring the requests)
 ])
 def test_bad_settings_are_one_line(capsys, args, needles):

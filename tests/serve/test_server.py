@@ -55,6 +55,24 @@ def test_the_openai_client_streams(serve_app):
     assert whole.usage.prompt_tokens == len(text_token_ids(chat_text([{"role": "user", "content": "hi there"}])))
 
 
+def test_two_models_and_disaggregation_are_served(serve_app):
+    from builders import ROOT
+
+    url, server = serve_app(config=str(ROOT / "configs/examples/two-models.yaml"))
+    names = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
+    assert names == ["meta-llama/llama-3.1-8b-instruct", "qwen/qwen2.5-7b-instruct"]
+    for name in names:
+        r = httpx.post(f"{url}/v1/completions", json={"model": name, "prompt": "hi", "max_tokens": 2}, timeout=30)
+        assert r.json()["model"] == name and r.json()["usage"]["completion_tokens"] == 2
+    text = httpx.get(f"{url}/metrics").text
+    assert text.count("# TYPE vllm:generation_tokens_total counter") == 1
+    assert all(f'vllm:generation_tokens_total{{model_name="{n}"}} 2' in text for n in names)
+    url, server = serve_app(config=str(ROOT / "configs/examples/pd/2p6d.yaml"), pd_decider="always")
+    r = httpx.post(f"{url}/v1/completions", json={"prompt": list(range(500)), "max_tokens": 3}, timeout=30)
+    assert r.json()["usage"]["completion_tokens"] == 3
+    assert int((server.engine.state.pd_reqs["prefill_instance"] >= 0).sum()) == 1  # (prefilled on a prefill instance)
+
+
 def test_metrics_parse_and_count(serve_app):
     parser = pytest.importorskip("prometheus_client.parser")
     url, server = serve_app()
