@@ -78,4 +78,6 @@ def serve(
     if not quiet:
         typer.echo(f"blis-fast: serving {', '.join(names)} on http://{host}:{port_n} (time scale {scale:g}, "
                         f"{int((engine.state.inst['active'] != 0).sum())} instance(s), max_model_len {length})", err=True)
-    uvicorn.run(create_app(server), host=host, port=port_n, log_level="warning", timeout_graceful_shutdown=grace)
+    # (connections beyond the rows and some room for /metrics and /health scrapes get uvicorn's 503)
+    uvicorn.run(create_app(server), host=host, port=port_n, log_level="warning", timeout_graceful_shutdown=grace,
+                limit_concurrency=2 * rows + 64)

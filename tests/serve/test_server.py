@@ -129,3 +129,28 @@ def test_a_full_server_answers_503(serve_app):
             assert r.status_code == 503 and "--capacity" in r.json()["error"]["message"]
             lines = [json.loads(x[6:]) for x in first.iter_lines() if x.startswith("data: {")]
     assert len(lines) == 3
+
+
+@pytest.mark.slow
+def test_200_concurrent_streams_each_get_their_tokens(serve_app):
+    import asyncio
+
+    url, server = serve_app(time_scale=2.0, capacity=256, max_model_len=4096, num_instances=4)
+
+    async def one(client, k):
+        got = []
+        async with client.stream("POST", f"{url}/v1/completions",
+                                 json={"prompt": list(range(100 + k)), "max_tokens": 20, "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    got.append(json.loads(line[6:])["choices"][0]["finish_reason"])
+        return got
+
+    async def main():
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=260)) as client:
+            return await asyncio.gather(*(one(client, k) for k in range(200)))
+
+    streams = asyncio.run(main())
+    assert all(s == [None] * 19 + ["length"] for s in streams)
+    m = server.metrics[0]
+    assert m.finished["length"] == 200 and m.generation_tokens == 4000 and m.lateness.count == 4000
