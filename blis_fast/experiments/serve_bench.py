@@ -38,35 +38,13 @@ def live_requests(n: int, rate: float, seed: int = 7) -> list[tuple[int, np.ndar
     return out
 
 
-def drive(setup, requests, capacity: int = 2048, max_model_len: int = 8192) -> tuple[dict, int]:
-    """Run ``requests`` through a live engine as the server's driver would (every arrival
-    before the events of its µs): ({request: token times}, event times advanced)."""
-    from blis_fast.serve.engine import LiveEngine  # deferred: the kernels
+def drive(setup, requests) -> tuple[dict, int]:
+    """Run ``requests`` through a live engine as the server's driver would
+    (``replay_live``): ({request: token times}, engine steps)."""
+    from blis_fast.serve.engine import replay_live  # deferred: the kernels
 
-    engine = LiveEngine(setup, capacity=capacity, max_model_len=max_model_len)
-    tokens: dict[int, list[int]] = {}
-    of_row: dict[int, int] = {}
-    steps = 0
-
-    def step_to(t: int) -> None:
-        nonlocal steps
-        while (e := engine.next_event_us()) is not None and e <= t:
-            steps += 1
-            new, ended = engine.advance(e)
-            for row, _, when in new:
-                tokens[of_row[row]].append(when)
-            for row in ended:
-                del of_row[row]
-                engine.release(row)
-
-    for j, (t, ids, n_out) in enumerate(requests):
-        step_to(t - 1)
-        row = engine.submit(ids, n_out, t)
-        if row < 0:
-            raise BlisFastError(f"live bench: no free row for request {j} (capacity {capacity})")
-        of_row[row], tokens[j] = j, []
-    step_to(np.iinfo(np.int64).max)
-    return tokens, steps
+    tokens, steps = replay_live(setup, [(t, ids, n, 0) for t, ids, n in requests], record_steps=True)
+    return tokens, len(steps)
 
 
 def bench_live(name: str, repeats: int = 3) -> dict:
@@ -99,7 +77,7 @@ def bench_live(name: str, repeats: int = 3) -> dict:
         started = time.perf_counter()
         session.run()
         loops.append(time.perf_counter() - started)
-    return {"name": name, "requests": len(reqs), "instances": spec["instances"], "event_times": steps,
+    return {"name": name, "requests": len(reqs), "instances": spec["instances"], "steps": steps,
             "drive_best_s": min(drives), "drive_median_s": statistics.median(drives),
             "batch_loop_best_s": min(loops), "x_base": min(drives) / min(loops),
             "tokens": int(sum(len(t) for t in tokens.values()))}
@@ -109,9 +87,9 @@ def format_live(rows: list[dict]) -> list[str]:
     """The live-engine table of ``blis-fast bench``."""
     if not rows:
         return []
-    header = ["scenario", "requests", "inst", "event times", "tokens", "drive best s", "drive median s",
+    header = ["scenario", "requests", "inst", "steps", "tokens", "drive best s", "drive median s",
               "batch loop s", "x batch"]
-    body = [[r["name"], str(r["requests"]), str(r["instances"]), str(r["event_times"]), str(r["tokens"]),
+    body = [[r["name"], str(r["requests"]), str(r["instances"]), str(r["steps"]), str(r["tokens"]),
              f"{r['drive_best_s']:.3f}", f"{r['drive_median_s']:.3f}", f"{r['batch_loop_best_s']:.3f}",
              f"{r['x_base']:.1f}"] for r in rows]
     return ["", "live engine (blis-fast serve's driver without the clock and HTTP; x batch: over the batch "

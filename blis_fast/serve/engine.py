@@ -63,7 +63,8 @@ class LiveEngine:
     engine at once (arrived and not yet released); ``max_model_len``: the most tokens
     (prompt + output) of one request, at most what one instance's KV cache holds."""
 
-    def __init__(self, setup: Setup, capacity: int = 1024, max_model_len: int = 8192) -> None:
+    def __init__(self, setup: Setup, capacity: int = 1024, max_model_len: int = 8192,
+                 record_steps: bool = False) -> None:
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ConfigError("capacity", f"must be in [1, {MAX_CAPACITY}] requests, got {show(capacity)}")
         self.setup = setup
@@ -101,6 +102,9 @@ class LiveEngine:
         self.caching = bool(st.settings[0]["prefix_caching"])
         self.compat = setup.config.simulation.compat is not None
         self.session.run_until(-1)  # (loads the compiled loop now, not at the first request: it pauses at once)
+        # every step's (instance, start, end, prefill tokens, decode requests) when asked for (calibration)
+        self.steps: list[tuple[int, int, int, int, int]] | None = [] if record_steps else None
+        self._inst_counts = self._instance_counts()
 
     @property
     def state(self):
@@ -211,11 +215,25 @@ class LiveEngine:
             times.append(int(st.heap["time_us"][0]))
         return min(times) if times else None
 
+    def _instance_counts(self) -> np.ndarray:
+        """Per instance: (steps, prefill tokens, decode requests) so far."""
+        inst = self.state.inst
+        return np.stack([inst["steps"], inst["prefill_tokens"], inst["decode_tokens"]])
+
     def advance(self, t_us: int) -> tuple[list[tuple[int, int, int]], list[int]]:
         """Run every event at or before ``t_us``: (the tokens they produced, as (row, token
         index from 0, time µs) in row order -- each a time after its step's start --, the
-        rows that ended in them: completed, dropped or rejected)."""
+        rows that ended in them: completed, dropped or rejected).  With ``record_steps``,
+        the steps that started are appended to ``steps`` (exact when ``t_us`` is the next
+        event's time: an instance starts at most one step at a time)."""
         self.session.run_until(int(t_us))
+        if self.steps is not None:
+            counts = self._instance_counts()
+            delta = counts - self._inst_counts
+            ends = self.state.inst["busy_until_us"]
+            for i in np.flatnonzero(delta[0]).tolist():
+                self.steps.append((i, int(t_us), int(ends[i]), int(delta[1, i]), int(delta[2, i])))
+            self._inst_counts = counts
         reqs = self.state.reqs
         live = np.flatnonzero(self._live)
         gen = reqs["generated"][live]
@@ -240,3 +258,32 @@ class LiveEngine:
     def outcome(self, r: int) -> str:
         """How request r ended: completed, dropped (could never fit), rejected (admission)."""
         return S.REQUEST_STATE_NAMES[int(self.state.reqs["state"][r])]
+
+
+def replay_live(setup: Setup, requests, capacity: int = 2048, max_model_len: int = 8192,
+                record_steps: bool = False) -> tuple[dict[int, list[int]], list | None]:
+    """Run ``requests`` -- (arrival µs, prompt token ids, output tokens, served model id),
+    in arrival order -- through a live engine as the server's driver does (every arrival
+    before the events of its µs, event time by event time): ({request: its token times},
+    the steps when ``record_steps``: (instance, start, end, prefill tokens, decode requests))."""
+    engine = LiveEngine(setup, capacity=capacity, max_model_len=max_model_len, record_steps=record_steps)
+    tokens: dict[int, list[int]] = {}
+    of_row: dict[int, int] = {}
+
+    def run_to(t: int) -> None:
+        while (e := engine.next_event_us()) is not None and e <= t:
+            new, ended = engine.advance(e)
+            for row, _, when in new:
+                tokens[of_row[row]].append(when)
+            for row in ended:
+                del of_row[row]
+                engine.release(row)
+
+    for j, (t, ids, n_out, model) in enumerate(requests):
+        run_to(t - 1)
+        row = engine.submit(ids, n_out, t, model)
+        if row < 0:
+            raise ConfigError("capacity", f"{capacity} rows are too few: request {j} found none free")
+        of_row[row], tokens[j] = j, []
+    run_to(np.iinfo(np.int64).max)
+    return tokens, engine.steps
