@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -304,3 +304,23 @@ def observe(requests: Requests, settings: ObserveSettings, out: str | Path,
     obs = observer.observation()
     path = write_observed(out, requests, obs, observer.header())
     return ObserveResult(path, summarize(obs))
+
+
+def first_requests(requests: Requests, n: int) -> Requests:
+    """The first ``n`` requests of a table (as ``num_requests`` keeps them): a link to a
+    later row is cut, like the spec's ``num_requests`` cuts the last session."""
+    if n >= len(requests):
+        return requests
+    cols = {k: v[:n].copy() for k, v in requests.columns.items()}
+    cut = cols["next_request"] >= n
+    cols["next_request"][cut] = -1
+    cols["follow_delay_us"][cut] = 0
+    token_ids = None
+    if requests.token_ids is not None:
+        token_ids = {}
+        for what in ("prompt", "output"):
+            if what in requests.token_ids:
+                off = requests.token_ids[f"{what}_offsets"][:n + 1]
+                token_ids[what], token_ids[f"{what}_offsets"] = requests.token_ids[what][:off[-1]], off
+    model = requests.model[:n] if requests.model is not None else None
+    return replace(requests, columns=cols, token_ids=token_ids, model=model)
