@@ -14,6 +14,8 @@ normally.  Modes:
   drop          DROP_AFTER tokens, then the connection is closed mid-stream
   malformed     one token, then a data line that is not JSON
   stream_error  one token, then ``data: {"error": ...}``
+  interrupt     served normally, after a Ctrl-C in the test process's main thread
+                (``_thread.interrupt_main``: the observer's Ctrl-C path, in process)
 
 Every request's body is kept in ``server.bodies`` (in arrival order).  Every loop is bounded
 by the request's max_tokens; a slow stream stops when the client goes.
@@ -21,6 +23,7 @@ by the request's max_tokens; a slow stream stops when the client goes.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import json
 import math
@@ -81,6 +84,8 @@ class FakeServer:
                 return _error(429, "rate limited")
             if mode == "http_500":
                 return _error(500, "engine crashed")
+            if mode == "interrupt":
+                _thread.interrupt_main()
 
             async def stream():
                 if api == "chat" and self.chat_role_chunk:
