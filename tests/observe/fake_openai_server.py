@@ -14,6 +14,8 @@ normally.  Modes:
   drop          DROP_AFTER tokens, then the connection is closed mid-stream
   malformed     one token, then a data line that is not JSON
   stream_error  one token, then ``data: {"error": ...}``
+  flood         3 * max_tokens + 20 token chunks (more than the observer accepts)
+  long_line     one token, then a line longer than the observer's line limit
   interrupt     served normally, after a Ctrl-C in the test process's main thread
                 (``_thread.interrupt_main``: the observer's Ctrl-C path, in process)
 
@@ -51,8 +53,10 @@ def _chunk(api: str, text: str, finish) -> bytes:
 
 
 class FakeServer:
-    def __init__(self, modes: dict[int, str] | None = None, models: list[str] | None = None, chat_role_chunk=True):
+    def __init__(self, modes: dict[int, str] | None = None, models: list[str] | None = None, chat_role_chunk=True,
+                 models_body: bytes | None = None):
         self.modes = dict(modes or {})
+        self.models_body = models_body  # GET /v1/models answers these bytes instead, when given
         self.models = models or [MODEL]
         self.chat_role_chunk = chat_role_chunk
         self.bodies: list[dict] = []
@@ -64,6 +68,10 @@ class FakeServer:
         from starlette.routing import Route
 
         async def models(request):
+            if self.models_body is not None:
+                from starlette.responses import Response
+
+                return Response(self.models_body, media_type="application/json")
             return JSONResponse({"object": "list", "data": [
                 {"id": m, "object": "model", "owned_by": "fake", "blis_fast": {"time_scale": 1.0}}
                 for m in self.models]})
@@ -91,6 +99,14 @@ class FakeServer:
                 if api == "chat" and self.chat_role_chunk:
                     yield b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                                "finish_reason": None}]}).encode() + b"\n\n"
+                if mode == "flood":
+                    for _ in range(3 * n + 20):
+                        yield _chunk(api, " t", None)
+                    return
+                if mode == "long_line":
+                    yield _chunk(api, " t", None)
+                    yield b"data: " + b"x" * (1 << 20) + b"x"
+                    return
                 for i in range(n):
                     if mode == "slow":
                         await asyncio.sleep(SLOW_GAP_S)

@@ -18,7 +18,8 @@ from blis_fast.observe import ObserveSettings, observe, outcome
 from blis_fast.observe.observer import Observer, first_requests
 from blis_fast.observe.prompts import PromptBuilder
 from blis_fast.observe.settings import endpoint_base
-from blis_fast.observe.stream import chat_text
+from blis_fast.errors import ConfigError
+from blis_fast.observe.stream import MAX_LINE_BYTES, chat_text
 from blis_fast.workload.formats.observed import read_observed
 from blis_fast.workload.formats.rich_trace import read_trace
 from fake_openai_server import DROP_AFTER, MODEL, FakeServer
@@ -194,3 +195,50 @@ def test_endpoint_base(given, base):
 
 def test_chat_text_is_four_bytes_a_token():
     assert chat_text(np.array([0, 17575, 128000])) == " aaa zzz hjc"  # (ids mod 26^3 as three letters)
+
+
+def test_a_hostile_stream_is_bounded_and_recorded(tmp_path):
+    """More token chunks than max_tokens allows, a line beyond the line limit: recorded as
+    malformed, the stream closed, the run finished."""
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", [(0, 13, 2), (0, 14, 2)]))[0]
+    with FakeServer({13: "flood", 14: "long_line"}) as srv:
+        observe(req, ObserveSettings(srv.url, timeout_s=5), tmp_path / "o.parquet")
+    _, _, obs = read_observed(tmp_path / "o.parquet")
+    assert obs.error[0] == "malformed SSE after 21 tokens: more than 20 token chunks for max_tokens 2"
+    assert obs.error[1] == f"malformed SSE after 1 tokens: a line longer than {MAX_LINE_BYTES} bytes"
+    assert list(obs["status"]) == [200, 200]
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"data": [{"name": "x"}]}', b"[" * 100_000 + b"]" * 100_000,
+                                  b'{"data": "x"}'])
+def test_a_model_list_that_is_not_one_is_a_clean_error(tmp_path, body):
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", [(0, 5, 2)]))[0]
+    with FakeServer(models_body=body) as srv:
+        with pytest.raises(ConfigError) as info:
+            observe(req, ObserveSettings(srv.url), tmp_path / "o.parquet")
+        assert srv.bodies == []
+    assert info.value.field == "--endpoint" and "did not answer an OpenAI model list" in str(info.value)
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_deep_model_entry_is_kept_cut_in_the_header(tmp_path):
+    deep: dict = {"id": MODEL}
+    node = deep
+    for _ in range(50):
+        node["x"] = {}
+        node = node["x"]
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", [(0, 5, 2)]))[0]
+    with FakeServer(models_body=json.dumps({"data": [deep]}).encode()) as srv:
+        observe(req, ObserveSettings(srv.url), tmp_path / "o.parquet")
+    _, header, obs = read_observed(tmp_path / "o.parquet")
+    assert header["observed"]["server_models"][0]["id"] == MODEL and obs.error == [""]
+
+
+def test_requests_are_never_sent_before_their_time(tmp_path):
+    rows = [(k * 20_000, 5 + k, 2) for k in range(6)]  # every 20 ms of the server's time
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", rows))[0]
+    with FakeServer() as srv:
+        observe(req, ObserveSettings(srv.url, time_scale=4.0), tmp_path / "o.parquet")
+    _, _, obs = read_observed(tmp_path / "o.parquet")
+    assert np.all(obs["send_us"] >= req["arrival_us"])  # (sent at arrival / K of wall time, recorded times K)
+    assert np.all(obs["first_token_us"] > obs["send_us"])

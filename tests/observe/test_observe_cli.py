@@ -179,3 +179,29 @@ def test_sigint_to_a_fresh_process_writes_what_it_has(tmp_path):
     assert proc.returncode == 130, stderr
     assert stderr.decode().strip().splitlines()[-1] == feedback.INTERRUPTED_LINE
     check_interrupted_recording(out)
+
+
+def test_a_progress_bar_on_a_terminal_and_none_with_quiet(server, spec, tmp_path, monkeypatch):
+    from blis_fast.cli import main
+    from builders import FakeTerminal
+
+    monkeypatch.setenv("BLIS_FAST_PROGRESS_AFTER", "0")
+    drawn = {}
+    for quiet in (False, True):
+        terminal = FakeTerminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        main(["observe", "--endpoint", server.url, "--workload-spec", str(spec), "--out",
+              str(tmp_path / f"o{quiet}.parquet"), "--time-scale", "100", "--num-requests", "4"]
+             + (["--quiet"] if quiet else []))  # (returns: exit code 0)
+        drawn[quiet] = terminal.getvalue()
+    assert "observing" in drawn[False] and "requests" in drawn[False]
+    assert drawn[True] == ""
+
+
+def test_the_human_summary():
+    from blis_fast.cli.observe import _human
+
+    text = _human({"out": "o.parquet", "requests": 3, "sent": 2, "ok": 1, "errors": {"timeout": 1, "not_sent": 1},
+                   "timed_out": 1, "ttft_ms": {"p50": 12.5, "p99": 20.0}, "e2e_ms": {"p50": None, "p99": None}})
+    assert text.splitlines() == ["observed 2 of 3 requests -> o.parquet", "  ok 1, errors: timeout 1, not_sent 1, "
+                                 "timed out 1", "  TTFT p50 12.5 ms, p99 20.0 ms (observed)"]
