@@ -54,9 +54,10 @@ def _chunk(api: str, text: str, finish) -> bytes:
 
 class FakeServer:
     def __init__(self, modes: dict[int, str] | None = None, models: list[str] | None = None, chat_role_chunk=True,
-                 models_body: bytes | None = None):
+                 models_body: bytes | None = None, models_delay_s: float = 0.0):
         self.modes = dict(modes or {})
         self.models_body = models_body  # GET /v1/models answers these bytes instead, when given
+        self.models_delay_s = models_delay_s  # ... after this long
         self.models = models or [MODEL]
         self.chat_role_chunk = chat_role_chunk
         self.bodies: list[dict] = []
@@ -68,6 +69,7 @@ class FakeServer:
         from starlette.routing import Route
 
         async def models(request):
+            await asyncio.sleep(self.models_delay_s)
             if self.models_body is not None:
                 from starlette.responses import Response
 

@@ -221,6 +221,15 @@ def test_a_model_list_that_is_not_one_is_a_clean_error(tmp_path, body):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_an_endpoint_that_does_not_answer_is_a_clean_error(tmp_path):
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", [(0, 5, 2)]))[0]
+    with FakeServer(models_delay_s=0.5) as srv:
+        with pytest.raises(ConfigError) as info:
+            observe(req, ObserveSettings(srv.url, timeout_s=0.2), tmp_path / "o.parquet")
+    assert info.value.field == "--endpoint" and "did not answer within 0.2 s" in str(info.value)
+    assert srv.bodies == [] and not (tmp_path / "o.parquet").exists()
+
+
 def test_a_deep_model_entry_is_kept_cut_in_the_header(tmp_path):
     deep: dict = {"id": MODEL}
     node = deep
