@@ -138,8 +138,9 @@ def test_the_serve_extra_missing_is_one_line(spec, tmp_path, monkeypatch):
 
 
 def interrupt_trace(tmp_path: Path) -> Path:
-    # row 2's prompt length (99) makes the fake server press Ctrl-C; rows 3..5 are due later
-    rows = [(0, 5, 2), (0, 6, 2), (0, 99, 2), (5_000_000, 7, 2), (6_000_000, 8, 2), (7_000_000, 9, 2)]
+    # row 2 streams slowly (prompt length 9): in flight at the interrupt; row 3's prompt length
+    # (99) makes the fake server press Ctrl-C (in process); rows 4..6 are due seconds later
+    rows = [(0, 5, 2), (0, 6, 2), (0, 9, 2), (0, 99, 2), (5_000_000, 7, 2), (6_000_000, 8, 2), (7_000_000, 10, 2)]
     trace = write_trace_csv(tmp_path / "t.csv", rows)
     trace.write_text("# blis-fast-trace\n" + trace.read_text())
     return trace
@@ -148,14 +149,15 @@ def interrupt_trace(tmp_path: Path) -> Path:
 def check_interrupted_recording(out: Path) -> None:
     _, header, obs = read_observed(out)
     assert header["observed"]["interrupted"] is True
-    assert obs["send_us"][2] >= 0
-    assert list(obs["send_us"][3:]) == [-1, -1, -1] and list(obs["status"][3:]) == [0, 0, 0]
-    assert obs.error[3:] == ["not sent"] * 3
+    assert obs["send_us"][2] >= 0 and obs.error[2].startswith("interrupted after ")  # (the slow stream)
+    assert obs["send_us"][3] >= 0
+    assert list(obs["send_us"][4:]) == [-1, -1, -1] and list(obs["status"][4:]) == [0, 0, 0]
+    assert obs.error[4:] == ["not sent"] * 3
 
 
 def test_ctrl_c_writes_what_it_has_and_exits_130(tmp_path):
     out = tmp_path / "o.parquet"
-    with FakeServer({99: "interrupt"}) as srv:
+    with FakeServer({9: "slow", 99: "interrupt"}) as srv:
         code, stdout, stderr = cli_in_process("observe", "--endpoint", srv.url, "--trace", interrupt_trace(tmp_path),
                                               "--out", out)
     assert (code, stdout) == (130, "")
@@ -166,12 +168,12 @@ def test_ctrl_c_writes_what_it_has_and_exits_130(tmp_path):
 @pytest.mark.slow
 def test_sigint_to_a_fresh_process_writes_what_it_has(tmp_path):
     out = tmp_path / "o.parquet"
-    with FakeServer() as srv:
+    with FakeServer({9: "slow"}) as srv:
         proc = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", "observe", "--endpoint", srv.url, "--trace",
                                  interrupt_trace(tmp_path), "--out", out], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
         deadline = time.monotonic() + 120
-        while len(srv.bodies) < 3:  # the first three are sent; the rest are due seconds later
+        while len(srv.bodies) < 4:  # the first four are sent (one streams slowly); the rest are due seconds later
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
