@@ -251,3 +251,18 @@ def test_requests_are_never_sent_before_their_time(tmp_path):
     _, _, obs = read_observed(tmp_path / "o.parquet")
     assert np.all(obs["send_us"] >= req["arrival_us"])  # (sent at arrival / K of wall time, recorded times K)
     assert np.all(obs["first_token_us"] > obs["send_us"])
+
+
+def test_a_long_session_is_built_without_recursion(tmp_path):
+    """Turn t re-sends turn t-1's prompt and output stand-ins; asking for the last turn
+    first rebuilds the 1500 turns before it in a loop (beyond Python's recursion limit)."""
+    turns = 1500
+    rows = [(0 if t == 0 else -1, 2 * t + 3, 1, 0, t, t + 1 if t + 1 < turns else -1, 0) for t in range(turns)]
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", rows))[0]
+    last = PromptBuilder(req).prompt_ids(turns - 1)
+    builder = PromptBuilder(req)
+    previous = builder.prompt_ids(turns - 3)
+    before_last = builder.prompt_ids(turns - 2)  # (from the kept sequence of turn - 3)
+    assert len(last) == 2 * turns + 1 and last[:len(before_last)].tolist() == before_last.tolist()
+    assert before_last[:len(previous)].tolist() == previous.tolist()
+    assert builder.prompt_ids(turns - 1).tolist() == last.tolist()
