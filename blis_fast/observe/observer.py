@@ -160,7 +160,8 @@ class Observer:
         async with client.stream("POST", self.settings.endpoint + path, json=body) as resp:
             rec.status = resp.status_code
             if resp.status_code != 200:
-                rec.error = f"HTTP {resp.status_code}: {openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))}"
+                message = openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))
+                rec.error = f"HTTP {resp.status_code}: {message}"
                 return
             async for line in sse_lines(resp):
                 if take_event(line, rec, self.settings.api, self.now_us):
@@ -239,7 +240,8 @@ class Observer:
                 if self.expected == 0:
                     self.all_done.set()
                 for k in self.open_rows:
-                    wait = self._wall_s(float(self.requests["arrival_us"][k])) - (time.perf_counter_ns() - self.t0_ns) / 1e9
+                    elapsed_s = (time.perf_counter_ns() - self.t0_ns) / 1e9
+                    wait = self._wall_s(float(self.requests["arrival_us"][k])) - elapsed_s
                     if wait > 0:
                         await asyncio.sleep(wait)
                     self._spawn(self._request(client, slots, int(k)))
