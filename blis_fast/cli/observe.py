@@ -94,3 +94,5 @@ def observe_command(
         result = observe(req, settings, out, on_done=bar.advance)
     summary = {"out": str(result.path), **result.summary}
     typer.echo(summary_json(summary) if wants_json(json_out) else _human(summary))
+    for notice in result.notices:  # (after the result; --quiet drops them)
+        feedback.logger.warning(f"blis-fast: warning: {notice}")

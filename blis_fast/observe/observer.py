@@ -30,7 +30,7 @@ from blis_fast.observe.prompts import PromptBuilder
 from blis_fast.observe.settings import ObserveSettings
 from blis_fast.observe.stream import (MAX_ERROR_BODY_BYTES, Malformed, Record, StreamError, openai_error_message,
                                       read_capped, request_body, sse_lines, take_event)
-from blis_fast.observe.summary import summarize
+from blis_fast.observe.summary import notices, summarize
 from blis_fast.version import __version__
 from blis_fast.workload.formats.observed import Observation, one_line, write_observed
 from blis_fast.workload.generate import Requests
@@ -46,6 +46,7 @@ NEVER_RELEASED = "not sent: no earlier turn of its session was sent"
 class ObserveResult:
     path: Path
     summary: dict
+    notices: list[str]  # one-line warnings (blis_fast.observe.summary.notices)
 
 
 def _plain(value, depth: int = 0):
@@ -293,7 +294,7 @@ def observe(requests: Requests, settings: ObserveSettings, out: str | Path,
     """Replay ``requests`` against ``settings.endpoint`` and write the recording to ``out``
     (see the module docstring); ``on_done`` is called as each request ends.  On
     KeyboardInterrupt the recording is written with what was seen, then the interrupt
-    propagates.  Returns the path and ``summarize``'s summary."""
+    propagates.  Returns the path, ``summarize``'s summary and ``notices``' warnings."""
     import pyarrow.parquet  # noqa: F401  # deferred: pyarrow -- loaded now so a Ctrl-C's write is quick
 
     observer = Observer(requests, settings, on_done)
@@ -304,8 +305,9 @@ def observe(requests: Requests, settings: ObserveSettings, out: str | Path,
         write_observed(out, requests, observer.observation(), observer.header())
         raise
     obs = observer.observation()
-    path = write_observed(out, requests, obs, observer.header())
-    return ObserveResult(path, summarize(obs))
+    header = observer.header()
+    path = write_observed(out, requests, obs, header)
+    return ObserveResult(path, summarize(obs), notices(obs, header))
 
 
 def first_requests(requests: Requests, n: int) -> Requests:

@@ -54,3 +54,26 @@ def summarize(obs: Observation) -> dict:
         "ttft_ms": _percentiles_ms(obs["first_token_us"][good] - send),
         "e2e_ms": _percentiles_ms(obs["last_token_us"][good] - send),
     }
+
+
+def notices(obs: Observation, observed: dict) -> list[str]:
+    """One-line warnings about a recording (the command prints them on stderr): the
+    blis-fast server reports another time scale than the observer's (every recorded time
+    is then off by their ratio), or requests streamed fewer chunks than their
+    ``usage.completion_tokens`` (several tokens a chunk: token times are chunk times)."""
+    out = []
+    k = observed.get("time_scale")
+    for entry in observed.get("server_models") or []:
+        info = entry.get("blis_fast") if isinstance(entry, dict) and entry.get("id") == observed.get("model") else None
+        server_k = info.get("time_scale") if isinstance(info, dict) else None
+        if isinstance(server_k, (int, float)) and not isinstance(server_k, bool) and k and \
+                abs(server_k - k) > 1e-9 * max(abs(server_k), abs(k)):
+            out.append(f"the server runs at time scale {server_k:g} and the observer at {k:g} (--time-scale): "
+                       "recorded times are off by their ratio")
+            break
+    chunks = np.diff(obs.token_offsets)
+    fewer = int(((obs["completion_tokens"] > chunks) & (obs["completion_tokens"] >= 0)).sum())
+    if fewer:
+        out.append(f"{fewer} requests streamed fewer chunks than their usage.completion_tokens: the server sends "
+                   "several tokens a chunk, and token times are chunk times (docs/serve-observe.md)")
+    return out

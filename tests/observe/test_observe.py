@@ -266,3 +266,19 @@ def test_a_long_session_is_built_without_recursion(tmp_path):
     assert len(last) == 2 * turns + 1 and last[:len(before_last)].tolist() == before_last.tolist()
     assert before_last[:len(previous)].tolist() == previous.tolist()
     assert builder.prompt_ids(turns - 1).tolist() == last.tolist()
+
+
+def test_notices_of_a_time_scale_mismatch_and_of_several_tokens_a_chunk():
+    from blis_fast.observe.summary import notices
+    from blis_fast.workload.formats.observed import Observation
+
+    obs = Observation.empty(3)
+    obs.columns["completion_tokens"][:] = [4, 2, -1]
+    obs = Observation.from_lists(obs.columns, ["", "", "not sent"], [[1, 2], [3, 4], []])
+    models = [{"id": "m", "blis_fast": {"time_scale": 10}}, {"id": "other", "blis_fast": {"time_scale": 3}}]
+    got = notices(obs, {"model": "m", "time_scale": 10.0, "server_models": models})
+    assert got == ["1 requests streamed fewer chunks than their usage.completion_tokens: the server sends several "
+                   "tokens a chunk, and token times are chunk times (docs/serve-observe.md)"]
+    got = notices(obs, {"model": "m", "time_scale": 5.0, "server_models": models})
+    assert got[0].startswith("the server runs at time scale 10 and the observer at 5 ") and len(got) == 2
+    assert notices(Observation.empty(1), {"model": "x", "time_scale": 1.0, "server_models": [{"id": "x"}]}) == []
