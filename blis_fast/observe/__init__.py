@@ -13,6 +13,6 @@ httpx (the ``serve`` extra) is imported only when an observation runs.
 
 from blis_fast.observe.observer import ObserveResult, Observer, observe
 from blis_fast.observe.settings import ObserveSettings
-from blis_fast.observe.summary import outcome, summarize
+from blis_fast.observe.summary import notices, outcome, summarize
 
-__all__ = ["ObserveResult", "ObserveSettings", "Observer", "observe", "outcome", "summarize"]
+__all__ = ["ObserveResult", "ObserveSettings", "Observer", "observe", "notices", "outcome", "summarize"]

@@ -282,3 +282,16 @@ def test_notices_of_a_time_scale_mismatch_and_of_several_tokens_a_chunk():
     got = notices(obs, {"model": "m", "time_scale": 5.0, "server_models": models})
     assert got[0].startswith("the server runs at time scale 10 and the observer at 5 ") and len(got) == 2
     assert notices(Observation.empty(1), {"model": "x", "time_scale": 1.0, "server_models": [{"id": "x"}]}) == []
+
+
+def test_every_request_ends_once_for_the_progress_bar(tmp_path):
+    """on_done is called once per request -- a follower no earlier turn releases (its
+    session's first turn cut away) at the start -- so the bar reaches its total."""
+    rows = [(0, 5, 2, 0, 0, 1, 0), (-1, 9, 2, 0, 1, -1, 0), (-1, 6, 2, 1, 1, -1, 0), (0, 7, 2, -1, 0, -1, 0)]
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", rows))[0]
+    ended = []
+    with FakeServer() as srv:
+        observe(req, ObserveSettings(srv.url), tmp_path / "o.parquet", on_done=lambda: ended.append(1))
+    _, _, obs = read_observed(tmp_path / "o.parquet")
+    assert len(ended) == 4
+    assert obs.error == ["", "", "not sent: no earlier turn of its session was sent", ""]
