@@ -157,8 +157,10 @@ class Observer:
                             int(self.requests["output_len"][k]))
         path = "/v1/chat/completions" if self.settings.api == "chat" else "/v1/completions"
         max_chunks = 2 * body["max_tokens"] + 16  # a server sending more is not streaming tokens
+        content = json.dumps(body, separators=(",", ":")).encode()  # (encoded before the send time is taken)
         rec.send_us = self.now_us()
-        async with client.stream("POST", self.settings.endpoint + path, json=body) as resp:
+        async with client.stream("POST", self.settings.endpoint + path, content=content,
+                                 headers={"content-type": "application/json"}) as resp:
             rec.status = resp.status_code
             if resp.status_code != 200:
                 message = openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))
