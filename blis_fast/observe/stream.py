@@ -43,7 +43,8 @@ class Malformed(Exception):
 
 def chat_text(ids: np.ndarray) -> str:
     """A chat prompt standing for token ids: each id as a space and three letters (4 bytes:
-    the blis-fast server counts ceil(bytes / 4) tokens; a real tokenizer counts its own)."""
+    the blis-fast server counts ceil(bytes / 4) tokens of its ``user: TEXT`` line; a real
+    tokenizer counts its own)."""
     v = np.asarray(ids, np.int64) % (26 ** 3)
     return "".join(" " + _LETTERS[a] + _LETTERS[b] + _LETTERS[c]
                    for a, b, c in zip((v // 676).tolist(), (v // 26 % 26).tolist(), (v % 26).tolist()))
