@@ -25,7 +25,7 @@ LAYERS = {
     "workload": 2, "results": 2, "policy": 2,
     "run": 3, "agents": 3,
     "batch": 4,
-    "studies": 5, "adapters": 5, "experiments": 5, "serve": 5,
+    "studies": 5, "adapters": 5, "experiments": 5, "serve": 5, "observe": 5,
     "cli": 6,
     "__init__": 7, "__main__": 7,  # the package facade (lazy names) and ``python -m blis_fast``
 }

@@ -20,7 +20,8 @@ command's result, which scripts parse):
   call such as LLVM compiling a kernel): if the process still runs
   ``GRACE_S`` after the signal, or at a second one, it prints the line, removes the
   temporary output files and ends the process (its policy programs' sandboxes die with
-  it: blis_fast.batch.program).
+  it: blis_fast.batch.program).  A command that writes what it has on Ctrl-C (``blis-fast
+  observe``) asks for a longer grace while it runs: ``saving_on_interrupt(grace_s)``.
 
 Importing this module costs nothing (stdlib only; rich loads when a bar is first shown).
 """
@@ -264,6 +265,20 @@ def progress(description: str, total: float | None = None, unit: str = "") -> It
 _exit_lock = threading.Lock()
 _line_printed = False
 _terminated = threading.Event()  # the interrupt was a SIGTERM
+_saving_grace_s = 0.0  # set by saving_on_interrupt: the watchdog waits at least this long
+
+
+@contextmanager
+def saving_on_interrupt(grace_s: float) -> Iterator[None]:
+    """Inside the block, the watchdog gives the main thread at least ``grace_s`` after a
+    Ctrl-C (not GRACE_S) to unwind: the command writes its partial results as it does.  A
+    second Ctrl-C still ends the process at once."""
+    global _saving_grace_s
+    previous, _saving_grace_s = _saving_grace_s, max(float(grace_s), 0.0)
+    try:
+        yield
+    finally:
+        _saving_grace_s = previous
 
 
 def _exit_code() -> int:
@@ -353,10 +368,11 @@ class _Watchdog(threading.Thread):
             if signal.SIGTERM in data:
                 _terminated.set()
             self.seen += 1
-            if self.seen >= 2 or self.grace_s <= 0:  # a second Ctrl-C: the person wants out now
+            grace_s = max(self.grace_s, _saving_grace_s)
+            if self.seen >= 2 or grace_s <= 0:  # a second Ctrl-C: the person wants out now
                 _hard_exit()
             if self.deadline is None:
-                self.deadline = threading.Timer(self.grace_s, _hard_exit)
+                self.deadline = threading.Timer(grace_s, _hard_exit)
                 self.deadline.daemon = True
                 self.deadline.start()
 

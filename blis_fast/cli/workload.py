@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,10 +35,7 @@ def workload_generate(
 ) -> None:
     """Generate the requests of a workload spec and write them as a rich trace (YAML
     header + CSV/Parquet table); prints a one-line JSON note."""
-    from blis_fast.config.flow_control import first_deadline_key  # deferred: blis_fast_kernels (not loaded by blis-fast --help)
     from blis_fast.workload.formats.rich_trace import FORMATS, write_trace  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
-    from blis_fast.workload.generate import generate_requests  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
-    from blis_fast.workload.spec import load_spec  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
 
     seed_v = as_int(seed, "--seed", 0, INT64_MAX) if seed is not None else None
     if fmt is not None:
@@ -46,18 +44,33 @@ def workload_generate(
     # never overwrite the spec or a file it names; the folder must exist (checked before generating)
     check_outputs([("--out", out)], [("--spec", spec)] + [("--spec", p) for p in spec_files(spec)])
     with memory_budget(limit, "--max-memory"), feedback.progress("generating the workload") as bar:
-        spec_v = load_spec(spec)
-        deadline_key = first_deadline_key(spec_v)
-        if deadline_key is not None:  # (written without them, the trace would silently drop them)
-            raise WorkloadError(deadline_key, "a rich trace does not carry deadlines, shedding or retries yet: run "
-                                              "the spec itself (--workload-spec), or leave the key out")
-        req = generate_requests(spec_v, seed_v)
-        if any(c.model is not None for c in spec_v.clients):  # only then a model column (old traces unchanged)
-            per_client = np.array([c.model or "" for c in spec_v.clients], dtype=object)
-            req.model = per_client[req["client"]] if len(req) else np.zeros(0, dtype=object)
+        req = spec_requests(spec, seed_v)
         bar.report(f"writing {out}", 0, None)
         path = write_trace(req, out, fmt)
     typer.echo(json.dumps({"out": str(path), "num_requests": len(req), "seed": req.header.get("seed")}))
+
+
+def spec_requests(spec: Path, seed: int | None, num_requests: int | None = None):
+    """The Requests of a workload spec as a rich trace holds them (``workload generate``,
+    ``observe``): a model column when a client names a model; a spec with deadlines,
+    shedding or retries is refused (a trace would silently drop them).  ``num_requests``
+    keeps the first N (the spec's own ``num_requests`` otherwise)."""
+    from blis_fast.config.flow_control import first_deadline_key  # deferred: blis_fast_kernels (not loaded by blis-fast --help)
+    from blis_fast.workload.generate import generate_requests  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+    from blis_fast.workload.spec import load_spec  # deferred: blis_fast.rng, blis_fast.workload (not loaded by blis-fast --help)
+
+    spec_v = load_spec(spec)
+    if num_requests is not None:
+        spec_v = replace(spec_v, num_requests=num_requests)
+    deadline_key = first_deadline_key(spec_v)
+    if deadline_key is not None:  # (written without them, the trace would silently drop them)
+        raise WorkloadError(deadline_key, "a rich trace does not carry deadlines, shedding or retries yet: run "
+                                          "the spec itself (--workload-spec), or leave the key out")
+    req = generate_requests(spec_v, seed)
+    if any(c.model is not None for c in spec_v.clients):  # only then a model column (old traces unchanged)
+        per_client = np.array([c.model or "" for c in spec_v.clients], dtype=object)
+        req.model = per_client[req["client"]] if len(req) else np.zeros(0, dtype=object)
+    return req
 
 
 @workload_app.command("stats")

@@ -168,6 +168,29 @@ def test_watchdog_ends_a_process_that_does_not_unwind(tmp_path):
     assert not tmp.exists()
 
 
+def test_a_command_saving_on_interrupt_gets_its_longer_grace(tmp_path):
+    """Inside ``saving_on_interrupt`` the watchdog waits the longer grace: a main thread
+    that takes longer than GRACE_S to write its partial results still ends on its own."""
+    saved = tmp_path / "partial.txt"
+    code = textwrap.dedent(f"""
+        import os, signal, time
+        from pathlib import Path
+        from blis_fast.cli import feedback
+        with feedback.interrupt_guard(grace_s=0.1), feedback.saving_on_interrupt(30):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(30)
+            except KeyboardInterrupt:
+                time.sleep(0.6)  # (writing what it has: longer than the 0.1 s grace)
+                Path({str(saved)!r}).write_text("saved")
+                raise SystemExit(130)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=default_sigint)
+    assert p.returncode == 130, p.stderr
+    assert saved.read_text() == "saved" and p.stderr == ""
+
+
 def test_guard_is_a_no_op_outside_the_main_thread():
     import threading
 
