@@ -1,0 +1,228 @@
+"""α/β fitted from an observed recording (``blis-fast calibrate --fit``), by robust least
+squares: Huber's M-estimator solved by iteratively reweighted least squares (IRLS).
+
+**Steps from token times** (one continuous-batching instance, docs/semantics.md §3): every
+engine step emits one token to each request it computes one for, all visible at the
+step's end + α2.  So the recording's token times, sorted, fall in clusters: tokens within
+``tolerance_us`` of the previous one belong to the same step (its time: their mean).  A
+step's prefill tokens are the prompt lengths of the requests whose *first* token it emits
+(the server's ``usage.prompt_tokens`` when it reported them, else the trace's); its decode
+requests the others it emits a token for.  Its duration is the gap to the previous step
+when the instance was busy in between -- some request had a token in the previous step
+and a later one (a running batch steps back to back, §3.5); the first step of a busy
+period has no duration.  Then ``duration = β0 + β1·prefill + β2·decode`` is fitted.
+
+**α from the requests that found the instance idle**: a request whose first token comes
+from a step that opens a busy period and holds only its prefill entered the queue at that
+step's start, so ``TTFT = (α0 + α1·L) + (β0 + β1·L) + α2``: with β known, TTFT - (β0 + β1·L)
+= (α0 + α2) + α1·L.  Only the sum α0 + α2 is identifiable: the fit reports it as α0, with
+α2 = 0 (a token's α2 and the queueing α0 delay an idle request's first token alike).
+
+**Robustness**: Huber weights min(1, k·s/|r|) with k = 1.345 (95 % efficiency on normal
+errors) and s = MAD(residuals) / 0.6745, from an ordinary least-squares start, at most
+MAX_IRLS_ITERATIONS rounds.  Coefficients are non-negative (as the engine requires): one
+that comes out negative is set to 0 and the others refitted, and the fit says so.
+
+**Assumptions** (docs/serve-calibrate.md): one instance; no prefix-cache hits (a cached
+prompt's prefill is shorter than its length); every prompt prefilled in one step (no
+chunked prefill: L <= max_num_batched_tokens); no preemption; every step emits a token the
+recording saw (a request the observer abandoned still decodes on the server unseen).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from blis_fast.errors import ConfigError
+from blis_fast.workload.formats.observed import Observation
+from blis_fast.workload.generate import Requests
+
+DEFAULT_STEP_TOLERANCE_US = 1000
+HUBER_K = 1.345
+MAD_TO_SIGMA = 0.6745
+MAX_IRLS_ITERATIONS = 100
+IRLS_TOLERANCE = 1e-9
+MIN_ALPHA_REQUESTS = 3
+
+
+@dataclass
+class Steps:
+    """The steps rebuilt from a recording's token times (module docstring)."""
+
+    time_us: np.ndarray  # float64: the mean time of each step's tokens, ascending
+    prefill: np.ndarray  # int64: prompt tokens of the requests whose first token it emits
+    decode: np.ndarray  # int64: the other requests it emits a token for
+    busy: np.ndarray  # bool: the instance ran a batch since the previous step (its duration is known)
+    first_step: np.ndarray  # int64 per request: the step of its first token, -1: none
+
+    @property
+    def duration_us(self) -> np.ndarray:
+        """Each busy step's duration (gap to the previous step); NaN elsewhere."""
+        gap = np.full(len(self.time_us), np.nan)
+        gap[1:] = np.diff(self.time_us)
+        return np.where(self.busy, gap, np.nan)
+
+
+def prompt_tokens(requests: Requests, obs: Observation) -> np.ndarray:
+    """Each request's prompt length as the server counted it (``usage.prompt_tokens``),
+    else as the trace says."""
+    reported = obs["reported_prompt_tokens"]
+    return np.where(reported >= 0, reported, requests["prompt_len"]).astype(np.int64)
+
+
+def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -> Steps:
+    """The steps of a recording (module docstring); ConfigError naming --step-tolerance-ms
+    when it puts two tokens of one request in one step."""
+    n = len(obs)
+    counts = np.diff(obs.token_offsets)
+    times = obs.token_times_us
+    if times.size == 0:
+        raise ConfigError("--fit", "the recording has no token times to rebuild the engine's steps from")
+    request_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+    is_first = np.zeros(times.size, bool)
+    is_first[obs.token_offsets[:-1][counts > 0]] = True
+    order = np.argsort(times, kind="stable")
+    ordered = times[order]
+    opens = np.ones(ordered.size, bool)
+    opens[1:] = np.diff(ordered) > tolerance_us
+    step_sorted = np.cumsum(opens) - 1
+    n_steps = int(step_sorted[-1]) + 1
+    step_of = np.empty(times.size, np.int64)
+    step_of[order] = step_sorted
+    tokens_in = np.bincount(step_sorted, minlength=n_steps)
+    time_us = np.bincount(step_sorted, weights=ordered.astype(np.float64), minlength=n_steps) / tokens_in
+    pairs = step_of * max(n, 1) + request_of
+    if np.unique(pairs).size < pairs.size:
+        raise ConfigError("--step-tolerance-ms", f"{tolerance_us / 1000:g} ms joins two tokens of one request into "
+                                                 "one step: lower it below the shortest step")
+    lengths = prompt_tokens(requests, obs)
+    prefill = np.bincount(step_of[is_first], weights=lengths[request_of[is_first]].astype(np.float64),
+                          minlength=n_steps).astype(np.int64)
+    decode = np.bincount(step_of[~is_first], minlength=n_steps).astype(np.int64)
+    has = counts > 0
+    first_step = np.full(n, -1, np.int64)
+    first_step[has] = step_of[obs.token_offsets[:-1][has]]
+    last_step = step_of[obs.token_offsets[1:][has] - 1]
+    # a request's tokens come from consecutive steps: steps first+1 .. last had it running before them
+    cover = np.zeros(n_steps + 1, np.int64)
+    np.add.at(cover, first_step[has] + 1, 1)
+    np.add.at(cover, last_step + 1, -1)
+    busy = np.cumsum(cover)[:n_steps] > 0
+    return Steps(time_us, prefill, decode, busy, first_step)
+
+
+def huber_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(coefficients, final weights) of Huber's M-estimator of y ≈ x·c by IRLS (module
+    docstring)."""
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    weights = np.ones(len(y))
+    for _ in range(MAX_IRLS_ITERATIONS):
+        resid = y - x @ coef
+        scale = float(np.median(np.abs(resid - np.median(resid)))) / MAD_TO_SIGMA
+        if scale <= 0.0:
+            break  # (more than half the points fit exactly: nothing to down-weight)
+        u = np.abs(resid) / (HUBER_K * scale)
+        weights = np.where(u <= 1.0, 1.0, 1.0 / np.maximum(u, 1.0))
+        root = np.sqrt(weights)
+        new = np.linalg.lstsq(x * root[:, None], y * root, rcond=None)[0]
+        done = np.max(np.abs(new - coef)) <= IRLS_TOLERANCE * (1.0 + np.max(np.abs(coef)))
+        coef = new
+        if done:
+            break
+    return coef, weights
+
+
+def nonnegative_huber_fit(x: np.ndarray, y: np.ndarray, names: list[str], notes: list[str]) -> np.ndarray:
+    """``huber_fit`` with every coefficient >= 0: a negative one is set to 0 and the fit
+    repeated without it (each such choice added to ``notes``)."""
+    free = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while free:
+        c, _ = huber_fit(x[:, free], y)
+        negative = [j for j, v in zip(free, c) if v < 0]
+        if not negative:
+            coef[free] = c
+            break
+        worst = min(negative, key=lambda j: c[free.index(j)])
+        notes.append(f"{names[worst]} came out negative ({c[free.index(worst)]:.6g}): set to 0, the others refitted")
+        free.remove(worst)
+    return coef
+
+
+def fit_beta(steps: Steps, notes: list[str]) -> tuple[np.ndarray, int]:
+    """(β, number of steps fitted) from the busy steps' durations."""
+    keep = steps.busy
+    count = int(keep.sum())
+    x = np.column_stack([np.ones(count), steps.prefill[keep], steps.decode[keep]]).astype(np.float64)
+    y = steps.duration_us[keep]
+    scaled = x / np.maximum(np.abs(x).max(axis=0), 1.0)
+    if count < 3 or np.linalg.matrix_rank(scaled) < 3:
+        raise ConfigError("--fit", f"the recording's {count} back-to-back steps do not vary enough to fit β0, β1, β2 "
+                                   "(they need different prefill tokens and decode counts): record more requests "
+                                   "at a load that keeps the instance busy")
+    return nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], notes), count
+
+
+def fit_alpha(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray,
+              notes: list[str]) -> tuple[np.ndarray | None, int]:
+    """(α, number of requests fitted) from the requests that found the instance idle;
+    (None, count) when fewer than MIN_ALPHA_REQUESTS with two prompt lengths or more did."""
+    lengths = prompt_tokens(requests, obs)
+    k = np.flatnonzero((steps.first_step >= 0) & (obs["send_us"] >= 0))
+    s = steps.first_step[k]
+    idle = ~steps.busy[s] & (steps.decode[s] == 0) & (steps.prefill[s] == lengths[k])
+    k, s = k[idle], s[idle]
+    # (a step holding two requests' prefills of which one is empty would pass the prefill test)
+    first_tokens = np.bincount(steps.first_step[steps.first_step >= 0], minlength=len(steps.time_us))
+    alone = first_tokens[s] == 1
+    k, s = k[alone], s[alone]
+    count = len(k)
+    if count < MIN_ALPHA_REQUESTS or np.unique(lengths[k]).size < 2:
+        return None, count
+    first = obs.token_times_us[obs.token_offsets[k]].astype(np.float64)
+    ttft = first - obs["send_us"][k]
+    length = lengths[k].astype(np.float64)
+    y = ttft - (beta[0] + beta[1] * length)
+    x = np.column_stack([np.ones(count), length])
+    c = nonnegative_huber_fit(x, y, ["alpha0 + alpha2", "alpha1"], notes)
+    return np.array([c[0], c[1], 0.0]), count
+
+
+@dataclass
+class FittedCoefficients:
+    alpha: tuple[float, float, float]
+    beta: tuple[float, float, float]
+    details: dict = field(default_factory=dict)
+
+
+def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int,
+                     given_alpha=(0.0, 0.0, 0.0)) -> FittedCoefficients:
+    """α and β of one instance from a recording (module docstring); α stays ``given_alpha``
+    when too few requests found the instance idle (the details say which)."""
+    notes: list[str] = []
+    steps = reconstruct_steps(requests, obs, tolerance_us)
+    beta, n_steps = fit_beta(steps, notes)
+    alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes)
+    alpha_source = "given" if alpha is None else "fitted"
+    if alpha is None:
+        alpha = np.asarray(given_alpha, np.float64)
+        notes.append(f"alpha kept as given: {n_idle} requests found the instance idle, the fit needs "
+                     f"{MIN_ALPHA_REQUESTS} with two prompt lengths or more")
+    else:
+        notes.append("alpha0 is alpha0 + alpha2 (only their sum is identifiable); alpha2 is reported as 0")
+    durations = steps.duration_us[steps.busy]
+    x = np.column_stack([np.ones(n_steps), steps.prefill[steps.busy], steps.decode[steps.busy]])
+    resid = durations - x @ beta
+    details = {
+        "method": f"Huber IRLS (k = {HUBER_K})",
+        "step_tolerance_ms": tolerance_us / 1000,
+        "steps": len(steps.time_us), "steps_fitted": n_steps,
+        "beta_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
+                             "max_abs": float(np.max(np.abs(resid))) / 1000},
+        "alpha_source": alpha_source,
+        "alpha_requests": n_idle,
+        "notes": notes,
+    }
+    return FittedCoefficients(tuple(float(a) for a in alpha), tuple(float(b) for b in beta), details)
