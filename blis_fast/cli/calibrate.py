@@ -23,6 +23,7 @@ from blis_fast.cli.output import wants_json
 from blis_fast.cli.run import run
 from blis_fast.cli.runflags import SINGLE_RUN_OUTPUTS, config_from_flags, input_paths, with_run_flags
 from blis_fast.config.outputs import check_outputs
+from blis_fast.config.sim import load_yaml
 from blis_fast.config.validate import as_float, show
 from blis_fast.errors import ConfigError
 
@@ -40,8 +41,8 @@ def _check_no_spec(run_flags: dict, flag: str) -> None:
     trace): refused."""
     if run_flags.get("config") is None:
         return
-    cfg = config_from_flags(run_flags)
-    if cfg.workload.spec_filepath:
+    section = load_yaml(run_flags["config"]).get("workload")
+    if isinstance(section, dict) and section.get("spec_filepath") is not None:
         raise ConfigError("workload.spec_filepath", f"{flag} runs the recording; drop the workload spec from "
                                                     f"{show(str(run_flags['config']))}")
 

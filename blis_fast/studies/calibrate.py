@@ -82,6 +82,9 @@ def completed_requests(requests: Requests, obs: Observation) -> np.ndarray:
 def load_recording(path: str | Path) -> tuple[Requests, dict, Observation, np.ndarray]:
     """(requests, header, observation, completed mask) of a recording; ConfigError
     naming --observed when no request completed."""
+    if Path(path).suffix.lower() not in (".parquet", ".pq"):  # (before a trace reader takes it for a CSV)
+        raise ConfigError("--observed", f"{show(Path(path).name)} is not a recording: a recording is a Parquet "
+                                        "file (blis-fast observe --out T.parquet)")
     requests, header, obs = read_observed(path)
     done = completed_requests(requests, obs)
     if not done.any():

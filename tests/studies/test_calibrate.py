@@ -1,0 +1,372 @@
+"""``blis-fast replay`` and ``blis-fast calibrate`` (blis_fast.studies.calibrate, .fit;
+docs/serve-calibrate.md), on recordings built without a server: a small exact emulator of
+one continuous-batching instance (FCFS, no KV limit, step β0 + β1·prefill + β2·decode, the
+α's of docs/semantics.md §1-§5) gives token times for a generated workload, written with
+``write_observed``; and a recording rebuilt from a ``blis_fast.simulate`` run's step log."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.builders import expect_cli_error, lengths_workload, run_cli, sim
+
+ALPHA = (2000.0, 3.0, 1000.0)
+BETA = (5000.0, 10.0, 50.0)
+
+
+# ----------------------------------------------------------------------------- recordings
+
+
+def emulate(arrivals, prompts, outputs, alpha=ALPHA, beta=BETA) -> list[list[int]]:
+    """Every request's token times on one instance, exactly as docs/semantics.md says:
+    request k is queued trunc(α0 + α1·L) after its arrival; an idle instance starts a step
+    when the first request is queued, a busy one at its last step's end; a step admits every
+    request queued by its start (no budget, no KV limit), lasts trunc(β0 + β1·P + β2·D) and
+    emits a token to every request in it at its end + trunc(α2)."""
+    n = len(arrivals)
+    queued = [int(a + math.trunc(alpha[0] + alpha[1] * int(L))) for a, L in zip(arrivals, prompts)]
+    a2 = math.trunc(alpha[2])
+    waiting = deque(sorted(range(n), key=lambda k: (queued[k], k)))
+    remaining = [max(int(o), 1) for o in outputs]
+    times: list[list[int]] = [[] for _ in range(n)]
+    running: list[int] = []
+    free_at = 0
+    while waiting or running:
+        start = free_at if running else max(free_at, queued[waiting[0]])
+        admitted = []
+        while waiting and queued[waiting[0]] <= start:
+            admitted.append(waiting.popleft())
+        end = start + math.trunc(beta[0] + beta[1] * sum(int(prompts[k]) for k in admitted) + beta[2] * len(running))
+        for k in running + admitted:
+            times[k].append(end + a2)
+            remaining[k] -= 1
+        running = [k for k in running + admitted if remaining[k] > 0]
+        free_at = end
+    return times
+
+
+def requests_table(arrivals, prompts, outputs):
+    from blis_fast.workload.generate import Requests
+
+    n = len(prompts)
+    cols = {"arrival_us": arrivals, "client": np.zeros(n), "tenant": np.zeros(n), "slo_class": np.zeros(n),
+            "priority_class": np.zeros(n), "session": np.full(n, -1), "turn": np.zeros(n),
+            "prefix_id": np.full(n, -1), "prefix_len": np.zeros(n), "content_seed": np.arange(100, 100 + n),
+            "next_request": np.full(n, -1), "follow_delay_us": np.zeros(n), "prompt_len": prompts,
+            "output_len": outputs}
+    cols = {k: np.asarray(v, dtype=Requests.COLUMNS[k]) for k, v in cols.items()}
+    names = {"client": ["c"], "tenant": ["t"], "slo_class": ["default"], "priority_class": ["default"]}
+    return Requests(cols, names, {}, [])
+
+
+def record(path, arrivals, prompts, outputs, times, *, instances=1, status=None, send=None):
+    """Write a recording of these requests and token times (every request answered 200
+    unless ``status`` says otherwise; sent at its arrival unless ``send`` says otherwise)."""
+    from blis_fast.workload.formats.observed import Observation, write_observed
+
+    n = len(prompts)
+    cols = {"send_us": np.asarray(arrivals if send is None else send, np.int64),
+            "status": np.full(n, 200, np.int32) if status is None else np.asarray(status, np.int32),
+            "first_token_us": np.array([t[0] if len(t) else -1 for t in times], np.int64),
+            "last_token_us": np.array([t[-1] if len(t) else -1 for t in times], np.int64),
+            "completion_tokens": np.array([len(t) for t in times], np.int64),
+            "reported_prompt_tokens": np.asarray(prompts, np.int64), "timed_out": np.zeros(n, bool)}
+    observed = {"endpoint": "http://127.0.0.1:1", "model": "m", "time_scale": 1, "concurrency": 0, "timeout_s": 60,
+                "server_models": {"object": "list", "data": [{"id": "m", "blis_fast": {"instances": instances}}]},
+                "server_flags": []}
+    obs = Observation.from_lists(cols, [""] * n, times)
+    return write_observed(path, requests_table(arrivals, prompts, outputs), obs, observed)
+
+
+def workload(n=300, seed=3, rate=8.0):
+    """Poisson arrivals at ``rate`` /s, prompts of 20-800 tokens, 5-150 output tokens: the
+    instance is sometimes idle (α), mostly busy with batches of varied size (β)."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1e6 / rate, n)).astype(np.int64)
+    return arrivals, rng.integers(20, 800, n), rng.integers(5, 150, n)
+
+
+def jittered(times, seed=1, jitter_us=500):
+    """Token times with uniform ±``jitter_us`` noise each (an observer's timing)."""
+    rng = np.random.default_rng(seed)
+    return [sorted(int(x) for x in np.asarray(t) + rng.integers(-jitter_us, jitter_us + 1, len(t))) for t in times]
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    arrivals, prompts, outputs = workload()
+    return arrivals, prompts, outputs, emulate(arrivals, prompts, outputs)
+
+
+@pytest.fixture
+def exact_recording(tmp_path, emulated):
+    return record(tmp_path / "exact.parquet", *emulated)
+
+
+def fitted(path, tolerance_us=1000):
+    from blis_fast.studies.fit import fit_coefficients
+    from blis_fast.workload.formats.observed import read_observed
+
+    requests, _, obs = read_observed(path)
+    return fit_coefficients(requests, obs, tolerance_us)
+
+
+def coefficient_flags(alpha=ALPHA, beta=BETA):
+    return ["--alpha-coeffs", ",".join(map(str, alpha)), "--beta-coeffs", ",".join(map(str, beta))]
+
+
+# ----------------------------------------------------------------------------- the fit
+
+
+def test_the_fit_recovers_beta_and_alpha_on_exact_token_times(exact_recording):
+    f = fitted(exact_recording)
+    assert np.allclose(f.beta, BETA, rtol=0.01)
+    # α0 + α2 is one intercept (reported as α0, α2 = 0)
+    assert np.allclose(f.alpha, (ALPHA[0] + ALPHA[2], ALPHA[1], 0.0), rtol=0.01)
+    assert f.details["alpha_source"] == "fitted" and f.details["alpha_requests"] >= 3
+    assert f.details["steps_fitted"] > 1000
+
+
+def test_the_fit_recovers_beta_within_5_percent_with_timing_jitter(tmp_path, emulated):
+    arrivals, prompts, outputs, times = emulated
+    path = record(tmp_path / "jitter.parquet", arrivals, prompts, outputs, jittered(times))
+    f = fitted(path)
+    assert np.allclose(f.beta, BETA, rtol=0.05), f.beta
+    assert abs(f.alpha[0] - (ALPHA[0] + ALPHA[2])) / (ALPHA[0] + ALPHA[2]) < 0.05
+
+
+def test_huber_weights_shrug_off_outliers():
+    from blis_fast.studies.fit import huber_fit
+
+    x = np.column_stack([np.ones(50), np.arange(50.0)])
+    y = 3.0 + 2.0 * np.arange(50.0) + np.random.default_rng(0).uniform(-0.1, 0.1, 50)
+    y[[5, 17, 33]] += 1e4  # three wild points
+    coef, weights = huber_fit(x, y)
+    assert np.allclose(coef, (3.0, 2.0), rtol=0.03)
+    ordinary = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert abs(ordinary[0] - 3.0) > 100  # (least squares alone is dragged away)
+    assert weights[[5, 17, 33]].max() < 0.001 and np.median(weights) == 1.0
+
+
+def test_a_negative_coefficient_is_set_to_zero_and_said():
+    from blis_fast.studies.fit import nonnegative_huber_fit
+
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.ones(40), rng.uniform(0, 100, 40)])
+    notes: list[str] = []
+    coef = nonnegative_huber_fit(x, 100.0 - 0.5 * x[:, 1], ["b0", "b1"], notes)
+    assert coef[1] == 0.0 and coef[0] > 0 and len(notes) == 1 and "b1" in notes[0]
+
+
+def test_steps_are_rebuilt_from_token_times(tmp_path):
+    from blis_fast.studies.fit import reconstruct_steps
+    from blis_fast.workload.formats.observed import read_observed
+
+    # request 0 alone (idle instance), then 1 joins while 0 decodes
+    arrivals, prompts, outputs = [0, 10_000], [100, 200], [3, 2]
+    times = emulate(arrivals, prompts, outputs)
+    requests, _, obs = read_observed(record(tmp_path / "two.parquet", arrivals, prompts, outputs, times))
+    steps = reconstruct_steps(requests, obs, 1000)
+    assert steps.prefill.tolist() == [100, 0, 200, 0]
+    assert steps.decode.tolist() == [0, 1, 1, 1]
+    assert steps.busy.tolist() == [False, True, True, True]
+    assert steps.first_step.tolist() == [0, 2]
+    # step 2 joins request 1's prefill (200 tokens) with request 0's decode: β0 + β1·200 + β2
+    assert steps.duration_us[2] == BETA[0] + BETA[1] * 200 + BETA[2]
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+
+def test_metrics_by_hand(tmp_path):
+    from blis_fast.studies.calibrate import compare_metric, observed_latencies
+    from blis_fast.workload.formats.observed import read_observed
+
+    # 3 requests sent at 0, 100, 200 µs: token times chosen by hand
+    times = [[1000, 1500, 2000], [2100, 2500], [3200]]
+    path = record(tmp_path / "tiny.parquet", [0, 100, 200], [10, 10, 10], [3, 2, 1], times)
+    _, _, obs = read_observed(path)
+    lat = observed_latencies(obs, np.ones(3, bool))
+    assert lat["ttft"].tolist() == [1000, 2000, 3000]
+    assert lat["e2e"].tolist() == [2000, 2400, 3000]
+    assert lat["itl"].tolist() == [500, 400] and lat["itl_rows"].tolist() == [0, 1]
+
+    obs_v, sim_v = np.array([1000.0, 2000.0, 4000.0]), np.array([1100.0, 1800.0, 4000.0])
+    doc = compare_metric(obs_v, sim_v)
+    assert doc["mape"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
+    assert doc["bias"] == pytest.approx((0.1 - 0.1 + 0.0) / 3)
+    # Pearson r by hand: deviations (-1333.3, -333.3, 1666.7) and (-1200, -500, 1700)
+    dx, dy = obs_v - obs_v.mean(), sim_v - sim_v.mean()
+    assert doc["pearson_r"] == pytest.approx(float(dx @ dy) / math.sqrt(float(dx @ dx) * float(dy @ dy)))
+    assert doc["observed_ms"] == {"mean": pytest.approx(7 / 3), "p50": 2.0, "p90": pytest.approx(3.6),
+                                  "p99": pytest.approx(3.96)}  # linear interpolation: 2 + 0.8·2, 2 + 0.98·2
+    assert doc["simulated_ms"]["p50"] == 1.8
+    assert doc["relative_error"]["p50"] == pytest.approx(-0.1)
+    assert doc["pearson_r"] == pytest.approx(4.6e6 / math.sqrt(4666666.667 * 4.58e6), abs=1e-7)  # = 0.994997
+    assert doc["grade"] == "A"  # MAPE 6.7 % < 10 %, r 0.995 > 0.95
+
+
+def test_grade_thresholds():
+    from blis_fast.studies.calibrate import grade, worst_grade
+
+    assert grade(0.0999, 0.951) == "A"
+    assert grade(0.10, 0.99) == "B"  # MAPE must be below 10 %
+    assert grade(0.05, 0.95) == "B"  # r must be above 0.95
+    assert grade(0.1999, 0.851) == "B"
+    assert grade(0.20, 0.99) == "C"
+    assert grade(0.3499, 0.701) == "C"
+    assert grade(0.35, 0.99) == "D"
+    assert grade(0.05, 0.70) == "D"
+    assert grade(0.05, None) == "A"  # r undefined: the MAPE alone
+    assert worst_grade(["A", "C", "B"]) == "C"
+
+
+def test_pearson_r_is_none_when_undefined():
+    from blis_fast.studies.calibrate import pearson_r
+
+    assert pearson_r(np.array([1.0, 2.0]), np.array([1.0, 2.0])) is None  # fewer than 3
+    assert pearson_r(np.array([5.0, 5.0, 5.0]), np.array([1.0, 2.0, 3.0])) is None  # a constant side
+    assert pearson_r(np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 6.0])) == pytest.approx(1.0)
+
+
+def test_completed_requests_need_status_200_and_every_token(tmp_path):
+    from blis_fast.studies.calibrate import completed_requests
+    from blis_fast.workload.formats.observed import read_observed
+
+    times = [[1000, 1500], [2100], [], [3000, 3500]]
+    path = record(tmp_path / "mixed.parquet", [0, 100, 200, 300], [10] * 4, [2, 2, 1, 2], times,
+                  status=[200, 200, 500, 429])
+    requests, _, obs = read_observed(path)
+    assert completed_requests(requests, obs).tolist() == [True, False, False, False]
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+def test_calibrate_with_the_emulators_coefficients_is_exact_and_fit_json(capsys, tmp_path, exact_recording):
+    out_file = tmp_path / "fitted.yaml"
+    code, out, err = run_cli(capsys, "calibrate", "--observed", exact_recording, *coefficient_flags(), "--fit",
+                             "--fit-out", out_file, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    for metric in ("ttft", "itl", "e2e"):
+        assert doc["before"][metric]["mape"] == 0.0 and doc["before"][metric]["count"] == 300
+        assert doc["after"][metric]["grade"] == "A"
+    assert doc["grade_before"] == doc["grade_after"] == "A"
+    assert np.allclose(doc["fitted"]["beta_coeffs"], BETA, rtol=0.01)
+    entry = yaml.safe_load(out_file.read_text())["models"][0]
+    assert entry["beta_coeffs"] == doc["fitted"]["beta_coeffs"]
+    from blis_fast.config.coefficients import coefficient_sets
+
+    (parsed,) = coefficient_sets(out_file)  # the coefficients file format, read back by the project's reader
+    assert parsed.beta == tuple(doc["fitted"]["beta_coeffs"]) and parsed.tp == 1
+
+
+def test_calibrate_with_default_coefficients_improves_with_the_fit(capsys, exact_recording):
+    code, out, err = run_cli(capsys, "calibrate", "--observed", exact_recording, "--fit", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["grade_before"] != "A" and doc["grade_after"] == "A"
+    assert doc["after"]["e2e"]["mape"] < doc["before"]["e2e"]["mape"]
+
+
+def test_calibrate_terminal_report(capsys, exact_recording, monkeypatch):
+    from blis_fast.cli import output
+
+    monkeypatch.setattr(output, "wants_json", lambda flag: flag)
+    monkeypatch.setattr("blis_fast.cli.calibrate.wants_json", lambda flag: flag)
+    code, out, err = run_cli(capsys, "calibrate", "--observed", exact_recording, *coefficient_flags(), "--fit")
+    assert code == 0, err
+    assert "TTFT p99" in out and "overall grade A" in out and "after (fitted coefficients):" in out
+
+
+def test_replay_is_run_of_the_trace_byte_for_byte(capsys, exact_recording):
+    flags = [*coefficient_flags(), "--json"]
+    code, replayed, err = run_cli(capsys, "replay", exact_recording, *flags)
+    assert code == 0, err
+    code, ran, err = run_cli(capsys, "run", "--workload", "traces", "--workload-traces-filepath", exact_recording,
+                             *flags)
+    assert code == 0, err
+    assert replayed == ran
+    assert json.loads(replayed)["cluster"]["completed_requests"] == 300
+
+
+def test_replay_refuses_a_spec_in_its_config(capsys, tmp_path, exact_recording):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload:\n  spec_filepath: elsewhere.yaml\n")
+    expect_cli_error(capsys, "replay", exact_recording, "--config", cfg, needles=["workload.spec_filepath"])
+
+
+def test_bad_inputs_are_one_line(capsys, tmp_path, emulated, exact_recording):
+    arrivals, prompts, outputs, times = emulated
+    plain = tmp_path / "plain.parquet"
+    from blis_fast.workload.formats.rich_trace import write_trace
+
+    write_trace(requests_table(arrivals, prompts, outputs), plain)
+    expect_cli_error(capsys, "calibrate", "--observed", plain, needles=["not an observed recording"])
+    text = tmp_path / "t.json"
+    text.write_text("{}")
+    expect_cli_error(capsys, "calibrate", "--observed", text, needles=["--observed", "Parquet"])
+    failed = record(tmp_path / "failed.parquet", arrivals[:3], prompts[:3], outputs[:3], [[], [], []],
+                    status=[500, 500, 503])
+    expect_cli_error(capsys, "calibrate", "--observed", failed, needles=["no completed request"])
+    several = record(tmp_path / "two.parquet", arrivals, prompts, outputs, times, instances=2)
+    expect_cli_error(capsys, "calibrate", "--observed", several, "--fit", needles=["--fit", "2"])
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--fit-out",
+                     tmp_path / "missing" / "f.yaml", needles=["--fit-out"])
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--fit-out", exact_recording,
+                     needles=["--fit-out", "input"])
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit-out", tmp_path / "f.yaml",
+                     needles=["--fit-out", "--fit"])
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--step-tolerance-ms", "0",
+                     needles=["--step-tolerance-ms"])
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--step-tolerance-ms", "20",
+                     needles=["--step-tolerance-ms", "lower"])
+    expect_cli_error(capsys, "replay", tmp_path / "absent.parquet", needles=["not found"])
+
+
+# ----------------------------------------------------------------------------- against the simulator
+
+
+def simulated_token_times(result) -> list[list[int]]:
+    """Every request's token times rebuilt exactly from a run's step log: its first token,
+    then one per step of its instance through its last (a run without preemptions or
+    steps that skip it: each request's tokens come from consecutive steps)."""
+    st = result.state
+    steps = st.step_log[: int(st.loop[0]["steps"])]
+    assert int(st.loop[0]["irregular_records"]) == 0
+    reqs = result.reqs
+    by_instance = {i: np.flatnonzero(steps["instance"] == i) for i in np.unique(steps["instance"])}
+    out = []
+    for k in range(len(reqs)):
+        mine = by_instance[int(reqs["instance"][k])]
+        first_at = int(np.searchsorted(mine, reqs["run_start_step"][k]))
+        assert mine[first_at] == reqs["run_start_step"][k]
+        n = int(reqs["generated"][k])
+        later = steps["dt_us"][mine[first_at + 1:first_at + n]]
+        times = (int(reqs["first_token_us"][k]) + np.concatenate([[0], np.cumsum(later)])).tolist()
+        assert times[-1] == reqs["last_token_us"][k] and len(times) == n
+        out.append(times)
+    return out
+
+
+def test_a_recording_of_the_simulator_itself_calibrates_with_grade_a(capsys, tmp_path):
+    arrivals, prompts, outputs = workload(n=120, seed=5, rate=6.0)
+    result = sim(lengths_workload(arrivals, prompts, outputs))  # the default model, GPU and coefficients
+    assert result.cluster["completed_requests"] == 120
+    path = record(tmp_path / "sim.parquet", arrivals, prompts, outputs, simulated_token_times(result))
+    code, out, err = run_cli(capsys, "calibrate", "--observed", path, "--fit", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["grade_before"] == "A"
+    for metric in ("ttft", "itl", "e2e"):
+        assert doc["before"][metric]["mape"] == 0.0
+    info = result.run_info()
+    assert np.allclose(doc["fitted"]["beta_coeffs"], info["beta_coeffs"], rtol=0.01)
+    assert doc["grade_after"] == "A"
