@@ -75,8 +75,18 @@ def completed_requests(requests: Requests, obs: Observation) -> np.ndarray:
     """Mask of the completed requests: status 200, sent, not timed out, no error, every
     token received."""
     no_error = np.array([e == "" for e in obs.error], bool)
-    return ((obs["status"] == HTTP_OK) & (obs["send_us"] >= 0) & ~obs["timed_out"] & no_error
-            & (token_counts(obs) == expected_tokens(requests)))
+    counts = token_counts(obs)
+    done = ((obs["status"] == HTTP_OK) & (obs["send_us"] >= 0) & ~obs["timed_out"] & no_error
+            & (counts == expected_tokens(requests)))
+    # and times that make sense: the first token after the send, the others in order
+    first = np.full(len(obs), -1, np.int64)
+    first[counts > 0] = obs.token_times_us[obs.token_offsets[:-1][counts > 0]]
+    backwards = np.zeros(len(obs), bool)
+    steps_back = np.flatnonzero(np.diff(obs.token_times_us) < 0) + 1  # positions whose time is below the previous
+    owner = np.searchsorted(obs.token_offsets, steps_back, side="right") - 1
+    inside = steps_back != obs.token_offsets[owner]  # (not a request's first token)
+    backwards[owner[inside]] = True
+    return done & (first >= obs["send_us"]) & ~backwards
 
 
 def load_recording(path: str | Path) -> tuple[Requests, dict, Observation, np.ndarray]:
@@ -107,6 +117,12 @@ def observed_latencies(obs: Observation, done: np.ndarray) -> dict[str, np.ndarr
     multi = n > 1
     return {"ttft": first - send, "e2e": last - send,
             "itl": (last[multi] - first[multi]) / (n[multi] - 1), "itl_rows": np.flatnonzero(multi)}
+
+
+def _number_or_none(value):
+    """A header's number as it is, None for anything else (text, NaN: a report is JSON)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None
 
 
 def instances_of(header: dict) -> int | None:
@@ -265,7 +281,7 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     report = {
         "recording": {"requests": len(requests), "completed": int(done.sum()),
                       "simulated": simulated_count, "instances": instances,
-                      "time_scale": (header.get("observed") or {}).get("time_scale")},
+                      "time_scale": _number_or_none((header.get("observed") or {}).get("time_scale"))},
         "coefficients_before": {"alpha_coeffs": info["alpha_coeffs"], "beta_coeffs": info["beta_coeffs"],
                                 "latency_model": info["latency_model"]},
         "before": before, "grade_before": before["grade"],

@@ -45,6 +45,7 @@ MAD_TO_SIGMA = 0.6745
 MAX_IRLS_ITERATIONS = 100
 IRLS_TOLERANCE = 1e-9
 MIN_ALPHA_REQUESTS = 3
+MAX_FIT_TOKENS = 20_000_000  # token times a fit takes (about 60 bytes each while it runs)
 
 
 @dataclass
@@ -80,6 +81,9 @@ def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -
     times = obs.token_times_us
     if times.size == 0:
         raise ConfigError("--fit", "the recording has no token times to rebuild the engine's steps from")
+    if times.size > MAX_FIT_TOKENS:
+        raise ConfigError("--fit", f"the recording has {times.size} token times, more than {MAX_FIT_TOKENS} "
+                                   "(the fit holds about 60 bytes per token): record fewer requests")
     request_of = np.repeat(np.arange(n, dtype=np.int64), counts)
     is_first = np.zeros(times.size, bool)
     is_first[obs.token_offsets[:-1][counts > 0]] = True
@@ -106,9 +110,8 @@ def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -
     first_step[has] = step_of[obs.token_offsets[:-1][has]]
     last_step = step_of[obs.token_offsets[1:][has] - 1]
     # a request's tokens come from consecutive steps: steps first+1 .. last had it running before them
-    cover = np.zeros(n_steps + 1, np.int64)
-    np.add.at(cover, first_step[has] + 1, 1)
-    np.add.at(cover, last_step + 1, -1)
+    cover = (np.bincount(first_step[has] + 1, minlength=n_steps + 1)
+             - np.bincount(last_step + 1, minlength=n_steps + 1))
     busy = np.cumsum(cover)[:n_steps] > 0
     return Steps(time_us, prefill, decode, busy, first_step)
 

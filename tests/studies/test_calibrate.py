@@ -65,7 +65,7 @@ def requests_table(arrivals, prompts, outputs):
     return Requests(cols, names, {}, [])
 
 
-def record(path, arrivals, prompts, outputs, times, *, instances=1, status=None, send=None):
+def record(path, arrivals, prompts, outputs, times, *, instances=1, status=None, send=None, header=None):
     """Write a recording of these requests and token times (every request answered 200
     unless ``status`` says otherwise; sent at its arrival unless ``send`` says otherwise)."""
     from blis_fast.workload.formats.observed import Observation, write_observed
@@ -79,7 +79,7 @@ def record(path, arrivals, prompts, outputs, times, *, instances=1, status=None,
             "reported_prompt_tokens": np.asarray(prompts, np.int64), "timed_out": np.zeros(n, bool)}
     observed = {"endpoint": "http://127.0.0.1:1", "model": "m", "time_scale": 1, "concurrency": 0, "timeout_s": 60,
                 "server_models": {"object": "list", "data": [{"id": "m", "blis_fast": {"instances": instances}}]},
-                "server_flags": []}
+                "server_flags": [], **(header or {})}
     obs = Observation.from_lists(cols, [""] * n, times)
     return write_observed(path, requests_table(arrivals, prompts, outputs), obs, observed)
 
@@ -239,11 +239,12 @@ def test_completed_requests_need_status_200_and_every_token(tmp_path):
     from blis_fast.studies.calibrate import completed_requests
     from blis_fast.workload.formats.observed import read_observed
 
-    times = [[1000, 1500], [2100], [], [3000, 3500]]
-    path = record(tmp_path / "mixed.parquet", [0, 100, 200, 300], [10] * 4, [2, 2, 1, 2], times,
-                  status=[200, 200, 500, 429])
+    times = [[1000, 1500], [2100], [], [3000, 3500], [900, 950], [2000, 1990], [5000, 5000]]
+    path = record(tmp_path / "mixed.parquet", [0, 100, 200, 300, 1000, 1100, 1200], [10] * 7, [2, 2, 1, 2, 2, 2, 2],
+                  times, status=[200, 200, 500, 429, 200, 200, 200])
     requests, _, obs = read_observed(path)
-    assert completed_requests(requests, obs).tolist() == [True, False, False, False]
+    # ok; a token missing; a 500; a 429; a first token before the send; tokens out of order; ok
+    assert completed_requests(requests, obs).tolist() == [True, False, False, False, False, False, True]
 
 
 # ----------------------------------------------------------------------------- the commands
@@ -295,6 +296,18 @@ def test_replay_is_run_of_the_trace_byte_for_byte(capsys, exact_recording):
     assert code == 0, err
     assert replayed == ran
     assert json.loads(replayed)["cluster"]["completed_requests"] == 300
+
+
+def test_a_strange_header_is_reported_as_unknown(capsys, tmp_path, emulated):
+    """The header is the observer's (or anyone's) text: a NaN time scale, a server_models
+    that is not a /v1/models answer -- reported as null, never a NaN in the JSON."""
+    path = record(tmp_path / "odd.parquet", *emulated, header={"time_scale": float("nan"),
+                                                             "server_models": "\x07junk"})
+    code, out, err = run_cli(capsys, "calibrate", "--observed", path, *coefficient_flags(), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["recording"]["time_scale"] is None and doc["recording"]["instances"] is None
+    assert doc["grade_before"] == "A"
 
 
 def test_replay_refuses_a_spec_in_its_config(capsys, tmp_path, exact_recording):
