@@ -29,6 +29,9 @@ from blis_fast.errors import ConfigError
 
 # the settings that pick the workload: a replay's and a calibration's is the recording
 WORKLOAD_CHOICE = ("workload", "workload_traces_filepath", "workload_spec")
+# a calibration compares every completed request of the recording: no request cap, no
+# measurement window
+NOT_CALIBRATION_SETTINGS = ("num_requests", "warmup_s", "cooldown_s")
 MAX_STEP_TOLERANCE_MS = 60_000.0
 
 
@@ -71,7 +74,7 @@ app.command(help=replay.__doc__)(replay)
 
 
 @app.command()
-@with_run_flags(exclude=SINGLE_RUN_OUTPUTS + WORKLOAD_CHOICE)
+@with_run_flags(exclude=SINGLE_RUN_OUTPUTS + WORKLOAD_CHOICE + NOT_CALIBRATION_SETTINGS)
 def calibrate(
     observed: Annotated[Path, typer.Option("--observed", metavar="T.parquet", show_default=False,
                                            help="the recording (blis-fast observe --out)")],
@@ -82,8 +85,9 @@ def calibrate(
                                                     "configs/defaults.yaml); needs --fit")] = None,
     step_tolerance_ms: Annotated[Optional[str], number_option(
         "--step-tolerance-ms", metavar="FLOAT", help="--fit: token times this close to the previous one belong to "
-                                                     "the same engine step (default 1; below the shortest step, "
-                                                     "above the recording's timing jitter)")] = None,
+                                                     "the same engine step: above the recording's timing jitter, "
+                                                     "below the shortest step (default: half the 1st percentile of "
+                                                     "the gaps between two tokens of one request)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON (it is JSON whenever stdout "
                                                          "is not a terminal)")] = False,
     quiet: Quiet = False,
@@ -108,6 +112,12 @@ def calibrate(
     flags = {**run_flags, **_trace_settings(observed)}
     _check_no_spec(flags, "blis-fast calibrate")
     cfg = config_from_flags(flags)
+    for path, value, unset in (("workload.num_requests", cfg.workload.num_requests, None),
+                               ("simulation.warmup_s", cfg.simulation.warmup_s, 0.0),
+                               ("simulation.cooldown_s", cfg.simulation.cooldown_s, 0.0)):
+        if value != unset:  # (only a --config file can set them here)
+            raise ConfigError(path, "a calibration compares every completed request of the recording; drop it "
+                                    "from the config")
     check_outputs([("--fit-out", fit_out)], [("--observed", observed)] + input_paths(run_flags, cfg))
     with feedback.progress("blis-fast calibrate") as bar:
         bar.report("simulating the recording", 0, None)

@@ -288,8 +288,7 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     }
     if not fit:
         return report
-    tolerance = fitting.DEFAULT_STEP_TOLERANCE_US if step_tolerance_us is None else int(step_tolerance_us)
-    fitted = fitting.fit_coefficients(requests, obs, tolerance, given_alpha=info["alpha_coeffs"])
+    fitted = fitting.fit_coefficients(requests, obs, step_tolerance_us, given_alpha=info["alpha_coeffs"])
     after_cfg = as_config(cfg, {"alpha_coeffs": list(fitted.alpha), "beta_coeffs": list(fitted.beta)})
     after_result, _ = simulate_recording(after_cfg, requests, obs)
     after = compare(observed, simulated_latencies(after_result, done, observed["itl_rows"]))

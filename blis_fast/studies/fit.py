@@ -39,7 +39,9 @@ from blis_fast.errors import ConfigError
 from blis_fast.workload.formats.observed import Observation
 from blis_fast.workload.generate import Requests
 
-DEFAULT_STEP_TOLERANCE_US = 1000
+# the default step tolerance: half this percentile of the gaps between consecutive tokens
+# of one request (each such gap is at least one step, less the timing jitter)
+TOLERANCE_GAP_PERCENTILE = 1.0
 HUBER_K = 1.345
 MAD_TO_SIGMA = 0.6745
 MAX_IRLS_ITERATIONS = 100
@@ -71,6 +73,19 @@ def prompt_tokens(requests: Requests, obs: Observation) -> np.ndarray:
     else as the trace says."""
     reported = obs["reported_prompt_tokens"]
     return np.where(reported >= 0, reported, requests["prompt_len"]).astype(np.int64)
+
+
+def default_tolerance_us(obs: Observation) -> int:
+    """The step tolerance when none is given: half the TOLERANCE_GAP_PERCENTILE-th
+    percentile of the gaps between consecutive tokens of one request, at least 1 µs."""
+    gaps = np.diff(obs.token_times_us)
+    starts = obs.token_offsets[1:-1]  # (a gap across two requests' times is no gap)
+    inside = np.ones(gaps.size, bool)
+    inside[starts[(starts > 0) & (starts <= gaps.size)] - 1] = False
+    gaps = gaps[inside]
+    if gaps.size == 0:
+        raise ConfigError("--fit", "no request of the recording has two tokens: its steps cannot be rebuilt")
+    return max(1, int(np.percentile(gaps, TOLERANCE_GAP_PERCENTILE) // 2))
 
 
 def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -> Steps:
@@ -200,11 +215,14 @@ class FittedCoefficients:
     details: dict = field(default_factory=dict)
 
 
-def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int,
+def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | None = None,
                      given_alpha=(0.0, 0.0, 0.0)) -> FittedCoefficients:
     """α and β of one instance from a recording (module docstring); α stays ``given_alpha``
-    when too few requests found the instance idle (the details say which)."""
+    when too few requests found the instance idle (the details say which).
+    ``tolerance_us`` None: ``default_tolerance_us``."""
     notes: list[str] = []
+    if tolerance_us is None:
+        tolerance_us = default_tolerance_us(obs)
     steps = reconstruct_steps(requests, obs, tolerance_us)
     beta, n_steps = fit_beta(steps, notes)
     alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes)

@@ -141,6 +141,20 @@ def test_the_fit_recovers_beta_within_5_percent_with_timing_jitter(tmp_path, emu
     assert abs(f.alpha[0] - (ALPHA[0] + ALPHA[2])) / (ALPHA[0] + ALPHA[2]) < 0.05
 
 
+def test_the_default_step_tolerance_is_half_the_shortest_gaps(tmp_path, emulated):
+    from blis_fast.studies.fit import default_tolerance_us
+    from blis_fast.workload.formats.observed import read_observed
+
+    arrivals, prompts, outputs, times = emulated
+    gaps = np.concatenate([np.diff(t) for t in times])
+    _, _, obs = read_observed(record(tmp_path / "r.parquet", arrivals, prompts, outputs, times))
+    assert default_tolerance_us(obs) == int(np.percentile(gaps, 1.0) // 2)
+    assert BETA[0] / 2 <= default_tolerance_us(obs) < BETA[0]
+    # with ±0.5 ms jitter it stays above the jitter and below a step, and the fit holds
+    _, _, noisy = read_observed(record(tmp_path / "j.parquet", arrivals, prompts, outputs, jittered(times)))
+    assert 1000 < default_tolerance_us(noisy) < BETA[0] - 1000
+
+
 def test_huber_weights_shrug_off_outliers():
     from blis_fast.studies.fit import huber_fit
 
@@ -342,6 +356,12 @@ def test_bad_inputs_are_one_line(capsys, tmp_path, emulated, exact_recording):
     expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--step-tolerance-ms", "20",
                      needles=["--step-tolerance-ms", "lower"])
     expect_cli_error(capsys, "replay", tmp_path / "absent.parquet", needles=["not found"])
+    capped = tmp_path / "capped.yaml"
+    capped.write_text("simulation:\n  warmup_s: 1\n")
+    expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--config", capped,
+                     needles=["simulation.warmup_s"])
+    code, _, err = run_cli(capsys, "calibrate", "--observed", exact_recording, "--warmup-s", "1")
+    assert code == 2 and "--warmup-s" in err  # (not a calibration option)
 
 
 # ----------------------------------------------------------------------------- against the simulator
