@@ -147,25 +147,17 @@ def instances_of(header: dict) -> int | None:
 
 def sent_requests(requests: Requests, obs: Observation) -> tuple[Requests, int]:
     """(the requests as the server got them -- each arriving at its send time --, how many
-    of the recording are simulated).  Requests never sent are left out when they are the
-    recording's tail (an interrupted observer); anywhere else they keep their recorded
-    arrival (the table's sessions link requests by position)."""
+    of them, from the first, are simulated).  Requests never sent are left out when they
+    are the recording's tail (an interrupted observer); anywhere else they keep their
+    recorded arrival.  A closed-loop follower (arrival -1) stays one."""
     send = obs["send_us"]
     arrival = requests["arrival_us"]
     sent = send >= 0
-    count = len(requests)
-    if not sent.all() and (requests["next_request"] < 0).all():
-        positions = np.flatnonzero(sent)
-        tail_start = int(positions[-1]) + 1 if positions.size else 0
-        count = tail_start  # (the unsent ones before it, if any, keep their arrival)
+    positions = np.flatnonzero(sent)
+    count = int(positions[-1]) + 1 if positions.size else 0
     columns = dict(requests.columns)
     columns["arrival_us"] = np.where(sent & (arrival >= 0), send, arrival).astype(np.int64)
-    columns = {k: v[:count] for k, v in columns.items()}
-    token_ids = requests.token_ids
-    if token_ids is not None and count < len(requests):
-        token_ids = None  # (the explicit ids are a whole-table layout: the lengths are kept)
-    model = None if requests.model is None else requests.model[:count]
-    return replace(requests, columns=columns, token_ids=token_ids, model=model), count
+    return replace(requests, columns=columns), count
 
 
 def simulate_recording(cfg: SimConfig, requests: Requests, obs: Observation):
@@ -179,7 +171,7 @@ def simulate_recording(cfg: SimConfig, requests: Requests, obs: Observation):
     if len(set(sizes)) > 1:
         raise ConfigError("deployments", "a calibration simulates one model; its deployments must share one "
                                          "block size")
-    wl = sent.to_workload(sizes[0], description={"kind": "observed", "requests": count})
+    wl = sent.to_workload(sizes[0], description={"kind": "observed", "requests": count}).first(count)
     wl = with_deadlines(assign_models(cfg, wl), config_deadlines(cfg))
     return run_config(cfg, wl), count
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blis_fast.config.validate import MAX_REQUEST_TOKENS
 from blis_fast.errors import ConfigError
 from blis_fast.workload.formats.observed import Observation
 from blis_fast.workload.generate import Requests
@@ -72,6 +73,10 @@ def prompt_tokens(requests: Requests, obs: Observation) -> np.ndarray:
     """Each request's prompt length as the server counted it (``usage.prompt_tokens``),
     else as the trace says."""
     reported = obs["reported_prompt_tokens"]
+    if reported.size and int(reported.max()) > MAX_REQUEST_TOKENS:
+        bad = int(np.argmax(reported))
+        raise ConfigError(f"--observed row {bad + 1} column reported_prompt_tokens",
+                          f"must be at most {MAX_REQUEST_TOKENS} tokens, got {int(reported[bad])}")
     return np.where(reported >= 0, reported, requests["prompt_len"]).astype(np.int64)
 
 
@@ -159,6 +164,9 @@ def nonnegative_huber_fit(x: np.ndarray, y: np.ndarray, names: list[str], notes:
     coef = np.zeros(x.shape[1])
     while free:
         c, _ = huber_fit(x[:, free], y)
+        if not np.isfinite(c).all():
+            raise ConfigError("--fit", "the least-squares fit did not converge (the recording's times are too large "
+                                       "or too spread for float64)")
         negative = [j for j, v in zip(free, c) if v < 0]
         if not negative:
             coef[free] = c

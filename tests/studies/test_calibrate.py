@@ -291,6 +291,23 @@ def test_calibrate_with_default_coefficients_improves_with_the_fit(capsys, exact
     assert doc["after"]["e2e"]["mape"] < doc["before"]["e2e"]["mape"]
 
 
+def test_the_simulation_uses_the_send_times_and_leaves_out_an_unsent_tail(capsys, tmp_path):
+    """The server saw each request when it was sent (here: every other one 7 ms late), and
+    never saw the 40 the observer did not send: simulated so, the latencies are exact."""
+    arrivals, prompts, outputs = workload(n=160, seed=8)
+    send = arrivals + np.where(np.arange(160) % 2 == 1, 7000, 0)
+    times = emulate(send[:120], prompts[:120], outputs[:120]) + [[] for _ in range(40)]
+    send[120:] = -1
+    path = record(tmp_path / "late.parquet", arrivals, prompts, outputs, times, send=send,
+                  status=[200] * 120 + [0] * 40)
+    code, out, err = run_cli(capsys, "calibrate", "--observed", path, *coefficient_flags(), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["recording"] == {"requests": 160, "completed": 120, "simulated": 120, "instances": 1,
+                                "time_scale": 1}
+    assert [doc["before"][m]["mape"] for m in ("ttft", "itl", "e2e")] == [0.0, 0.0, 0.0]
+
+
 def test_calibrate_terminal_report(capsys, exact_recording, monkeypatch):
     from blis_fast.cli import output
 
