@@ -16,7 +16,8 @@ period has no duration.  Then ``duration = β0 + β1·prefill + β2·decode`` is
 from a step that opens a busy period and holds only its prefill entered the queue at that
 step's start, so ``TTFT = (α0 + α1·L) + (β0 + β1·L) + α2``: with β known, TTFT - (β0 + β1·L)
 = (α0 + α2) + α1·L.  Only the sum α0 + α2 is identifiable: the fit reports it as α0, with
-α2 = 0 (a token's α2 and the queueing α0 delay an idle request's first token alike).
+α2 = 0.  On one instance nothing is lost: every queue entry α2 later shifts the engine's
+whole timeline by α2, so every token is visible when it was (to the µs of truncation).
 
 **Robustness**: Huber weights min(1, k·s/|r|) with k = 1.345 (95 % efficiency on normal
 errors) and s = MAD(residuals) / 0.6745, from an ordinary least-squares start, at most
