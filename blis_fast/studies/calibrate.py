@@ -142,6 +142,24 @@ def instances_of(header: dict) -> int | None:
     return total
 
 
+def server_coefficients(header: dict) -> dict | None:
+    """The α and β a blis-fast server said it runs (its ``/v1/models`` entry's
+    ``blis_fast``: one entry, 3 finite numbers each); None otherwise."""
+    models = (header.get("observed") or {}).get("server_models")
+    data = models.get("data") if isinstance(models, dict) else None
+    info = data[0].get("blis_fast") if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict) \
+        else None
+    if not isinstance(info, dict):
+        return None
+    out = {}
+    for key in ("alpha_coeffs", "beta_coeffs"):
+        values = info.get(key)
+        if not isinstance(values, list) or len(values) != 3 or any(_number_or_none(v) is None for v in values):
+            return None
+        out[key] = [float(v) for v in values]
+    return out
+
+
 # ------------------------------------------------------------------------- the simulation
 
 
@@ -273,7 +291,8 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     report = {
         "recording": {"requests": len(requests), "completed": int(done.sum()),
                       "simulated": simulated_count, "instances": instances,
-                      "time_scale": _number_or_none((header.get("observed") or {}).get("time_scale"))},
+                      "time_scale": _number_or_none((header.get("observed") or {}).get("time_scale")),
+                      "server_coefficients": server_coefficients(header)},
         "coefficients_before": {"alpha_coeffs": info["alpha_coeffs"], "beta_coeffs": info["beta_coeffs"],
                                 "latency_model": info["latency_model"]},
         "before": before, "grade_before": before["grade"],

@@ -304,7 +304,7 @@ def test_the_simulation_uses_the_send_times_and_leaves_out_an_unsent_tail(capsys
     assert code == 0, err
     doc = json.loads(out)
     assert doc["recording"] == {"requests": 160, "completed": 120, "simulated": 120, "instances": 1,
-                                "time_scale": 1}
+                                "time_scale": 1, "server_coefficients": None}
     assert [doc["before"][m]["mape"] for m in ("ttft", "itl", "e2e")] == [0.0, 0.0, 0.0]
 
 
@@ -371,6 +371,17 @@ def test_a_strange_header_is_reported_as_unknown(capsys, tmp_path, emulated):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["recording"]["time_scale"] is None and doc["recording"]["instances"] is None
+    assert doc["recording"]["server_coefficients"] is None
+
+
+def test_the_servers_own_coefficients_are_reported(capsys, tmp_path, emulated):
+    server = {"object": "list", "data": [{"id": "m", "blis_fast": {"instances": 1, "alpha_coeffs": list(ALPHA),
+                                                                   "beta_coeffs": list(BETA)}}]}
+    path = record(tmp_path / "s.parquet", *emulated, header={"server_models": server})
+    code, out, err = run_cli(capsys, "calibrate", "--observed", path, *coefficient_flags(), "--json")
+    assert code == 0, err
+    assert json.loads(out)["recording"]["server_coefficients"] == {"alpha_coeffs": list(ALPHA),
+                                                                   "beta_coeffs": list(BETA)}
     assert doc["grade_before"] == "A"
 
 
