@@ -372,6 +372,7 @@ def test_a_strange_header_is_reported_as_unknown(capsys, tmp_path, emulated):
     doc = json.loads(out)
     assert doc["recording"]["time_scale"] is None and doc["recording"]["instances"] is None
     assert doc["recording"]["server_coefficients"] is None
+    assert doc["grade_before"] == "A"
 
 
 def test_the_servers_own_coefficients_are_reported(capsys, tmp_path, emulated):
@@ -382,7 +383,6 @@ def test_the_servers_own_coefficients_are_reported(capsys, tmp_path, emulated):
     assert code == 0, err
     assert json.loads(out)["recording"]["server_coefficients"] == {"alpha_coeffs": list(ALPHA),
                                                                    "beta_coeffs": list(BETA)}
-    assert doc["grade_before"] == "A"
 
 
 def test_replay_refuses_a_spec_in_its_config(capsys, tmp_path, exact_recording):
