@@ -3,8 +3,8 @@ squares: Huber's M-estimator solved by iteratively reweighted least squares (IRL
 
 **Steps from token times** (one continuous-batching instance, docs/semantics.md §3): every
 engine step emits one token to each request it computes one for, all visible at the
-step's end + α2.  So the recording's token times, sorted, fall in clusters: tokens within
-``tolerance_us`` of the previous one belong to the same step (its time: their mean).  A
+step's end + α2.  So the recording's token times, sorted, fall in clusters: tokens closer
+than ``tolerance_us`` to the previous one belong to the same step (its time: their mean).  A
 step's prefill tokens are the prompt lengths of the requests whose *first* token it emits
 (the server's ``usage.prompt_tokens`` when it reported them, else the trace's); its decode
 requests the others it emits a token for.  Its duration is the gap to the previous step
@@ -94,9 +94,30 @@ def default_tolerance_us(obs: Observation) -> int:
     return max(1, int(np.percentile(gaps, TOLERANCE_GAP_PERCENTILE) // 2))
 
 
-def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -> Steps:
+def check_one_token_per_step(step_of: np.ndarray, request_of: np.ndarray, times: np.ndarray, tolerance_us: int,
+                             defaulted: bool) -> None:
+    """ConfigError when a step holds two tokens of one request: the recording's times
+    cannot be split so (two tokens at one µs) or the tolerance is too wide."""
+    order = np.lexsort((step_of, request_of))
+    same = (np.diff(step_of[order]) == 0) & (np.diff(request_of[order]) == 0)
+    if not same.any():
+        return
+    at = int(np.flatnonzero(same)[0])
+    k = int(request_of[order[at]])
+    a, b = int(times[order[at]]), int(times[order[at + 1]])
+    if a == b:
+        raise ConfigError(f"--observed row {k + 1} column token_times_us",
+                          f"two tokens at the same time ({a} µs): the engine's steps cannot be told apart (tokens "
+                          "merged on the way?); --fit needs one time per step")
+    how = "the default (half the 1st percentile of a request's token gaps)" if defaulted else "it"
+    raise ConfigError("--step-tolerance-ms", f"{tolerance_us / 1000:g} ms joins two tokens of one request "
+                                             f"(row {k + 1}: {a} and {b} µs) into one step; {how} must be below "
+                                             "the shortest step: give a smaller one")
+
+
+def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int, defaulted: bool = False) -> Steps:
     """The steps of a recording (module docstring); ConfigError naming --step-tolerance-ms
-    when it puts two tokens of one request in one step."""
+    when it puts two tokens of one request in one step (``defaulted``: it was not given)."""
     n = len(obs)
     counts = np.diff(obs.token_offsets)
     times = obs.token_times_us
@@ -111,17 +132,14 @@ def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int) -
     order = np.argsort(times, kind="stable")
     ordered = times[order]
     opens = np.ones(ordered.size, bool)
-    opens[1:] = np.diff(ordered) > tolerance_us
+    opens[1:] = np.diff(ordered) >= tolerance_us
     step_sorted = np.cumsum(opens) - 1
     n_steps = int(step_sorted[-1]) + 1
     step_of = np.empty(times.size, np.int64)
     step_of[order] = step_sorted
     tokens_in = np.bincount(step_sorted, minlength=n_steps)
     time_us = np.bincount(step_sorted, weights=ordered.astype(np.float64), minlength=n_steps) / tokens_in
-    pairs = step_of * max(n, 1) + request_of
-    if np.unique(pairs).size < pairs.size:
-        raise ConfigError("--step-tolerance-ms", f"{tolerance_us / 1000:g} ms joins two tokens of one request into "
-                                                 "one step: lower it below the shortest step")
+    check_one_token_per_step(step_of, request_of, times, tolerance_us, defaulted)
     lengths = prompt_tokens(requests, obs)
     prefill = np.bincount(step_of[is_first], weights=lengths[request_of[is_first]].astype(np.float64),
                           minlength=n_steps).astype(np.int64)
@@ -230,9 +248,10 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
     when too few requests found the instance idle (the details say which).
     ``tolerance_us`` None: ``default_tolerance_us``."""
     notes: list[str] = []
-    if tolerance_us is None:
+    defaulted = tolerance_us is None
+    if defaulted:
         tolerance_us = default_tolerance_us(obs)
-    steps = reconstruct_steps(requests, obs, tolerance_us)
+    steps = reconstruct_steps(requests, obs, tolerance_us, defaulted)
     beta, n_steps = fit_beta(steps, notes)
     alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes)
     alpha_source = "given" if alpha is None else "fitted"
