@@ -417,6 +417,11 @@ def test_bad_inputs_are_one_line(capsys, tmp_path, emulated, exact_recording):
     expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit", "--step-tolerance-ms", "20",
                      needles=["--step-tolerance-ms", "smaller"])
     expect_cli_error(capsys, "replay", tmp_path / "absent.parquet", needles=["not found"])
+    merged = [list(t) for t in times]
+    merged[7][1] = merged[7][0]  # two tokens of request 8 at one µs
+    merged_path = record(tmp_path / "merged.parquet", arrivals, prompts, outputs, merged)
+    expect_cli_error(capsys, "calibrate", "--observed", merged_path, "--fit",
+                     needles=["row 8 column token_times_us", "same time"])
     capped = tmp_path / "capped.yaml"
     capped.write_text("simulation:\n  warmup_s: 1\n")
     expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--config", capped,
