@@ -52,6 +52,15 @@ MIN_ALPHA_REQUESTS = 3
 MAX_FIT_TOKENS = 20_000_000  # token times a fit takes (about 60 bytes each while it runs)
 
 
+@dataclass(frozen=True)
+class StepBudget:
+    """The engine's step limits (the server's, as the run settings give them): the token
+    budget B of a step and the per-request prefill cap T (0 = none)."""
+
+    tokens: int = 2048
+    per_request: int = 0
+
+
 @dataclass
 class Steps:
     """The steps rebuilt from a recording's token times (module docstring)."""
@@ -196,28 +205,53 @@ def nonnegative_huber_fit(x: np.ndarray, y: np.ndarray, names: list[str], notes:
     return coef
 
 
-def fit_beta(steps: Steps, notes: list[str]) -> tuple[np.ndarray, int]:
-    """(β, number of steps fitted) from the busy steps' durations."""
-    keep = steps.busy
+def chunked_prefill_steps(steps: Steps, send_us: np.ndarray, lengths: np.ndarray, budget: StepBudget) -> np.ndarray:
+    """Mask of the steps that may hold a prefill chunk the token times do not show.
+
+    A request's prefill is split over steps (chunked prefill, docs/semantics.md §3.2) when
+    it is longer than the per-request cap T, or than the token budget B left in a step
+    after the decodes and the other prefills.  Its first token then comes from the last
+    chunk's step, which holds only the remainder, and the earlier chunks' steps show no
+    prefill.  Without a cap T, at most one prefill per step is cut (the budget is then
+    spent), so a request chunked into its first-token step f had the cut chunk of step
+    f - 1: step f - 1 ended after its send and its room as the token times show it
+    (B - decodes - prefills) is below the request's prompt.  Such a request -- or one
+    longer than B or T -- has every step from its send to its first token marked."""
+    n_steps = len(steps.time_us)
+    k = np.flatnonzero((steps.first_step >= 0) & (send_us >= 0))
+    first = steps.first_step[k]
+    window_start = np.minimum(np.searchsorted(steps.time_us, send_us[k], side="right"), first)
+    cap = budget.tokens if budget.per_request <= 0 else min(budget.tokens, budget.per_request)
+    room = budget.tokens - steps.decode - steps.prefill
+    before = np.maximum(first - 1, 0)
+    chunked = (lengths[k] > cap) | ((window_start < first) & (lengths[k] > room[before]))
+    marks = (np.bincount(window_start[chunked], minlength=n_steps + 1)
+             - np.bincount(first[chunked] + 1, minlength=n_steps + 1))
+    return np.cumsum(marks)[:n_steps] > 0
+
+
+def fit_beta(steps: Steps, notes: list[str], excluded: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """(β, number of steps fitted) from the busy steps' durations, but the ``excluded``."""
+    keep = steps.busy if excluded is None else steps.busy & ~excluded
     count = int(keep.sum())
     x = np.column_stack([np.ones(count), steps.prefill[keep], steps.decode[keep]]).astype(np.float64)
     y = steps.duration_us[keep]
-    scaled = x / np.maximum(np.abs(x).max(axis=0), 1.0)
-    if count < 3 or np.linalg.matrix_rank(scaled) < 3:
+    if count < 3 or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
         raise ConfigError("--fit", f"the recording's {count} back-to-back steps do not vary enough to fit β0, β1, β2 "
                                    "(they need different prefill tokens and decode counts): record more requests "
                                    "at a load that keeps the instance busy")
     return nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], notes), count
 
 
-def fit_alpha(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray,
-              notes: list[str]) -> tuple[np.ndarray | None, int]:
-    """(α, number of requests fitted) from the requests that found the instance idle;
+def fit_alpha(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray, notes: list[str],
+              chunked: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(α, number of requests fitted) from the requests that found the instance idle (and
+    whose first step is not ``chunked``: an idle request's earlier chunks emit no token);
     (None, count) when fewer than MIN_ALPHA_REQUESTS with two prompt lengths or more did."""
     lengths = prompt_tokens(requests, obs)
     k = np.flatnonzero((steps.first_step >= 0) & (obs["send_us"] >= 0))
     s = steps.first_step[k]
-    idle = ~steps.busy[s] & (steps.decode[s] == 0) & (steps.prefill[s] == lengths[k])
+    idle = ~steps.busy[s] & (steps.decode[s] == 0) & (steps.prefill[s] == lengths[k]) & ~chunked[s]
     k, s = k[idle], s[idle]
     # (a step holding two requests' prefills of which one is empty would pass the prefill test)
     first_tokens = np.bincount(steps.first_step[steps.first_step >= 0], minlength=len(steps.time_us))
@@ -243,17 +277,22 @@ class FittedCoefficients:
 
 
 def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | None = None,
-                     given_alpha=(0.0, 0.0, 0.0)) -> FittedCoefficients:
+                     given_alpha=(0.0, 0.0, 0.0), budget: StepBudget = StepBudget()) -> FittedCoefficients:
     """α and β of one instance from a recording (module docstring); α stays ``given_alpha``
     when too few requests found the instance idle (the details say which).
-    ``tolerance_us`` None: ``default_tolerance_us``."""
+    ``tolerance_us`` None: ``default_tolerance_us``; ``budget``: the engine's step limits
+    (steps that may hold hidden prefill chunks are left out of the β fit)."""
     notes: list[str] = []
     defaulted = tolerance_us is None
     if defaulted:
         tolerance_us = default_tolerance_us(obs)
     steps = reconstruct_steps(requests, obs, tolerance_us, defaulted)
-    beta, n_steps = fit_beta(steps, notes)
-    alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes)
+    chunked = chunked_prefill_steps(steps, obs["send_us"], prompt_tokens(requests, obs), budget)
+    if (chunked & steps.busy).any():
+        notes.append(f"{int((chunked & steps.busy).sum())} steps left out of the beta fit: they may hold prefill "
+                     f"chunks (prompts longer than the step's room, budget {budget.tokens} tokens)")
+    beta, n_steps = fit_beta(steps, notes, chunked)
+    alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes, chunked)
     alpha_source = "given" if alpha is None else "fitted"
     if alpha is None:
         alpha = np.asarray(given_alpha, np.float64)
@@ -261,13 +300,15 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
                      f"{MIN_ALPHA_REQUESTS} with two prompt lengths or more")
     else:
         notes.append("alpha0 is alpha0 + alpha2 (only their sum is identifiable); alpha2 is reported as 0")
-    durations = steps.duration_us[steps.busy]
-    x = np.column_stack([np.ones(n_steps), steps.prefill[steps.busy], steps.decode[steps.busy]])
+    fitted = steps.busy & ~chunked
+    durations = steps.duration_us[fitted]
+    x = np.column_stack([np.ones(n_steps), steps.prefill[fitted], steps.decode[fitted]])
     resid = durations - x @ beta
     details = {
         "method": f"Huber IRLS (k = {HUBER_K})",
         "step_tolerance_ms": tolerance_us / 1000,
         "steps": len(steps.time_us), "steps_fitted": n_steps,
+        "steps_left_out_chunked": int((chunked & steps.busy).sum()),
         "beta_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
                              "max_abs": float(np.max(np.abs(resid))) / 1000},
         "alpha_source": alpha_source,

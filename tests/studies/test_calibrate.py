@@ -496,3 +496,26 @@ def test_hostile_recordings_give_a_report_or_one_line(capsys, tmp_path):
             assert code == 2 and out == ""
             assert_one_error_line(err)
     assert outcomes == {0, 2}  # (both kinds happen)
+
+
+def test_steps_with_hidden_prefill_chunks_are_left_out(tmp_path):
+    """Prompts up to 6000 tokens with the default budget of 2048: most prefills are chunked,
+    their earlier chunks' steps show no prefill.  Those steps are left out, and β (and α)
+    still come out right; fitted on every step, β1 would be a third of the truth."""
+    from blis_fast.studies.fit import StepBudget, fit_coefficients, reconstruct_steps
+    from blis_fast.workload.formats.observed import read_observed
+
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(1e6 / 4.0, 300)).astype(np.int64)
+    prompts, outputs = rng.integers(20, 6000, 300), rng.integers(5, 150, 300)
+    result = sim(lengths_workload(arrivals, prompts, outputs))
+    info = result.run_info()
+    path = record(tmp_path / "long.parquet", arrivals, prompts, outputs, simulated_token_times(result))
+    requests, _, obs = read_observed(path)
+    f = fit_coefficients(requests, obs, budget=StepBudget(2048))
+    assert np.allclose(f.beta, info["beta_coeffs"], rtol=0.01)
+    assert f.alpha[1] == pytest.approx(info["alpha_coeffs"][1], rel=0.01)
+    assert f.details["steps_left_out_chunked"] > 0 and "prefill chunks" in " ".join(f.details["notes"])
+    unguarded = fit_coefficients(requests, obs, budget=StepBudget(10**9))  # (a budget nothing exceeds)
+    assert unguarded.beta[1] < 0.5 * info["beta_coeffs"][1]
+    assert len(reconstruct_steps(requests, obs, 1000).time_us) < int(result.cluster["engine_steps"])
