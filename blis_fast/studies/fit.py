@@ -52,6 +52,7 @@ MAD_TO_SIGMA = 0.6745
 MAX_IRLS_ITERATIONS = 100
 IRLS_TOLERANCE = 1e-9
 MIN_ALPHA_REQUESTS = 3
+MIN_TOKEN_STEP_RATIO = 0.98  # below it the fit warns that the steps look split (Steps.token_step_ratio)
 MAX_FIT_TOKENS = 20_000_000  # token times a fit takes (about 60 bytes each while it runs)
 
 
@@ -73,6 +74,10 @@ class Steps:
     decode: np.ndarray  # int64: the other requests it emits a token for
     busy: np.ndarray  # bool: the instance ran a batch since the previous step (its duration is known)
     first_step: np.ndarray  # int64 per request: the step of its first token, -1: none
+    # tokens / the steps from each request's first token to its last: 1 when every request
+    # has a token in each step of its run, as continuous batching gives; below 1 when steps
+    # were split (a tolerance under the jitter) or the server skipped or preempted requests
+    token_step_ratio: float = 1.0
 
     @property
     def duration_us(self) -> np.ndarray:
@@ -164,7 +169,8 @@ def reconstruct_steps(requests: Requests, obs: Observation, tolerance_us: int, d
     cover = (np.bincount(first_step[has] + 1, minlength=n_steps + 1)
              - np.bincount(last_step + 1, minlength=n_steps + 1))
     busy = np.cumsum(cover)[:n_steps] > 0
-    return Steps(time_us, prefill, decode, busy, first_step)
+    spans = int((last_step - first_step[has] + 1).sum())
+    return Steps(time_us, prefill, decode, busy, first_step, int(counts.sum()) / spans if spans else 1.0)
 
 
 def huber_fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +300,10 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
     if (chunked & steps.busy).any():
         notes.append(f"{int((chunked & steps.busy).sum())} steps left out of the beta fit: they may hold prefill "
                      f"chunks (prompts longer than the step's room, budget {budget.tokens} tokens)")
+    if steps.token_step_ratio < MIN_TOKEN_STEP_RATIO:
+        notes.append(f"the rebuilt steps hold {100 * steps.token_step_ratio:.1f} % of the tokens their running "
+                     "requests should emit (one each per step): the step tolerance may be under the timing jitter "
+                     "(give --step-tolerance-ms), or the server skipped or preempted requests")
     beta, n_steps = fit_beta(steps, notes, chunked)
     alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes, chunked)
     alpha_source = "given" if alpha is None else "fitted"
@@ -312,6 +322,7 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
         "step_tolerance_ms": tolerance_us / 1000,
         "steps": len(steps.time_us), "steps_fitted": n_steps,
         "steps_left_out_chunked": int((chunked & steps.busy).sum()),
+        "token_step_ratio": steps.token_step_ratio,
         "beta_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
                              "max_abs": float(np.max(np.abs(resid))) / 1000},
         "alpha_source": alpha_source,

@@ -131,6 +131,16 @@ def test_the_fit_recovers_beta_and_alpha_on_exact_token_times(exact_recording):
     assert np.allclose(f.alpha, (ALPHA[0] + ALPHA[2], ALPHA[1], 0.0), rtol=0.01)
     assert f.details["alpha_source"] == "fitted" and f.details["alpha_requests"] >= 3
     assert f.details["steps_fitted"] > 1000
+    assert f.details["token_step_ratio"] == 1.0
+
+
+def test_steps_split_by_a_tolerance_under_the_jitter_are_noticed(tmp_path, emulated):
+    arrivals, prompts, outputs, times = emulated
+    path = record(tmp_path / "jitter.parquet", arrivals, prompts, outputs, jittered(times))
+    f = fitted(path, tolerance_us=50)  # (the jitter is ±500 µs: steps fall apart)
+    assert f.details["token_step_ratio"] < 0.9
+    assert any("step tolerance may be under the timing jitter" in note for note in f.details["notes"])
+    assert fitted(path, tolerance_us=1000).details["token_step_ratio"] == 1.0
 
 
 def test_the_fit_recovers_beta_within_5_percent_with_timing_jitter(tmp_path, emulated):
