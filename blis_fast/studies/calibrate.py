@@ -303,7 +303,9 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     budget = fitting.StepBudget(int(engine.max_num_batched_tokens), int(engine.long_prefill_token_threshold or 0))
     fitted = fitting.fit_coefficients(requests, obs, step_tolerance_us, given_alpha=info["alpha_coeffs"],
                                       budget=budget)
-    after_cfg = as_config(cfg, {"alpha_coeffs": list(fitted.alpha), "beta_coeffs": list(fitted.beta)})
+    # (the fitted set is a blackbox model whatever the config's latency model was)
+    after_cfg = as_config(cfg, {"latency_model": "blackbox", "alpha_coeffs": list(fitted.alpha),
+                                "beta_coeffs": list(fitted.beta)})
     after_result, _ = simulate_recording(after_cfg, requests, obs)
     after = compare(observed, simulated_latencies(after_result, done, observed["itl_rows"]))
     report["fitted"] = {"alpha_coeffs": list(fitted.alpha), "beta_coeffs": list(fitted.beta)}

@@ -262,7 +262,7 @@ def fit_alpha(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarr
     s = steps.first_step[k]
     idle = ~steps.busy[s] & (steps.decode[s] == 0) & (steps.prefill[s] == lengths[k]) & ~chunked[s]
     k, s = k[idle], s[idle]
-    # (a step holding two requests' prefills of which one is empty would pass the prefill test)
+    # (the prefill test alone would pass a second request with an empty prompt in the step)
     first_tokens = np.bincount(steps.first_step[steps.first_step >= 0], minlength=len(steps.time_us))
     alone = first_tokens[s] == 1
     k, s = k[alone], s[alone]

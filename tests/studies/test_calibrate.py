@@ -301,6 +301,14 @@ def test_calibrate_with_default_coefficients_improves_with_the_fit(capsys, exact
     assert doc["after"]["e2e"]["mape"] < doc["before"]["e2e"]["mape"]
 
 
+def test_a_roofline_config_is_compared_then_fitted_as_blackbox(capsys, exact_recording):
+    code, out, err = run_cli(capsys, "calibrate", "--observed", exact_recording, "--latency-model", "roofline",
+                             "--fit", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["coefficients_before"]["latency_model"] == "roofline" and doc["grade_after"] == "A"
+
+
 def test_the_simulation_uses_the_send_times_and_leaves_out_an_unsent_tail(capsys, tmp_path):
     """The server saw each request when it was sent (here: every other one 7 ms late), and
     never saw the 40 the observer did not send: simulated so, the latencies are exact."""
