@@ -163,8 +163,8 @@ def render_report(report: dict, observed: Path) -> str:
              *_comparison_lines(report["before"])]
     if "fitted" in report:
         fitted = report["fitted"]
-        lines += [f"fitted ({report['fit']['method']}, {report['fit']['steps_fitted']} steps, "
-                  f"{report['fit']['alpha_requests']} idle requests; alpha {report['fit']['alpha_source']}): "
+        lines += [f"fitted ({report['fit']['method']}, {report['fit']['steps_fitted']} steps; alpha from "
+                  f"{report['fit']['alpha_source']}, {report['fit']['alpha_requests']} requests): "
                   f"alpha {[round(a, 3) for a in fitted['alpha_coeffs']]} "
                   f"beta {[round(b, 3) for b in fitted['beta_coeffs']]}",
                   *(f"  note: {n}" for n in report["fit"]["notes"]),

@@ -19,6 +19,9 @@ step's start, so ``TTFT = (α0 + α1·L) + (β0 + β1·L) + α2``: with β known
 α2 = 0.  On one instance nothing is lost: every queue entry α2 later shifts the engine's
 whole timeline by α2, so every token is visible when it was (to the µs of truncation).
 
+**α from queue entries** when too few requests found the instance idle (sustained load):
+``fit_alpha_from_queued``.
+
 **Robustness**: Huber weights min(1, k·s/|r|) with k = 1.345 (95 % efficiency on normal
 errors) and s = MAD(residuals) / 0.6745, from an ordinary least-squares start, at most
 MAX_IRLS_ITERATIONS rounds.  Coefficients are non-negative (as the engine requires): one
@@ -52,6 +55,12 @@ MAD_TO_SIGMA = 0.6745
 MAX_IRLS_ITERATIONS = 100
 IRLS_TOLERANCE = 1e-9
 MIN_ALPHA_REQUESTS = 3
+# the α fit from queue entries (interval_center_fit): the share of intervals a bound may
+# leave out (timing outliers), the slope grid's points and refinements, the requests used
+INTERVAL_QUANTILE = 0.2
+INTERVAL_GRID = 101
+INTERVAL_REFINEMENTS = 3
+MAX_INTERVAL_REQUESTS = 20_000
 MIN_TOKEN_STEP_RATIO = 0.98  # below it the fit warns that the steps look split (Steps.token_step_ratio)
 MAX_FIT_TOKENS = 20_000_000  # token times a fit takes (about 60 bytes each while it runs)
 
@@ -278,6 +287,65 @@ def fit_alpha(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarr
     return np.array([c[0], c[1], 0.0]), count
 
 
+def interval_center_fit(low: np.ndarray, high: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:
+    """(c, a) with c + a·L_k inside (low_k, high_k] for (nearly) every k: for each slope a
+    on a grid, the c range the intervals leave is [the INTERVAL_QUANTILE-th highest of
+    low_k - a·L_k, the INTERVAL_QUANTILE-th lowest of high_k - a·L_k] (a few timing
+    outliers may fall outside); the slope where that range is widest, refined twice on a
+    finer grid, and the middle of its range.  With exact times the true (c, a) is inside
+    every interval, and many requests squeeze the feasible set around it."""
+    length = lengths.astype(np.float64)
+    ratio = high / np.maximum(length, 1.0)
+    top = max(float(np.percentile(ratio, INTERVAL_QUANTILE)), 0.0)  # c >= 0: a <= high_k / L_k
+
+    def bounds(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lower = low[None, :] - a[:, None] * length[None, :]
+        upper = high[None, :] - a[:, None] * length[None, :]
+        return np.percentile(lower, 100 - INTERVAL_QUANTILE, axis=1), np.percentile(upper, INTERVAL_QUANTILE, axis=1)
+
+    lo_a, hi_a = 0.0, top
+    best = 0.0
+    for _ in range(INTERVAL_REFINEMENTS):
+        grid = np.linspace(lo_a, hi_a, INTERVAL_GRID)
+        c_low, c_high = bounds(grid)
+        at = int(np.argmax(c_high - c_low))
+        best = float(grid[at])
+        step = (hi_a - lo_a) / (INTERVAL_GRID - 1)
+        lo_a, hi_a = max(0.0, best - step), best + step
+    c_low, c_high = bounds(np.array([best]))
+    return max(0.0, float(c_low[0] + c_high[0]) / 2), best
+
+
+def fit_alpha_from_queued(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray,
+                          chunked: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(α, number of requests fitted) from requests that arrived while the instance ran,
+    for a recording where too few found it idle; (None, count) when fewer than
+    MIN_ALPHA_REQUESTS with two prompt lengths or more qualify.
+
+    Such a request, admitted in step f that followed step f - 1 back to back, entered the
+    queue while f - 1 ran: its entry send + (α0 + α2) + α1·L lies in (start of f - 1,
+    start of f], the starts taken on the token timeline (a step's token time less its
+    duration from β).  ``interval_center_fit`` finds the (α0 + α2, α1) inside them."""
+    lengths = prompt_tokens(requests, obs)
+    k = np.flatnonzero((steps.first_step >= 1) & (obs["send_us"] >= 0))
+    f = steps.first_step[k]
+    ok = steps.busy[f] & ~chunked[f] & ~chunked[f - 1]
+    k, f = k[ok], f[ok]
+    start = steps.time_us - (beta[0] + beta[1] * steps.prefill + beta[2] * steps.decode)
+    send = obs["send_us"][k].astype(np.float64)
+    low, high = start[f - 1] - send, start[f] - send  # (f - 1 may start before the send)
+    keep = high > 0  # (an entry before the send: timing noise)
+    k, low, high = k[keep], low[keep], high[keep]
+    count = len(k)
+    if count < MIN_ALPHA_REQUESTS or np.unique(lengths[k]).size < 2:
+        return None, count
+    if count > MAX_INTERVAL_REQUESTS:  # (the grid search holds grid x requests floats: an even sample)
+        pick = np.linspace(0, count - 1, MAX_INTERVAL_REQUESTS).astype(np.int64)
+        k, low, high = k[pick], low[pick], high[pick]
+    c, a = interval_center_fit(low, high, lengths[k])
+    return np.array([c, a, 0.0]), count
+
+
 @dataclass
 class FittedCoefficients:
     alpha: tuple[float, float, float]
@@ -306,11 +374,15 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
                      "(give --step-tolerance-ms), or the server skipped or preempted requests")
     beta, n_steps = fit_beta(steps, notes, chunked)
     alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes, chunked)
-    alpha_source = "given" if alpha is None else "fitted"
+    alpha_source, alpha_requests = "idle requests", n_idle
     if alpha is None:
-        alpha = np.asarray(given_alpha, np.float64)
-        notes.append(f"alpha kept as given: {n_idle} requests found the instance idle, the fit needs "
-                     f"{MIN_ALPHA_REQUESTS} with two prompt lengths or more")
+        alpha, alpha_requests = fit_alpha_from_queued(requests, obs, steps, beta, chunked)
+        alpha_source = "queue entries"
+        notes.append(f"{n_idle} requests found the instance idle (the fit wants {MIN_ALPHA_REQUESTS} with two "
+                     "prompt lengths): alpha comes from the steps the others entered the queue in")
+    if alpha is None:
+        alpha, alpha_source = np.asarray(given_alpha, np.float64), "given"
+        notes.append(f"alpha kept as given: too few requests to fit it ({alpha_requests})")
     else:
         notes.append("alpha0 is alpha0 + alpha2 (only their sum is identifiable); alpha2 is reported as 0")
     fitted = steps.busy & ~chunked
@@ -326,7 +398,7 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
         "beta_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
                              "max_abs": float(np.max(np.abs(resid))) / 1000},
         "alpha_source": alpha_source,
-        "alpha_requests": n_idle,
+        "alpha_requests": alpha_requests,
         "notes": notes,
     }
     return FittedCoefficients(tuple(float(a) for a in alpha), tuple(float(b) for b in beta), details)

@@ -129,7 +129,7 @@ def test_the_fit_recovers_beta_and_alpha_on_exact_token_times(exact_recording):
     assert np.allclose(f.beta, BETA, rtol=0.01)
     # α0 + α2 is one intercept (reported as α0, α2 = 0)
     assert np.allclose(f.alpha, (ALPHA[0] + ALPHA[2], ALPHA[1], 0.0), rtol=0.01)
-    assert f.details["alpha_source"] == "fitted" and f.details["alpha_requests"] >= 3
+    assert f.details["alpha_source"] == "idle requests" and f.details["alpha_requests"] >= 3
     assert f.details["steps_fitted"] > 1000
     assert f.details["token_step_ratio"] == 1.0
 
@@ -163,6 +163,33 @@ def test_the_default_step_tolerance_is_half_the_shortest_gaps(tmp_path, emulated
     # with ±0.5 ms jitter it stays above the jitter and below a step, and the fit holds
     _, _, noisy = read_observed(record(tmp_path / "j.parquet", arrivals, prompts, outputs, jittered(times)))
     assert 1000 < default_tolerance_us(noisy) < BETA[0] - 1000
+
+
+@pytest.mark.parametrize("jitter", [False, True])
+def test_alpha_from_queue_entries_when_no_request_found_the_instance_idle(tmp_path, jitter):
+    """At 30 requests/s the instance never idles: α comes from the steps the requests
+    entered the queue in (the interval each queue entry must lie in)."""
+    arrivals, prompts, outputs = workload(n=1000, seed=4, rate=30.0)
+    times = emulate(arrivals, prompts, outputs)
+    f = fitted(record(tmp_path / "busy.parquet", arrivals, prompts, outputs, jittered(times) if jitter else times),
+               None)
+    assert f.details["alpha_source"] == "queue entries" and f.details["alpha_requests"] > 900
+    tolerance = 0.05 if jitter else 0.01
+    assert f.alpha[0] == pytest.approx(ALPHA[0] + ALPHA[2], rel=tolerance)
+    assert f.alpha[1] == pytest.approx(ALPHA[1], rel=tolerance)
+    assert np.allclose(f.beta, BETA, rtol=tolerance)
+
+
+def test_interval_center_fit_finds_a_line_through_intervals():
+    from blis_fast.studies.fit import interval_center_fit
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(10, 1000, 2000)
+    truth = 1500.0 + 2.5 * lengths
+    width = rng.uniform(2000, 8000, 2000)
+    low = truth - rng.uniform(0, 1, 2000) * width  # each interval holds its point somewhere
+    c, a = interval_center_fit(low, low + width, lengths)
+    assert c == pytest.approx(1500.0, rel=0.01) and a == pytest.approx(2.5, rel=0.01)
 
 
 def test_huber_weights_shrug_off_outliers():
