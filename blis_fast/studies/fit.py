@@ -313,10 +313,10 @@ def interval_center_fit(low: np.ndarray, high: np.ndarray, lengths: np.ndarray) 
         step = (hi_a - lo_a) / (INTERVAL_GRID - 1)
         lo_a, hi_a = max(0.0, best - step), best + step
     c_low, c_high = bounds(np.array([best]))
-    return max(0.0, float(c_low[0] + c_high[0]) / 2), best
+    return float(c_low[0] + c_high[0]) / 2, best
 
 
-def fit_alpha_from_queued(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray,
+def fit_alpha_from_queued(requests: Requests, obs: Observation, steps: Steps, beta: np.ndarray, notes: list[str],
                           chunked: np.ndarray) -> tuple[np.ndarray | None, int]:
     """(α, number of requests fitted) from requests that arrived while the instance ran,
     for a recording where too few found it idle; (None, count) when fewer than
@@ -343,6 +343,9 @@ def fit_alpha_from_queued(requests: Requests, obs: Observation, steps: Steps, be
         pick = np.linspace(0, count - 1, MAX_INTERVAL_REQUESTS).astype(np.int64)
         k, low, high = k[pick], low[pick], high[pick]
     c, a = interval_center_fit(low, high, lengths[k])
+    if c < 0:
+        notes.append(f"alpha0 + alpha2 came out negative ({c:.6g}): set to 0")
+        c = 0.0
     return np.array([c, a, 0.0]), count
 
 
@@ -376,7 +379,7 @@ def fit_coefficients(requests: Requests, obs: Observation, tolerance_us: int | N
     alpha, n_idle = fit_alpha(requests, obs, steps, beta, notes, chunked)
     alpha_source, alpha_requests = "idle requests", n_idle
     if alpha is None:
-        alpha, alpha_requests = fit_alpha_from_queued(requests, obs, steps, beta, chunked)
+        alpha, alpha_requests = fit_alpha_from_queued(requests, obs, steps, beta, notes, chunked)
         alpha_source = "queue entries"
         notes.append(f"{n_idle} requests found the instance idle (the fit wants {MIN_ALPHA_REQUESTS} with two "
                      "prompt lengths): alpha comes from the steps the others entered the queue in")

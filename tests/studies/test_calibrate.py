@@ -180,6 +180,17 @@ def test_alpha_from_queue_entries_when_no_request_found_the_instance_idle(tmp_pa
     assert np.allclose(f.beta, BETA, rtol=tolerance)
 
 
+def test_a_negative_queue_entry_intercept_is_set_to_zero_and_said(tmp_path, monkeypatch):
+    from blis_fast.studies import fit
+
+    arrivals, prompts, outputs = workload(n=400, seed=4, rate=30.0)
+    path = record(tmp_path / "busy.parquet", arrivals, prompts, outputs, emulate(arrivals, prompts, outputs))
+    monkeypatch.setattr(fit, "interval_center_fit", lambda low, high, lengths: (-5.0, 3.0))
+    f = fitted(path, None)
+    assert f.details["alpha_source"] == "queue entries"
+    assert f.alpha == (0.0, 3.0, 0.0) and any("came out negative (-5)" in note for note in f.details["notes"])
+
+
 def test_interval_center_fit_finds_a_line_through_intervals():
     from blis_fast.studies.fit import interval_center_fit
 
