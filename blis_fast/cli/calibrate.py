@@ -84,8 +84,8 @@ def calibrate(
                                                     "(a coefficients file: a models: entry as in "
                                                     "configs/defaults.yaml); needs --fit")] = None,
     step_tolerance_ms: Annotated[Optional[str], number_option(
-        "--step-tolerance-ms", metavar="FLOAT", help="--fit: token times closer than this to the previous one belong to "
-                                                     "the same engine step: above the recording's timing jitter, "
+        "--step-tolerance-ms", metavar="FLOAT", help="--fit: token times closer than this to the previous one belong "
+                                                     "to the same engine step: above the recording's timing jitter, "
                                                      "below the shortest step (default: half the 1st percentile of "
                                                      "the gaps between two tokens of one request)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON (it is JSON whenever stdout "

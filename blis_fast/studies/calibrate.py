@@ -182,7 +182,8 @@ def simulate_recording(cfg: SimConfig, requests: Requests, obs: Observation):
     """The run of the recording's requests as the server got them (``sent_requests``) with
     ``cfg``'s engine: (Result, number of requests simulated)."""
     from blis_fast.run.api import run_config  # deferred: blis_fast_kernels.native
-    from blis_fast.run.resolve import assign_models, config_deadlines, model_block_sizes, with_deadlines  # deferred: blis_fast_kernels.native
+    from blis_fast.run.resolve import (  # deferred: blis_fast_kernels.native
+        assign_models, config_deadlines, model_block_sizes, with_deadlines)
 
     sent, count = sent_requests(requests, obs)
     sizes = model_block_sizes(cfg.deployment_list())

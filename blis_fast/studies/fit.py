@@ -255,8 +255,8 @@ def fit_beta(steps: Steps, notes: list[str], excluded: np.ndarray | None = None)
     x = np.column_stack([np.ones(count), steps.prefill[keep], steps.decode[keep]]).astype(np.float64)
     y = steps.duration_us[keep]
     if count < 3 or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
-        raise ConfigError("--fit", f"the recording's {count} back-to-back steps do not vary enough to fit β0, β1, β2 "
-                                   "(they need different prefill tokens and decode counts): record more requests "
+        raise ConfigError("--fit", f"the recording's {count} back-to-back steps do not vary enough to fit β0, β1, "
+                                   "β2 (they need different prefill tokens and decode counts): record more requests "
                                    "at a load that keeps the instance busy")
     return nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], notes), count
 
