@@ -38,13 +38,24 @@ def live_requests(n: int, rate: float, seed: int = 7) -> list[tuple[int, np.ndar
     return out
 
 
-def drive(setup, requests) -> tuple[dict, int]:
-    """Run ``requests`` through a live engine as the server's driver would
-    (``replay_live``): ({request: token times}, engine steps)."""
+def live_workload(requests, block_size: int):
+    """The Workload of ``requests`` (prompt keys hashed from their ids, as the server does)."""
+    from blis_fast.workload.workload import Workload  # deferred: the kernels
+
+    ids = np.concatenate([r[1] for r in requests])
+    offsets = np.concatenate([[0], np.cumsum([len(r[1]) for r in requests])]).astype(np.int64)
+    return Workload.from_tokens(np.array([r[0] for r in requests], np.int64), ids, offsets,
+                                np.array([r[2] for r in requests], np.int64), block_size,
+                                content_seed=np.arange(1, len(requests) + 1, dtype=np.int64))
+
+
+def drive(setup, wl) -> tuple[list, int]:
+    """Run ``wl`` through a live engine as the server's driver would (``replay_live``):
+    (each request's token times, engine steps)."""
     from blis_fast.serve.engine import replay_live  # deferred: the kernels
 
-    tokens, steps = replay_live(setup, [(t, ids, n, 0) for t, ids, n in requests], record_steps=True)
-    return tokens, len(steps)
+    replay = replay_live(setup, wl, record_steps=True)
+    return replay.tokens, len(replay.steps)
 
 
 def bench_live(name: str, repeats: int = 3) -> dict:
@@ -52,17 +63,11 @@ def bench_live(name: str, repeats: int = 3) -> dict:
     from blis_fast.run.api import as_config  # deferred: yaml
     from blis_fast.run.resolve import resolve  # deferred: the shipped data
     from blis_fast.run.session import RunSession  # deferred: the kernels
-    from blis_fast.workload.workload import Workload  # deferred: as above
-
     spec = SERVE_SCENARIOS[name]
     setup = resolve(as_config(None, {"num_instances": spec["instances"]}))
     reqs = live_requests(spec["n"], spec["rate"])
-    ids = np.concatenate([r[1] for r in reqs])
-    offsets = np.concatenate([[0], np.cumsum([len(r[1]) for r in reqs])]).astype(np.int64)
-    wl = Workload.from_tokens(np.array([r[0] for r in reqs], np.int64), ids, offsets,
-                              np.array([r[2] for r in reqs], np.int64), int(setup.config.engine.block_size),
-                              content_seed=np.arange(1, len(reqs) + 1, dtype=np.int64))
-    tokens, steps = drive(setup, reqs)
+    wl = live_workload(reqs, int(setup.config.engine.block_size))
+    tokens, steps = drive(setup, wl)
     batch = RunSession(setup, wl, event_skipping=False).run().state.reqs
     firsts = np.array([tokens[j][0] for j in range(len(reqs))])
     lasts = np.array([tokens[j][-1] for j in range(len(reqs))])
@@ -71,7 +76,7 @@ def bench_live(name: str, repeats: int = 3) -> dict:
     drives, loops = [], []
     for _ in range(max(1, repeats)):
         started = time.perf_counter()
-        drive(setup, reqs)
+        drive(setup, wl)
         drives.append(time.perf_counter() - started)
         session = RunSession(setup, wl, event_skipping=False).prepare()
         started = time.perf_counter()

@@ -34,6 +34,8 @@ batch run's is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from blis_fast.config.validate import MAX_TIME_US, show
@@ -143,23 +145,44 @@ class LiveEngine:
         """Take a request for served model ``model`` (an index of ``models``) arriving at
         ``arrival_us`` (not before the engine's clock) with prompt token ids ``prompt_ids``
         and ``max_tokens`` output tokens; its row id, or -1 when every row is taken (the
-        server answers 503)."""
-        st = self.state
+        server answers 503).  Its block keys are hashed from the ids (``Workload.from_tokens``;
+        the output blocks fresh, one content seed per request taken)."""
         prompt_ids = np.ascontiguousarray(prompt_ids, np.int64)
         n_prompt = int(prompt_ids.shape[0])
+        self._check(n_prompt, max_tokens, arrival_us)
+        one = Workload.from_tokens(np.array([arrival_us], np.int64), prompt_ids, np.array([0, n_prompt], np.int64),
+                                   np.array([max_tokens], np.int64), self.block_size,
+                                   content_seed=np.array([self._served + 1], np.int64), description={"kind": "live"})
+        return self._take(one.prompt_len[0], one.output_len[0], one.block_keys, arrival_us, model)
+
+    def submit_keys(self, prompt_len: int, max_tokens: int, keys: np.ndarray, arrival_us: int, model: int = 0) -> int:
+        """``submit`` of a request whose block keys are known (a workload's:
+        ``Workload.block_keys`` of its prompt and output blocks)."""
+        self._check(int(prompt_len), int(max_tokens), arrival_us)
+        if keys.shape[0] != (prompt_len + max_tokens) // self.block_size:
+            raise ValueError(f"{keys.shape[0]} keys for {prompt_len} + {max_tokens} tokens of {self.block_size}")
+        return self._take(int(prompt_len), int(max_tokens), np.ascontiguousarray(keys, np.int64), arrival_us, model)
+
+    def _check(self, n_prompt: int, max_tokens: int, arrival_us: int) -> None:
         if n_prompt < 1 or max_tokens < 1 or n_prompt + max_tokens > self.max_model_len:
             raise ConfigError("request", f"prompt {n_prompt} + max_tokens {max_tokens} tokens must be within "
                                          f"[2, {self.max_model_len}] (max_model_len)")
-        clock = int(st.loop[0]["clock_us"])
+        clock = int(self.state.loop[0]["clock_us"])
         if arrival_us < clock:
             raise ValueError(f"arrival {arrival_us} µs is before the engine's clock {clock} µs")
+
+    def _take(self, prompt_len: int, max_tokens: int, keys: np.ndarray, arrival_us: int, model: int) -> int:
+        """A free row filled with the request (``submit``), appended to the arrival stream;
+        -1 when none is free."""
+        st = self.state
         if not self._free:
             return -1
         r = self._free.pop()
         self._served += 1
-        one = Workload.from_tokens(np.array([arrival_us], np.int64), prompt_ids, np.array([0, n_prompt], np.int64),
-                                   np.array([max_tokens], np.int64), self.block_size,
-                                   content_seed=np.array([self._served], np.int64), description={"kind": "live"})
+        one = Workload(arrival_us=np.array([arrival_us], np.int64), prompt_len=np.array([prompt_len], np.int64),
+                       output_len=np.array([max_tokens], np.int64), block_keys=keys,
+                       key_offsets=np.array([0, keys.shape[0]], np.int64), block_size=self.block_size,
+                       description={"kind": "live"}, key_shared=np.ones(keys.shape[0], np.uint8))
         kv_total = int(st.inst["kv_total"].max())
         rows = request_table(one, self.block_size, kv_total, self.compat, self.caching)
         rows["key_start"] = self._key_start[r]
@@ -174,7 +197,7 @@ class LiveEngine:
         rows[0]["block_start"] = self._block_start[r]
         st.reqs[r] = rows[0]
         k0 = int(self._key_start[r])
-        st.keys[k0:k0 + one.block_keys.shape[0]] = one.block_keys
+        st.keys[k0:k0 + keys.shape[0]] = keys
         self._enqueue(r)
         self._live[r] = True
         self._ended[r] = False
@@ -260,30 +283,57 @@ class LiveEngine:
         return S.REQUEST_STATE_NAMES[int(self.state.reqs["state"][r])]
 
 
-def replay_live(setup: Setup, requests, capacity: int = 2048, max_model_len: int = 8192,
-                record_steps: bool = False) -> tuple[dict[int, list[int]], list | None]:
-    """Run ``requests`` -- (arrival µs, prompt token ids, output tokens, served model id),
-    in arrival order -- through a live engine as the server's driver does (every arrival
-    before the events of its µs, event time by event time): ({request: its token times},
-    the steps when ``record_steps``: (instance, start, end, prefill tokens, decode requests))."""
+STEP_RECORD = np.dtype([("instance", np.int64), ("start_us", np.int64), ("end_us", np.int64),
+                        ("prefill_tokens", np.int64), ("decode_requests", np.int64)])
+
+
+@dataclass
+class LiveReplay:
+    """What ``replay_live`` saw: per request its token times, instance and queue entry,
+    and (when recorded) every step's composition (STEP_RECORD rows, in start order)."""
+
+    tokens: list[list[int]]
+    instance: np.ndarray  # int64, -1: never routed
+    queued_us: np.ndarray  # int64, its first entry into a wait queue (-1: none)
+    steps: np.ndarray | None
+
+
+def replay_live(setup: Setup, workload: Workload, capacity: int = 2048, max_model_len: int = 8192,
+                record_steps: bool = False) -> LiveReplay:
+    """Run ``workload``'s requests (all of them known up front: no closed-loop followers)
+    through a live engine as the server's driver does -- each arrives before the events of
+    its µs, and the engine runs event time by event time -- recording what ``LiveReplay``
+    holds.  The run is the batch run of the workload (tests/serve/test_live_engine.py)."""
+    if workload.is_dependent.any():
+        raise ConfigError("workload", "a live replay takes requests known up front (no closed-loop followers)")
     engine = LiveEngine(setup, capacity=capacity, max_model_len=max_model_len, record_steps=record_steps)
-    tokens: dict[int, list[int]] = {}
+    n = len(workload)
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    instance = np.full(n, -1, np.int64)
+    queued = np.full(n, -1, np.int64)
     of_row: dict[int, int] = {}
+    models = workload.model if workload.model is not None else np.zeros(n, np.int32)
 
     def run_to(t: int) -> None:
+        reqs = engine.state.reqs
         while (e := engine.next_event_us()) is not None and e <= t:
             new, ended = engine.advance(e)
             for row, _, when in new:
                 tokens[of_row[row]].append(when)
             for row in ended:
-                del of_row[row]
+                j = of_row.pop(row)
+                instance[j], queued[j] = int(reqs["instance"][row]), int(reqs["queued_us"][row])
                 engine.release(row)
 
-    for j, (t, ids, n_out, model) in enumerate(requests):
+    offsets = workload.key_offsets
+    for j in np.argsort(workload.arrival_us, kind="stable").tolist():
+        t = int(workload.arrival_us[j])
         run_to(t - 1)
-        row = engine.submit(ids, n_out, t, model)
+        row = engine.submit_keys(int(workload.prompt_len[j]), max(int(workload.output_len[j]), 1),
+                                 workload.block_keys[offsets[j]:offsets[j + 1]], t, int(models[j]))
         if row < 0:
             raise ConfigError("capacity", f"{capacity} rows are too few: request {j} found none free")
-        of_row[row], tokens[j] = j, []
+        of_row[row] = j
     run_to(np.iinfo(np.int64).max)
-    return tokens, engine.steps
+    steps = None if engine.steps is None else np.array(engine.steps, STEP_RECORD)
+    return LiveReplay(tokens, instance, queued, steps)

@@ -31,6 +31,7 @@ from blis_fast.config.sim import SimConfig
 from blis_fast.config.validate import show
 from blis_fast.errors import ConfigError
 from blis_fast.studies import fit as fitting
+from blis_fast.studies.replay_fit import fit_by_replay
 from blis_fast.workload.formats.observed import Observation, read_observed
 from blis_fast.workload.generate import Requests
 
@@ -274,7 +275,11 @@ def compare(observed: dict[str, np.ndarray], simulated: dict[str, np.ndarray]) -
     return out
 
 
-def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_tolerance_us: int | None = None) -> dict:
+FIT_METHODS = ("replay", "steps")
+
+
+def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_tolerance_us: int | None = None,
+              fit_method: str = "replay") -> dict:
     """The calibration report of recording ``path`` against ``cfg``'s engine (module
     docstring); with ``fit``, α/β fitted from the recording (``blis_fast.studies.fit``)
     and the comparison with them ("after")."""
@@ -282,7 +287,7 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
 
     requests, header, obs, done = load_recording(path)
     instances = instances_of(header)
-    if fit and instances is not None and instances > 1:
+    if fit and fit_method == "steps" and instances is not None and instances > 1:
         raise ConfigError("--fit", f"fits one instance; the recording's server had {instances} "
                                    "(observed.server_models): record a single-instance server")
     observed = observed_latencies(obs, done)
@@ -300,10 +305,13 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     }
     if not fit:
         return report
-    engine = cfg.deployment_list()[0].engine
-    budget = fitting.StepBudget(int(engine.max_num_batched_tokens), int(engine.long_prefill_token_threshold or 0))
-    fitted = fitting.fit_coefficients(requests, obs, step_tolerance_us, given_alpha=info["alpha_coeffs"],
-                                      budget=budget)
+    if fit_method == "replay":
+        fitted = fit_by_replay(cfg, requests, obs, done, info["alpha_coeffs"], info["beta_coeffs"])
+    else:
+        engine = cfg.deployment_list()[0].engine
+        budget = fitting.StepBudget(int(engine.max_num_batched_tokens), int(engine.long_prefill_token_threshold or 0))
+        fitted = fitting.fit_coefficients(requests, obs, step_tolerance_us, given_alpha=info["alpha_coeffs"],
+                                          budget=budget)
     # (the fitted set is a blackbox model whatever the config's latency model was)
     after_cfg = as_config(cfg, {"latency_model": "blackbox", "alpha_coeffs": list(fitted.alpha),
                                 "beta_coeffs": list(fitted.beta)})

@@ -41,6 +41,8 @@ NOT_RUN = {
     ". .venv/bin/activate": "activates that environment",
     "pip install": "installs the package: the tests run on the installed package already",
     "python -m pytest": "runs the test suite or the benchmarks' pytest suite, which holds this test",
+    "blis-fast serve": "serves until stopped: tests/serve/test_serve_cli.py starts a server process, asks it, stops it",
+    "blis-fast observe": "needs a server to observe: tests/observe runs it against one",
 }
 # blis-fast subcommands run by the slow variant only -> why
 SLOW_ONLY = {
