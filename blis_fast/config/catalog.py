@@ -93,11 +93,16 @@ def did_you_mean(name: str) -> str:
 
 def architecture_needed(model_id: str, needed_by: str) -> ConfigError:
     """The one-line error of ``needed_by`` (a feature reading a model's architecture) for
-    a model without a config: which facts, and how to give them."""
+    a model without a config: which facts, and how to give them; for a model blis-fast
+    does not know at all, the close names or else the shipped configs."""
+    if find_known_model(model_id) is not None:
+        why = "no config is shipped for it"
+    else:
+        close = did_you_mean(model_id)
+        why = "an unknown model" + (close or f" (shipped configs: {', '.join(known_models())})")
     return ConfigError("model", f"{needed_by} needs the architecture of {show(model_id)} ({ARCHITECTURE_FACTS}), "
-                                f"and no config is shipped for it{did_you_mean(model_id)}: give its HuggingFace "
-                                "config.json as the model (--model path/to/config.json); blis-fast models lists "
-                                "the known models")
+                                f"{why}: give its HuggingFace config.json as the model (--model "
+                                "path/to/config.json); blis-fast models lists the known models")
 
 
 __all__ = ["ARCHITECTURE_FACTS", "KnownModel", "architecture_needed", "did_you_mean", "find_known_model",

@@ -79,7 +79,11 @@ def test_derived_kv_blocks_need_the_architecture():
 def test_an_unknown_model_suggests_the_close_ones():
     with pytest.raises(ConfigError) as exc:
         simulate(model="microsoft/phi-5", **TINY)
-    assert "the roofline latency model" in exc.value.message and "did you mean microsoft/phi-4?" in exc.value.message
+    assert "the roofline latency model" in exc.value.message
+    assert "an unknown model (did you mean microsoft/phi-4?)" in exc.value.message
+    with pytest.raises(ConfigError) as exc:
+        simulate(model="acme/nothing-like-it", **TINY)
+    assert "an unknown model (shipped configs: codellama-34b-instruct-hf, " in exc.value.message
 
 
 def test_a_deployments_entry_names_its_model_key():
