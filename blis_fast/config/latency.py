@@ -132,11 +132,16 @@ def resolve_latency_model(model: ModelConfig | None, hardware: HardwareConfig, e
         others = sorted({f"{s.gpu} TP{s.tp}" + (f" {s.vllm_version}" if vllm_version else "")
                          for s in coefficient_sets() if model_id_matches(model_id, s.model_id)})
         if others and not auto:
+            if model is not None:
+                how = ("choose --latency-model roofline (analytical) or auto (blackbox where a set exists, else "
+                       "roofline), or give --alpha-coeffs and --beta-coeffs")
+            else:  # (the roofline model would need the architecture: say so rather than send the user there)
+                how = ("give --alpha-coeffs, --beta-coeffs and --total-kv-blocks, or, for the roofline latency "
+                       "model, its HuggingFace config.json as the model (--model path/to/config.json: no config "
+                       "is shipped for it)")
             raise ConfigError("latency_model", f"no blackbox coefficient set for {where} (sets exist for: "
                                                f"{', '.join(others[:6])}{' ...' if len(others) > 6 else ''}); "
-                                               "choose --latency-model roofline (analytical) or auto (blackbox "
-                                               "where a set exists, else roofline), or give --alpha-coeffs and "
-                                               "--beta-coeffs")
+                                               + how)
         logger.info("blis-fast: no coefficient set for %s: using the roofline latency model", where)
     sources = []
     if kind == "blackbox":

@@ -86,6 +86,14 @@ def test_an_unknown_model_suggests_the_close_ones():
     assert "an unknown model (shipped configs: codellama-34b-instruct-hf, " in exc.value.message
 
 
+def test_a_missing_set_of_a_model_without_config_does_not_point_at_the_roofline_flag():
+    with pytest.raises(ConfigError) as exc:
+        simulate(model=PHI, tp=4, **TINY)
+    assert exc.value.field == "latency_model" and "sets exist for: A100-80 TP1" in exc.value.message
+    assert "--latency-model roofline" not in exc.value.message and HOW in exc.value.message
+    assert "--total-kv-blocks" in exc.value.message
+
+
 def test_a_deployments_entry_names_its_model_key():
     with pytest.raises(ConfigError) as exc:
         simulate({"deployments": [{"name": "phi", "model": PHI, "hardware": "H100", "latency_model": "roofline"}]},
