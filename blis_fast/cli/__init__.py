@@ -9,6 +9,7 @@
     openevolve.py  blis-fast openevolve init
     bench.py     blis-fast bench
     workload.py  blis-fast workload generate | stats
+    models.py    blis-fast models (known models: coefficient sets, shipped configs)
     cache.py     blis-fast clear-cache
     studies.py   blis-fast capacity (study commands)
     agents.py    blis-fast agents run (agent DAG scenarios)
