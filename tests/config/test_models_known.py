@@ -19,7 +19,8 @@ from blis_fast.run.api import simulate
 from tests.hardening.hardening_helpers import assert_clean_error, cli_in_process
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PHI = "microsoft/phi-4"  # coefficient sets, no shipped config
+GRANITE = "ibm-granite/granite-3.1-8b-instruct"  # coefficient sets, no shipped config
+PHI = "microsoft/phi-4"  # coefficient sets and a shipped config
 TINY = {"num_requests": 3, "rate": 10.0}
 NEEDS = "needs the architecture of"
 HOW = "--model path/to/config.json"
@@ -64,10 +65,11 @@ def test_a_model_without_anything_runs_from_the_explicit_flags():
 ])
 def test_a_feature_reading_the_architecture_names_what_it_needs(settings, feature):
     with pytest.raises(ConfigError) as exc:
-        simulate(model=PHI, **TINY, **settings)
+        simulate(model=GRANITE, **TINY, **settings)
     assert exc.value.field == "model"
     message = exc.value.message
-    assert message.startswith(feature) and f"{NEEDS} 'microsoft/phi-4'" in message and HOW in message
+    assert message.startswith(feature) and f"{NEEDS} '{GRANITE}'" in message and HOW in message
+    assert "no config is shipped for it" in message
 
 
 def test_derived_kv_blocks_need_the_architecture():
@@ -88,7 +90,7 @@ def test_an_unknown_model_suggests_the_close_ones():
 
 def test_a_missing_set_of_a_model_without_config_does_not_point_at_the_roofline_flag():
     with pytest.raises(ConfigError) as exc:
-        simulate(model=PHI, tp=4, **TINY)
+        simulate(model=GRANITE, tp=8, **TINY)
     assert exc.value.field == "latency_model" and "sets exist for: A100-80 TP1" in exc.value.message
     assert "--latency-model roofline" not in exc.value.message and HOW in exc.value.message
     assert "--total-kv-blocks" in exc.value.message
@@ -96,7 +98,8 @@ def test_a_missing_set_of_a_model_without_config_does_not_point_at_the_roofline_
 
 def test_a_deployments_entry_names_its_model_key():
     with pytest.raises(ConfigError) as exc:
-        simulate({"deployments": [{"name": "phi", "model": PHI, "hardware": "H100", "latency_model": "roofline"}]},
+        simulate({"deployments": [{"name": "granite", "model": GRANITE, "hardware": "H100",
+                                   "latency_model": "roofline"}]},
                  **TINY)
     assert exc.value.field == "deployments[0].model"
 
@@ -105,7 +108,7 @@ def test_roofline_and_pd_runs_from_the_cli_without_and_with_a_config():
     config = CONFIGS / "models" / "yi-34b" / "config.json"
     for extra in (["--latency-model", "roofline"], ["--prefill-instances", "1", "--decode-instances", "1"]):
         common = ["run", "--hardware", "H100", "--tp", "2", "--num-requests", "3", "--json", *extra]
-        assert_clean_error(*cli_in_process(*common, "--model", PHI), needles=("error: model: ", NEEDS, HOW))
+        assert_clean_error(*cli_in_process(*common, "--model", GRANITE), needles=("error: model: ", NEEDS, HOW))
         code, out, err = cli_in_process(*common, "--model", config)
         assert code == 0, err[-500:]
         assert json.loads(out)["cluster"]["completed_requests"] == 3
@@ -119,13 +122,15 @@ def test_the_catalog_is_the_union_of_the_coefficient_ids_and_the_shipped_configs
     assert {s.model_id for s in coefficient_sets()} <= names
     shipped = {m.config.parent.name for m in known_model_list() if m.config is not None}
     assert shipped == set(known_models())
-    for folder in ("llama-2-7b-hf", "llama-4-scout-17b-16e-instruct-fp8-dynamic", "mistral-nemo-instruct-2407",
-                   "yi-34b"):  # (the reference's configs)
-        assert (CONFIGS / "models" / folder / "config.json").is_file()
-        assert folder in (CONFIGS / "README.md").read_text(encoding="utf-8")
+    assert {"llama-2-7b-hf", "llama-4-scout-17b-16e-instruct-fp8-dynamic", "mistral-nemo-instruct-2407", "yi-34b",
+            "phi-4", "llama-3.3-70b-instruct"} <= shipped  # (the reference's configs, and two popular ones)
+    sources = (CONFIGS / "README.md").read_text(encoding="utf-8")
+    for folder in shipped:  # (each with its HuggingFace source)
+        assert f"| `{folder}` | [" in sources, folder
     both = find_known_model("llama-3.1-8b-instruct")
     assert both.name == "meta-llama/llama-3.1-8b-instruct" and both.latency_models == ("blackbox", "roofline")
-    assert find_known_model("PHI-4").latency_models == ("blackbox",)
+    assert find_known_model("PHI-4").latency_models == ("blackbox", "roofline")
+    assert find_known_model("granite-3.1-8b-instruct").latency_models == ("blackbox",)
     assert find_known_model("yi-34b").latency_models == ("roofline",)
 
 
@@ -135,7 +140,9 @@ def test_models_table():
     lines = out.splitlines()
     assert lines[0].split() == ["model", "config", "latency", "models", "GPU", "TP", "vLLM", "KV", "blocks"]
     phi = next(line for line in lines if line.startswith(PHI + " "))
-    assert phi.split()[1:6] == ["no", "blackbox", "A100-80", "1", "v0.8.4"] and phi.endswith("14,645")
+    assert phi.split()[1:7] == ["yes", "blackbox,", "roofline", "A100-80", "1", "v0.8.4"] and phi.endswith("14,645")
+    granite = next(line for line in lines if line.startswith(GRANITE + " "))
+    assert granite.split()[1:3] == ["no", "blackbox"] and granite.endswith("23,257")
     yi = next(line for line in lines if line.startswith("yi-34b "))
     assert yi.split()[1:3] == ["yes", "roofline"]
     n = len(known_model_list())
@@ -152,10 +159,13 @@ def test_models_one_and_json():
     assert [m["model"] for m in listed] == [m.name for m in known_model_list()]
     code, out, _ = cli_in_process("models", PHI, "--json")
     (phi,) = json.loads(out)
-    assert phi["config"] is None and phi["latency_models"] == ["blackbox"]
+    assert phi["config"] == "phi-4" and phi["latency_models"] == ["blackbox", "roofline"]
     first = phi["coefficient_sets"][0]
     assert (first["gpu"], first["tp"], first["vllm_version"], first["total_kv_blocks"]) == \
         ("A100-80", 1, "vllm/vllm-openai:v0.8.4", 14645)
+    code, out, _ = cli_in_process("models", "Granite-3.1-8B-Instruct", "--json")
+    (granite,) = json.loads(out)
+    assert granite["config"] is None and granite["latency_models"] == ["blackbox"]
 
 
 def test_models_unknown_name_is_one_line():
