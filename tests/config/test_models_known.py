@@ -171,3 +171,9 @@ def test_models_one_and_json():
 def test_models_unknown_name_is_one_line():
     assert_clean_error(*cli_in_process("models", "phi5"),
                        needles=("error: model: unknown model 'phi5' (did you mean microsoft/phi-4?)",))
+
+
+@pytest.mark.parametrize("name", ["a/b" * 40000, "phi\x1b[31m-4x", ""])
+def test_models_hostile_name_is_one_short_escaped_line(name):
+    line = assert_clean_error(*cli_in_process("models", name), needles=("error: model: unknown model '",))
+    assert "\x1b" not in line and len(line) < 600
