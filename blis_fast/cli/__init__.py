@@ -10,6 +10,7 @@
     bench.py     blis-fast bench
     workload.py  blis-fast workload generate | stats
     observe.py   blis-fast observe (an OpenAI-compatible endpoint driven by a workload)
+    models.py    blis-fast models (known models: coefficient sets, shipped configs)
     cache.py     blis-fast clear-cache
     studies.py   blis-fast capacity (study commands)
     agents.py    blis-fast agents run (agent DAG scenarios)

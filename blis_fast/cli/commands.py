@@ -12,7 +12,7 @@ import warnings
 import typer
 import typer.main
 
-from blis_fast.cli import run, evaluate, openevolve, bench, workload, serve, observe, calibrate, cache, studies, agents  # noqa: F401,I001  (registers the commands, in help order)
+from blis_fast.cli import run, evaluate, openevolve, bench, workload, models, serve, observe, calibrate, cache, studies, agents  # noqa: F401,I001  (registers the commands, in help order)
 from blis_fast.cli.app import app
 from blis_fast.cli.feedback import EXIT_INTERRUPTED, configure, interrupted, logger
 from blis_fast.config.effective import CompatIgnoredWarning

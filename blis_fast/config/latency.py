@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from blis_fast.config.catalog import architecture_needed
 from blis_fast.config.coefficients import CoefficientSet, coefficient_sets, find_coefficients, model_id_matches
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.hardware import HardwareConfig
@@ -99,7 +100,7 @@ def _describe(cs: CoefficientSet) -> str:
     return f"defaults.yaml[{cs.model_id} | {cs.gpu} | TP{cs.tp} | {cs.vllm_version}]"
 
 
-def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: EngineConfig, model_id: str,
+def resolve_latency_model(model: ModelConfig | None, hardware: HardwareConfig, engine: EngineConfig, model_id: str,
                           latency_model: str | None = None, alpha_coeffs=None, beta_coeffs=None,
                           vllm_version: str | None = None) -> LatencyModel:
     """Pick blackbox or roofline, its coefficients and the KV-block budget (rules in docs/latency-models.md).
@@ -109,6 +110,10 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
     roofline -- except that, unset, a model that *has* coefficient sets (for another GPU,
     TP or version) is an error rather than a silent switch to the roofline model (its KV
     budget and step times differ widely); ``"auto"`` or ``"roofline"`` accepts that.
+
+    ``model`` None (a model id without a config): blackbox runs need nothing more; the
+    roofline model and KV blocks derived from GPU memory raise the one-line error of
+    ``catalog.architecture_needed``.
     """
     alpha = _coeffs(alpha_coeffs, "--alpha-coeffs")
     beta = _coeffs(beta_coeffs, "--beta-coeffs")
@@ -127,11 +132,16 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
         others = sorted({f"{s.gpu} TP{s.tp}" + (f" {s.vllm_version}" if vllm_version else "")
                          for s in coefficient_sets() if model_id_matches(model_id, s.model_id)})
         if others and not auto:
+            if model is not None:
+                how = ("choose --latency-model roofline (analytical) or auto (blackbox where a set exists, else "
+                       "roofline), or give --alpha-coeffs and --beta-coeffs")
+            else:  # (the roofline model would need the architecture: say so rather than send the user there)
+                how = ("give --alpha-coeffs, --beta-coeffs and --total-kv-blocks, or, for the roofline latency "
+                       "model, its HuggingFace config.json as the model (--model path/to/config.json: no config "
+                       "is shipped for it)")
             raise ConfigError("latency_model", f"no blackbox coefficient set for {where} (sets exist for: "
                                                f"{', '.join(others[:6])}{' ...' if len(others) > 6 else ''}); "
-                                               "choose --latency-model roofline (analytical) or auto (blackbox "
-                                               "where a set exists, else roofline), or give --alpha-coeffs and "
-                                               "--beta-coeffs")
+                                               + how)
         logger.info("blis-fast: no coefficient set for %s: using the roofline latency model", where)
     sources = []
     if kind == "blackbox":
@@ -150,6 +160,8 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
     else:
         if beta is not None:
             raise ConfigError("beta_coeffs", "--beta-coeffs applies only to the blackbox latency model")
+        if model is None:
+            raise architecture_needed(model_id, "the roofline latency model")
         sources.append("step time: roofline (" + hardware.name + ")")
         sources.append("alpha: " + ("--alpha-coeffs" if alpha is not None else "zeros (roofline)"))
         alpha = alpha if alpha is not None else np.zeros(3, dtype=np.float64)
@@ -169,8 +181,13 @@ def resolve_latency_model(model: ModelConfig, hardware: HardwareConfig, engine: 
         blocks = cs.total_kv_blocks
         sources.append("total_kv_blocks: " + _describe(cs))
     else:
+        if model is None:
+            raise architecture_needed(model_id, "deriving the KV blocks from GPU memory (no coefficient set for "
+                                                f"{hardware.name} TP={engine.tp}, no --total-kv-blocks)")
         blocks = derive_kv_blocks(model, hardware, engine)
         sources.append(f"total_kv_blocks: derived from {hardware.memory_gib:g} GiB x "
                        f"{engine.gpu_memory_utilization:g} ({hardware.name})")
-    return LatencyModel(kind=kind, alpha=alpha, beta=beta, roofline=roofline_params(model, hardware, engine.tp),
+    # (a blackbox step never reads the roofline row: zeros when the architecture is unknown)
+    roofline = roofline_params(model, hardware, engine.tp) if model is not None else np.zeros(N_ROOFLINE, np.float64)
+    return LatencyModel(kind=kind, alpha=alpha, beta=beta, roofline=roofline,
                         total_kv_blocks=int(blocks), source="; ".join(sources))

@@ -257,6 +257,23 @@ def known_models() -> list[str]:
     return sorted(p.name for p in d.iterdir() if (p / "config.json").is_file())
 
 
+def shipped_config_path(model_id: str) -> Path | None:
+    """The shipped config.json of model id ``model_id`` (``org/name`` or ``name``, any
+    case: its folder is named after the part after the last '/'), else None."""
+    short = str(model_id).rstrip("/").rsplit("/", 1)[-1].lower()
+    for known in known_models():
+        if known.lower() == short:
+            return _models_dir() / known / "config.json"
+    return None
+
+
+def names_a_file(name_or_path: str | Path) -> bool:
+    """True if ``name_or_path`` is a path to a model config (an existing config.json or a
+    folder holding one, or any name ending in .json) rather than a model id."""
+    p = Path(name_or_path)
+    return p.is_file() or (p.is_dir() and (p / "config.json").is_file()) or str(name_or_path).endswith(".json")
+
+
 def load_model_config(name_or_path: str | Path) -> ModelConfig:
     """Load a model by path (config.json or its folder) or id (``org/name`` or ``name``, any case)."""
     p = Path(name_or_path)
@@ -267,10 +284,9 @@ def load_model_config(name_or_path: str | Path) -> ModelConfig:
     text = str(name_or_path)
     if text.endswith(".json"):
         raise ConfigError("model", f"file not found: {text}")
-    short = text.rstrip("/").rsplit("/", 1)[-1].lower()
-    for known in known_models():
-        if known.lower() == short:
-            return ModelConfig.from_json_file(_models_dir() / known / "config.json", name=known)
+    shipped = shipped_config_path(text)
+    if shipped is not None:
+        return ModelConfig.from_json_file(shipped, name=shipped.parent.name)
     raise ConfigError("model", f"unknown model {text!r}; known: {', '.join(known_models())} "
                                "(or pass a path to a HuggingFace config.json)")
 

@@ -120,7 +120,8 @@ class Result:
         def ms(key):
             v = c.get(key)
             return "-" if v is None else f"{v:.4g} ms"
-        return (f"<Result {self.setup.model.name} on {self.setup.hardware.name} TP{cfg.engine.tp} "
+        model = self.setup.model.name if self.setup.model is not None else self.setup.deployments[0].name
+        return (f"<Result {model} on {self.setup.hardware.name} TP{cfg.engine.tp} "
                 f"({self.setup.latency.kind}), {n_inst} instance{'s' if n_inst != 1 else ''}, "
                 f"{len(self.workload)} requests: {c.get('completed_requests', 0)} completed, "
                 f"{c.get('rejected_requests', 0)} rejected; TTFT p99 {ms('ttft_p99_ms')}, "

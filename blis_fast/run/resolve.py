@@ -18,6 +18,8 @@ from blis_fast.config import (
     load_model_config,
     resolve_latency_model,
 )
+from blis_fast.config.catalog import architecture_needed
+from blis_fast.config.model import names_a_file, shipped_config_path
 from blis_fast.config.deployments import DeploymentSpec, model_block_sizes, served_models
 from blis_fast.config.engine import EngineConfig
 from blis_fast.config.policy import any_flow_control
@@ -68,8 +70,9 @@ class ResolvedPool:
 
 @dataclass(frozen=True, eq=False)
 class ResolvedDeployment:
-    """One deployment resolved: its model facts, GPU, engine, latency model (with its KV
-    blocks), and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``
+    """One deployment resolved: its model facts (None for a model id without a config: a
+    blackbox deployment reading none -- catalog.architecture_needed), GPU, engine, latency
+    model (with its KV blocks), and its instances' rows ``first_instance`` .. ``first_instance + instances - 1``
     of the run's instance table (deployments in list order).  ``pools``: one "mono" pool
     with the same values, or a disaggregated deployment's prefill, decode (and both)
     pools, their rows consecutive from ``first_instance``; ``pd`` its P/D settings (None
@@ -78,7 +81,7 @@ class ResolvedDeployment:
 
     name: str
     served_model_name: str
-    model: ModelConfig
+    model: ModelConfig | None
     hardware: HardwareConfig
     engine: EngineConfig
     latency: LatencyModel
@@ -99,10 +102,11 @@ class ResolvedDeployment:
 class Setup:
     """A SimConfig resolved against the shipped data: model facts, GPU, latency model --
     those of the first deployment (single-deployment code reads them), and every
-    deployment's in ``deployments``."""
+    deployment's in ``deployments``.  ``model`` is None for a model without a config (as
+    ResolvedDeployment.model)."""
 
     config: SimConfig
-    model: ModelConfig
+    model: ModelConfig | None
     hardware: HardwareConfig
     latency: LatencyModel
     deployments: tuple[ResolvedDeployment, ...] = ()
@@ -123,10 +127,14 @@ class Setup:
         return self.config.simulation.compat is not None
 
 
-def _load_model(name: str) -> ModelConfig:
-    """load_model_config with the file checked first: size, and nesting (no RecursionError)."""
+def _load_model(name: str) -> ModelConfig | None:
+    """load_model_config with the file checked first: size, and nesting (no RecursionError);
+    None for a model id (not a path) without a shipped config -- a blackbox run needs no
+    architecture, and each feature that does says so (catalog.architecture_needed)."""
     p = Path(name)
     try:
+        if not names_a_file(name) and shipped_config_path(name) is None:
+            return None
         f = p / "config.json" if p.is_dir() else p
         if f.is_file() and f.stat().st_size > MAX_MODEL_FILE_BYTES:
             raise ConfigError("model", f"{show(str(f))} is larger than {MAX_MODEL_FILE_BYTES // 2**20} MiB")
@@ -189,13 +197,16 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int, autoscaler) ->
     """One deployment resolved; ``autoscaler``: the compiled (kind, AUTOSCALE row)."""
     model = _load_model(dep.model)
     hardware = load_hardware(dep.hardware)
-    check_model_fits(model, hardware, dep.engine.tp)
+    if model is not None:
+        check_model_fits(model, hardware, dep.engine.tp)
     latency = resolve_latency_model(
         model, hardware, dep.engine, dep.model,
         latency_model=dep.latency_model, alpha_coeffs=dep.alpha_coeffs,
         beta_coeffs=dep.beta_coeffs, vllm_version=dep.vllm_version,
     )
-    kv_tiers = resolve_kv_tiers(dep.kv_tiers, model.kv_bytes_per_token, dep.engine.block_size, dep.engine.tp)
+    if model is None and dep.disaggregated:
+        raise architecture_needed(dep.model, "prefill/decode disaggregation (its KV transfer sizes)")
+    kv_tiers = _resolve_tiers(dep.kv_tiers, model, dep.model, dep.engine)
     if not dep.disaggregated:
         autoscale = resolve_autoscale(dep.autoscale, dep.instances, hardware.name, dep.engine.tp, autoscaler)
         pools = (ResolvedPool("mono", hardware, dep.engine, latency, dep.instances, first_instance, kv_tiers,
@@ -219,6 +230,16 @@ def _resolve_deployment(dep: DeploymentSpec, first_instance: int, autoscaler) ->
             first += pools[-1].rows
     return ResolvedDeployment(dep.name, dep.served_name, model, hardware, dep.engine, latency, dep.instances,
                               first_instance, tuple(pools), dep.pd, kv_tiers)
+
+
+def _resolve_tiers(spec, model: ModelConfig | None, model_id: str, engine: EngineConfig) -> ResolvedKvTiers | None:
+    """resolve_kv_tiers at ``engine``'s block size and TP; tiers holding something need
+    the model's KV bytes per token (its architecture)."""
+    if spec is None or not spec.enabled:
+        return None
+    if model is None:
+        raise architecture_needed(model_id, "a KV cache tier (its block bytes)")
+    return resolve_kv_tiers(spec, model.kv_bytes_per_token, engine.block_size, engine.tp)
 
 
 def _resolve_pool_tiers(role: str, pool: PoolSpec, dep: DeploymentSpec, model: ModelConfig,
@@ -250,7 +271,7 @@ def _resolve_pool(role: str, pool: PoolSpec, dep: DeploymentSpec, model: ModelCo
     if engine == dep.engine and all(settings[name] == getattr(dep, name) for name in settings):
         return ResolvedPool(role, dep_hardware, engine, dep_latency, pool.instances, first_instance)
     hardware = dep_hardware if settings["hardware"] == dep.hardware else load_hardware(settings["hardware"])
-    check_model_fits(model, hardware, engine.tp)
+    check_model_fits(model, hardware, engine.tp)  # (a disaggregated deployment has a model config)
     latency = resolve_latency_model(
         model, hardware, engine, dep.model,
         latency_model=settings["latency_model"], alpha_coeffs=settings["alpha_coeffs"],
