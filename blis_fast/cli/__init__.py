@@ -9,7 +9,9 @@
     openevolve.py  blis-fast openevolve init
     bench.py     blis-fast bench
     workload.py  blis-fast workload generate | stats
+    serve.py     blis-fast serve (an OpenAI-compatible server backed by the live engine)
     observe.py   blis-fast observe (an OpenAI-compatible endpoint driven by a workload)
+    calibrate.py blis-fast replay | calibrate (a recording through the simulator; errors and a fit)
     models.py    blis-fast models (known models: coefficient sets, shipped configs)
     cache.py     blis-fast clear-cache
     studies.py   blis-fast capacity (study commands)
