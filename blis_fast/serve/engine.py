@@ -43,7 +43,7 @@ from blis_fast.errors import ConfigError
 from blis_fast.run.disaggregation import add_prefill_legs, pd_model_rows, pd_request_rows
 from blis_fast.run.resolve import Setup
 from blis_fast.run.session import RunSession
-from blis_fast.run.tables import request_table
+from blis_fast.run.tables import fleet, request_table
 from blis_fast.workload.workload import Workload
 from blis_fast_kernels import schema as S
 
@@ -116,11 +116,15 @@ class LiveEngine:
 
     def _placeholders(self) -> Workload:
         """capacity + 1 rows of max_model_len tokens (one output token: the most KV block
-        slots and keys any request of at most max_model_len tokens needs) that never arrive."""
-        n = self.capacity + 1
+        slots and keys any request of at most max_model_len tokens needs) that never arrive,
+        then the rows whose keys hold the retired keys (``_retire_keys``): one key position
+        per KV block of the cluster."""
+        per = self.max_model_len // self.block_size
+        blocks = fleet(self.setup.config, self.setup.latency, self.setup.deployments).kv_blocks
+        self.retired_base = (self.capacity + 1) * per
+        n = self.capacity + 1 + -(-blocks // per)
         prompt = np.full(n, self.max_model_len - 1, np.int64)
         output = np.ones(n, np.int64)
-        per = (self.max_model_len) // self.block_size
         offsets = np.arange(n + 1, dtype=np.int64) * per
         keys = np.arange(1, n * per + 1, dtype=np.int64)  # (distinct: overwritten as requests come)
         # (a disaggregated model's rows, if there is one: then every row's prefill leg has block slots too)
@@ -179,6 +183,7 @@ class LiveEngine:
             return -1
         r = self._free.pop()
         self._served += 1
+        self._retire_keys(r)
         one = Workload(arrival_us=np.array([arrival_us], np.int64), prompt_len=np.array([prompt_len], np.int64),
                        output_len=np.array([max_tokens], np.int64), block_keys=keys,
                        key_offsets=np.array([0, keys.shape[0]], np.int64), block_size=self.block_size,
@@ -203,6 +208,23 @@ class LiveEngine:
         self._ended[r] = False
         self._reported[r] = 0
         return r
+
+    def _retire_keys(self, r: int) -> None:
+        """Before row r's key positions take a new request's keys: the KV blocks still
+        registered under them (cached content of the row's earlier requests, which later
+        requests may hit) keep their key at a position of their own -- retired_base + the
+        block's id --, so the block's entry in the prefix table is found when it is evicted
+        (the kernels find a block's key by its position).  The kernels' memos of the last
+        lookups, kept by key position, are forgotten."""
+        st = self.state
+        k0 = int(self._key_start[r])
+        key_index = st.blocks["key_index"]
+        held = np.flatnonzero((key_index >= k0) & (key_index < k0 + self.max_model_len // self.block_size))
+        if held.size:
+            st.keys[self.retired_base + held] = st.keys[key_index[held]]
+            key_index[held] = self.retired_base + held
+        st.kv_memo[:, S.KvMemo.CHANGES] = -1
+        st.pi_memo[S.RouterMemo.VERSION] = -1
 
     def _enqueue(self, r: int) -> None:
         """Append row r to the arrival stream, compacting it first when it is full."""

@@ -38,8 +38,9 @@ from blis_fast.workload.formats.observed import Observation
 from blis_fast.workload.generate import Requests
 
 REPLAY_ITERATIONS = 8
-REPLAY_CONVERGED = 1e-3  # relative change of every coefficient (β; α0, α1) between replays
+REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode time or TTFT between replays, relative
 MIN_REQUESTS = 5
+ALPHA_DAMPING = 0.5  # each replay moves α half way to its new fit
 
 
 def replay_workload(cfg, requests: Requests, obs: Observation):
@@ -138,9 +139,15 @@ def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, a
         new_beta = nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], step_notes)
         xa, za = _alpha_rows(replay, ok, ttft_obs, lengths, send, alpha)
         new_alpha01 = nonnegative_huber_fit(xa, za, ["alpha0", "alpha1"], step_notes)
+        if iteration > 0:  # (α's fixed point oscillates: the queue waits it is fitted to move with it)
+            new_alpha01 = alpha[:2] + ALPHA_DAMPING * (new_alpha01 - alpha[:2])
         new_alpha = np.array([new_alpha01[0], new_alpha01[1], 0.0])
-        moved = np.max(np.abs(np.r_[new_beta, new_alpha[:2]] - np.r_[beta, alpha[:2]])
-                       / np.maximum(np.abs(np.r_[new_beta, new_alpha[:2]]), 1e-9))
+        if not (x @ new_beta > 0).all():
+            raise ConfigError("--fit", "the fitted β gives some requests no decode time (every coefficient came out "
+                                       "0): the recording's token times do not follow the step-time model")
+        # (how much the fit changed what it predicts: the coefficients alone can trade off)
+        moved = max(float(np.max(np.abs(x @ (new_beta - beta)) / np.maximum(x @ new_beta, 1.0))),
+                    float(np.max(np.abs(xa @ (new_alpha01 - alpha[:2])) / np.maximum(np.abs(xa @ new_alpha01), 1e3))))
         history.append(float(moved))
         alpha, beta = new_alpha, new_beta
         if moved < REPLAY_CONVERGED:

@@ -92,6 +92,23 @@ def test_live_arrivals_give_the_batch_run(settings):
     assert int(batch["cached_tokens"].sum()) > 0  # (the shared prefix was found in the cache)
 
 
+def test_recycled_rows_keep_their_cached_blocks_findable():
+    """A long run through few rows and a small KV cache: a row's key positions take new
+    keys while blocks of its earlier requests are still cached (and later evicted), yet
+    every lookup and eviction finds the right prefix-table entry -- the batch run, and no
+    stale entry left in the table."""
+    reqs = requests(n=400, seed=9)
+    batch = batch_run(reqs)
+    engine, rows, tokens, done = live_run(reqs, capacity=12)
+    assert sorted(done) == list(range(len(reqs)))
+    assert [t[0] for t in tokens.values()] == batch["first_token_us"][:len(reqs)].tolist()
+    assert [t[-1] for t in tokens.values()] == batch["last_token_us"][:len(reqs)].tolist()
+    st = engine.state
+    entries = int((st.kv_table[:, 1] != 0).sum())
+    keyed = int((st.blocks["key_index"][st.kv_table[st.kv_table[:, 1] != 0, 1] - 1] >= 0).sum())
+    assert entries == keyed and int(batch["cached_tokens"].sum()) > 0
+
+
 def test_rows_end_when_every_row_is_taken():
     engine = LiveEngine(resolve(as_config(None, SETTINGS)), capacity=2, max_model_len=512)
     assert engine.submit(np.arange(10), 5, 0) == 0 and engine.submit(np.arange(10), 5, 0) == 1
