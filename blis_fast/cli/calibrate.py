@@ -1,5 +1,5 @@
 """``blis-fast replay T.parquet`` and ``blis-fast calibrate --observed T.parquet``
-(docs/serve-calibrate.md).
+(docs/calibrate.md).
 
 ``replay`` IS ``blis-fast run`` of the recording (a rich trace): ``run``'s options, with the
 workload fixed to the trace, and ``run``'s own code doing the work -- so its output is
@@ -96,7 +96,7 @@ def calibrate(
 ) -> None:
     """Compare a recording's TTFT, ITL and E2E with a simulation of its requests (mean,
     p50, p90, p99, per-request MAPE, Pearson r, bias, a grade A-D); with --fit, fit α/β
-    from it and compare again.  docs/serve-calibrate.md."""
+    from it and compare again.  docs/calibrate.md."""
     from blis_fast.studies.calibrate import calibrate as run_calibration, write_coefficients  # deferred: numpy, pyarrow
 
     if fit_out is not None and not fit:

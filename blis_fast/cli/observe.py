@@ -1,5 +1,5 @@
 """``blis-fast observe``: replay a workload against an OpenAI-compatible endpoint and record
-what it saw (docs/serve-observe.md)."""
+what it saw (docs/observe.md)."""
 
 from __future__ import annotations
 

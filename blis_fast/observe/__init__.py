@@ -1,5 +1,5 @@
 """``blis-fast observe``: drive an OpenAI-compatible endpoint with a workload and record
-what it saw (docs/serve-observe.md).
+what it saw (docs/observe.md).
 
     settings.py  ObserveSettings: the endpoint, model, time scale, concurrency, timeout
     prompts.py   the prompt token ids sent for each request (deterministic)

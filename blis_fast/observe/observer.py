@@ -1,5 +1,5 @@
 """The observer: replays a workload's requests against an OpenAI-compatible endpoint and
-records what it saw (docs/serve-observe.md).
+records what it saw (docs/observe.md).
 
 ``observe(requests, settings, out)`` first asks the server for its models (``GET
 /v1/models``: an unreachable endpoint or a model it does not serve is a ConfigError before

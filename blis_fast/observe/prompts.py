@@ -1,5 +1,5 @@
 """The prompt token ids the observer sends for each request -- deterministic, so the same
-spec and seed send the same prompts (docs/serve-observe.md, "What it sends"):
+spec and seed send the same prompts (docs/observe.md, "What it sends"):
 
 - a trace's explicit ``prompt_token_ids`` are sent as they are;
 - otherwise a session's first turn is its shared prefix's ids (``Requests.prefix_tokens``)

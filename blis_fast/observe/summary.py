@@ -75,5 +75,5 @@ def notices(obs: Observation, observed: dict) -> list[str]:
     fewer = int(((obs["completion_tokens"] > chunks) & (obs["completion_tokens"] >= 0)).sum())
     if fewer:
         out.append(f"{fewer} requests streamed fewer chunks than their usage.completion_tokens: the server sends "
-                   "several tokens a chunk, and token times are chunk times (docs/serve-observe.md)")
+                   "several tokens a chunk, and token times are chunk times (docs/observe.md)")
     return out

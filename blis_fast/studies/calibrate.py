@@ -1,6 +1,6 @@
 """Calibration: how far the simulator's latencies are from what an observer recorded
 (``blis-fast calibrate --observed T.parquet``), and α/β fitted from the recording
-(``--fit``; the fit itself is ``blis_fast.studies.fit``).  docs/serve-calibrate.md.
+(``--fit``; the fit itself is ``blis_fast.studies.fit``).  docs/calibrate.md.
 
 The compared requests are the recording's *completed* ones: HTTP status 200, not timed
 out, no error, and every token received (``max(output_len, 1)`` token times).  Their
@@ -126,12 +126,20 @@ def _number_or_none(value):
     return value if ok else None
 
 
+def _model_entries(header: dict) -> list | None:
+    """The server's model entries the observer recorded (``observed.server_models``: its
+    ``/v1/models`` data list; a whole response ``{"data": [...]}`` is read too)."""
+    models = (header.get("observed") or {}).get("server_models")
+    if isinstance(models, dict):
+        models = models.get("data")
+    return models if isinstance(models, list) else None
+
+
 def instances_of(header: dict) -> int | None:
     """How many instances served the recording, as its server said (``observed.
     server_models``: a blis-fast server's ``/v1/models``); None when it did not say."""
-    models = (header.get("observed") or {}).get("server_models")
-    data = models.get("data") if isinstance(models, dict) else None
-    if not isinstance(data, list) or not data:
+    data = _model_entries(header)
+    if not data:
         return None
     total = 0
     for entry in data:
@@ -146,8 +154,7 @@ def instances_of(header: dict) -> int | None:
 def server_coefficients(header: dict) -> dict | None:
     """The α and β a blis-fast server said it runs (its ``/v1/models`` entry's
     ``blis_fast``: one entry, 3 finite numbers each); None otherwise."""
-    models = (header.get("observed") or {}).get("server_models")
-    data = models.get("data") if isinstance(models, dict) else None
+    data = _model_entries(header)
     info = data[0].get("blis_fast") if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict) \
         else None
     if not isinstance(info, dict):

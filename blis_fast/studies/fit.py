@@ -30,7 +30,7 @@ that comes out negative is set to 0 and the others refitted, and the fit says so
 **Chunked prefill**: steps that may hold a prefill chunk the token times do not show are
 left out (``chunked_prefill_steps``), given the engine's step budget (``StepBudget``).
 
-**Assumptions** (docs/serve-calibrate.md): one instance; no prefix-cache hits (a cached
+**Assumptions** (docs/calibrate.md): one instance; no prefix-cache hits (a cached
 prompt's prefill is shorter than its length); the step budget and prefill cap of the run
 settings; no preemption; every step emits a token the recording saw (a request the
 observer abandoned still decodes on the server unseen).

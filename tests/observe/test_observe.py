@@ -278,7 +278,7 @@ def test_notices_of_a_time_scale_mismatch_and_of_several_tokens_a_chunk():
     models = [{"id": "m", "blis_fast": {"time_scale": 10}}, {"id": "other", "blis_fast": {"time_scale": 3}}]
     got = notices(obs, {"model": "m", "time_scale": 10.0, "server_models": models})
     assert got == ["1 requests streamed fewer chunks than their usage.completion_tokens: the server sends several "
-                   "tokens a chunk, and token times are chunk times (docs/serve-observe.md)"]
+                   "tokens a chunk, and token times are chunk times (docs/observe.md)"]
     got = notices(obs, {"model": "m", "time_scale": 5.0, "server_models": models})
     assert got[0].startswith("the server runs at time scale 10 and the observer at 5 ") and len(got) == 2
     assert notices(Observation.empty(1), {"model": "x", "time_scale": 1.0, "server_models": [{"id": "x"}]}) == []

@@ -1,5 +1,5 @@
 """``blis-fast replay`` and ``blis-fast calibrate`` (blis_fast.studies.calibrate, .fit;
-docs/serve-calibrate.md), on recordings built without a server: a small exact emulator of
+docs/calibrate.md), on recordings built without a server: a small exact emulator of
 one continuous-batching instance (FCFS, no KV limit, step β0 + β1·prefill + β2·decode, the
 α's of docs/semantics.md §1-§5) gives token times for a generated workload, written with
 ``write_observed``; and a recording rebuilt from a ``blis_fast.simulate`` run's step log."""
@@ -382,7 +382,7 @@ def test_fitted_coefficients_predict_a_held_out_recording(capsys, tmp_path, emul
         errors = doc["before"][metric]["relative_error"]
         assert max(abs(errors[s]) for s in ("p50", "p90", "p99")) < 0.10, (metric, errors)
     # (TTFT's per-request MAPE is ~7 % here: α comes from 21 idle requests with jitter, and a
-    # queue entry off by ~0.1 ms sometimes misses a step's start; docs/serve-calibrate.md)
+    # queue entry off by ~0.1 ms sometimes misses a step's start; docs/calibrate.md)
     assert doc["before"]["e2e"]["grade"] == doc["before"]["itl"]["grade"] == "A"
     assert doc["before"]["ttft"]["mape"] < 0.10
 
