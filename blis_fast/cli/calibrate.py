@@ -33,6 +33,7 @@ WORKLOAD_CHOICE = ("workload", "workload_traces_filepath", "workload_spec")
 # measurement window
 NOT_CALIBRATION_SETTINGS = ("num_requests", "warmup_s", "cooldown_s")
 MAX_STEP_TOLERANCE_MS = 60_000.0
+FIT_METHODS = ("replay", "steps")  # (blis_fast.studies.calibrate.FIT_METHODS, not imported here: it loads numpy)
 
 
 def _trace_settings(path: Path) -> dict:
@@ -83,6 +84,11 @@ def calibrate(
     fit_out: Annotated[Optional[Path], typer.Option("--fit-out", metavar="F.yaml", help="write the fitted set here "
                                                     "(a coefficients file: a models: entry as in "
                                                     "configs/defaults.yaml); needs --fit")] = None,
+    fit_method: Annotated[str, typer.Option("--fit-method", metavar="replay|steps", help="--fit: how. replay: "
+                                            "replay the recording through the simulator and fit each request's "
+                                            "decode time and TTFT (any instance count; robust to a client's timing "
+                                            "jitter). steps: rebuild the engine's steps from the token times (one "
+                                            "instance; needs token times precise to well under a step)")] = "replay",
     step_tolerance_ms: Annotated[Optional[str], number_option(
         "--step-tolerance-ms", metavar="FLOAT", help="--fit: token times closer than this to the previous one belong "
                                                      "to the same engine step: above the recording's timing jitter, "
@@ -101,8 +107,13 @@ def calibrate(
 
     if fit_out is not None and not fit:
         raise ConfigError("--fit-out", "needs --fit (it writes the fitted coefficients)")
-    if step_tolerance_ms is not None and not fit:
-        raise ConfigError("--step-tolerance-ms", "needs --fit (it groups token times into steps for the fit)")
+    if fit_method not in FIT_METHODS:
+        raise ConfigError("--fit-method", f"must be one of {', '.join(FIT_METHODS)}, got {show(fit_method)}")
+    if fit_method != "replay" and not fit:
+        raise ConfigError("--fit-method", "needs --fit (it chooses how the fit is done)")
+    if step_tolerance_ms is not None and (not fit or fit_method != "steps"):
+        raise ConfigError("--step-tolerance-ms", "needs --fit --fit-method steps (it groups token times into steps "
+                                                 "for that fit)")
     tolerance_us = None
     if step_tolerance_ms is not None:
         tolerance_us = round(1000 * as_float(step_tolerance_ms, "--step-tolerance-ms", 0.0, MAX_STEP_TOLERANCE_MS,
@@ -121,7 +132,7 @@ def calibrate(
     check_outputs([("--fit-out", fit_out)], [("--observed", observed)] + input_paths(run_flags, cfg))
     with feedback.progress("blis-fast calibrate") as bar:
         bar.report("simulating the recording", 0, None)
-        report = run_calibration(cfg, observed, fit=fit, step_tolerance_us=tolerance_us)
+        report = run_calibration(cfg, observed, fit=fit, step_tolerance_us=tolerance_us, fit_method=fit_method)
         if fit_out is not None:
             bar.report(f"writing {fit_out}", 0, None)
             write_coefficients(fit_out, report["coefficients_set"])
@@ -163,8 +174,13 @@ def render_report(report: dict, observed: Path) -> str:
              *_comparison_lines(report["before"])]
     if "fitted" in report:
         fitted = report["fitted"]
-        lines += [f"fitted ({report['fit']['method']}, {report['fit']['steps_fitted']} steps; alpha from "
-                  f"{report['fit']['alpha_source']}, {report['fit']['alpha_requests']} requests): "
+        fit = report["fit"]
+        if "steps_fitted" in fit:  # (--fit-method steps)
+            how = f"{fit['steps_fitted']} steps; alpha from {fit['alpha_source']}, {fit['alpha_requests']} requests"
+        else:
+            how = (f"{fit['replays']} replays, {fit['requests_beta']} requests' decode times; alpha from "
+                   f"{fit['alpha_source']}, {fit['requests_alpha']} requests")
+        lines += [f"fitted ({fit['method']}, {how}): "
                   f"alpha {[round(a, 3) for a in fitted['alpha_coeffs']]} "
                   f"beta {[round(b, 3) for b in fitted['beta_coeffs']]}",
                   *(f"  note: {n}" for n in report["fit"]["notes"]),

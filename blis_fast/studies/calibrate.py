@@ -312,6 +312,10 @@ def calibrate(cfg: SimConfig, path: str | Path, *, fit: bool = False, step_toler
     }
     if not fit:
         return report
+    if instances is not None and instances != len(result.state.inst):
+        raise ConfigError("--fit", f"the recording's server had {instances} instances (observed.server_models), "
+                                   f"the run settings {len(result.state.inst)}: give the server's engine settings "
+                                   "(--num-instances, --config)")
     if fit_method == "replay":
         fitted = fit_by_replay(cfg, requests, obs, done, info["alpha_coeffs"], info["beta_coeffs"])
     else:

@@ -16,7 +16,11 @@ request:
 - **α**: its TTFT less what the replay spent between its queue entry and its first token
   (waiting and prefill, given β) and the fixed admission and routing latencies:
   ``z = (α0 + α2) + α1·L``.  Only α0 + α2 is identifiable; it is reported as α0, α2 = 0
-  (no queue or step ordering depends on α2).
+  (no queue or step ordering depends on α2).  Fitted from the requests that found their
+  instance idle (a step started when they were queued) when there are MIN_IDLE_REQUESTS of
+  them: their z does not depend on the α replayed.  Otherwise from every request, each
+  replay moving α by ALPHA_DAMPING of the way: a busy instance's queue wait shrinks as α
+  grows, so z follows α and the fixed point is reached slowly.
 
 Both are Huber fits (``fit.nonnegative_huber_fit``).  The compositions depend on the
 coefficients (timing decides who shares a step), so the replay is repeated with the fitted
@@ -37,10 +41,16 @@ from blis_fast.studies.fit import FittedCoefficients, nonnegative_huber_fit
 from blis_fast.workload.formats.observed import Observation
 from blis_fast.workload.generate import Requests
 
-REPLAY_ITERATIONS = 8
+REPLAY_ITERATIONS = 20
 REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode time or TTFT between replays, relative
 MIN_REQUESTS = 5
-ALPHA_DAMPING = 0.5  # each replay moves α half way to its new fit
+ALPHA_DAMPING = 0.5  # each replay moves α half way to its new fit (when fitted from busy requests)
+MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
+
+
+def _varied(x: np.ndarray, minimum: int) -> bool:
+    """At least ``minimum`` rows, and not all of one prompt length."""
+    return len(x) >= minimum and bool(np.ptp(x[:, 1]) > 0)
 
 
 def replay_workload(cfg, requests: Requests, obs: Observation):
@@ -91,9 +101,24 @@ def _decode_rows(replay, done: np.ndarray, first_obs: np.ndarray, last_obs: np.n
     return np.array(rows, np.float64).reshape(-1, 3), np.array(ys, np.float64), np.array(ids, np.int64)
 
 
+def _woke_an_idle_instance(replay, ids: np.ndarray) -> np.ndarray:
+    """Which of these requests had their instance start a step the moment they were queued
+    (it was idle: nothing to wait for)."""
+    steps = replay.steps
+    woke = np.zeros(len(ids), bool)
+    for i in np.unique(steps["instance"]):
+        starts = np.sort(steps["start_us"][steps["instance"] == i])
+        on = replay.instance[ids] == i
+        q = replay.queued_us[ids[on]]
+        k = np.minimum(np.searchsorted(starts, q), len(starts) - 1)
+        woke[on] = starts[k] == q
+    return woke
+
+
 def _alpha_rows(replay, done: np.ndarray, ttft_obs: np.ndarray, lengths: np.ndarray, send: np.ndarray,
                 alpha: np.ndarray):
-    """(x, z) of the α fit (module docstring) over the completed requests the replay ran."""
+    """(x, z, idle) of the α fit (module docstring) over the completed requests the replay
+    ran; ``idle`` marks those that found their instance idle."""
     ids = np.flatnonzero(done & (replay.queued_us >= 0))
     first = np.array([replay.tokens[r][0] if replay.tokens[r] else -1 for r in ids], np.int64)
     keep = first >= 0
@@ -103,7 +128,7 @@ def _alpha_rows(replay, done: np.ndarray, ttft_obs: np.ndarray, lengths: np.ndar
     fixed = replay.queued_us[ids] - send[ids] - queue_delay  # admission + routing latencies
     z = ttft_obs[ids] - fixed - (first - a2 - replay.queued_us[ids])
     x = np.column_stack([np.ones(len(ids)), lengths[ids].astype(np.float64)])
-    return x, z.astype(np.float64)
+    return x, z.astype(np.float64), _woke_an_idle_instance(replay, ids)
 
 
 def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, alpha0, beta0) -> FittedCoefficients:
@@ -137,11 +162,15 @@ def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, a
                                        "β2: record more requests at a load that batches them")
         step_notes: list[str] = []
         new_beta = nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], step_notes)
-        xa, za = _alpha_rows(replay, ok, ttft_obs, lengths, send, alpha)
+        xa, za, idle = _alpha_rows(replay, ok, ttft_obs, lengths, send, alpha)
+        from_idle = _varied(xa[idle], MIN_IDLE_REQUESTS)
+        if from_idle:  # (their TTFT less the replay's prefill is α's alone, whatever α the replay had)
+            xa, za = xa[idle], za[idle]
         new_alpha01 = nonnegative_huber_fit(xa, za, ["alpha0", "alpha1"], step_notes)
-        if iteration > 0:  # (α's fixed point oscillates: the queue waits it is fitted to move with it)
+        if iteration > 0 and not from_idle:  # (α's fixed point oscillates: the queue waits move with it)
             new_alpha01 = alpha[:2] + ALPHA_DAMPING * (new_alpha01 - alpha[:2])
         new_alpha = np.array([new_alpha01[0], new_alpha01[1], 0.0])
+        alpha_source = "requests that found their instance idle" if from_idle else "every request (damped)"
         if not (x @ new_beta > 0).all():
             raise ConfigError("--fit", "the fitted β gives some requests no decode time (every coefficient came out "
                                        "0): the recording's token times do not follow the step-time model")
@@ -161,7 +190,7 @@ def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, a
     resid = y - x @ beta
     details = {"method": "replay (Huber IRLS on each request's decode time and TTFT)",
                "replays": len(history), "moved": history, "requests_beta": int(len(y)),
-               "requests_alpha": int(len(za)),
+               "requests_alpha": int(len(za)), "alpha_source": alpha_source,
                "decode_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
                                       "max_abs": float(np.max(np.abs(resid))) / 1000},
                "notes": notes}
