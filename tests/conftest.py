@@ -43,3 +43,15 @@ def _no_terminal_width(monkeypatch):
     (study tables split to fit), so without this a test's output would depend on whether
     the suite runs on one process or several.  Tests that want a width set it themselves."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A realtime test times a server on the wall clock: beside other tests in parallel
+    workers the machine is too busy for its tolerances, so under pytest-xdist it is skipped
+    with the command that runs it alone (.ci/run does, after the suite)."""
+    if getattr(config, "workerinput", None) is None:  # (not an xdist worker: one process)
+        return
+    skip = pytest.mark.skip(reason="realtime: run alone with `python -m pytest -q -m realtime`")
+    for item in items:
+        if "realtime" in item.keywords:
+            item.add_marker(skip)

@@ -155,7 +155,7 @@ class LiveServer:
         self.clock = clock
         self.metrics = [ServerMetrics(name, k) for k, name in enumerate(self.model_names)]
         self.active: dict[int, Completion] = {}
-        self._emissions: list[tuple[int, int, int, int]] = []  # (time µs, seq, row, token index)
+        self._emissions: list[tuple[int, int, int, int, int]] = []  # (time µs, arrival µs, seq, row, token index)
         self._seq = itertools.count()
         self._ids = itertools.count(1)
         self._start = clock()
@@ -228,8 +228,9 @@ class LiveServer:
             if e is None or e > now:
                 return False
             tokens, ended = engine.advance(e)
-            for row, k, t in tokens:
-                heapq.heappush(self._emissions, (t, next(self._seq), row, k))
+            arrival = engine.state.reqs["arrival_us"]
+            for row, k, t in tokens:  # (a step's tokens go out oldest request first, as vLLM's FCFS batch)
+                heapq.heappush(self._emissions, (t, int(arrival[row]), next(self._seq), row, k))
             self._ending.extend(ended)
         return True
 
@@ -238,7 +239,7 @@ class LiveServer:
         wall = self.clock()
         reqs = self.engine.state.reqs
         while self._emissions and self._emissions[0][0] <= now:
-            t, _, row, k = heapq.heappop(self._emissions)
+            t, _, _, row, k = heapq.heappop(self._emissions)
             c = self.active.get(row)
             if c is None:
                 continue

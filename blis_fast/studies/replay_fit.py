@@ -41,10 +41,12 @@ from blis_fast.studies.fit import FittedCoefficients, nonnegative_huber_fit
 from blis_fast.workload.formats.observed import Observation
 from blis_fast.workload.generate import Requests
 
-REPLAY_ITERATIONS = 20
-REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode time or TTFT between replays, relative
+REPLAY_ITERATIONS = 20  # replays of one β fit at most
+REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode time between replays, relative
+FIT_ROUNDS = 2  # β then α, twice
 MIN_REQUESTS = 5
-ALPHA_DAMPING = 0.5  # each replay moves α half way to its new fit (when fitted from busy requests)
+ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's median search at most
+ALPHA_SHIFT_TOLERANCE_US = 1.0  # the median TTFT matched to this
 MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
 
 
@@ -73,6 +75,30 @@ def replay_workload(cfg, requests: Requests, obs: Observation):
     block_size = model_block_sizes(cfg.deployment_list())[0]
     wl = replace(requests, columns=columns).to_workload(block_size, description={"kind": "observed"})
     return assign_models(cfg, wl).first(count), count
+
+
+def emission_positions(replay, arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, how many requests of its instance got a token at the same time before
+    it (a server sends a step's tokens one request after another, oldest first), at its
+    first token and at its last (0 for a request without tokens)."""
+    counts = np.array([len(t) for t in replay.tokens], np.int64)
+    n = len(counts)
+    first_at = np.concatenate([[0], np.cumsum(counts)])[:-1]
+    if counts.sum() == 0:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64)
+    req = np.repeat(np.arange(n), counts)
+    times = np.concatenate([np.asarray(t, np.int64) for t in replay.tokens if len(t)])
+    order = np.lexsort((req, arrival[req], times, replay.instance[req]))
+    inst_s, time_s = replay.instance[req][order], times[order]
+    starts = np.flatnonzero(np.concatenate([[True], (inst_s[1:] != inst_s[:-1]) | (time_s[1:] != time_s[:-1])]))
+    group_start = np.repeat(starts, np.diff(np.concatenate([starts, [len(order)]])))
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order)) - group_start
+    has = counts > 0
+    pos_first, pos_last = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    pos_first[has] = position[first_at[has]]
+    pos_last[has] = position[first_at[has] + counts[has] - 1]
+    return pos_first, pos_last
 
 
 def _decode_rows(replay, done: np.ndarray, first_obs: np.ndarray, last_obs: np.ndarray, a2: int):
@@ -131,66 +157,199 @@ def _alpha_rows(replay, done: np.ndarray, ttft_obs: np.ndarray, lengths: np.ndar
     return x, z.astype(np.float64), _woke_an_idle_instance(replay, ids)
 
 
+class _Replays:
+    """The recording's requests replayed with given coefficients (``replay_live``),
+    counted."""
+
+    def __init__(self, cfg, wl):
+        self.cfg, self.wl, self.count = cfg, wl, 0
+        self.longest = int((wl.prompt_len + np.maximum(wl.output_len, 1)).max()) + 1
+
+    def __call__(self, alpha, beta):
+        from blis_fast.run.api import as_config  # deferred: the kernels
+        from blis_fast.run.resolve import resolve  # deferred: as above
+        from blis_fast.serve.engine import replay_live  # deferred: as above
+
+        self.count += 1
+        run_cfg = as_config(self.cfg, {"latency_model": "blackbox", "alpha_coeffs": [float(a) for a in alpha],
+                                       "beta_coeffs": [float(b) for b in beta]})
+        return replay_live(resolve(run_cfg), self.wl, capacity=max(len(self.wl), 1),
+                           max_model_len=max(self.longest, 2), record_steps=True)
+
+
+def _timeline_rows(obs: Observation, ok: np.ndarray, instance: np.ndarray, lengths: np.ndarray):
+    """(x, y) of a first β fit from the recording's own timeline, no replay: for each
+    completed request, its decode time y = last - first token, and over the steps in
+    between (``n`` = its tokens - 1) the tokens the other requests of its instance got
+    (decodes) and the prompts of those whose first token came (prefills), each counted when
+    seen in (first + h, last + h], h half the shortest gap between two tokens of a request
+    -- a step's tokens are seen together, give or take the timing jitter.  Approximate at a
+    window's edges (a chunked prefill's earlier chunks), but it needs no coefficient: a
+    start from which the replays converge."""
+    count = len(instance)
+    offsets = obs.token_offsets[:count + 1]
+    times = obs.token_times_us[:offsets[-1]]
+    per = np.diff(offsets)
+    owner = np.repeat(np.arange(count), per)
+    first_flag = np.zeros(len(times), bool)
+    first_flag[offsets[:-1][per > 0]] = True
+    gaps = np.diff(times)[(owner[1:] == owner[:-1])] if len(times) > 1 else np.zeros(0, np.int64)
+    gaps = gaps[gaps > 0]
+    h = 0.5 * float(np.percentile(gaps, 1)) if len(gaps) else 0.0
+    rows, ys = [], []
+    for i in np.unique(instance[instance >= 0]).tolist():
+        mine = instance[owner] == i
+        order = np.argsort(times[mine], kind="stable")
+        t = times[mine][order]
+        firsts = first_flag[mine][order]
+        cum_d = np.concatenate([[0], np.cumsum(~firsts)])
+        cum_p = np.concatenate([[0], np.cumsum(np.where(firsts, lengths[owner[mine][order]], 0))])
+        for r in np.flatnonzero(ok & (instance == i) & (per >= 2)).tolist():
+            a = int(np.searchsorted(t, times[offsets[r]] + h, side="right"))
+            b = int(np.searchsorted(t, times[offsets[r + 1] - 1] + h, side="right"))
+            rows.append((per[r] - 1, cum_p[b] - cum_p[a], cum_d[b] - cum_d[a]))
+            ys.append(float(times[offsets[r + 1] - 1] - times[offsets[r]]))
+    return np.array(rows, np.float64).reshape(-1, 3), np.array(ys, np.float64)
+
+
+def _fit_beta(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray, notes: list[str]):
+    """β (and the emission gap γ) with α held: replayed and refitted until the predicted
+    decode times move by less than REPLAY_CONVERGED.  (β, γ, residuals µs, decode rows,
+    history of the moves)."""
+    history: list[float] = []
+    step = 1.0
+    for _ in range(REPLAY_ITERATIONS):
+        replay = replays(alpha, beta)
+        x, y, ids = _decode_rows(replay, rec["ok"], rec["first"], rec["last"], int(alpha[2]))
+        pos_first, pos_last = emission_positions(replay, replays.wl.arrival_us)
+        gap = (pos_last - pos_first)[ids].astype(np.float64)
+        if len(y) < MIN_REQUESTS or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
+            raise ConfigError("--fit", f"{len(y)} requests with two tokens or more do not vary enough to fit β0, β1, "
+                                       "β2: record more requests at a load that batches them")
+        step_notes: list[str] = []
+        coef = nonnegative_huber_fit(np.column_stack([x, gap]), y, ["beta0", "beta1", "beta2", "emission_gap"],
+                                     step_notes)
+        new_beta, gamma = coef[:3], float(coef[3])
+        if not (x @ new_beta > 0).all():
+            raise ConfigError("--fit", "the fitted β gives some requests no decode time (every coefficient came out "
+                                       "0): the recording's token times do not follow the step-time model")
+        # (how much the fit changed what it predicts: the coefficients alone can trade off)
+        history.append(float(np.max(np.abs(x @ (new_beta - beta)) / np.maximum(x @ new_beta, 1.0))))
+        if len(history) > 1 and history[-1] > history[-2]:  # (moving away: smaller steps)
+            step /= 2
+        beta = beta + step * (new_beta - beta)
+        if history[-1] < REPLAY_CONVERGED:
+            break
+    else:
+        step_notes.append(f"the β replays did not settle within {REPLAY_ITERATIONS} (the last moved a decode time by "
+                          f"{100 * history[-1]:.2g} %)")
+    notes += step_notes
+    return beta, gamma, y - gap * gamma - x @ beta, history
+
+
+def _first_beta(replays: _Replays, rec: dict, obs: Observation, alpha: np.ndarray, beta: np.ndarray,
+                notes: list[str]) -> np.ndarray:
+    """β from the recording's timeline (``_timeline_rows``; the instances as a replay with
+    the given coefficients routes the requests), or the given β when that fit fails."""
+    replay = replays(alpha, beta)
+    x, y = _timeline_rows(obs, rec["ok"], replay.instance, rec["lengths"])
+    if len(y) < MIN_REQUESTS or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
+        return beta
+    first = nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], [])
+    return first if (x @ first > 0).all() else beta
+
+
+def _ttft_offset(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray) -> float:
+    """The median simulated TTFT less the median observed one (µs), over the completed
+    requests, of a replay with these coefficients."""
+    replay = replays(alpha, beta)
+    ids = np.flatnonzero(rec["ok"])
+    first = np.array([replay.tokens[r][0] if replay.tokens[r] else -1 for r in ids], np.int64)
+    ids, first = ids[first >= 0], first[first >= 0]
+    return float(np.median(first - rec["send"][ids]) - np.median(rec["ttft"][ids]))
+
+
+def _shift_alpha0(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray, notes: list[str]) -> np.ndarray:
+    """α with α0 moved so that the median simulated TTFT is the observed one: the delays the
+    engine does not model (the client's, the HTTP stack's, a busy server's emission) are
+    taken into α0.  The median moves monotonically with α0 (a later queue entry never
+    gives an earlier token): bracketed, then bisected."""
+    def at(a0: float) -> np.ndarray:
+        return np.array([a0, alpha[1], alpha[2]])
+
+    lo_a, lo_r = float(alpha[0]), _ttft_offset(replays, rec, alpha, beta)
+    if abs(lo_r) <= ALPHA_SHIFT_TOLERANCE_US:
+        return alpha
+    step = -lo_r  # (an idle request's TTFT moves by the shift: the first guess)
+    hi_a, hi_r = lo_a, lo_r
+    for _ in range(ALPHA_SHIFT_REPLAYS):
+        hi_a = max(lo_a + step, 0.0)
+        hi_r = _ttft_offset(replays, rec, at(hi_a), beta)
+        if hi_a == 0.0 or (hi_r > 0) != (lo_r > 0) or abs(hi_r) <= ALPHA_SHIFT_TOLERANCE_US:
+            break
+        lo_a, lo_r, step = hi_a, hi_r, 2 * step
+    if hi_a == 0.0 and hi_r > ALPHA_SHIFT_TOLERANCE_US:
+        notes.append(f"the simulated TTFTs stay {hi_r / 1000:.3g} ms above the observed ones at alpha0 = 0: alpha0 "
+                     "set to 0")
+        return at(0.0)
+    for _ in range(ALPHA_SHIFT_REPLAYS):
+        if abs(hi_r) <= ALPHA_SHIFT_TOLERANCE_US or abs(hi_a - lo_a) <= 1.0:
+            break
+        mid = (lo_a + hi_a) / 2
+        mid_r = _ttft_offset(replays, rec, at(mid), beta)
+        if (mid_r > 0) == (lo_r > 0):
+            lo_a, lo_r = mid, mid_r
+        else:
+            hi_a, hi_r = mid, mid_r
+    return at(hi_a if abs(hi_r) <= abs(lo_r) else lo_a)
+
+
+def _fit_alpha(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray, notes: list[str]):
+    """α from the requests that found their instance idle (α1 kept when too few), then α0
+    shifted to the median TTFT (``_shift_alpha0``).  (α, its source, requests used)."""
+    replay = replays(alpha, beta)
+    xa, za, idle = _alpha_rows(replay, rec["ok"], rec["ttft"], rec["lengths"], rec["send"], alpha)
+    if _varied(xa[idle], MIN_IDLE_REQUESTS):
+        a01 = nonnegative_huber_fit(xa[idle], za[idle], ["alpha0", "alpha1"], notes)
+        alpha, source, used = np.array([a01[0], a01[1], 0.0]), "idle requests", int(idle.sum())
+    else:
+        notes.append(f"{int(idle.sum())} requests found their instance idle (fewer than {MIN_IDLE_REQUESTS}, or of "
+                     "one length): alpha1 kept")
+        alpha, source, used = np.array([alpha[0] + alpha[2], alpha[1], 0.0]), "given", 0
+    before = float(alpha[0])
+    alpha = _shift_alpha0(replays, rec, alpha, beta, notes)
+    return alpha, source, used, float(alpha[0]) - before
+
+
 def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, alpha0, beta0) -> FittedCoefficients:
     """α and β of ``cfg``'s engine from the recording by replaying it (module docstring),
     starting from the coefficients ``alpha0``, ``beta0`` (the config's)."""
-    from blis_fast.run.api import as_config  # deferred: the kernels
-    from blis_fast.run.resolve import resolve  # deferred: as above
-    from blis_fast.serve.engine import replay_live  # deferred: as above
-
     ok = done & (obs["send_us"] >= 0)
     if int(ok.sum()) < MIN_REQUESTS:
         raise ConfigError("--fit", f"needs at least {MIN_REQUESTS} completed requests, the recording has "
                                    f"{int(ok.sum())}")
     wl, count = replay_workload(cfg, requests, obs)
-    ok = ok[:count]
-    lengths = requests["prompt_len"][:count]
     send = obs["send_us"][:count]
-    first_obs, last_obs = obs["first_token_us"][:count], obs["last_token_us"][:count]
-    ttft_obs = (first_obs - send).astype(np.float64)
+    rec = {"ok": ok[:count], "lengths": requests["prompt_len"][:count], "send": send,
+           "first": obs["first_token_us"][:count], "last": obs["last_token_us"][:count],
+           "ttft": (obs["first_token_us"][:count] - send).astype(np.float64)}
+    replays = _Replays(cfg, wl)
     alpha, beta = np.asarray(alpha0, np.float64), np.asarray(beta0, np.float64)
     notes: list[str] = []
-    history = []
-    longest = int((wl.prompt_len + np.maximum(wl.output_len, 1)).max()) + 1
-    for iteration in range(REPLAY_ITERATIONS):
-        run_cfg = as_config(cfg, {"latency_model": "blackbox", "alpha_coeffs": list(alpha), "beta_coeffs": list(beta)})
-        replay = replay_live(resolve(run_cfg), wl, capacity=max(len(wl), 1), max_model_len=max(longest, 2),
-                             record_steps=True)
-        x, y, _ = _decode_rows(replay, ok, first_obs, last_obs, int(alpha[2]))
-        if len(y) < MIN_REQUESTS or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
-            raise ConfigError("--fit", f"{len(y)} requests with two tokens or more do not vary enough to fit β0, β1, "
-                                       "β2: record more requests at a load that batches them")
-        step_notes: list[str] = []
-        new_beta = nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], step_notes)
-        xa, za, idle = _alpha_rows(replay, ok, ttft_obs, lengths, send, alpha)
-        from_idle = _varied(xa[idle], MIN_IDLE_REQUESTS)
-        if from_idle:  # (their TTFT less the replay's prefill is α's alone, whatever α the replay had)
-            xa, za = xa[idle], za[idle]
-        new_alpha01 = nonnegative_huber_fit(xa, za, ["alpha0", "alpha1"], step_notes)
-        if iteration > 0 and not from_idle:  # (α's fixed point oscillates: the queue waits move with it)
-            new_alpha01 = alpha[:2] + ALPHA_DAMPING * (new_alpha01 - alpha[:2])
-        new_alpha = np.array([new_alpha01[0], new_alpha01[1], 0.0])
-        alpha_source = "requests that found their instance idle" if from_idle else "every request (damped)"
-        if not (x @ new_beta > 0).all():
-            raise ConfigError("--fit", "the fitted β gives some requests no decode time (every coefficient came out "
-                                       "0): the recording's token times do not follow the step-time model")
-        # (how much the fit changed what it predicts: the coefficients alone can trade off)
-        moved = max(float(np.max(np.abs(x @ (new_beta - beta)) / np.maximum(x @ new_beta, 1.0))),
-                    float(np.max(np.abs(xa @ (new_alpha01 - alpha[:2])) / np.maximum(np.abs(xa @ new_alpha01), 1e3))))
-        history.append(float(moved))
-        alpha, beta = new_alpha, new_beta
-        if moved < REPLAY_CONVERGED:
-            notes += step_notes
-            break
-    else:
-        notes += step_notes
-        notes.append(f"the replays did not settle within {REPLAY_ITERATIONS} (the last moved a coefficient by "
-                     f"{100 * history[-1]:.2g} %)")
+    moves = []
+    beta = _first_beta(replays, rec, obs, alpha, beta, notes)
+    for _ in range(FIT_ROUNDS):  # (β's batches depend on α's queue entries, and α's prefill times on β)
+        round_notes: list[str] = []
+        beta, gamma, resid, history = _fit_beta(replays, rec, alpha, beta, round_notes)
+        alpha, source, used, shift = _fit_alpha(replays, rec, alpha, beta, round_notes)
+        moves.append(history)
+    notes += round_notes
     notes.append("alpha0 is alpha0 + alpha2 (only their sum is identifiable); alpha2 is reported as 0")
-    resid = y - x @ beta
-    details = {"method": "replay (Huber IRLS on each request's decode time and TTFT)",
-               "replays": len(history), "moved": history, "requests_beta": int(len(y)),
-               "requests_alpha": int(len(za)), "alpha_source": alpha_source,
+    details = {"method": "replay (Huber IRLS on each request's decode time; alpha from idle requests and the "
+                         "median TTFT)",
+               "replays": replays.count, "beta_moves": moves, "requests_beta": int(len(resid)),
+               "requests_alpha": used, "alpha_source": source, "alpha0_shift_us": shift,
+               "emission_gap_us": gamma,
                "decode_residual_ms": {"median_abs": float(np.median(np.abs(resid))) / 1000,
                                       "max_abs": float(np.max(np.abs(resid))) / 1000},
                "notes": notes}

@@ -601,7 +601,7 @@ def test_the_replay_fit_recovers_two_instances_coefficients_through_jitter(capsy
     code, out, err = run_cli(capsys, "calibrate", "--observed", path, "--num-instances", "2", "--fit", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["fit"]["alpha_source"] == "requests that found their instance idle"
+    assert doc["fit"]["alpha_source"] == "idle requests"
     assert np.allclose(doc["fitted"]["beta_coeffs"], BETA, rtol=0.01)
     alpha = doc["fitted"]["alpha_coeffs"]
     assert alpha[0] == pytest.approx(ALPHA[0] + ALPHA[2], rel=0.05) and alpha[1] == pytest.approx(ALPHA[1], rel=0.05)
@@ -619,3 +619,32 @@ def test_the_fit_methods_are_named_once():
     from blis_fast.studies import calibrate as study
 
     assert command.FIT_METHODS == study.FIT_METHODS
+
+
+def test_emission_positions_by_hand():
+    """A moment's tokens go out oldest request first: each request's place among those of
+    its instance at the time of its first and of its last token."""
+    from types import SimpleNamespace
+
+    from blis_fast.studies.replay_fit import emission_positions
+
+    replay = SimpleNamespace(tokens=[[10, 20, 30], [20, 30], [20], [30], []],
+                             instance=np.array([0, 0, 1, 0, 0]))
+    arrival = np.array([0, 5, 1, 3, 9])
+    first, last = emission_positions(replay, arrival)
+    # t=20 on 0: requests 0, 1; on 1: request 2 alone; t=30 on 0: 0, 3 (arrived at 3), 1 (at 5)
+    assert first.tolist() == [0, 1, 0, 1, 0] and last.tolist() == [0, 2, 0, 1, 0]
+
+
+def test_timeline_rows_by_hand(tmp_path):
+    """Request 0 decodes over steps ending at 200, 300, 400; request 1 is prefilled (20
+    tokens) in the first of them.  Every gap is 100 µs, so h = 50 µs."""
+    from blis_fast.studies.replay_fit import _timeline_rows
+    from blis_fast.workload.formats.observed import read_observed
+
+    times = [[100, 200, 300, 400], [200, 300, 400]]
+    path = record(tmp_path / "two.parquet", [0, 50], [10, 20], [4, 3], times)
+    requests, _, obs = read_observed(path)
+    x, y = _timeline_rows(obs, np.array([True, True]), np.array([0, 0]), requests["prompt_len"])
+    # request 0: 3 steps, request 1's prefill, 3 + 2 decodes; request 1: 2 steps, 2 + 2 decodes
+    assert x.tolist() == [[3, 20, 5], [2, 0, 4]] and y.tolist() == [300.0, 200.0]
