@@ -4,6 +4,7 @@ describes the cluster; the workload's come from the clients."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Optional
 
 import typer
@@ -20,6 +21,7 @@ WORKLOAD_FLAGS = tuple(k for k, path in FLAG_PATHS.items() if path.startswith("w
 NOT_SERVED = (*SINGLE_RUN_OUTPUTS, *WORKLOAD_FLAGS, "seed", "simulation_seed", "horizon", "check_invariants",
               "max_events", "warmup_s", "cooldown_s")
 MAX_SHUTDOWN_S = 3600.0
+SHUTDOWN_BACKSTOP_S = 5.0  # uvicorn's own shutdown timeout: the grace and this
 INSTALL_HINT = "blis-fast serve needs the serve extra: pip install \"blis-fast[serve]\""
 
 
@@ -78,6 +80,22 @@ def serve(
     if not quiet:
         typer.echo(f"blis-fast: serving {', '.join(names)} on http://{host}:{port_n} (time scale {scale:g}, "
                         f"{int((engine.state.inst['active'] != 0).sum())} instance(s), max_model_len {length})", err=True)
-    # (connections beyond the rows and some room for /metrics and /health scrapes get uvicorn's 503)
-    uvicorn.run(create_app(server), host=host, port=port_n, log_level="warning", timeout_graceful_shutdown=grace,
-                limit_concurrency=2 * rows + 64)
+    # (connections beyond the rows and some room for /metrics and /health scrapes get uvicorn's 503;
+    # on shutdown the server ends its open answers itself after the grace, uvicorn's own timeout
+    # -- which cancels each handler, with a traceback -- only a backstop)
+    config = uvicorn.Config(create_app(server), host=host, port=port_n, log_level="warning",
+                            timeout_graceful_shutdown=grace + SHUTDOWN_BACKSTOP_S, limit_concurrency=2 * rows + 64)
+    graceful_server(uvicorn.Server, server, grace)(config).run()
+
+
+def graceful_server(base: type, server, grace_s: float) -> type:
+    """uvicorn's Server whose shutdown also closes ``server`` (``LiveServer.close``): the
+    open answers run ``grace_s`` more seconds, then end with a 503."""
+
+    class GracefulServer(base):
+        async def shutdown(self, sockets=None):
+            closing = asyncio.get_running_loop().create_task(server.close(grace_s))
+            await super().shutdown(sockets)
+            await closing
+
+    return GracefulServer

@@ -43,6 +43,7 @@ TOKEN_TEXT = " tok"  # the text of every generated token
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 MAX_TOKEN_ID = 2**31 - 1
 PROCESS_CHUNK = 256  # engine event times run before the driver sends the tokens that are due
+SHUTDOWN = "shutdown"  # how an answer the server ended on shutting down ended (LiveServer.close)
 ROLES = ("system", "user", "assistant", "tool", "developer", "function")
 
 
@@ -161,7 +162,8 @@ class LiveServer:
         self._start = clock()
         self._wake: asyncio.Event | None = None
         self._ending: list[int] = []  # rows the engine ended, finished once their tokens are sent
-        self.closing = False
+        self.closing = False  # no new request (shutting down)
+        self.stopped = False  # the engine stopped; every open answer ended
 
     # ------------------------------------------------------------------ clocks
 
@@ -205,7 +207,7 @@ class LiveServer:
     async def drive(self) -> None:
         """Run the engine on the clock until cancelled."""
         self._wake = asyncio.Event()
-        while True:
+        while not self.stopped:
             busy = self._run_engine(self.sim_now())
             self._send_due(self.sim_now())
             self._end_requests()
@@ -281,6 +283,25 @@ class LiveServer:
             del self.active[row]
             engine.release(row)
         self._ending = still
+
+    async def close(self, grace_s: float) -> None:
+        """Shut down: refuse new requests, let the open ones run ``grace_s`` wall seconds,
+        then stop the engine and end every answer still open with a 503 (streams: an error
+        event) -- so each handler returns on its own, before the HTTP server's own timeout
+        would cancel it."""
+        self.closing = True
+        deadline = self.clock() + grace_s
+        while self.active and self.clock() < deadline:
+            await asyncio.sleep(min(0.05, max(deadline - self.clock(), 0.0)))
+        self.stopped = True
+        if self._wake is not None:
+            self._wake.set()
+        for c in self.active.values():
+            if not c.ended:
+                c.ended = True
+                self.metrics[c.model].finished["abort"] += 1
+                c.queue.put_nowait(SHUTDOWN)
+        self.active.clear()
 
     def _sleep_s(self) -> float | None:
         """Wall seconds until the next event or token (None: until a request comes)."""
@@ -364,6 +385,14 @@ def check_common(server: LiveServer, body: dict, chat: bool) -> tuple[int, bool,
 
 
 
+def outcome_error(outcome: str) -> ApiError:
+    """The error answering a request the engine did not complete (``LiveEngine.outcome``) or
+    the server ended (SHUTDOWN)."""
+    if outcome == SHUTDOWN:
+        return ApiError(503, "the server shut down before the request finished", kind="server_error")
+    return ApiError(429 if outcome == "rejected" else 400, f"the engine {outcome} the request", kind="server_error")
+
+
 async def finish(c: Completion):
     """Wait for every token of ``c``; None when it completed, else how it ended."""
     while True:
@@ -391,10 +420,8 @@ async def sse(server: LiveServer, c: Completion, rid: str, created: int, chat: b
         yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
     while True:
         item = await c.queue.get()
-        if isinstance(item, str):  # rejected or dropped by the engine
-            yield "data: " + json.dumps(ApiError(429 if item == "rejected" else 400,
-                                                 f"the engine {item} the request", kind="server_error").body()) \
-                + "\n\n"
+        if isinstance(item, str):  # rejected or dropped by the engine, or the server shut down
+            yield "data: " + json.dumps(outcome_error(item).body()) + "\n\n"
             break
         if item is None:
             break
@@ -438,8 +465,7 @@ def create_app(server: LiveServer):
             return StreamingResponse(sse(server, c, rid, created, chat, usage), media_type="text/event-stream")
         outcome = await finish(c)
         if outcome is not None:
-            return error(ApiError(429 if outcome == "rejected" else 400, f"the engine {outcome} the request",
-                                  kind="server_error"))
+            return error(outcome_error(outcome))
         text = TOKEN_TEXT * c.delivered
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
                   if chat else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})

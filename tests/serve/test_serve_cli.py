@@ -60,3 +60,56 @@ def test_a_server_process_answers_and_stops_on_ctrl_c():
         out, err = proc.communicate(timeout=60)
     assert proc.returncode in (0, 130), err
     assert "serving meta-llama/llama-3.1-8b-instruct on http://127.0.0.1" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_open_streams_after_the_grace_with_an_error_event():
+    """40 streams that would run for minutes: Ctrl-C lets them run --shutdown-timeout-s more,
+    then each ends with a 503 error event, and the process exits -- no handler cancelled
+    with a traceback, however busy the server."""
+    import asyncio
+    import json
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", "serve", "--port", str(port), "--time-scale", "1",
+                             "--shutdown-timeout-s", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+
+        async def one(client):
+            lines = []
+            async with client.stream("POST", f"{url}/v1/completions",
+                                     json={"prompt": "x" * 200, "max_tokens": 8000, "stream": True}) as r:
+                async for line in r.aiter_lines():
+                    lines.append(line)
+            return lines
+
+        async def main():
+            async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+                streams = [asyncio.create_task(one(client)) for _ in range(40)]
+                await asyncio.sleep(2)
+                start = time.monotonic()
+                proc.send_signal(signal.SIGINT)
+                results = await asyncio.gather(*streams)
+                return results, time.monotonic() - start
+
+        results, took = asyncio.run(main())
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert 1.0 <= took < 5.0
+    for lines in results:
+        events = [json.loads(x[6:]) for x in lines if x.startswith("data: {")]
+        assert len(events) > 10 and events[-1]["error"]["code"] == 503 and "shut down" in events[-1]["error"]["message"]
+    assert proc.returncode == 130 and "Traceback" not in err and "Exception" not in err, err
