@@ -96,6 +96,12 @@ def graceful_server(base: type, server, grace_s: float) -> type:
         async def shutdown(self, sockets=None):
             closing = asyncio.get_running_loop().create_task(server.close(grace_s))
             await super().shutdown(sockets)
-            await closing
+            if self.force_exit:  # (a second Ctrl-C: no more grace; the handlers end, not cancelled)
+                closing.cancel()
+                closing = asyncio.get_running_loop().create_task(server.close(0.0))
+            await asyncio.gather(closing, return_exceptions=True)
+            handlers = list(getattr(self.server_state, "tasks", ()))
+            if handlers:
+                await asyncio.wait(handlers, timeout=SHUTDOWN_BACKSTOP_S)
 
     return GracefulServer
