@@ -45,6 +45,7 @@ REPLAY_ITERATIONS = 20  # replays of one β fit at most
 REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode time between replays, relative
 FIT_ROUNDS = 2  # β then α, twice
 MIN_REQUESTS = 5
+MAX_REPLAY_TOKENS = 5_000_000  # a replay's token times as Python lists: ~40 bytes each
 ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's median search at most
 ALPHA_SHIFT_TOLERANCE_US = 1.0  # the median TTFT matched to this
 MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
@@ -329,6 +330,11 @@ def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, a
         raise ConfigError("--fit", f"needs at least {MIN_REQUESTS} completed requests, the recording has "
                                    f"{int(ok.sum())}")
     wl, count = replay_workload(cfg, requests, obs)
+    tokens = int(np.maximum(wl.output_len, 1).sum())
+    if tokens > MAX_REPLAY_TOKENS:
+        raise ConfigError("--fit", f"the recording's sent requests ask for {tokens:,} tokens; the replay fit takes at "
+                                   f"most {MAX_REPLAY_TOKENS:,} (each replay keeps every token time): fit a shorter "
+                                   "recording, or use --fit-method steps")
     send = obs["send_us"][:count]
     rec = {"ok": ok[:count], "lengths": requests["prompt_len"][:count], "send": send,
            "first": obs["first_token_us"][:count], "last": obs["last_token_us"][:count],

@@ -488,6 +488,12 @@ def test_bad_inputs_are_one_line(capsys, tmp_path, emulated, exact_recording):
     merged_path = record(tmp_path / "merged.parquet", arrivals, prompts, outputs, merged)
     expect_cli_error(capsys, "calibrate", "--observed", merged_path, "--fit", "--fit-method", "steps",
                      needles=["row 8 column token_times_us", "same time"])
+    import blis_fast.studies.replay_fit as replay_fit
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_fit, "MAX_REPLAY_TOKENS", 1000)
+        expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--fit",
+                         needles=["--fit", "tokens", "at most 1,000", "--fit-method steps"])
     capped = tmp_path / "capped.yaml"
     capped.write_text("simulation:\n  warmup_s: 1\n")
     expect_cli_error(capsys, "calibrate", "--observed", exact_recording, "--config", capped,
