@@ -84,22 +84,19 @@ class ServerMetrics:
         def add(name: str, kind: str, text: str, *samples: str) -> None:
             fam.setdefault(name, [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]).extend(samples)
 
-        add("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-            f"vllm:num_requests_running{{{lb}}} {running}")
-        add("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-            f"vllm:num_requests_waiting{{{lb}}} {waiting}")
-        add("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-            f"vllm:gpu_cache_usage_perc{{{lb}}} {usage!r}")
-        add("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-            f"vllm:kv_cache_usage_perc{{{lb}}} {usage!r}")
-        add("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
-            f"vllm:prefix_cache_queries_total{{{lb}}} {self.prefix_queries}")
-        add("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-            f"vllm:prefix_cache_hits_total{{{lb}}} {self.prefix_hits}")
-        add("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-            f"vllm:prompt_tokens_total{{{lb}}} {self.prompt_tokens}")
-        add("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
-            f"vllm:generation_tokens_total{{{lb}}} {self.generation_tokens}")
+        for name, kind, text, value in (
+                ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running),
+                ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting),
+                ("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage),
+                ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage),
+                ("vllm:prefix_cache_queries_total", "counter",
+                 "Prefix cache queries, in terms of number of queried tokens.", self.prefix_queries),
+                ("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                 self.prefix_hits),
+                ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", self.prompt_tokens),
+                ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+                 self.generation_tokens)):
+            add(name, kind, text, f"{name}{{{lb}}} {value}")
         add("vllm:request_success_total", "counter", "Count of successfully processed requests.",
             *(f'vllm:request_success_total{{{lb},finished_reason="{k}"}} {v}' for k, v in self.finished.items()))
         for name, text, h in (("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",

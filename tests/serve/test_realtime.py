@@ -18,14 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from builders import ROOT, default_sigint
-from live_server import free_port
+from builders import ROOT
+from live_server import serve_process
 
 # the served engine's coefficients (the emulated server's of tests/studies/test_calibrate.py: a
 # decode costs a visible share of a step); the calibration starts from the default model's
@@ -44,20 +43,9 @@ def cli(*args: str, timeout: float) -> str:
 
 @contextmanager
 def server(*flags: str):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", "serve", "--port", str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    proc, url = serve_process(*flags)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)

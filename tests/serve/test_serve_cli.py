@@ -4,15 +4,14 @@ anything listens, and a fresh server process answers, then stops on Ctrl-C."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 
 import httpx
 import pytest
 
-from builders import ROOT, default_sigint, expect_cli_error
-from live_server import free_port
+from builders import ROOT, expect_cli_error
+from live_server import serve_process
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -39,20 +38,9 @@ def test_without_the_extra_it_says_how_to_install_it(capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_a_server_process_answers_and_stops_on_ctrl_c():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", "serve", "--port", str(port), "--time-scale", "10"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    proc, url = serve_process("--time-scale", "10")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
-            time.sleep(0.1)
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "hello", "max_tokens": 3},
+        r = httpx.post(f"{url}/v1/completions", json={"prompt": "hello", "max_tokens": 3},
                        timeout=30)
         assert r.json()["usage"]["completion_tokens"] == 3
     finally:
@@ -70,22 +58,8 @@ def test_ctrl_c_ends_open_streams_after_the_grace_with_an_error_event():
     import asyncio
     import json
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "blis_fast.cli", "serve", "--port", str(port), "--time-scale", "1",
-                             "--shutdown-timeout-s", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = serve_process("--time-scale", "1", "--shutdown-timeout-s", "1")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-
         async def one(client):
             lines = []
             async with client.stream("POST", f"{url}/v1/completions",
