@@ -43,6 +43,8 @@ NOT_RUN = {
     "python -m pytest": "runs the test suite or the benchmarks' pytest suite, which holds this test",
     "blis-fast serve": "serves until stopped: tests/serve/test_serve_cli.py starts a server process, asks it, stops it",
     "blis-fast observe": "needs a server to observe: tests/observe runs it against one",
+    "blis-fast calibrate --observed observed.parquet": "reads the recording the observe line above makes: "
+                                                       "tests/serve/test_realtime.py runs the pair",
 }
 # blis-fast subcommands run by the slow variant only -> why
 SLOW_ONLY = {
