@@ -84,7 +84,7 @@ class LiveEngine:
                                                f"one instance's KV cache: {kv_tokens} tokens), got {show(max_model_len)}")
         self.capacity = int(capacity)
         self.max_model_len = int(max_model_len)
-        self.session = RunSession(setup, self._placeholders(), event_skipping=False)
+        self.session = RunSession(setup, self._unarrived_rows(), event_skipping=False)
         self.session.prepare()
         st = self.state
         self._check_supported(st)
@@ -114,7 +114,7 @@ class LiveEngine:
 
     # ------------------------------------------------------------------ construction
 
-    def _placeholders(self) -> Workload:
+    def _unarrived_rows(self) -> Workload:
         """capacity + 1 rows of max_model_len tokens (one output token: the most KV block
         slots and keys any request of at most max_model_len tokens needs) that never arrive,
         then the rows whose keys hold the retired keys (``_retire_keys``): one key position
