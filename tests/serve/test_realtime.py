@@ -6,7 +6,7 @@
 - The observe -> calibrate loop end to end over real sockets (docs/calibrate.md): a server
   with known coefficients, ``blis-fast observe`` of the 2-minute calibration spec
   (configs/examples/serve/calibration.yaml) at time scale 1, ``blis-fast calibrate --fit``
-  from the default coefficients -- β recovered within 5 %, α1 within 10 % -- and a held-out
+  from the default coefficients -- β recovered within 5 %, α1 within 30 % -- and a held-out
   recording (another sample of the spec's first minute) predicted by the fitted set within
   10 % at every percentile.  Three processes (server, observer, calibration), as a user runs
   them; about 3.5 minutes of wall time, most of it the server's clock."""
@@ -71,10 +71,11 @@ def test_serve_observe_calibrate_recovers_the_served_coefficients(tmp_path):
     assert doc["recording"]["completed"] == doc["recording"]["requests"] > 1000
     beta = doc["fitted"]["beta_coeffs"]
     assert all(abs(b / t - 1) < 0.05 for b, t in zip(beta, BETA)), beta
-    # α0 + α2 takes in the HTTP round trip (docs/calibrate.md, part 4); α1 comes from the ~10
-    # requests that found the instance idle, each timed through two HTTP stacks
+    # α0 + α2 takes in the HTTP round trip (docs/calibrate.md, part 4); α1 comes from the ~12
+    # requests that found the instance idle, each timed through two HTTP stacks: -3 % to +22 %
+    # over runs (docs/calibrate.md, "Precision, over real sockets")
     alpha = doc["fitted"]["alpha_coeffs"]
-    assert doc["fit"]["alpha_source"] == "idle requests" and abs(alpha[1] / ALPHA[1] - 1) < 0.10, alpha
+    assert doc["fit"]["alpha_source"] == "idle requests" and abs(alpha[1] / ALPHA[1] - 1) < 0.30, alpha
     assert alpha[0] > ALPHA[0] + ALPHA[2] and alpha[2] == 0.0
     assert fitted_file.read_text().count("beta_coeffs") == 1
     fitted = doc["fitted"]
