@@ -17,15 +17,17 @@ request:
   (waiting and prefill, given β) and the fixed admission and routing latencies:
   ``z = (α0 + α2) + α1·L``.  Only α0 + α2 is identifiable; it is reported as α0, α2 = 0
   (no queue or step ordering depends on α2).  Fitted from the requests that found their
-  instance idle (a step started when they were queued) when there are MIN_IDLE_REQUESTS of
-  them: their z does not depend on the α replayed.  Otherwise from every request, each
-  replay moving α by ALPHA_DAMPING of the way: a busy instance's queue wait shrinks as α
-  grows, so z follows α and the fixed point is reached slowly.
+  instance idle (a step started when they were queued; their z does not depend on the α
+  replayed) when MIN_IDLE_REQUESTS of them vary in length, else α1 is kept.  Then α0 is
+  shifted until the median simulated TTFT is the observed one (``_shift_alpha0``): the
+  delays the engine does not model go into it.
 
-Both are Huber fits (``fit.nonnegative_huber_fit``).  The compositions depend on the
-coefficients (timing decides who shares a step), so the replay is repeated with the fitted
-ones until every coefficient moves by less than REPLAY_CONVERGED (relative) or
-REPLAY_ITERATIONS replays.  Several instances are fine: the replay says which ran what.
+The steps: a first β from the recording's own timeline (``_timeline_rows``: no
+coefficient needed), then β refined by replays until the predicted decode times move by
+less than REPLAY_CONVERGED (relative; at most REPLAY_ITERATIONS, the step halved when a
+replay moves away), along with the emission gap (``emission_positions``); then α; β then
+α FIT_ROUNDS times.  All fits are Huber fits (``fit.nonnegative_huber_fit``).  Several
+instances are fine: the replay says which ran what.  docs/calibrate.md has the whole story.
 Assumptions: the observer's requests are all the server saw; its engine is the config's
 but for α/β.
 """
@@ -49,6 +51,12 @@ MAX_REPLAY_TOKENS = 5_000_000  # a replay's token times as Python lists: ~40 byt
 ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's median search at most
 ALPHA_SHIFT_TOLERANCE_US = 1.0  # the median TTFT matched to this
 MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
+
+
+def _full_rank(x: np.ndarray) -> bool:
+    """The β rows (n, Σ prefill, Σ decode) determine all three coefficients (columns scaled
+    to 1 first: their magnitudes differ by orders)."""
+    return len(x) >= MIN_REQUESTS and np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) == 3
 
 
 def _varied(x: np.ndarray, minimum: int) -> bool:
@@ -224,7 +232,7 @@ def _fit_beta(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray,
         x, y, ids = _decode_rows(replay, rec["ok"], rec["first"], rec["last"], int(alpha[2]))
         pos_first, pos_last = emission_positions(replay, replays.wl.arrival_us)
         gap = (pos_last - pos_first)[ids].astype(np.float64)
-        if len(y) < MIN_REQUESTS or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
+        if not _full_rank(x):
             raise ConfigError("--fit", f"{len(y)} requests with two tokens or more do not vary enough to fit β0, β1, "
                                        "β2: record more requests at a load that batches them")
         step_notes: list[str] = []
@@ -254,7 +262,7 @@ def _first_beta(replays: _Replays, rec: dict, obs: Observation, alpha: np.ndarra
     the given coefficients routes the requests), or the given β when that fit fails."""
     replay = replays(alpha, beta)
     x, y = _timeline_rows(obs, rec["ok"], replay.instance, rec["lengths"])
-    if len(y) < MIN_REQUESTS or np.linalg.matrix_rank(x / np.maximum(np.abs(x).max(axis=0), 1.0)) < 3:
+    if not _full_rank(x):
         return beta
     first = nonnegative_huber_fit(x, y, ["beta0", "beta1", "beta2"], [])
     return first if (x @ first > 0).all() else beta
