@@ -2,11 +2,12 @@
 
 The engine (``engine.LiveEngine``) runs on a clock that follows the wall clock, scaled by
 ``time_scale`` (K simulated seconds per wall second; the clock starts at 0 when the server
-does).  A request that comes in arrives in the engine at the clock's time, and each token
+does).  A request arrives in the engine at the clock's time when its handler starts (its
+body still to read and parse: the server's own work takes no engine time), and each token
 is sent when the clock reaches the time the engine gave it (its step's end + α2).  One
 task, the *driver*, does both in the server's event loop: it runs the engine's events up
 to the clock, then sends the tokens that are due, then sleeps until the next event, the
-next token or a new request.  When it falls behind (more work than the wall clock
+next token or a new request (woken by ``alarm.Alarm``: the loop's timers are too coarse).  When it falls behind (more work than the wall clock
 allows), tokens go out late; ``blis_fast:emission_lateness_seconds`` in ``/metrics``
 says by how much.
 
@@ -33,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from blis_fast.config.validate import show
+from blis_fast.serve.alarm import ALARM_BACKSTOP_S, ALARM_LEAD_S, Alarm
 from blis_fast.serve.engine import LiveEngine
 from blis_fast.serve.metrics import ServerMetrics, render
 
@@ -161,6 +163,7 @@ class LiveServer:
         self._ids = itertools.count(1)
         self._start = clock()
         self._wake: asyncio.Event | None = None
+        self._last_arrival = 0  # µs, the latest arrival the engine took
         self._ending: list[int] = []  # rows the engine ended, finished once their tokens are sent
         self.closing = False  # no new request (shutting down)
         self.stopped = False  # the engine stopped; every open answer ended
@@ -181,8 +184,9 @@ class LiveServer:
 
     # ------------------------------------------------------------------ requests
 
-    def submit(self, ids: np.ndarray, max_tokens: int, model: int = 0) -> Completion:
-        """Take a request now: its Completion, or ApiError 503 when every row is taken
+    def submit(self, ids: np.ndarray, max_tokens: int, model: int = 0, came_us: int | None = None) -> Completion:
+        """Take a request that came in at engine time ``came_us`` (default now; never
+        before the engine's clock): its Completion, or ApiError 503 when every row is taken
         (or the server is shutting down) and 400 when it is too long."""
         if self.closing:
             raise ApiError(503, "the server is shutting down", kind="server_error")
@@ -191,7 +195,10 @@ class LiveServer:
             raise ApiError(400, f"This model's maximum context length is {self.engine.max_model_len} tokens. However, "
                                 f"you requested {n + max_tokens} tokens ({n} in the prompt, {max_tokens} in the "
                                 "completion). Please reduce the length of the prompt or max_tokens.", "max_tokens")
-        t = self.sim_now()
+        # (arrivals join the engine's stream in time order: one that came in earlier than the
+        # last one taken but took longer to parse arrives with it)
+        t = self.sim_now() if came_us is None else max(int(came_us), int(self.engine.state.loop[0]["clock_us"]))
+        t = self._last_arrival = max(t, self._last_arrival)
         row = self.engine.submit(ids, max_tokens, t, model)
         if row < 0:
             raise ApiError(503, f"the server holds {self.engine.capacity} requests (--capacity): try again later",
@@ -207,19 +214,28 @@ class LiveServer:
     async def drive(self) -> None:
         """Run the engine on the clock until cancelled."""
         self._wake = asyncio.Event()
-        while not self.stopped:
-            busy = self._run_engine(self.sim_now())
-            self._send_due(self.sim_now())
-            self._end_requests()
-            if busy:  # more engine work is due: let the handlers write, then go on
-                await asyncio.sleep(0)
-                continue
-            delay = self._sleep_s()
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except asyncio.TimeoutError:
-                pass
+        alarm = Alarm(asyncio.get_running_loop(), self._wake, self.clock)
+        try:
+            while not self.stopped:
+                busy = self._run_engine(self.sim_now())
+                self._send_due(self.sim_now())
+                self._end_requests()
+                if busy:  # more engine work is due: let the handlers write, then go on
+                    await asyncio.sleep(0)
+                    continue
+                delay = self._sleep_s()
+                if delay is not None and delay <= ALARM_LEAD_S:  # (the last moments: spun, the handlers going on)
+                    await asyncio.sleep(0)
+                    continue
+                self._wake.clear()
+                alarm.at(None if delay is None else self.clock() + delay - ALARM_LEAD_S)
+                try:
+                    await asyncio.wait_for(self._wake.wait(),
+                                           timeout=None if delay is None else delay + ALARM_BACKSTOP_S)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            alarm.stop()
 
     def _run_engine(self, now: int) -> bool:
         """Run the engine's event times up to ``now`` (at most PROCESS_CHUNK of them); True
@@ -451,12 +467,13 @@ def create_app(server: LiveServer):
         return await answer(request, chat=True)
 
     async def answer(request, chat: bool):
+        came = server.sim_now()  # (a request arrives when it comes in: reading and parsing its body take no engine time)
         try:
             body = await read_json(request)
             model = server.model_index(body)
             max_tokens, stream, usage = check_common(server, body, chat)
             ids = text_token_ids(chat_text(body.get("messages"))) if chat else prompt_ids(body.get("prompt"))
-            c = server.submit(ids, max_tokens, model)
+            c = server.submit(ids, max_tokens, model, came_us=came)
         except ApiError as e:
             return error(e)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{server.next_id()}"

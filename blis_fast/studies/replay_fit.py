@@ -19,8 +19,9 @@ request:
   (no queue or step ordering depends on α2).  Fitted from the requests that found their
   instance idle (a step started when they were queued; their z does not depend on the α
   replayed) when MIN_IDLE_REQUESTS of them vary in length, else α1 is kept.  Then α0 is
-  shifted until the median simulated TTFT is the observed one (``_shift_alpha0``): the
-  delays the engine does not model go into it.
+  shifted until the simulated TTFT percentiles (p50, p90, p99) are off the observed ones
+  by as much above as below (``_shift_alpha0``): the delays the engine does not model go
+  into it.
 
 The steps: a first β from the recording's own timeline (``_timeline_rows``: no
 coefficient needed), then β refined by replays until the predicted decode times move by
@@ -48,9 +49,11 @@ REPLAY_CONVERGED = 1e-3  # the largest change of a request's predicted decode ti
 FIT_ROUNDS = 2  # β then α, twice
 MIN_REQUESTS = 5
 MAX_REPLAY_TOKENS = 5_000_000  # a replay's token times as Python lists: ~40 bytes each
-ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's median search at most
-ALPHA_SHIFT_TOLERANCE_US = 1.0  # the median TTFT matched to this
+ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's search at most
+ALPHA_SHIFT_TOLERANCE_US = 1.0  # the TTFT percentiles balanced to this (µs at the median)
+TTFT_PERCENTILES = ((50, 1), (90, 20), (99, 200))  # (percentile, requests needed) balanced by α0's shift
 MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
+FEW_IDLE_REQUESTS = 100  # fewer: α1 is uncertain over HTTP (docs/calibrate.md, "The calibration workload"), a note says so
 
 
 def _full_rank(x: np.ndarray) -> bool:
@@ -269,20 +272,29 @@ def _first_beta(replays: _Replays, rec: dict, obs: Observation, alpha: np.ndarra
 
 
 def _ttft_offset(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray) -> float:
-    """The median simulated TTFT less the median observed one (µs), over the completed
-    requests, of a replay with these coefficients."""
+    """How far the simulated TTFT percentiles are above the observed ones, balanced, of a
+    replay with these coefficients, over the completed requests: the mean of the
+    largest and the smallest relative error of p50, p90 and p99 (each taken when
+    TTFT_PERCENTILES says there are requests enough), times the observed median (µs).  0
+    when the percentiles are off by as much above as below."""
     replay = replays(alpha, beta)
     ids = np.flatnonzero(rec["ok"])
     first = np.array([replay.tokens[r][0] if replay.tokens[r] else -1 for r in ids], np.int64)
     ids, first = ids[first >= 0], first[first >= 0]
-    return float(np.median(first - rec["send"][ids]) - np.median(rec["ttft"][ids]))
+    qs = [q for q, least in TTFT_PERCENTILES if len(ids) >= least]
+    sim, obs = np.percentile(first - rec["send"][ids], qs), np.percentile(rec["ttft"][ids], qs)
+    scale = max(float(obs[0]), 1.0)
+    errors = (sim - obs) / np.maximum(obs, 1.0)
+    return float((errors.max() + errors.min()) / 2 * scale)
 
 
 def _shift_alpha0(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray, notes: list[str]) -> np.ndarray:
-    """α with α0 moved so that the median simulated TTFT is the observed one: the delays the
-    engine does not model (the client's, the HTTP stack's, a busy server's emission) are
-    taken into α0.  The median moves monotonically with α0 (a later queue entry never
-    gives an earlier token): bracketed, then bisected."""
+    """α with α0 moved so that the simulated TTFT percentiles are off the observed ones by as
+    much above as below (``_ttft_offset``; the smallest worst error one constant can
+    give): the delays the engine does not model (the client's, the HTTP stack's, a busy
+    server's emission) are taken into α0.  Every percentile moves monotonically with α0 (a
+    later queue entry never gives an earlier token), so does the balance: bracketed, then
+    bisected."""
     def at(a0: float) -> np.ndarray:
         return np.array([a0, alpha[1], alpha[2]])
 
@@ -321,6 +333,10 @@ def _fit_alpha(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndarray
     if _varied(xa[idle], MIN_IDLE_REQUESTS):
         a01 = nonnegative_huber_fit(xa[idle], za[idle], ["alpha0", "alpha1"], notes)
         alpha, source, used = np.array([a01[0], a01[1], 0.0]), "idle requests", int(idle.sum())
+        if used < FEW_IDLE_REQUESTS:
+            notes.append(f"alpha1 comes from only {used} requests that found their instance idle: through a "
+                         "network's jitter it may be tens of % off; end the recording with requests spaced further "
+                         "apart than one takes (docs/calibrate.md, 'The calibration workload')")
     else:
         notes.append(f"{int(idle.sum())} requests found their instance idle (fewer than {MIN_IDLE_REQUESTS}, or of "
                      "one length): alpha1 kept")
@@ -360,7 +376,7 @@ def fit_by_replay(cfg, requests: Requests, obs: Observation, done: np.ndarray, a
     notes += round_notes
     notes.append("alpha0 is alpha0 + alpha2 (only their sum is identifiable); alpha2 is reported as 0")
     details = {"method": "replay (Huber IRLS on each request's decode time; alpha from idle requests and the "
-                         "median TTFT)",
+                         "TTFT percentiles)",
                "replays": replays.count, "beta_moves": moves, "requests_beta": int(len(resid)),
                "requests_alpha": used, "alpha_source": source, "alpha0_shift_us": shift,
                "emission_gap_us": gamma,

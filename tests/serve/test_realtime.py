@@ -6,10 +6,10 @@
 - The observe -> calibrate loop end to end over real sockets (docs/calibrate.md): a server
   with known coefficients, ``blis-fast observe`` of the 2-minute calibration spec
   (configs/examples/serve/calibration.yaml) at time scale 1, ``blis-fast calibrate --fit``
-  from the default coefficients -- β recovered within 5 %, α1 within 30 % -- and a held-out
-  recording (another sample of the spec's first minute) predicted by the fitted set within
+  from the default coefficients -- β and α1 recovered within 5 % -- and a held-out
+  recording (another sample of the spec, another seed) predicted by the fitted set within
   10 % at every percentile.  Three processes (server, observer, calibration), as a user runs
-  them; about 3.5 minutes of wall time, most of it the server's clock."""
+  them; about 4.5 minutes of wall time, most of it the server's clock."""
 
 from __future__ import annotations
 
@@ -54,9 +54,8 @@ def server(*flags: str):
 @pytest.mark.slow
 @pytest.mark.realtime
 def test_serve_observe_calibrate_recovers_the_served_coefficients(tmp_path):
-    held_spec = tmp_path / "held.yaml"  # (held out: the calibration spec's first minute, another seed)
-    held_spec.write_text(CALIBRATION_SPEC.read_text().replace("seed: 7", "seed: 11").replace("duration_s: 120",
-                                                                                           "duration_s: 60"))
+    held_spec = tmp_path / "held.yaml"  # (held out: another sample of the calibration spec, another seed)
+    held_spec.write_text(CALIBRATION_SPEC.read_text().replace("seed: 7", "seed: 11"))
     assert held_spec.read_text() != CALIBRATION_SPEC.read_text()
     train, held = tmp_path / "train.parquet", tmp_path / "held.parquet"
     flags = ["--alpha-coeffs", ",".join(map(str, ALPHA)), "--beta-coeffs", ",".join(map(str, BETA))]
@@ -71,11 +70,12 @@ def test_serve_observe_calibrate_recovers_the_served_coefficients(tmp_path):
     assert doc["recording"]["completed"] == doc["recording"]["requests"] > 1000
     beta = doc["fitted"]["beta_coeffs"]
     assert all(abs(b / t - 1) < 0.05 for b, t in zip(beta, BETA)), beta
-    # α0 + α2 takes in the HTTP round trip (docs/calibrate.md, part 4); α1 comes from the ~12
-    # requests that found the instance idle, each timed through two HTTP stacks: -3 % to +22 %
-    # over runs (docs/calibrate.md, "Precision, over real sockets")
+    # α1 comes from the spec's probes, which find the instance idle (-3.5 % to +2 % over runs);
+    # α0 + α2 takes in the HTTP round trip, which a client cannot tell from the server's own
+    # delays (docs/calibrate.md, "Precision, over real sockets")
     alpha = doc["fitted"]["alpha_coeffs"]
-    assert doc["fit"]["alpha_source"] == "idle requests" and abs(alpha[1] / ALPHA[1] - 1) < 0.30, alpha
+    assert doc["fit"]["alpha_source"] == "idle requests" and doc["fit"]["requests_alpha"] >= 600, doc["fit"]
+    assert abs(alpha[1] / ALPHA[1] - 1) < 0.05, alpha
     assert alpha[0] > ALPHA[0] + ALPHA[2] and alpha[2] == 0.0
     assert fitted_file.read_text().count("beta_coeffs") == 1
     fitted = doc["fitted"]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.builders import BOTH_WAYS, assert_one_error_line, expect_cli_error, invoke, lengths_workload, run_cli, sim
+from tests.builders import (ROOT, BOTH_WAYS, assert_one_error_line, expect_cli_error, invoke, lengths_workload, run_cli,
+                            sim)
 
 ALPHA = (2000.0, 3.0, 1000.0)
 BETA = (5000.0, 10.0, 50.0)
@@ -608,6 +609,8 @@ def test_the_replay_fit_recovers_two_instances_coefficients_through_jitter(capsy
     assert code == 0, err
     doc = json.loads(out)
     assert doc["fit"]["alpha_source"] == "idle requests"
+    few = [n for n in doc["fit"]["notes"] if "that found their instance idle" in n]  # (fewer than 100 of them)
+    assert len(few) == 1 and f"only {doc['fit']['requests_alpha']} requests" in few[0]
     assert np.allclose(doc["fitted"]["beta_coeffs"], BETA, rtol=0.01)
     alpha = doc["fitted"]["alpha_coeffs"]
     assert alpha[0] == pytest.approx(ALPHA[0] + ALPHA[2], rel=0.05) and alpha[1] == pytest.approx(ALPHA[1], rel=0.05)
@@ -654,3 +657,27 @@ def test_timeline_rows_by_hand(tmp_path):
     x, y = _timeline_rows(obs, np.array([True, True]), np.array([0, 0]), requests["prompt_len"])
     # request 0: 3 steps, request 1's prefill, 3 + 2 decodes; request 1: 2 steps, 2 + 2 decodes
     assert x.tolist() == [[3, 20, 5], [2, 0, 4]] and y.tolist() == [300.0, 200.0]
+
+
+def test_the_calibration_spec_has_idle_probes_and_batches_of_every_size():
+    """configs/examples/serve/calibration.yaml's design (docs/calibrate.md, "The calibration
+    workload"), on the served engine of tests/serve/test_realtime.py: the chat phase batches
+    up to dozens of requests; then the 699 probes (one every 50 ms from 85.05 s) each find the instance idle -- their TTFT
+    is exactly trunc(α0 + α1·L) + trunc(β0 + β1·L) + α2 -- over prompts 50-1500 tokens."""
+    import blis_fast
+
+    r = blis_fast.simulate(num_instances=1, latency_model="blackbox", alpha_coeffs=list(ALPHA), beta_coeffs=list(BETA),
+                           workload_spec=str(ROOT / "configs/examples/serve/calibration.yaml"))
+    c = r.request_columns()
+    probe = c["arrival_us"] >= 85_000_000
+    L = c["prompt_tokens"].astype(np.int64)
+    alone = (c["ttft_us"] == np.trunc(ALPHA[0] + ALPHA[1] * L) + np.trunc(BETA[0] + BETA[1] * L) + ALPHA[2])
+    assert int(probe.sum()) == 699 and (c["output_tokens"][probe] == 2).all()
+    assert alone[probe].all() and L[probe].min() < 100 and L[probe].max() > 1450
+    chat = ~probe
+    assert int(chat.sum()) > 700
+    # (the chat phase: how many requests share the instance at each chat arrival)
+    first, done = c["first_token_us"][chat], c["completion_us"][chat]
+    in_flight = [int(((c["arrival_us"][chat] <= t) & (done > t)).sum()) for t in c["arrival_us"][chat]]
+    assert max(in_flight) >= 20 and min(in_flight) <= 2, (max(in_flight), min(in_flight))
+    assert (first <= done).all()
