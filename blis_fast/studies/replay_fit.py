@@ -51,6 +51,7 @@ MIN_REQUESTS = 5
 MAX_REPLAY_TOKENS = 5_000_000  # a replay's token times as Python lists: ~40 bytes each
 ALPHA_SHIFT_REPLAYS = 30  # replays of each phase of α0's search at most
 ALPHA_SHIFT_TOLERANCE_US = 1.0  # the TTFT percentiles balanced to this (µs at the median)
+ALPHA_SHIFT_RESOLUTION_US = 4.0  # or α0 bracketed to this (the percentiles are step functions of α0)
 TTFT_PERCENTILES = ((50, 1), (90, 20), (99, 200))  # (percentile, requests needed) balanced by α0's shift
 MIN_IDLE_REQUESTS = 10  # α is fitted from the requests that found their instance idle when this many vary in length
 FEW_IDLE_REQUESTS = 100  # fewer: α1 is uncertain over HTTP (docs/calibrate.md, "The calibration workload"), a note says so
@@ -294,7 +295,7 @@ def _shift_alpha0(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndar
     give): the delays the engine does not model (the client's, the HTTP stack's, a busy
     server's emission) are taken into α0.  Every percentile moves monotonically with α0 (a
     later queue entry never gives an earlier token), so does the balance: bracketed, then
-    bisected."""
+    narrowed by false position."""
     def at(a0: float) -> np.ndarray:
         return np.array([a0, alpha[1], alpha[2]])
 
@@ -314,9 +315,12 @@ def _shift_alpha0(replays: _Replays, rec: dict, alpha: np.ndarray, beta: np.ndar
                      "set to 0")
         return at(0.0)
     for _ in range(ALPHA_SHIFT_REPLAYS):
-        if abs(hi_r) <= ALPHA_SHIFT_TOLERANCE_US or abs(hi_a - lo_a) <= 1.0:
+        width = abs(hi_a - lo_a)
+        if abs(hi_r) <= ALPHA_SHIFT_TOLERANCE_US or width <= ALPHA_SHIFT_RESOLUTION_US:
             break
-        mid = (lo_a + hi_a) / 2
+        # (false position, kept to the middle half: the balance is nearly linear in α0)
+        mid = lo_a - lo_r * (hi_a - lo_a) / (hi_r - lo_r) if hi_r != lo_r else (lo_a + hi_a) / 2
+        mid = min(max(mid, min(lo_a, hi_a) + width / 4), max(lo_a, hi_a) - width / 4)
         mid_r = _ttft_offset(replays, rec, at(mid), beta)
         if (mid_r > 0) == (lo_r > 0):
             lo_a, lo_r = mid, mid_r
