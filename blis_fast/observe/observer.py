@@ -28,9 +28,10 @@ from blis_fast.config.validate import MAX_TIME_US, show
 from blis_fast.errors import ConfigError
 from blis_fast.observe.prompts import PromptBuilder
 from blis_fast.observe.settings import ObserveSettings
-from blis_fast.observe.stream import (MAX_ERROR_BODY_BYTES, Malformed, Record, StreamError, openai_error_message,
+from blis_fast.observe.stream import (MAX_ERROR_BODY_BYTES, ON_PROCESSING, Malformed, Record, StreamError, openai_error_message,
                                       read_capped, request_body, sse_lines, take_event)
 from blis_fast.observe.summary import notices, summarize
+from blis_fast.serve.heap import quiet_heap
 from blis_fast.version import __version__
 from blis_fast.workload.formats.observed import Observation, one_line, write_observed
 from blis_fast.workload.generate import Requests
@@ -77,6 +78,7 @@ class Observer:
         self.server_models: list = []
         self.model = settings.model
         self.interrupted = False
+        self.stamps = ON_PROCESSING
         self.t0_ns = 0
         arrival, nxt = requests["arrival_us"], requests["next_request"]
         # the rows that will be sent: the open-loop ones and the followers their turns release
@@ -168,12 +170,18 @@ class Observer:
         async with client.stream("POST", self.settings.endpoint + path, content=content,
                                  headers={"content-type": "application/json"}) as resp:
             rec.status = resp.status_code
+            stamp = self.now_us
+            stream = resp.extensions.get("network_stream")
+            if getattr(stream, "last_received_us", None) is not None:  # (blis_fast.observe.receipt: times of the socket, not of parsing)
+                rec.send_us = stream.sent_us if stream.sent_us >= rec.send_us else rec.send_us
+                stamp = stream.last_received_us
+            # (else the time of parsing: a chunk waits behind the others that came with it)
             if resp.status_code != 200:
                 message = openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))
                 rec.error = f"HTTP {resp.status_code}: {message}"
                 return
             async for line in sse_lines(resp):
-                if take_event(line, rec, self.settings.api, self.now_us):
+                if take_event(line, rec, self.settings.api, stamp):
                     return
                 if len(rec.token_times) > max_chunks:
                     raise Malformed(f"more than {max_chunks} token chunks for max_tokens {body['max_tokens']}")
@@ -241,7 +249,10 @@ class Observer:
         timeout = httpx.Timeout(self.settings.timeout_s + 5.0)
         self.tasks: set[asyncio.Task] = set()
         self.all_done = asyncio.Event()
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        from blis_fast.observe.receipt import stamped_transport  # deferred: httpcore (the serve extra)
+
+        transport, self.stamps = stamped_transport(limits, self.now_us)
+        async with httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False) as client:
             try:
                 await self.check_server(client)
                 slots = asyncio.Semaphore(self.settings.concurrency)
@@ -293,7 +304,7 @@ class Observer:
         return {"endpoint": s.endpoint, "model": self.model, "api": s.api, "time_scale": s.time_scale,
                 "concurrency": s.concurrency, "timeout_s": s.timeout_s, "server_models": self.server_models,
                 "server_flags": list(s.server_flags), "interrupted": self.interrupted,
-                "observer": f"blis-fast {__version__}"}
+                "observer": f"blis-fast {__version__}", "stamps": self.stamps}
 
 
 def _fast_loop_factory():
@@ -317,8 +328,8 @@ def observe(requests: Requests, settings: ObserveSettings, out: str | Path,
 
     observer = Observer(requests, settings, on_done)
     try:
-        with asyncio.Runner(loop_factory=_fast_loop_factory()) as runner:
-            runner.run(observer.run())
+        with asyncio.Runner(loop_factory=_fast_loop_factory()) as runner, quiet_heap():
+            runner.run(observer.run())  # (quiet_heap: no collection pause delays a token's stamp)
     except KeyboardInterrupt:
         observer.interrupted = True
         write_observed(out, requests, observer.observation(), observer.header())

@@ -17,6 +17,10 @@ MAX_LINE_BYTES = 1 << 20  # one SSE line
 MAX_ERROR_BODY_BYTES = 64 << 10  # of an error response, read for its message
 CHAT_WORD_BYTES = 4  # a chat prompt's text: one 4-byte word per token id (the blis-fast server's rule)
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# the recording header's ``stamps``: token and send times taken as bytes move on the socket
+# (blis_fast.observe.receipt), or as the observer parses them (an httpx it cannot plug into)
+ON_RECEIPT = "on receipt"
+ON_PROCESSING = "on processing"
 
 
 class Record:

@@ -36,6 +36,7 @@ import numpy as np
 from blis_fast.config.validate import show
 from blis_fast.serve.alarm import ALARM_BACKSTOP_S, ALARM_LEAD_S, Alarm
 from blis_fast.serve.engine import LiveEngine
+from blis_fast.serve.heap import quiet_heap
 from blis_fast.serve.metrics import ServerMetrics, render
 
 MAX_BODY_BYTES = 16 * 2**20  # a request body (a long prompt's ids as JSON fit easily)
@@ -432,8 +433,15 @@ async def sse(server: LiveServer, c: Completion, rid: str, created: int, chat: b
         return "data: " + json.dumps({"id": rid, "object": kind, "created": created, "model": server.model_names[c.model],
                                       "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
+    def token(reason) -> bytes:
+        choice = ({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": reason} if chat
+                  else {"index": 0, "text": TOKEN_TEXT, "logprobs": None, "finish_reason": reason})
+        return chunk([choice]).encode()
+
     if chat:
         yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+    # (every token's chunk but the last is the same: encoded once, the tokens of a step go out sooner)
+    token_chunk, last_chunk = token(None), token("length")
     while True:
         item = await c.queue.get()
         if isinstance(item, str):  # rejected or dropped by the engine, or the server shut down
@@ -441,11 +449,7 @@ async def sse(server: LiveServer, c: Completion, rid: str, created: int, chat: b
             break
         if item is None:
             break
-        last = item == c.max_tokens - 1
-        reason = "length" if last else None
-        choice = ({"index": 0, "delta": {"content": TOKEN_TEXT}, "finish_reason": reason} if chat
-                  else {"index": 0, "text": TOKEN_TEXT, "logprobs": None, "finish_reason": reason})
-        yield chunk([choice])
+        yield last_chunk if item == c.max_tokens - 1 else token_chunk
     if usage:
         yield chunk([], usage=usage_of(c))
     yield "data: [DONE]\n\n"
@@ -504,7 +508,8 @@ def create_app(server: LiveServer):
     async def lifespan(app):
         task = asyncio.get_running_loop().create_task(server.drive())
         try:
-            yield
+            with quiet_heap():  # (no collection pause stops the driver: blis_fast.serve.heap)
+                yield
         finally:
             server.closing = True
             task.cancel()

@@ -15,6 +15,7 @@ normally.  Modes:
   malformed     one token, then a data line that is not JSON
   stream_error  one token, then ``data: {"error": ...}``
   flood         3 * max_tokens + 20 token chunks (more than the observer accepts)
+  burst         served normally, but the whole stream in one write (its tokens arrive together)
   long_line     one token, then a line longer than the observer's line limit
   interrupt     served normally, after a Ctrl-C in the test process's main thread
                 (``_thread.interrupt_main``: the observer's Ctrl-C path, in process)
@@ -104,6 +105,12 @@ class FakeServer:
                 if mode == "flood":
                     for _ in range(3 * n + 20):
                         yield _chunk(api, " t", None)
+                    return
+                if mode == "burst":
+                    usage = {"prompt_tokens": length, "completion_tokens": n, "total_tokens": length + n}
+                    yield b"".join([_chunk(api, " t", "length" if i == n - 1 else None) for i in range(n)]
+                                   + [b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n",
+                                      b"data: [DONE]\n\n"])
                     return
                 if mode == "long_line":
                     yield _chunk(api, " t", None)
