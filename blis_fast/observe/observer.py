@@ -170,12 +170,12 @@ class Observer:
         async with client.stream("POST", self.settings.endpoint + path, content=content,
                                  headers={"content-type": "application/json"}) as resp:
             rec.status = resp.status_code
+            # times of the socket (blis_fast.observe.receipt), else of parsing (ON_PROCESSING)
             stamp = self.now_us
             stream = resp.extensions.get("network_stream")
-            if getattr(stream, "last_received_us", None) is not None:  # (blis_fast.observe.receipt: times of the socket, not of parsing)
-                rec.send_us = stream.sent_us if stream.sent_us >= rec.send_us else rec.send_us
+            if getattr(stream, "last_received_us", None) is not None:
+                rec.send_us = max(stream.sent_us, rec.send_us)  # (the first write of this request, after httpx built it)
                 stamp = stream.last_received_us
-            # (else the time of parsing: a chunk waits behind the others that came with it)
             if resp.status_code != 200:
                 message = openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))
                 rec.error = f"HTTP {resp.status_code}: {message}"
