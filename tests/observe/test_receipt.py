@@ -184,3 +184,22 @@ def test_an_httpx_without_the_pool_falls_back_to_stamps_on_parsing(tmp_path, mon
     _, header, obs = read_observed(tmp_path / "o.parquet")
     assert header["observed"]["stamps"] == ON_PROCESSING
     assert len(set(obs.token_times(0))) == 4  # each token: the moment it was parsed
+
+
+def test_the_observer_runs_with_the_startup_heap_frozen(tmp_path, monkeypatch):
+    """A full collection would stop the loop and every chunk meanwhile would be stamped late
+    (blis_fast/serve/heap.py): the run holds the heap frozen, and gives it back after."""
+    import gc
+
+    seen = []
+    run = Observer.run
+
+    async def spying_run(self):
+        seen.append(gc.get_freeze_count())
+        await run(self)
+
+    monkeypatch.setattr(Observer, "run", spying_run)
+    req = read_trace(write_trace_csv(tmp_path / "t.csv", [(0, 5, 2)]))[0]
+    with FakeServer() as srv:
+        observe(req, ObserveSettings(srv.url), tmp_path / "o.parquet")
+    assert seen[0] > 10_000 and gc.get_freeze_count() == 0

@@ -122,3 +122,32 @@ def test_the_driver_stops_its_alarm_thread():
     asyncio.run(main())
     import threading
     assert not [t for t in threading.enumerate() if t.name == "blis-fast-alarm"]
+
+
+def test_no_collection_walks_the_startup_heap_while_serving():
+    """blis_fast/serve/heap.py: the server's lifespan freezes what is alive when it starts
+    (a full collection would stop the driver for tens of ms) and unfreezes it when it ends."""
+    import gc
+
+    from live_server import running
+
+    assert gc.get_freeze_count() == 0
+    server = live_server()
+    with running(create_app(server)) as url:
+        assert gc.get_freeze_count() > 10_000  # (numpy, the engine, starlette...: all frozen)
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    assert gc.get_freeze_count() == 0
+
+
+def test_quiet_heap_freezes_for_its_block_only():
+    import gc
+
+    from blis_fast.serve.heap import quiet_heap
+
+    kept = [[k] for k in range(1000)]  # (tracked objects alive when the block starts)
+    with quiet_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        gc.collect()
+        assert gc.get_freeze_count() == frozen  # (a collection leaves the frozen objects alone)
+    assert gc.get_freeze_count() == 0
