@@ -28,8 +28,8 @@ from blis_fast.config.validate import MAX_TIME_US, show
 from blis_fast.errors import ConfigError
 from blis_fast.observe.prompts import PromptBuilder
 from blis_fast.observe.settings import ObserveSettings
-from blis_fast.observe.stream import (MAX_ERROR_BODY_BYTES, ON_PROCESSING, Malformed, Record, StreamError, openai_error_message,
-                                      read_capped, request_body, sse_lines, take_event)
+from blis_fast.observe.stream import (MAX_ERROR_BODY_BYTES, ON_PROCESSING, Malformed, Record, StreamError,
+                                      openai_error_message, read_capped, request_body, sse_lines, take_event)
 from blis_fast.observe.summary import notices, summarize
 from blis_fast.serve.heap import quiet_heap
 from blis_fast.version import __version__
@@ -174,7 +174,7 @@ class Observer:
             stamp = self.now_us
             stream = resp.extensions.get("network_stream")
             if getattr(stream, "last_received_us", None) is not None:
-                rec.send_us = max(stream.sent_us, rec.send_us)  # (the first write of this request, after httpx built it)
+                rec.send_us = max(stream.sent_us, rec.send_us)  # (this request's first write, after httpx built it)
                 stamp = stream.last_received_us
             if resp.status_code != 200:
                 message = openai_error_message(await read_capped(resp, MAX_ERROR_BODY_BYTES))
