@@ -7,6 +7,8 @@ take the backend.  Clocks here are counters the test moves: the stamps are check
 from __future__ import annotations
 
 import asyncio
+import ssl
+from pathlib import Path
 
 import httpcore
 import httpx
@@ -203,3 +205,38 @@ def test_the_observer_runs_with_the_startup_heap_frozen(tmp_path, monkeypatch):
     with FakeServer() as srv:
         observe(req, ObserveSettings(srv.url), tmp_path / "o.parquet")
     assert seen[0] > 10_000 and gc.get_freeze_count() == 0
+
+
+TLS_CERT = Path(__file__).with_name("tls_cert.pem")  # self-signed for 127.0.0.1, valid 100 years (a test key)
+TLS_KEY = Path(__file__).with_name("tls_key.pem")
+
+
+def test_an_https_endpoint_is_stamped_too_and_an_untrusted_one_is_an_httpx_error():
+    """``start_tls`` upgrades the stamped connection: the stamps stay on receipt of the
+    encrypted bytes; a certificate the client does not trust fails as httpx's ConnectError
+    (which the observer records or reports in one line)."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(TLS_CERT, TLS_KEY)
+
+    async def main():
+        async def on_client(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(on_client, "127.0.0.1", 0, ssl=server_ctx)
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        pool = httpcore.AsyncConnectionPool(ssl_context=ssl.create_default_context(cafile=str(TLS_CERT)),
+                                            network_backend=StampingBackend(Clock(42)))
+        async with pool:
+            answer = await pool.request("GET", url)
+        assert (answer.status, answer.content) == (200, b"ok")
+        assert answer.extensions["network_stream"].received_us == 42
+        transport, stamps = stamped_transport(httpx.Limits(max_connections=2), Clock())
+        async with httpx.AsyncClient(transport=transport, timeout=5) as client:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(url)
+        server.close()
+
+    asyncio.run(main())
