@@ -399,9 +399,8 @@ def test_the_commands_in_a_fresh_process(mode, capsys, tmp_path, exact_recording
 
 
 def test_calibrate_terminal_report(capsys, exact_recording, monkeypatch):
-    from blis_fast.cli import output
-
-    monkeypatch.setattr(output, "wants_json", lambda flag: flag)
+    # (the calibrate command's own name only: patching blis_fast.cli.output.wants_json would leave the
+    # patched function bound in any command module first imported during this test, e.g. cli/run.py)
     monkeypatch.setattr("blis_fast.cli.calibrate.wants_json", lambda flag: flag)
     code, out, err = run_cli(capsys, "calibrate", "--observed", exact_recording, *coefficient_flags(), "--fit")
     assert code == 0, err
